@@ -1,0 +1,128 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+)
+
+// Exit codes, documented in README.md.
+const (
+	exitOK      = 0 // everything ran and every gate passed
+	exitFailed  = 1 // a gate, a correctness check or a regression failed
+	exitBadUsge = 2 // bad usage or bad input
+)
+
+// app carries what every command shares: where to write, and the command
+// line that results documents record.
+type app struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	args           []string
+}
+
+// commandFactories holds one constructor per top-level command. Each command
+// lives in its own file and registers itself from init, so the tree grows
+// without touching this file.
+var commandFactories []func(*app) *cobra.Command
+
+func register(f func(*app) *cobra.Command) { commandFactories = append(commandFactories, f) }
+
+// exitError carries an exit code up to run.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+// usageErr marks bad usage or bad input: exit 2.
+func usageErr(format string, a ...any) error {
+	return &exitError{code: exitBadUsge, err: fmt.Errorf(format, a...)}
+}
+
+// badInput wraps an error about the user's input (a file, a flag value): exit 2.
+func badInput(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &exitError{code: exitBadUsge, err: err}
+}
+
+// failed marks a failed gate or regression: exit 1.
+func failed(format string, a ...any) error {
+	return &exitError{code: exitFailed, err: fmt.Errorf(format, a...)}
+}
+
+func newRoot(a *app) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "mstar",
+		Short: "Benchmarks and diagnostics for Mixture-of-Experts inference on NVIDIA GPUs",
+		Long: `mstar measures the hot paths of a Mixture-of-Experts inference server — fused-MoE
+kernels, host<->device transport through a shared-memory arena, routing
+functions, spill/restore across memory tiers — checks correctness in every
+run, and reports speed against the hardware's measured ceilings.
+
+Every measuring command writes a results document (--out); 'mstar report'
+turns results documents into tables, diffs them with statistics for CI, and
+plots them.
+
+Exit codes: 0 ok; 1 a gate, a correctness check or a regression failed;
+2 bad usage or bad input.`,
+		Example: `  mstar doctor                       # is this machine ready, and what are its ceilings?
+  mstar report show results.json     # tables from results documents
+  mstar report diff base.json new.json --threshold 5   # exit 1 on a significant regression`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetIn(a.stdin)
+	root.SetOut(a.stdout)
+	root.SetErr(a.stderr)
+	root.CompletionOptions.HiddenDefaultCmd = false
+	for _, f := range commandFactories {
+		root.AddCommand(f(a))
+	}
+	// Flag parse errors are usage errors: exit 2.
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return &exitError{code: exitBadUsge, err: fmt.Errorf("%s: %w (see '%s --help')", c.CommandPath(), err, c.CommandPath())}
+	})
+	return root
+}
+
+// run is main without the process: it takes the arguments and the streams
+// and returns the exit code, so tests can drive the whole CLI.
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	a := &app{stdin: stdin, stdout: stdout, stderr: stderr, args: append([]string{"mstar"}, args...)}
+	root := newRoot(a)
+	root.SetArgs(args)
+	err := root.Execute()
+	if err == nil {
+		return exitOK
+	}
+	fmt.Fprintln(stderr, "mstar: "+err.Error())
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	// cobra's own errors (unknown command, wrong argument count) are usage errors.
+	if strings.Contains(err.Error(), "unknown command") || strings.Contains(err.Error(), "arg(s)") ||
+		strings.Contains(err.Error(), "unknown flag") || strings.Contains(err.Error(), "required flag") {
+		return exitBadUsge
+	}
+	return exitFailed
+}
+
+// isTerminal reports whether w is a terminal, for progress output.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
