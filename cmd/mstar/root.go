@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -115,14 +114,4 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return exitBadUsge
 	}
 	return exitFailed
-}
-
-// isTerminal reports whether w is a terminal, for progress output.
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }

@@ -20,16 +20,16 @@ func NewCPU() Device {
 	return &cpuDevice{info: Info{
 		ID:       "cpu",
 		Backend:  CPU,
-		Name:     cpuModel(),
+		Name:     HostCPUModel(),
 		SMs:      runtime.NumCPU(),
-		MemBytes: hostMemBytes(),
+		MemBytes: HostMemBytes(),
 	}}
 }
 
 func (c *cpuDevice) Info() Info { return c.info }
 
 func (c *cpuDevice) MemInfo() (free, total int64, err error) {
-	total, free = hostMemBytes(), hostMemAvailable()
+	total, free = HostMemBytes(), hostMemAvailable()
 	if total == 0 {
 		return 0, 0, fmt.Errorf("reading /proc/meminfo: no MemTotal")
 	}
@@ -171,7 +171,8 @@ func (e cpuEvent) Since(start Event) (time.Duration, error) {
 	return e.t.Sub(s.t), nil
 }
 
-func cpuModel() string {
+// HostCPUModel is /proc/cpuinfo's model name, or the architecture.
+func HostCPUModel() string {
 	b, err := os.ReadFile("/proc/cpuinfo")
 	if err == nil {
 		for _, line := range strings.Split(string(b), "\n") {
@@ -198,5 +199,7 @@ func meminfo(key string) int64 {
 	return 0
 }
 
-func hostMemBytes() int64     { return meminfo("MemTotal") }
+// HostMemBytes is the host's total memory (MemTotal), 0 when unknown.
+func HostMemBytes() int64 { return meminfo("MemTotal") }
+
 func hostMemAvailable() int64 { return meminfo("MemAvailable") }

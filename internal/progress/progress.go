@@ -1,0 +1,65 @@
+// Package progress shows progress of long work on a terminal. It draws only
+// when its writer is a terminal, so piped output and CI logs stay clean, and
+// it never writes to stdout: pass it stderr.
+package progress
+
+import (
+	"io"
+	"os"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+)
+
+// Bar is a progress bar, or nothing when its writer is not a terminal.
+// The zero value and a nil *Bar are valid and draw nothing.
+type Bar struct {
+	bar *progressbar.ProgressBar
+}
+
+// New returns a bar over total steps, drawn on w only when w is a terminal.
+func New(w io.Writer, total int, description string) *Bar {
+	if !IsTerminal(w) || total <= 0 {
+		return &Bar{}
+	}
+	return &Bar{bar: progressbar.NewOptions(total,
+		progressbar.OptionSetWriter(w),
+		progressbar.OptionSetDescription(description),
+		progressbar.OptionShowCount(),
+		progressbar.OptionSetElapsedTime(true),
+		progressbar.OptionSetPredictTime(true),
+		progressbar.OptionThrottle(100*time.Millisecond),
+		progressbar.OptionClearOnFinish(),
+	)}
+}
+
+// Describe changes the text shown beside the bar (the step now running).
+func (b *Bar) Describe(s string) {
+	if b != nil && b.bar != nil {
+		b.bar.Describe(s)
+	}
+}
+
+// Add advances the bar by n steps.
+func (b *Bar) Add(n int) {
+	if b != nil && b.bar != nil {
+		_ = b.bar.Add(n)
+	}
+}
+
+// Finish clears the bar.
+func (b *Bar) Finish() {
+	if b != nil && b.bar != nil {
+		_ = b.bar.Finish()
+	}
+}
+
+// IsTerminal reports whether w is a character device (a terminal).
+func IsTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
