@@ -1,0 +1,38 @@
+# go-nvml's header marks old NVML calls deprecated; the warnings are noise.
+export CGO_CFLAGS ?= -Wno-deprecated-declarations
+GO ?= go
+BIN := bin/mstar
+
+.PHONY: build test race lint run bench gpu-bins fmt clean
+
+build:
+	$(GO) build -o $(BIN) ./cmd/mstar
+
+# The README's test command; .ci/run calls it.
+test:
+	$(GO) vet ./...
+	$(GO) test ./...
+	$(GO) test -race -short ./arena/...
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+# The main job on the default backend (the GPU when one works, else the CPU).
+run: build
+	$(BIN) bench moe --model qwen3-30b-a3b --batch 1,16 --out results.json
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchtime 1x ./...
+
+# Binaries for the GPU machine (there is no Go there): mstar and the GPU tests.
+gpu-bins: build
+	$(GO) test -c -o bin/gpu.test ./internal/gpu
+	$(GO) test -c -o bin/cuda.test ./internal/gpu/cuda
+	$(GO) test -c -o bin/moe.test ./kernels/moe
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')
+
+clean:
+	rm -rf bin results.json

@@ -1,0 +1,77 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"text/tabwriter"
+
+	"github.com/mstar-dev/mstar/internal/doctor"
+	"github.com/spf13/cobra"
+)
+
+func init() {
+	register(func(a *app) *cobra.Command {
+		var asJSON bool
+		var shmDir string
+		cmd := &cobra.Command{
+			Use:   "doctor",
+			Short: "Tell whether this machine is ready for mstar, and what its limits are",
+			Long: `doctor checks the GPU (through NVML: name, memory, driver, PCIe link and its
+theoretical bandwidth), the CUDA libraries mstar loads at run time (libcuda,
+NVRTC, cuBLAS, the CUDA headers — and where it looked for each), and the host
+limits that the arena and the spill tiers depend on: /dev/shm size and free
+space, RLIMIT_MEMLOCK, hugepages and the cgroup memory limit.
+
+Each check prints OK, WARN or FAIL with a one-line fix. A machine without a
+GPU is fine (mstar runs on the CPU backend): doctor says so and exits 0. It
+exits 1 only when a check FAILs.`,
+			Example: `  mstar doctor
+  mstar doctor --json | jq '.checks[] | select(.status != "OK")'`,
+			Args: cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, args []string) error {
+				checks := doctor.Run(doctor.Gather(libraryFindings(), shmDir))
+				worst := doctor.Worst(checks)
+				if asJSON {
+					enc := json.NewEncoder(a.stdout)
+					enc.SetIndent("", "  ")
+					if err := enc.Encode(struct {
+						Status doctor.Status  `json:"status"`
+						Checks []doctor.Check `json:"checks"`
+					}{worst, checks}); err != nil {
+						return err
+					}
+				} else {
+					printChecks(a, checks)
+				}
+				if worst == doctor.Fail {
+					return failed("doctor: %d check(s) failed", countStatus(checks, doctor.Fail))
+				}
+				return nil
+			},
+		}
+		cmd.Flags().BoolVar(&asJSON, "json", false, "print the checks as JSON")
+		cmd.Flags().StringVar(&shmDir, "shm-dir", "/dev/shm", "shared-memory directory the arena would use")
+		return cmd
+	})
+}
+
+func printChecks(a *app, checks []doctor.Check) {
+	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+	for _, c := range checks {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", c.Status, c.Name, c.Detail)
+		if c.Fix != "" {
+			fmt.Fprintf(tw, "\t\tfix: %s\n", c.Fix)
+		}
+	}
+	tw.Flush()
+}
+
+func countStatus(checks []doctor.Check, s doctor.Status) int {
+	n := 0
+	for _, c := range checks {
+		if c.Status == s {
+			n++
+		}
+	}
+	return n
+}
