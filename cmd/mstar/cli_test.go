@@ -1,0 +1,88 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// runMstar drives the whole CLI in-process and returns what it printed and
+// its exit code.
+func runMstar(t *testing.T, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = run(args, strings.NewReader(""), &out, &errb)
+	return out.String(), errb.String(), code
+}
+
+func TestRootExitCodes(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		args     []string
+		wantCode int
+		wantErr  string
+	}{
+		{"help", []string{"--help"}, exitOK, ""},
+		{"version", []string{"version"}, exitOK, ""},
+		{"unknown command is bad usage", []string{"frobnicate"}, exitBadUsge, "unknown command"},
+		{"unknown flag is bad usage", []string{"version", "--nope"}, exitBadUsge, "unknown flag"},
+		{"extra argument is bad usage", []string{"version", "extra"}, exitBadUsge, "extra"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, stderr, code := runMstar(t, tc.args...)
+			if code != tc.wantCode {
+				t.Errorf("exit code %d, want %d; stderr: %s", code, tc.wantCode, stderr)
+			}
+			if !strings.Contains(stderr, tc.wantErr) {
+				t.Errorf("stderr %q does not contain %q", stderr, tc.wantErr)
+			}
+			if strings.Contains(stderr, "panic") || strings.Contains(stderr, "goroutine ") {
+				t.Errorf("stderr shows a Go panic: %s", stderr)
+			}
+		})
+	}
+}
+
+func TestVersionNamesCommit(t *testing.T) {
+	out, _, _ := runMstar(t, "version")
+	if !strings.HasPrefix(out, "mstar ") || !strings.Contains(out, "commit ") {
+		t.Errorf("version output %q lacks module version or commit", out)
+	}
+}
+
+func TestDoctorWithoutGPUExitsZero(t *testing.T) {
+	out, stderr, code := runMstar(t, "doctor", "--json")
+	var rep struct {
+		Status string
+		Checks []struct{ Name, Status, Detail, Fix string }
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("doctor --json is not JSON: %v\n%s", err, out)
+	}
+	if len(rep.Checks) == 0 {
+		t.Fatalf("doctor printed no checks")
+	}
+	if rep.Status == "FAIL" {
+		t.Skipf("this machine fails a doctor check (exit %d): %s", code, stderr)
+	}
+	if code != exitOK {
+		t.Errorf("doctor exit %d with status %s, want 0", code, rep.Status)
+	}
+	names := map[string]bool{}
+	for _, c := range rep.Checks {
+		names[c.Name] = true
+	}
+	for _, want := range []string{"shm", "memlock", "hugepages", "cgroup memory"} {
+		if !names[want] {
+			t.Errorf("doctor has no %q check: %v", want, names)
+		}
+	}
+}
+
+func TestCompletion(t *testing.T) {
+	out, stderr, code := runMstar(t, "completion", "bash")
+	if code != exitOK || !strings.Contains(out, "mstar") {
+		t.Errorf("completion bash: exit %d, stderr %q, %d bytes", code, stderr, len(out))
+	}
+}
