@@ -1,0 +1,177 @@
+package moe
+
+import (
+	"fmt"
+	"math"
+	"runtime"
+	"sync"
+	"sync/atomic"
+)
+
+// Row-block sizes of the CPU path: a block of weight rows is widened from
+// bf16 to float32 once into a per-worker scratch and then reused by every
+// token of its expert, so the conversion is paid once per expert tile and the
+// tile stays in the core's cache while the tokens stream past it.
+const (
+	cpuRowsW1 = 32 // intermediate rows per item (gate and up: 2×32 weight rows)
+	cpuRowsW2 = 64 // output rows per item
+)
+
+// ForwardCPU computes the layer in float32 on all cores: x is [M,H] (rounded
+// to bf16 first, as the GPU stores it), out is [M,H]. Slots are grouped by
+// expert; work items are (expert, block of weight rows), which gives the
+// cores enough items even for a single token. The top-k combine sums each
+// token's slots in slot order, so the result does not depend on scheduling.
+func ForwardCPU(l *Layer, x []float32, r Routing, out []float32) {
+	s := l.Shape
+	if len(x) < r.M*s.H || len(out) < r.M*s.H {
+		panic(fmt.Sprintf("moe.ForwardCPU: x has %d and out %d elements, want %d", len(x), len(out), r.M*s.H))
+	}
+	m, k := r.M, r.K
+	xb := make([]float32, m*s.H)
+	for i := range xb {
+		xb[i] = RoundBF16(x[i])
+	}
+	al := Align(r.IDs, s.E, 1)
+	act := make([]float32, m*k*s.I)
+	y := make([]float32, m*k*s.H)
+
+	type item struct{ e, lo, hi int }
+	var items1, items2 []item
+	for e := 0; e < s.E; e++ {
+		if al.Counts[e] == 0 {
+			continue
+		}
+		for lo := 0; lo < s.I; lo += cpuRowsW1 {
+			items1 = append(items1, item{e, lo, min(lo+cpuRowsW1, s.I)})
+		}
+		for lo := 0; lo < s.H; lo += cpuRowsW2 {
+			items2 = append(items2, item{e, lo, min(lo+cpuRowsW2, s.H)})
+		}
+	}
+	slotsOf := func(e int) []int32 { return al.SortedSlots[al.Offsets[e]:al.Offsets[e+1]] }
+
+	parallel(len(items1), 2*cpuRowsW1*s.H, func(n int, scratch []float32) {
+		it := items1[n]
+		rows := it.hi - it.lo
+		w1 := l.W1[it.e*2*s.I*s.H:]
+		gate := scratch[:rows*s.H]
+		up := scratch[rows*s.H : 2*rows*s.H]
+		FromBF16(gate, w1[it.lo*s.H:it.hi*s.H])
+		FromBF16(up, w1[(s.I+it.lo)*s.H:(s.I+it.hi)*s.H])
+		slots := slotsOf(it.e)
+		for c := 0; c < len(slots); c += 4 {
+			var xs [4][]float32
+			var sl [4]int
+			for t := 0; t < 4; t++ {
+				st := slots[min(c+t, len(slots)-1)]
+				sl[t] = int(st)
+				tok := int(st) / k
+				xs[t] = xb[tok*s.H : (tok+1)*s.H]
+			}
+			nt := min(4, len(slots)-c)
+			for i := 0; i < rows; i++ {
+				g, u := dot2x4(gate[i*s.H:(i+1)*s.H], up[i*s.H:(i+1)*s.H], xs[0], xs[1], xs[2], xs[3])
+				for t := 0; t < nt; t++ {
+					act[sl[t]*s.I+it.lo+i] = silu(g[t]) * u[t]
+				}
+			}
+		}
+	})
+
+	parallel(len(items2), cpuRowsW2*s.I, func(n int, scratch []float32) {
+		it := items2[n]
+		rows := it.hi - it.lo
+		w2 := scratch[:rows*s.I]
+		FromBF16(w2, l.W2[(it.e*s.H+it.lo)*s.I:(it.e*s.H+it.hi)*s.I])
+		slots := slotsOf(it.e)
+		for c := 0; c < len(slots); c += 4 {
+			var as [4][]float32
+			var sl [4]int
+			for t := 0; t < 4; t++ {
+				st := int(slots[min(c+t, len(slots)-1)])
+				sl[t] = st
+				as[t] = act[st*s.I : (st+1)*s.I]
+			}
+			nt := min(4, len(slots)-c)
+			i := 0
+			for ; i+1 < rows; i += 2 {
+				a, b := dot2x4(w2[i*s.I:(i+1)*s.I], w2[(i+1)*s.I:(i+2)*s.I], as[0], as[1], as[2], as[3])
+				for t := 0; t < nt; t++ {
+					w := r.Weights[sl[t]]
+					y[sl[t]*s.H+it.lo+i] = w * a[t]
+					y[sl[t]*s.H+it.lo+i+1] = w * b[t]
+				}
+			}
+			if i < rows {
+				a, _ := dot2x4(w2[i*s.I:(i+1)*s.I], w2[i*s.I:(i+1)*s.I], as[0], as[1], as[2], as[3])
+				for t := 0; t < nt; t++ {
+					y[sl[t]*s.H+it.lo+i] = r.Weights[sl[t]] * a[t]
+				}
+			}
+		}
+	})
+
+	// Combine: tokens in blocks; each output element sums its slots in order.
+	const tokBlock = 16
+	parallel((m+tokBlock-1)/tokBlock, 0, func(n int, _ []float32) {
+		for tok := n * tokBlock; tok < min((n+1)*tokBlock, m); tok++ {
+			o := out[tok*s.H : (tok+1)*s.H]
+			clear(o)
+			for j := 0; j < k; j++ {
+				if r.IDs[tok*k+j] < 0 {
+					continue
+				}
+				yr := y[(tok*k+j)*s.H : (tok*k+j+1)*s.H]
+				for h := range o {
+					o[h] += yr[h]
+				}
+			}
+		}
+	})
+}
+
+func silu(g float32) float32 { return g / (1 + float32(math.Exp(float64(-g)))) }
+
+// parallel runs f(0..n-1) on GOMAXPROCS workers, each with its own scratch.
+func parallel(n, scratch int, f func(i int, scratch []float32)) {
+	workers := min(runtime.GOMAXPROCS(0), n)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]float32, scratch)
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				f(i, buf)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// dot2x4 returns the dot products of two weight rows with four vectors:
+// eight independent sums, each weight and input loaded once per step.
+func dot2x4(a0, a1, b0, b1, b2, b3 []float32) (r0, r1 [4]float32) {
+	n := len(a0)
+	a1, b0, b1, b2, b3 = a1[:n], b0[:n], b1[:n], b2[:n], b3[:n]
+	var s00, s01, s02, s03, s10, s11, s12, s13 float32
+	for i := 0; i < n; i++ {
+		w0, w1 := a0[i], a1[i]
+		x0, x1, x2, x3 := b0[i], b1[i], b2[i], b3[i]
+		s00 += w0 * x0
+		s01 += w0 * x1
+		s02 += w0 * x2
+		s03 += w0 * x3
+		s10 += w1 * x0
+		s11 += w1 * x1
+		s12 += w1 * x2
+		s13 += w1 * x3
+	}
+	return [4]float32{s00, s01, s02, s03}, [4]float32{s10, s11, s12, s13}
+}
