@@ -10,6 +10,7 @@ package reports
 
 import (
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 	"time"
@@ -57,8 +58,13 @@ func (e Env) Key() string {
 // Result is one measured configuration: a name, its parameters, metrics with
 // all their samples, the gates it passed or failed, and warnings.
 type Result struct {
-	Name     string   `json:"name"`
-	Params   Params   `json:"params,omitempty"`
+	Name   string `json:"name"`
+	Params Params `json:"params,omitempty"`
+	// Env holds the environment keys in which this result differs from its
+	// document's Env. Measuring commands leave it empty; Merge sets it when
+	// it joins documents from several machines, so that every result keeps
+	// where it was measured (see Document.EnvOf).
+	Env      Env      `json:"env,omitempty"`
 	Metrics  []Metric `json:"metrics"`
 	Gates    []Gate   `json:"gates,omitempty"`
 	Warnings []string `json:"warnings,omitempty"`
@@ -133,6 +139,22 @@ type Gate struct {
 	Reason string `json:"reason,omitempty"`
 }
 
+// EnvOf is the environment result r was measured in: the document's Env
+// overlaid with the result's own Env.
+func (d *Document) EnvOf(r *Result) Env {
+	if len(r.Env) == 0 {
+		return d.Env
+	}
+	e := make(Env, len(d.Env)+len(r.Env))
+	for k, v := range d.Env {
+		e[k] = v
+	}
+	for k, v := range r.Env {
+		e[k] = v
+	}
+	return e
+}
+
 // Failed returns every failing gate in the document as "result key: gate: reason".
 func (d *Document) Failed() []string {
 	var out []string
@@ -158,12 +180,29 @@ func (d *Document) Validate() error {
 		if r.Name == "" {
 			return fmt.Errorf("result %d has no name", i)
 		}
+		seen := make(map[string]bool, len(r.Metrics))
 		for j, m := range r.Metrics {
 			if m.Name == "" {
 				return fmt.Errorf("result %q: metric %d has no name", r.Key(), j)
 			}
+			if seen[m.Name] {
+				return fmt.Errorf("result %q: metric %q appears twice", r.Key(), m.Name)
+			}
+			seen[m.Name] = true
 			if m.Better != LowerIsBetter && m.Better != HigherIsBetter {
 				return fmt.Errorf("result %q: metric %q: direction %q is neither %q nor %q", r.Key(), m.Name, m.Better, LowerIsBetter, HigherIsBetter)
+			}
+			// Unmeasured is never zero: a metric either has samples or says why not.
+			if len(m.Samples) == 0 && m.Unmeasured == "" {
+				return fmt.Errorf("result %q: metric %q has neither samples nor an unmeasured reason", r.Key(), m.Name)
+			}
+			if len(m.Samples) > 0 && m.Unmeasured != "" {
+				return fmt.Errorf("result %q: metric %q has samples but is marked unmeasured (%s)", r.Key(), m.Name, m.Unmeasured)
+			}
+			for k, v := range m.Samples {
+				if math.IsNaN(v) || math.IsInf(v, 0) {
+					return fmt.Errorf("result %q: metric %q: sample %d is %v (JSON cannot carry it; mark the metric unmeasured instead)", r.Key(), m.Name, k, v)
+				}
 			}
 		}
 	}

@@ -1,0 +1,281 @@
+package reports
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"math"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+)
+
+// PlotOptions says what to plot: one metric against one numeric parameter.
+type PlotOptions struct {
+	Metric string // metric name (y)
+	X      string // numeric parameter (x)
+	// Series is the parameter whose values name the lines. Empty: a line per
+	// result name and combination of the other parameters.
+	Series string
+	Where  Params // plot only results with these parameter values
+	LogX   bool
+	LogY   bool
+	Title  string
+	// Labels name the documents (file names); with several documents, each
+	// line is prefixed with its document's label.
+	Labels []string
+}
+
+// Series is one line of a plot.
+type Series struct {
+	Label  string
+	Points []Point // sorted by X
+}
+
+// Point is the median (with its CI) of a metric at one x.
+type Point struct {
+	X float64
+	Summary
+}
+
+// PlotSeries computes the lines of a plot without drawing it, and the
+// metric's unit. Results without the metric, or with it unmeasured, are left
+// out with a warning (unmeasured is not zero). Results of several
+// environments are told apart by the environment keys that differ.
+func PlotSeries(docs []*Document, opt PlotOptions) (series []Series, unit string, warnings []string, err error) {
+	if opt.Metric == "" || opt.X == "" {
+		return nil, "", nil, fmt.Errorf("plot: a metric and an x parameter are needed")
+	}
+	type item struct {
+		doc   int
+		r     *Result
+		m     *Metric
+		env   Env
+		x     float64
+		label string
+	}
+	var items []item
+	units := map[string]bool{}
+	for di, d := range docs {
+	results:
+		for i := range d.Results {
+			r := &d.Results[i]
+			for k, v := range opt.Where {
+				if r.Params[k] != v {
+					continue results
+				}
+			}
+			xs, ok := r.Params[opt.X]
+			if !ok {
+				continue
+			}
+			if opt.Series != "" {
+				if _, ok := r.Params[opt.Series]; !ok {
+					continue
+				}
+			}
+			m := r.Metric(opt.Metric)
+			if m == nil {
+				continue
+			}
+			x, err := strconv.ParseFloat(strings.TrimSpace(xs), 64)
+			if err != nil || math.IsNaN(x) || math.IsInf(x, 0) {
+				return nil, "", nil, fmt.Errorf("plot: %s: parameter %s=%q is not a number", r.Key(), opt.X, xs)
+			}
+			if opt.LogX && x <= 0 {
+				return nil, "", nil, fmt.Errorf("plot: %s: %s=%v cannot be on a log axis", r.Key(), opt.X, x)
+			}
+			if !m.Measured() {
+				warnings = append(warnings, fmt.Sprintf("%s: %s unmeasured (%s): left out", r.Key(), m.Name, m.Unmeasured))
+				continue
+			}
+			units[m.Unit] = true
+			unit = m.Unit
+			items = append(items, item{doc: di, r: r, m: m, env: d.EnvOf(r), x: x})
+		}
+	}
+	if len(items) == 0 {
+		return nil, "", warnings, fmt.Errorf("plot: no result has parameter %q and metric %q", opt.X, opt.Metric)
+	}
+	if len(units) > 1 {
+		return nil, "", nil, fmt.Errorf("plot: metric %s comes in several units (%s)", opt.Metric, strings.Join(sortedKeys(units), ", "))
+	}
+
+	// Environment keys that differ between the plotted results.
+	varying := map[string]bool{}
+	for _, it := range items {
+		for k, v := range it.env {
+			for _, o := range items {
+				if o.env[k] != v {
+					varying[k] = true
+				}
+			}
+		}
+	}
+	envKeys := sortedKeys(varying)
+
+	byLabel := map[string]*Series{}
+	var order []string
+	for i := range items {
+		it := &items[i]
+		var parts []string
+		if len(docs) > 1 {
+			l := fmt.Sprintf("#%d", it.doc+1)
+			if it.doc < len(opt.Labels) {
+				l = opt.Labels[it.doc]
+			}
+			parts = append(parts, l)
+		}
+		if opt.Series != "" {
+			parts = append(parts, opt.Series+"="+it.r.Params[opt.Series])
+		} else {
+			rest := Result{Name: it.r.Name, Params: Params{}}
+			for k, v := range it.r.Params {
+				if k != opt.X {
+					rest.Params[k] = v
+				}
+			}
+			parts = append(parts, rest.Key())
+		}
+		for _, k := range envKeys {
+			parts = append(parts, k+"="+it.env[k])
+		}
+		label := strings.Join(parts, " ")
+		s := byLabel[label]
+		if s == nil {
+			s = &Series{Label: label}
+			byLabel[label] = s
+			order = append(order, label)
+		}
+		for _, p := range s.Points {
+			if p.X == it.x {
+				return nil, "", nil, fmt.Errorf("plot: series %q has several results at %s=%v (%s among them): narrow it with --where or choose --series", label, opt.X, it.x, it.r.Key())
+			}
+		}
+		s.Points = append(s.Points, Point{X: it.x, Summary: Summarize(it.m.Samples)})
+	}
+	for _, l := range order {
+		s := byLabel[l]
+		sort.Slice(s.Points, func(i, j int) bool { return s.Points[i].X < s.Points[j].X })
+		if opt.LogY {
+			for _, p := range s.Points {
+				if p.Median <= 0 {
+					return nil, "", nil, fmt.Errorf("plot: series %q: median %v at %s=%v cannot be on a log axis", l, p.Median, opt.X, p.X)
+				}
+			}
+		}
+		series = append(series, *s)
+	}
+	return series, unit, warnings, nil
+}
+
+func sortedKeys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// PlotFormats are the image formats Plot writes.
+var PlotFormats = []string{"png", "svg"}
+
+// PlotFormat is the image format a file name asks for, from its extension.
+func PlotFormat(path string) (string, error) {
+	ext := strings.ToLower(strings.TrimPrefix(filepath.Ext(path), "."))
+	for _, f := range PlotFormats {
+		if ext == f {
+			return f, nil
+		}
+	}
+	return "", fmt.Errorf("plot: %s: cannot tell the image format from the extension %q (want .png or .svg)", path, filepath.Ext(path))
+}
+
+// Plot draws the metric against the parameter, a line per series with the
+// 95% CI of each median as error bars, and writes the image in format
+// ("png" or "svg"). It returns the warnings of PlotSeries.
+func Plot(w io.Writer, format string, docs []*Document, opt PlotOptions) ([]string, error) {
+	series, unit, warnings, err := PlotSeries(docs, opt)
+	if err != nil {
+		return warnings, err
+	}
+	p := plot.New()
+	p.Title.Text = opt.Title
+	if p.Title.Text == "" && len(docs) > 0 {
+		p.Title.Text = fmt.Sprintf("%s vs %s", opt.Metric, opt.X)
+	}
+	p.X.Label.Text = opt.X
+	p.Y.Label.Text = MetricColumn{Name: opt.Metric, Unit: unit}.Header()
+	if opt.LogX {
+		p.X.Scale = plot.LogScale{}
+		p.X.Tick.Marker = plot.LogTicks{Prec: -1}
+	}
+	if opt.LogY {
+		p.Y.Scale = plot.LogScale{}
+		p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	}
+	p.Add(plotter.NewGrid())
+	p.Legend.Top = true
+	for i, s := range series {
+		pts := make(plotter.XYs, len(s.Points))
+		errs := make(plotter.YErrors, len(s.Points))
+		for j, pt := range s.Points {
+			pts[j] = plotter.XY{X: pt.X, Y: pt.Median}
+			// An unbounded interval (too few samples) gets no bar.
+			if !math.IsInf(pt.Lo, 0) && !math.IsInf(pt.Hi, 0) {
+				errs[j] = struct{ Low, High float64 }{pt.Median - pt.Lo, pt.Hi - pt.Median}
+			}
+		}
+		line, points, err := plotter.NewLinePoints(pts)
+		if err != nil {
+			return warnings, fmt.Errorf("plot: series %q: %w", s.Label, err)
+		}
+		c := plotutil.Color(i)
+		line.Color = c
+		line.Dashes = plotutil.Dashes(i / 7)
+		points.Color = c
+		points.Shape = plotutil.Shape(i)
+		bars, err := plotter.NewYErrorBars(struct {
+			plotter.XYs
+			plotter.YErrors
+		}{pts, errs})
+		if err != nil {
+			return warnings, fmt.Errorf("plot: series %q: %w", s.Label, err)
+		}
+		bars.Color = c
+		bars.LineStyle.Width = vg.Points(0.75)
+		p.Add(line, points, bars)
+		p.Legend.Add(s.Label, line, points)
+	}
+	wt, err := p.WriterTo(8*vg.Inch, 5*vg.Inch, format)
+	if err != nil {
+		return warnings, fmt.Errorf("plot: %w", err)
+	}
+	_, err = wt.WriteTo(w)
+	return warnings, err
+}
+
+// PlotFile draws the plot into path (format from its extension), written
+// atomically.
+func PlotFile(path string, docs []*Document, opt PlotOptions) ([]string, error) {
+	format, err := PlotFormat(path)
+	if err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	warnings, err := Plot(&buf, format, docs, opt)
+	if err != nil {
+		return warnings, err
+	}
+	if err := writeFileAtomic(path, buf.Bytes()); err != nil {
+		return warnings, fmt.Errorf("writing %s: %w", path, err)
+	}
+	return warnings, nil
+}

@@ -1,0 +1,606 @@
+package reports
+
+import (
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/olekukonko/tablewriter"
+	"github.com/olekukonko/tablewriter/renderer"
+	"github.com/olekukonko/tablewriter/tw"
+)
+
+// Table formats accepted by Render.
+const (
+	FormatText     = "text"
+	FormatMarkdown = "markdown"
+	FormatCSV      = "csv"
+	FormatJSON     = "json"
+)
+
+// TableFormats lists the formats Render accepts.
+var TableFormats = []string{FormatText, FormatMarkdown, FormatCSV, FormatJSON}
+
+// TableOptions selects the columns of a table. A nil list means all.
+type TableOptions struct {
+	Params  []string // parameter columns, in this order
+	Metrics []string // metric columns, in this order
+}
+
+// Table is the results of one environment: one row per result, columns for
+// the parameters, the metrics (median with a 95% CI) and the gates.
+type Table struct {
+	Env     Env            // the environment all rows were measured in
+	Params  []string       // parameter columns
+	Metrics []MetricColumn // metric columns
+	Gates   []string       // gate columns
+	Rows    []Row
+}
+
+// MetricColumn is one metric column: results pair into it by name and unit.
+type MetricColumn struct {
+	Name   string
+	Unit   string
+	Better Direction
+}
+
+// Header is "name (unit)".
+func (c MetricColumn) Header() string {
+	if c.Unit == "" {
+		return c.Name
+	}
+	return c.Name + " (" + c.Unit + ")"
+}
+
+// Row is one result.
+type Row struct {
+	Name     string
+	Params   Params
+	Cells    []Cell  // parallel to Table.Metrics
+	Gates    []*Gate // parallel to Table.Gates; nil where the result has no such gate
+	Warnings []string
+}
+
+// Cell is one metric of one result: a summary, or why it was not measured.
+type Cell struct {
+	Present    bool   // the result has this metric
+	Unmeasured string // why not, when it was not measured
+	Summary    Summary
+}
+
+// Tables groups the results of docs into one table per distinct environment
+// (Document.EnvOf), in order of first appearance, and selects columns.
+// Selecting a parameter or metric that no result has is an error that lists
+// what there is.
+func Tables(docs []*Document, opt TableOptions) ([]*Table, error) {
+	var tables []*Table
+	byEnv := map[string]*Table{}
+	type pending struct {
+		t *Table
+		r *Result
+	}
+	var all []pending
+	allParams, allMetrics := map[string]bool{}, map[string]bool{}
+	for _, d := range docs {
+		for i := range d.Results {
+			r := &d.Results[i]
+			env := d.EnvOf(r)
+			k := env.Key()
+			t := byEnv[k]
+			if t == nil {
+				t = &Table{Env: env}
+				byEnv[k] = t
+				tables = append(tables, t)
+			}
+			all = append(all, pending{t, r})
+			for p := range r.Params {
+				allParams[p] = true
+			}
+			for _, m := range r.Metrics {
+				allMetrics[m.Name] = true
+			}
+		}
+	}
+	if err := checkSelected("parameter", opt.Params, allParams); err != nil {
+		return nil, err
+	}
+	if err := checkSelected("metric", opt.Metrics, allMetrics); err != nil {
+		return nil, err
+	}
+
+	// Columns, per table: what its results have, or the selection.
+	for _, t := range tables {
+		params := map[string]bool{}
+		for _, p := range all {
+			if p.t != t {
+				continue
+			}
+			for k := range p.r.Params {
+				params[k] = true
+			}
+			for _, m := range p.r.Metrics {
+				if opt.Metrics != nil && !slices.Contains(opt.Metrics, m.Name) {
+					continue
+				}
+				c := MetricColumn{Name: m.Name, Unit: m.Unit, Better: m.Better}
+				if !slices.ContainsFunc(t.Metrics, func(x MetricColumn) bool { return x.Name == c.Name && x.Unit == c.Unit }) {
+					t.Metrics = append(t.Metrics, c)
+				}
+			}
+			for _, g := range p.r.Gates {
+				if !slices.Contains(t.Gates, g.Name) {
+					t.Gates = append(t.Gates, g.Name)
+				}
+			}
+		}
+		if opt.Params != nil {
+			for _, p := range opt.Params {
+				if params[p] {
+					t.Params = append(t.Params, p)
+				}
+			}
+		} else {
+			for p := range params {
+				t.Params = append(t.Params, p)
+			}
+			sort.Strings(t.Params)
+		}
+		if opt.Metrics != nil {
+			slices.SortStableFunc(t.Metrics, func(a, b MetricColumn) int {
+				return slices.Index(opt.Metrics, a.Name) - slices.Index(opt.Metrics, b.Name)
+			})
+		}
+	}
+
+	for _, p := range all {
+		t, r := p.t, p.r
+		row := Row{Name: r.Name, Params: r.Params, Warnings: r.Warnings}
+		for _, c := range t.Metrics {
+			var cell Cell
+			for _, m := range r.Metrics {
+				if m.Name == c.Name && m.Unit == c.Unit {
+					cell.Present = true
+					if m.Measured() {
+						cell.Summary = Summarize(m.Samples)
+					} else {
+						cell.Unmeasured = m.Unmeasured
+						if cell.Unmeasured == "" {
+							cell.Unmeasured = "no samples"
+						}
+					}
+				}
+			}
+			row.Cells = append(row.Cells, cell)
+		}
+		for _, name := range t.Gates {
+			var gate *Gate
+			for i := range r.Gates {
+				if r.Gates[i].Name == name {
+					gate = &r.Gates[i]
+				}
+			}
+			row.Gates = append(row.Gates, gate)
+		}
+		t.Rows = append(t.Rows, row)
+	}
+	return tables, nil
+}
+
+func checkSelected(what string, sel []string, have map[string]bool) error {
+	for _, s := range sel {
+		if !have[s] {
+			names := make([]string, 0, len(have))
+			for k := range have {
+				names = append(names, k)
+			}
+			sort.Strings(names)
+			if len(names) == 0 {
+				return fmt.Errorf("no %s named %q: the results have no %ss", what, s, what)
+			}
+			return fmt.Errorf("no %s named %q (have: %s)", what, s, strings.Join(names, ", "))
+		}
+	}
+	return nil
+}
+
+// Render writes the tables of docs in one of TableFormats.
+func Render(w io.Writer, docs []*Document, format string, opt TableOptions) error {
+	tables, err := Tables(docs, opt)
+	if err != nil {
+		return err
+	}
+	switch format {
+	case FormatText:
+		return renderText(w, tables, false)
+	case FormatMarkdown:
+		return renderText(w, tables, true)
+	case FormatCSV:
+		return renderCSV(w, tables)
+	case FormatJSON:
+		return renderJSON(w, tables)
+	}
+	return fmt.Errorf("unknown table format %q (want one of %s)", format, strings.Join(TableFormats, ", "))
+}
+
+// envLines splits the environments of the tables as benchstat prints
+// configuration: the lines every table shares once at the top, then above
+// each table the lines that tell it apart.
+func envLines(tables []*Table) (common []string, per [][]string) {
+	shared := map[string]string{}
+	if len(tables) > 0 {
+		for k, v := range tables[0].Env {
+			shared[k] = v
+		}
+	}
+	for _, t := range tables[1:] {
+		for k, v := range shared {
+			if tv, ok := t.Env[k]; !ok || tv != v {
+				delete(shared, k)
+			}
+		}
+	}
+	common = sortedLines(shared)
+	for _, t := range tables {
+		rest := map[string]string{}
+		for k, v := range t.Env {
+			if _, ok := shared[k]; !ok {
+				rest[k] = v
+			}
+		}
+		per = append(per, sortedLines(rest))
+	}
+	return common, per
+}
+
+func sortedLines(e map[string]string) []string {
+	keys := make([]string, 0, len(e))
+	for k := range e {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	lines := make([]string, len(keys))
+	for i, k := range keys {
+		lines[i] = k + ": " + oneLine(e[k])
+	}
+	return lines
+}
+
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}
+
+// FormatValue prints a number with about four significant digits and no
+// exponent in the range people read (0.001 to 1e15).
+func FormatValue(v float64) string {
+	a := math.Abs(v)
+	switch {
+	case v == 0:
+		return "0"
+	case math.IsNaN(v) || math.IsInf(v, 0):
+		return strconv.FormatFloat(v, 'g', -1, 64)
+	case a >= 1e4 && a < 1e15:
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	case a >= 1e-3:
+		s := strconv.FormatFloat(v, 'g', 4, 64)
+		if strings.ContainsRune(s, 'e') { // 9999.7 rounds to 1e+04
+			s = strconv.FormatFloat(v, 'f', 0, 64)
+		}
+		return s
+	}
+	return strconv.FormatFloat(v, 'e', 3, 64)
+}
+
+// formatPct prints a CI half-width: "±2%", "±0.4%", "±∞", "±?".
+func formatPct(p float64) string {
+	switch {
+	case math.IsInf(p, 0):
+		return "±∞"
+	case math.IsNaN(p):
+		return "±?"
+	case p < 10:
+		return "±" + strconv.FormatFloat(p, 'f', 1, 64) + "%"
+	}
+	return "±" + strconv.FormatFloat(p, 'f', 0, 64) + "%"
+}
+
+// String is what a table cell shows.
+func (c Cell) String() string {
+	switch {
+	case !c.Present:
+		return ""
+	case c.Unmeasured != "":
+		return "unmeasured"
+	}
+	return FormatValue(c.Summary.Median) + " " + formatPct(c.Summary.HalfWidthPct())
+}
+
+func gateText(g *Gate) string {
+	switch {
+	case g == nil:
+		return ""
+	case g.Pass:
+		return "PASS"
+	}
+	return "FAIL"
+}
+
+func (t *Table) header() []string {
+	h := append([]string{"name"}, t.Params...)
+	for _, c := range t.Metrics {
+		h = append(h, c.Header())
+	}
+	return append(h, t.Gates...)
+}
+
+func (t *Table) cells(r Row) []string {
+	out := []string{r.Name}
+	for _, p := range t.Params {
+		out = append(out, r.Params[p])
+	}
+	for _, c := range r.Cells {
+		out = append(out, c.String())
+	}
+	for _, g := range r.Gates {
+		out = append(out, gateText(g))
+	}
+	return out
+}
+
+// notes are the lines below a table: failed gates with their reasons,
+// unmeasured metrics with theirs, warnings, and why an interval is ±∞.
+func (t *Table) notes() []string {
+	var notes []string
+	seen := map[string]bool{}
+	add := func(s string) {
+		if !seen[s] {
+			seen[s] = true
+			notes = append(notes, s)
+		}
+	}
+	for _, r := range t.Rows {
+		key := Result{Name: r.Name, Params: r.Params}.Key()
+		for _, g := range r.Gates {
+			if g != nil && !g.Pass {
+				add(fmt.Sprintf("FAIL %s: %s: %s", key, g.Name, oneLine(g.Reason)))
+			}
+		}
+		for i, c := range r.Cells {
+			if c.Unmeasured != "" {
+				add(fmt.Sprintf("unmeasured %s: %s: %s", key, t.Metrics[i].Name, oneLine(c.Unmeasured)))
+			}
+		}
+		for _, w := range r.Warnings {
+			add(fmt.Sprintf("warning %s: %s", key, oneLine(w)))
+		}
+	}
+	for _, r := range t.Rows {
+		for _, c := range r.Cells {
+			if c.Present && c.Unmeasured == "" && c.Summary.Warning != "" {
+				add("±∞: " + c.Summary.Warning)
+			}
+		}
+	}
+	return notes
+}
+
+func newTableWriter(w io.Writer, markdown bool) *tablewriter.Table {
+	left := tw.CellAlignment{Global: tw.AlignLeft}
+	cfg := tablewriter.Config{
+		Header: tw.CellConfig{Formatting: tw.CellFormatting{AutoFormat: tw.Off}, Alignment: left},
+		Row:    tw.CellConfig{Alignment: left},
+	}
+	var r tw.Renderer = renderer.NewBlueprint()
+	if markdown {
+		r = renderer.NewMarkdown()
+	}
+	return tablewriter.NewTable(w, tablewriter.WithRenderer(r), tablewriter.WithConfig(cfg))
+}
+
+func renderText(w io.Writer, tables []*Table, markdown bool) error {
+	if len(tables) == 0 {
+		_, err := fmt.Fprintln(w, "no results")
+		return err
+	}
+	common, per := envLines(tables)
+	var b strings.Builder
+	writeEnv := func(lines []string) {
+		for _, l := range lines {
+			if markdown {
+				b.WriteString("- ")
+			}
+			b.WriteString(l)
+			b.WriteString("\n")
+		}
+	}
+	writeEnv(common)
+	for i, t := range tables {
+		if i > 0 || len(common) > 0 {
+			b.WriteString("\n")
+		}
+		if len(per[i]) > 0 {
+			writeEnv(per[i])
+			if markdown {
+				b.WriteString("\n")
+			}
+		}
+		tab := newTableWriter(&b, markdown)
+		tab.Header(t.header())
+		for _, r := range t.Rows {
+			if err := tab.Append(t.cells(r)); err != nil {
+				return err
+			}
+		}
+		if err := tab.Render(); err != nil {
+			return err
+		}
+		if notes := t.notes(); len(notes) > 0 {
+			if markdown {
+				b.WriteString("\n")
+			}
+			for _, n := range notes {
+				if markdown {
+					b.WriteString("- ")
+				}
+				b.WriteString(n + "\n")
+			}
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// renderCSV writes one rectangular table for machines: a column for each
+// environment key that differs between tables, the name, the parameters,
+// then per metric its median, CI bounds and sample count, then the gates.
+func renderCSV(w io.Writer, tables []*Table) error {
+	_, per := envLines(tables)
+	var envKeys, params, gates []string
+	var metrics []MetricColumn
+	for i, t := range tables {
+		for _, l := range per[i] {
+			k, _, _ := strings.Cut(l, ": ")
+			if !slices.Contains(envKeys, k) {
+				envKeys = append(envKeys, k)
+			}
+		}
+		for _, p := range t.Params {
+			if !slices.Contains(params, p) {
+				params = append(params, p)
+			}
+		}
+		for _, m := range t.Metrics {
+			if !slices.Contains(metrics, m) {
+				metrics = append(metrics, m)
+			}
+		}
+		for _, g := range t.Gates {
+			if !slices.Contains(gates, g) {
+				gates = append(gates, g)
+			}
+		}
+	}
+	sort.Strings(envKeys)
+	cw := csv.NewWriter(w)
+	var head []string
+	for _, k := range envKeys {
+		head = append(head, "env:"+k)
+	}
+	head = append(head, "name")
+	head = append(head, params...)
+	for _, m := range metrics {
+		h := m.Header()
+		head = append(head, h+" median", h+" ci_lo", h+" ci_hi", h+" n")
+	}
+	head = append(head, gates...)
+	if err := cw.Write(head); err != nil {
+		return err
+	}
+	num := func(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
+	for _, t := range tables {
+		for _, r := range t.Rows {
+			var rec []string
+			for _, k := range envKeys {
+				rec = append(rec, t.Env[k])
+			}
+			rec = append(rec, r.Name)
+			for _, p := range params {
+				rec = append(rec, r.Params[p])
+			}
+			for _, m := range metrics {
+				i := slices.Index(t.Metrics, m)
+				switch {
+				case i < 0 || !r.Cells[i].Present:
+					rec = append(rec, "", "", "", "")
+				case r.Cells[i].Unmeasured != "":
+					rec = append(rec, "unmeasured", "", "", "0")
+				default:
+					s := r.Cells[i].Summary
+					rec = append(rec, num(s.Median), num(s.Lo), num(s.Hi), strconv.Itoa(s.N))
+				}
+			}
+			for _, g := range gates {
+				i := slices.Index(t.Gates, g)
+				if i < 0 {
+					rec = append(rec, "")
+				} else {
+					rec = append(rec, gateText(r.Gates[i]))
+				}
+			}
+			if err := cw.Write(rec); err != nil {
+				return err
+			}
+		}
+	}
+	cw.Flush()
+	return cw.Error()
+}
+
+// The JSON table form: summaries, not samples (the document itself has
+// those). An unbounded interval end is null.
+type jsonTable struct {
+	Env  Env       `json:"env"`
+	Rows []jsonRow `json:"rows"`
+}
+
+type jsonRow struct {
+	Name     string       `json:"name"`
+	Params   Params       `json:"params,omitempty"`
+	Metrics  []jsonMetric `json:"metrics"`
+	Gates    []Gate       `json:"gates,omitempty"`
+	Warnings []string     `json:"warnings,omitempty"`
+}
+
+type jsonMetric struct {
+	Name       string    `json:"name"`
+	Unit       string    `json:"unit"`
+	Better     Direction `json:"better"`
+	Median     *float64  `json:"median,omitempty"`
+	Lo         *float64  `json:"ci_lo"`
+	Hi         *float64  `json:"ci_hi"`
+	N          int       `json:"n"`
+	Unmeasured string    `json:"unmeasured,omitempty"`
+}
+
+func finite(v float64) *float64 {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return nil
+	}
+	return &v
+}
+
+func renderJSON(w io.Writer, tables []*Table) error {
+	out := make([]jsonTable, 0, len(tables))
+	for _, t := range tables {
+		jt := jsonTable{Env: t.Env, Rows: []jsonRow{}}
+		for _, r := range t.Rows {
+			jr := jsonRow{Name: r.Name, Params: r.Params, Metrics: []jsonMetric{}, Warnings: r.Warnings}
+			for i, c := range r.Cells {
+				if !c.Present {
+					continue
+				}
+				m := t.Metrics[i]
+				jm := jsonMetric{Name: m.Name, Unit: m.Unit, Better: m.Better, Unmeasured: c.Unmeasured}
+				if c.Unmeasured == "" {
+					jm.Median, jm.Lo, jm.Hi, jm.N = finite(c.Summary.Median), finite(c.Summary.Lo), finite(c.Summary.Hi), c.Summary.N
+				}
+				jr.Metrics = append(jr.Metrics, jm)
+			}
+			for _, g := range r.Gates {
+				if g != nil {
+					jr.Gates = append(jr.Gates, *g)
+				}
+			}
+			jt.Rows = append(jt.Rows, jr)
+		}
+		out = append(out, jt)
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(out)
+}
