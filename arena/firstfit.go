@@ -10,7 +10,7 @@ import (
 // Free merges with both neighbours. Reserve is O(free extents).
 type firstFit struct {
 	total int64
-	free  []extent // sorted by off, never adjacent (always coalesced)
+	free  []extent        // sorted by off, never adjacent (always coalesced)
 	live  map[int64]int64 // reserved blocks, off -> size: refuses partial and stale frees
 	used  int64
 }
