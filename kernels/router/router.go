@@ -1,0 +1,405 @@
+package router
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+)
+
+// Router turns one layer's router logits into a per-token choice of experts.
+//
+// Route receives the state the same router returned for the previous call
+// of the run (nil at the start of a run) and returns the state for the next
+// one. Stateless routers return nil. A router must not modify in, nor keep
+// references to its slices, nor mutate a state it has returned: drivers may
+// hold on to old states (that is how "drop the state" ablations work).
+type Router interface {
+	Name() string
+	Route(in Input, st State) (Output, State, error)
+}
+
+// State is a router's private carry from one call to the next (the previous
+// layer's logits, per-layer biases, ...). Only the router that made it
+// looks inside.
+type State any
+
+// Input is what a router sees for one batch of tokens at one layer.
+//
+// Logits are the primitive: logits = hidden · gateᵀ is computed by the
+// driver (see Logits), so routers can be checked from logits alone
+// (`mstar route --logits`).
+type Input struct {
+	Logits []float32 // T×E row-major router logits
+	T, E   int       // tokens, experts
+	K      int       // experts per token requested (top-k)
+	// Bias is the score-correction bias of models that have one (DeepSeek-V3's
+	// e_score_correction_bias), E values; nil means zeros.
+	Bias []float32
+	// TokenIDs are the vocabulary ids of the tokens, T values, for hash
+	// routing; nil means the token's position in the run (Offset + t).
+	TokenIDs []int64
+	Layer    int // layer index within the run, from 0
+	Step     int // batch index within the run, from 0
+	Offset   int // index in the run of this batch's first token
+}
+
+// Validate checks the input's shape and that every logit is finite.
+func (in Input) Validate() error {
+	switch {
+	case in.T <= 0:
+		return fmt.Errorf("no tokens (T=%d)", in.T)
+	case in.E <= 0:
+		return fmt.Errorf("no experts (E=%d)", in.E)
+	case in.K <= 0:
+		return fmt.Errorf("top-k must be at least 1 (k=%d)", in.K)
+	case in.K > in.E:
+		return fmt.Errorf("top-k %d exceeds the %d experts", in.K, in.E)
+	case len(in.Logits) != in.T*in.E:
+		return fmt.Errorf("logits hold %d values, want T×E = %d×%d = %d", len(in.Logits), in.T, in.E, in.T*in.E)
+	case in.Bias != nil && len(in.Bias) != in.E:
+		return fmt.Errorf("bias holds %d values, want one per expert (%d)", len(in.Bias), in.E)
+	case in.TokenIDs != nil && len(in.TokenIDs) != in.T:
+		return fmt.Errorf("token ids hold %d values, want one per token (%d)", len(in.TokenIDs), in.T)
+	}
+	for i, v := range in.Logits {
+		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+			return fmt.Errorf("logit of token %d, expert %d is %v", i/in.E, i%in.E, v)
+		}
+	}
+	for i, v := range in.Bias {
+		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+			return fmt.Errorf("bias of expert %d is %v", i, v)
+		}
+	}
+	return nil
+}
+
+// row returns token t's logits.
+func (in Input) row(t int) []float32 { return in.Logits[t*in.E : (t+1)*in.E] }
+
+// Output is a router's decision for one batch at one layer.
+//
+// Each token has K slots. A slot holds an expert id and its weight; an id of
+// -1 marks an empty slot (expert choice gives tokens a varying number of
+// experts, so its K is the most any token got). A dropped slot names the
+// expert the token chose but that was over capacity: its weight is 0 and the
+// token's hidden state passes that expert by (the residual carries it).
+type Output struct {
+	T, K    int
+	IDs     []int32   // T×K; -1 marks an empty slot
+	Weights []float32 // T×K; 0 for empty and dropped slots
+	Dropped []bool    // T×K, or nil when nothing was dropped
+}
+
+// NewOutput returns an output of T tokens × K slots, all empty.
+func NewOutput(T, K int) Output {
+	o := Output{T: T, K: K, IDs: make([]int32, T*K), Weights: make([]float32, T*K)}
+	for i := range o.IDs {
+		o.IDs[i] = -1
+	}
+	return o
+}
+
+// Live reports whether slot i routes its token to an expert.
+func (o Output) Live(i int) bool { return o.IDs[i] >= 0 && (o.Dropped == nil || !o.Dropped[i]) }
+
+// Loads returns how many live (token, expert) assignments each of E experts got.
+func (o Output) Loads(E int) []int {
+	load := make([]int, E)
+	for i, id := range o.IDs {
+		if o.Live(i) {
+			load[id]++
+		}
+	}
+	return load
+}
+
+// TokenDrops returns how many tokens are routed to no expert at all.
+func (o Output) TokenDrops() int {
+	n := 0
+	for t := 0; t < o.T; t++ {
+		live := false
+		for j := 0; j < o.K; j++ {
+			if o.Live(t*o.K + j) {
+				live = true
+				break
+			}
+		}
+		if !live {
+			n++
+		}
+	}
+	return n
+}
+
+// DroppedSlots returns how many slots were dropped for capacity.
+func (o Output) DroppedSlots() int {
+	n := 0
+	for i, d := range o.Dropped {
+		if d && o.IDs[i] >= 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// Validate checks that the output is well formed for E experts: sizes agree,
+// ids are in [0,E) or -1, and no token names an expert twice.
+func (o Output) Validate(E int) error {
+	if o.T < 0 || o.K < 0 || len(o.IDs) != o.T*o.K || len(o.Weights) != o.T*o.K {
+		return fmt.Errorf("output of %d×%d holds %d ids and %d weights", o.T, o.K, len(o.IDs), len(o.Weights))
+	}
+	if o.Dropped != nil && len(o.Dropped) != len(o.IDs) {
+		return fmt.Errorf("output drop mask holds %d values, want %d", len(o.Dropped), len(o.IDs))
+	}
+	seen := make([]int, E)
+	for t := 0; t < o.T; t++ {
+		for j := 0; j < o.K; j++ {
+			id := o.IDs[t*o.K+j]
+			if id == -1 {
+				continue
+			}
+			if id < 0 || int(id) >= E {
+				return fmt.Errorf("token %d slot %d: expert id %d out of range [0,%d)", t, j, id, E)
+			}
+			if seen[id] == t+1 {
+				return fmt.Errorf("token %d: expert %d chosen twice", t, id)
+			}
+			seen[id] = t + 1
+			w := o.Weights[t*o.K+j]
+			if math.IsNaN(float64(w)) || math.IsInf(float64(w), 0) {
+				return fmt.Errorf("token %d slot %d: weight %v", t, j, w)
+			}
+		}
+	}
+	return nil
+}
+
+// Row returns token t's live experts and their weights, in slot order.
+func (o Output) Row(t int) (ids []int32, weights []float32) {
+	for j := 0; j < o.K; j++ {
+		i := t*o.K + j
+		if o.Live(i) {
+			ids = append(ids, o.IDs[i])
+			weights = append(weights, o.Weights[i])
+		}
+	}
+	return ids, weights
+}
+
+// Drive routes one batch through consecutive layers, handing each call the
+// state the previous one returned (st for the first), and returns the
+// outputs and the state after the last layer. Every input is validated, and
+// every output is checked (ids in range, no repeats) so a faulty router
+// fails here, not inside a kernel.
+func Drive(r Router, inputs []Input, st State) ([]Output, State, error) {
+	outs := make([]Output, len(inputs))
+	for i, in := range inputs {
+		if err := in.Validate(); err != nil {
+			return nil, nil, fmt.Errorf("%s: layer %d: %w", r.Name(), in.Layer, err)
+		}
+		out, next, err := r.Route(in, st)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: layer %d: %w", r.Name(), in.Layer, err)
+		}
+		if out.T != in.T {
+			return nil, nil, fmt.Errorf("%s: layer %d: routed %d tokens, want %d", r.Name(), in.Layer, out.T, in.T)
+		}
+		if err := out.Validate(in.E); err != nil {
+			return nil, nil, fmt.Errorf("%s: layer %d: %w", r.Name(), in.Layer, err)
+		}
+		outs[i], st = out, next
+	}
+	return outs, st, nil
+}
+
+// Config carries the settings of the built-in routers. Zero values mean
+// "this router's default", which each router's doc comment states.
+type Config struct {
+	NGroup, TopKGroup int     // group-limited routing (DeepSeek): n_group, topk_group
+	Scaling           float64 // routed_scaling_factor
+	Renormalize       *bool   // renormalise the top-k weights to sum to 1 (norm_topk_prob)
+	CapacityFactor    float64 // switch, expert-choice
+	Seed              uint64  // random, random-skewed, hash
+	BiasUpdateRate    float64 // deepseek-v3-lossfree: u in b += u·sign(mean load − load)
+	Mix               float64 // cross-layer: weight of the previous layer's logits
+	Skew              float64 // random-skewed: σ of the experts' log-affinity
+}
+
+func (c Config) renorm(def bool) bool {
+	if c.Renormalize == nil {
+		return def
+	}
+	return *c.Renormalize
+}
+
+func orDefault(v, def float64) float64 {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
+func orDefaultInt(v, def int) int {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
+// Factory builds a router from a Config.
+type Factory func(Config) (Router, error)
+
+type entry struct {
+	doc string
+	f   Factory
+}
+
+var (
+	regMu    sync.RWMutex
+	registry = map[string]entry{}
+)
+
+// Register makes a router available by name to New (and so to `mstar route`
+// and `mstar ablate router` in a build that registers it). It panics when
+// the name is taken, as http.Handle does.
+func Register(name, doc string, f Factory) {
+	regMu.Lock()
+	defer regMu.Unlock()
+	if name == "" || f == nil {
+		panic("router: Register with an empty name or nil factory")
+	}
+	if _, dup := registry[name]; dup {
+		panic("router: Register called twice for " + name)
+	}
+	registry[name] = entry{doc: doc, f: f}
+}
+
+// ErrUnknown is returned (wrapped) by New for a name nobody registered.
+var ErrUnknown = errors.New("unknown router")
+
+// New returns the router registered under name, configured by cfg.
+func New(name string, cfg Config) (Router, error) {
+	regMu.RLock()
+	e, ok := registry[name]
+	regMu.RUnlock()
+	if !ok {
+		return nil, fmt.Errorf("%w %q (known: %s)", ErrUnknown, name, strings.Join(Names(), ", "))
+	}
+	r, err := e.f(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("router %s: %w", name, err)
+	}
+	return r, nil
+}
+
+// Names lists the registered routers, sorted.
+func Names() []string {
+	regMu.RLock()
+	defer regMu.RUnlock()
+	names := make([]string, 0, len(registry))
+	for n := range registry {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Doc returns the one-line description a router was registered with.
+func Doc(name string) string {
+	regMu.RLock()
+	defer regMu.RUnlock()
+	return registry[name].doc
+}
+
+// topK writes into dst the indices of the len(dst) largest scores, largest
+// first. Ties go to the lower index, so results never depend on sort
+// stability. Indices where skip is true (skip may be nil) are never chosen;
+// the caller guarantees enough remain.
+func topK(dst []int32, scores []float64, skip []bool) {
+	k := len(dst)
+	if k == 0 {
+		return
+	}
+	better := func(a, b int32) bool { // a ranks before b
+		if scores[a] != scores[b] {
+			return scores[a] > scores[b]
+		}
+		return a < b
+	}
+	if k > 16 {
+		idx := make([]int32, 0, len(scores))
+		for i := range scores {
+			if skip == nil || !skip[i] {
+				idx = append(idx, int32(i))
+			}
+		}
+		slices.SortFunc(idx, func(a, b int32) int {
+			if better(a, b) {
+				return -1
+			}
+			if better(b, a) {
+				return 1
+			}
+			return 0
+		})
+		copy(dst, idx[:k])
+		return
+	}
+	n := 0 // insertion into a sorted list of the best n so far
+	for i := range scores {
+		if skip != nil && skip[i] {
+			continue
+		}
+		c := int32(i)
+		if n == k && !better(c, dst[k-1]) {
+			continue
+		}
+		p := n
+		if n < k {
+			n++
+		} else {
+			p = k - 1
+		}
+		for p > 0 && better(c, dst[p-1]) {
+			dst[p] = dst[p-1]
+			p--
+		}
+		dst[p] = c
+	}
+}
+
+// softmaxRow writes softmax(x) into dst, in float64 with the max subtracted.
+func softmaxRow(dst []float64, x []float32) {
+	m := math.Inf(-1)
+	for _, v := range x {
+		m = math.Max(m, float64(v))
+	}
+	var s float64
+	for i, v := range x {
+		dst[i] = math.Exp(float64(v) - m)
+		s += dst[i]
+	}
+	for i := range dst {
+		dst[i] /= s
+	}
+}
+
+// LogSumExp returns log Σ exp(x_i), computed stably.
+func LogSumExp(x []float32) float64 {
+	m := math.Inf(-1)
+	for _, v := range x {
+		m = math.Max(m, float64(v))
+	}
+	var s float64
+	for _, v := range x {
+		s += math.Exp(float64(v) - m)
+	}
+	return m + math.Log(s)
+}
+
+func sigmoid(x float64) float64 { return 1 / (1 + math.Exp(-x)) }
