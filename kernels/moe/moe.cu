@@ -1,0 +1,541 @@
+// moe.cu — mstar's fused-MoE kernels, compiled at run time by NVRTC for the
+// device's own architecture. The source includes no header: bf16 values are
+// carried as their 16 bits (unsigned short) and converted with PTX, so the
+// compile does not depend on where the toolkit keeps cuda_bf16.h.
+//
+// One forward pass is four launches on one stream:
+//   moe_align      count slots per expert, pad each group to BM rows, scatter
+//                  slot indices (one block; integer atomics only)
+//   gemm1          act[slot, I] = silu(x·W1_gate[e]ᵀ) ⊙ (x·W1_up[e]ᵀ)   (bf16 out)
+//   gemm2          y[slot, H]   = w[slot] · act[slot]·W2[e]ᵀ              (bf16 out)
+//   moe_combine    out[m, H]    = Σ_j y[m·K+j]   (fixed j order: deterministic)
+//
+// gemm1/gemm2 come in two families, both on bf16 tensor cores
+// (mma.sync.m16n8k16, fp32 accumulation):
+//   skinny (decode, few tokens per expert): A and B swapped so 16 weight
+//     rows fill the MMA's M side and up to 8·NT tokens its N side; weights go
+//     straight from global memory into registers with 16-byte loads (a k
+//     permutation shared by both operands makes the fragment layout match
+//     contiguous memory), so every weight byte is read once per token group;
+//     the warps of a block split K and reduce through shared memory.
+//   tiled (prefill): BM tokens × BN features × BK, cp.async multi-stage
+//     pipeline into padded shared memory, ldmatrix, a WM×WN grid of warps.
+//
+// Tile parameters are template arguments; the instantiations below are
+// named by their configuration, and -D overrides (TL_*) shape the "custom"
+// tiled instance for tuning runs.
+
+typedef unsigned short bf16_t;
+typedef unsigned int u32;
+
+#ifndef TL_BM
+#define TL_BM 64
+#endif
+#ifndef TL_BN
+#define TL_BN 128
+#endif
+#ifndef TL_BK
+#define TL_BK 32
+#endif
+#ifndef TL_WM
+#define TL_WM 2
+#endif
+#ifndef TL_WN
+#define TL_WN 2
+#endif
+#ifndef TL_STAGES
+#define TL_STAGES 4
+#endif
+#ifndef SK_WARPS
+#define SK_WARPS 4
+#endif
+#ifndef SK_UNROLL
+#define SK_UNROLL 4
+#endif
+
+// ---------------------------------------------------------------- helpers
+
+__device__ __forceinline__ float bf2f(u32 bits16) { return __uint_as_float(bits16 << 16); }
+
+__device__ __forceinline__ u32 pack_bf16x2(float lo, float hi) {
+    u32 r;
+    // cvt.rn.bf16x2.f32 d, a, b puts a in the upper half and b in the lower.
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+__device__ __forceinline__ bf16_t f2bf(float v) {
+    return (bf16_t)(pack_bf16x2(v, 0.0f) & 0xffffu);
+}
+
+__device__ __forceinline__ float silu(float g) { return g / (1.0f + __expf(-g)); }
+
+__device__ __forceinline__ void mma_bf16(float* c, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ u32 smem_addr(const void* p) {
+    u32 a;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+    return a;
+}
+
+__device__ __forceinline__ void ldsm_x4(u32& r0, u32& r1, u32& r2, u32& r3, const void* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(smem_addr(p)));
+}
+
+// cp_async16 copies 16 bytes global→shared, or writes 16 zero bytes when
+// pred is false (src-size 0: nothing is read).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool pred) {
+    int n = pred ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(n));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+// Weights are streamed once: keep them out of L1 (and let L2 evict them first).
+__device__ __forceinline__ uint4 ld_stream(const bf16_t* p) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+// Activations are re-read by every block of a token group: normal caching.
+__device__ __forceinline__ uint4 ld_act(const bf16_t* p) {
+    uint4 v;
+    asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
+// ---------------------------------------------------------------- alignment
+
+// moe_align groups `slots` routing slots (ids[s] = expert, or -1 for a slot
+// dropped under expert parallelism) by expert, each group padded to a
+// multiple of `block` rows. Outputs: sorted[row] = slot index or `slots`
+// (padding), block_expert[b] = expert of tile b (-1 past the end, up to
+// max_rows/block), *total = padded row count. One block of 1024 threads;
+// requires E <= 1024.
+extern "C" __global__ void __launch_bounds__(1024)
+moe_align(const int* __restrict__ ids, int slots, int E, int block, int* __restrict__ sorted,
+          int* __restrict__ block_expert, int* __restrict__ total_out, int max_rows) {
+    __shared__ int cnt[1024];
+    __shared__ int offs[1025];
+    __shared__ int cursor[1024];
+    __shared__ int warp_sum[32];
+    const int t = threadIdx.x, lane = t & 31, w = t >> 5;
+    if (t < E) cnt[t] = 0;
+    __syncthreads();
+    for (int s = t; s < slots; s += 1024) {
+        int id = ids[s];
+        if (id >= 0) atomicAdd(&cnt[id], 1);
+    }
+    __syncthreads();
+    int v = t < E ? (cnt[t] + block - 1) / block * block : 0;
+    int x = v;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        int y = __shfl_up_sync(0xffffffffu, x, o);
+        if (lane >= o) x += y;
+    }
+    if (lane == 31) warp_sum[w] = x;
+    __syncthreads();
+    if (w == 0) {
+        int s = warp_sum[lane];
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            int y = __shfl_up_sync(0xffffffffu, s, o);
+            if (lane >= o) s += y;
+        }
+        warp_sum[lane] = s;  // inclusive
+    }
+    __syncthreads();
+    const int incl = x + (w > 0 ? warp_sum[w - 1] : 0);
+    const int total = warp_sum[31];
+    if (t < E) {
+        offs[t] = incl - v;
+        cursor[t] = incl - v;
+    }
+    if (t == 0) {
+        offs[E] = total;
+        *total_out = total;
+    }
+    __syncthreads();
+    // Tile → expert: binary search of the group offsets, one tile per thread.
+    const int nblocks = total / block, maxblocks = max_rows / block;
+    for (int b = t; b < maxblocks; b += 1024) {
+        int ex = -1;
+        if (b < nblocks) {
+            int row = b * block, lo = 0, hi = E;  // find last e with offs[e] <= row
+            while (hi - lo > 1) {
+                int mid = (lo + hi) >> 1;
+                if (offs[mid] <= row) lo = mid; else hi = mid;
+            }
+            ex = lo;
+        }
+        block_expert[b] = ex;
+    }
+    for (int i = t; i < total; i += 1024) sorted[i] = slots;
+    __syncthreads();
+    for (int s = t; s < slots; s += 1024) {
+        int id = ids[s];
+        if (id >= 0) sorted[atomicAdd(&cursor[id], 1)] = s;
+    }
+}
+
+// ---------------------------------------------------------------- skinny GEMMs
+
+// MODE 1: out = act[slot, N=I] from W = W1[E][2I][K=H] (gate rows, then up
+// rows) and src = x[M][H], the token row being slot / topk.
+// MODE 2: out = y[slot, N=H] = wts[slot] · (W2[E][H][K=I] · act[slot]).
+// Block: SK_WARPS warps, each covering every SK_WARPS-th 32-wide chunk of K
+// for the block's 16 weight rows (×2 for gate and up) and its 8·NT tokens.
+template <int MODE, int NT>
+__device__ __forceinline__ void skinny(const bf16_t* __restrict__ W, const bf16_t* __restrict__ src,
+                                       bf16_t* __restrict__ dst, const float* __restrict__ wts,
+                                       const int* __restrict__ sorted, const int* __restrict__ block_expert,
+                                       const int* __restrict__ total_ptr, int N, int K, int topk, int pad) {
+    constexpr int BM = 8 * NT;
+    constexpr int NACC = (MODE == 1 ? 2 : 1) * NT * 4;
+    __shared__ float red[SK_WARPS][NACC][33];
+    const int blk = blockIdx.y;
+    if (blk * BM >= *total_ptr) return;
+    const int e = block_expert[blk];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int g = lane >> 2, q = lane & 3;
+    const int n0 = blockIdx.x * 16;
+
+    const size_t rowsPerExpert = (MODE == 1 ? 2 : 1) * (size_t)N;
+    const bf16_t* We = W + (size_t)e * rowsPerExpert * K;
+    const int r0 = n0 + g, r1 = n0 + g + 8;
+    const bool v0 = r0 < N, v1 = r1 < N;
+    const bf16_t* ag0 = We + (size_t)(v0 ? r0 : 0) * K;
+    const bf16_t* ag1 = We + (size_t)(v1 ? r1 : 0) * K;
+    const bf16_t* au0 = We + (size_t)(N + (v0 ? r0 : 0)) * K;  // MODE 1 only
+    const bf16_t* au1 = We + (size_t)(N + (v1 ? r1 : 0)) * K;
+
+    const bf16_t* brow[NT];
+    bool bok[NT];
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+        int slot = sorted[blk * BM + t * 8 + g];
+        bok[t] = slot != pad;
+        int srow = bok[t] ? (MODE == 1 ? slot / topk : slot) : 0;
+        brow[t] = src + (size_t)srow * K;
+    }
+
+    float accg[NT][4], accu[NT][4];
+#pragma unroll
+    for (int t = 0; t < NT; ++t)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) accg[t][i] = accu[t][i] = 0.f;
+
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+    const int nchunks = (K + 31) / 32;
+    for (int c0 = warp; c0 < nchunks; c0 += SK_WARPS * SK_UNROLL) {
+        uint4 wg0[SK_UNROLL], wg1[SK_UNROLL], wu0[SK_UNROLL], wu1[SK_UNROLL], bx[SK_UNROLL][NT];
+        // All loads of SK_UNROLL chunks first: many 16-byte reads in flight.
+#pragma unroll
+        for (int u = 0; u < SK_UNROLL; ++u) {
+            const int c = c0 + u * SK_WARPS;
+            const int k = c * 32 + 8 * q;
+            const bool kin = c < nchunks && k < K;
+            wg0[u] = kin && v0 ? ld_stream(ag0 + k) : zero;
+            wg1[u] = kin && v1 ? ld_stream(ag1 + k) : zero;
+            if (MODE == 1) {
+                wu0[u] = kin && v0 ? ld_stream(au0 + k) : zero;
+                wu1[u] = kin && v1 ? ld_stream(au1 + k) : zero;
+            }
+#pragma unroll
+            for (int t = 0; t < NT; ++t) bx[u][t] = kin && bok[t] ? ld_act(brow[t] + k) : zero;
+        }
+#pragma unroll
+        for (int u = 0; u < SK_UNROLL; ++u) {
+#pragma unroll
+            for (int t = 0; t < NT; ++t) {
+                // Logical k 0..15 of the chunk are physical pairs .x/.y of each
+                // thread's 8 contiguous elements, logical 16..31 are .z/.w; A
+                // and B use the same map, so the dot products are unchanged.
+                mma_bf16(accg[t], wg0[u].x, wg1[u].x, wg0[u].y, wg1[u].y, bx[u][t].x, bx[u][t].y);
+                mma_bf16(accg[t], wg0[u].z, wg1[u].z, wg0[u].w, wg1[u].w, bx[u][t].z, bx[u][t].w);
+                if (MODE == 1) {
+                    mma_bf16(accu[t], wu0[u].x, wu1[u].x, wu0[u].y, wu1[u].y, bx[u][t].x, bx[u][t].y);
+                    mma_bf16(accu[t], wu0[u].z, wu1[u].z, wu0[u].w, wu1[u].w, bx[u][t].z, bx[u][t].w);
+                }
+            }
+        }
+    }
+
+    // Split-K reduction across the block's warps.
+#pragma unroll
+    for (int t = 0; t < NT; ++t)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            red[warp][t * 4 + i][lane] = accg[t][i];
+            if (MODE == 1) red[warp][NT * 4 + t * 4 + i][lane] = accu[t][i];
+        }
+    __syncthreads();
+    if (warp != 0) return;
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            float sg = 0.f, su = 0.f;
+#pragma unroll
+            for (int w = 0; w < SK_WARPS; ++w) {
+                sg += red[w][t * 4 + i][lane];
+                if (MODE == 1) su += red[w][NT * 4 + t * 4 + i][lane];
+            }
+            // C fragment: row (weight row) g or g+8, column (token) 2q or 2q+1.
+            const int row = n0 + g + (i >= 2 ? 8 : 0);
+            const int col = t * 8 + 2 * q + (i & 1);
+            const int slot = sorted[blk * BM + col];
+            if (slot == pad || row >= N) continue;
+            float v = MODE == 1 ? silu(sg) * su : sg * wts[slot];
+            dst[(size_t)slot * N + row] = f2bf(v);
+        }
+    }
+}
+
+#define SKINNY_KERNEL(NAME, MODE, NT)                                                                   \
+    extern "C" __global__ void __launch_bounds__(SK_WARPS * 32)                                          \
+    NAME(const bf16_t* __restrict__ W, const bf16_t* __restrict__ src, bf16_t* __restrict__ dst,          \
+         const float* __restrict__ wts, const int* __restrict__ sorted, const int* __restrict__ bexp,     \
+         const int* __restrict__ total, int N, int K, int topk, int pad) {                                \
+        skinny<MODE, NT>(W, src, dst, wts, sorted, bexp, total, N, K, topk, pad);                         \
+    }
+
+SKINNY_KERNEL(moe_gemm1_skinny_nt1, 1, 1)
+SKINNY_KERNEL(moe_gemm1_skinny_nt2, 1, 2)
+SKINNY_KERNEL(moe_gemm1_skinny_nt4, 1, 4)
+SKINNY_KERNEL(moe_gemm2_skinny_nt1, 2, 1)
+SKINNY_KERNEL(moe_gemm2_skinny_nt2, 2, 2)
+SKINNY_KERNEL(moe_gemm2_skinny_nt4, 2, 4)
+
+// ---------------------------------------------------------------- tiled GEMMs
+
+// tiled_load_stage queues one BK-wide stage of the A (tokens) and B
+// (weights) tiles with cp.async; rows or k beyond the problem are zero-filled.
+template <int MODE, int BM, int BN, int BK, int THREADS>
+__device__ __forceinline__ void tiled_load_stage(bf16_t* a, bf16_t* b, const bf16_t* __restrict__ src,
+                                                 const bf16_t* __restrict__ We, const int* s_row, int tid,
+                                                 int k0, int c0, int N, int K) {
+    constexpr int LDS = BK + 8;
+    constexpr int CPR = BK / 8;  // 16-byte chunks per row
+#pragma unroll
+    for (int it = 0; it < (BM * CPR + THREADS - 1) / THREADS; ++it) {
+        const int c = tid + it * THREADS;
+        if (BM * CPR % THREADS != 0 && c >= BM * CPR) break;
+        const int r = c / CPR, kc = (c % CPR) * 8;
+        const int sr = s_row[r];
+        const bool ok = sr >= 0 && k0 + kc < K;
+        cp_async16(a + r * LDS + kc, src + (size_t)(ok ? sr : 0) * K + (ok ? k0 + kc : 0), ok);
+    }
+#pragma unroll
+    for (int it = 0; it < (BN * CPR + THREADS - 1) / THREADS; ++it) {
+        const int c = tid + it * THREADS;
+        if (BN * CPR % THREADS != 0 && c >= BN * CPR) break;
+        const int r = c / CPR, kc = (c % CPR) * 8;
+        int col, wrow;
+        if (MODE == 1) {
+            col = c0 + (r < BN / 2 ? r : r - BN / 2);
+            wrow = (r < BN / 2 ? 0 : N) + col;
+        } else {
+            col = c0 + r;
+            wrow = col;
+        }
+        const bool ok = col < N && k0 + kc < K;
+        cp_async16(b + r * LDS + kc, We + (size_t)(ok ? wrow : 0) * K + (ok ? k0 + kc : 0), ok);
+    }
+}
+
+// tiled_brow is the shared-memory row of the warp's n-tile j.
+template <int MODE, int BN, int WTN>
+__device__ __forceinline__ int tiled_brow(int wn, int j) {
+    constexpr int NTL = WTN / 8;
+    if (MODE == 1) return (j < NTL / 2 ? 0 : BN / 2) + wn * (WTN / 2) + (j % (NTL / 2)) * 8;
+    return wn * WTN + j * 8;
+}
+
+// Same MODEs as skinny. A = BM token rows (gathered through `sorted`), B =
+// BN weight rows; in MODE 1 the block's BN rows are BN/2 gate rows and the
+// BN/2 up rows of the same intermediate columns, and each warp's n-tiles are
+// half gate, half up, so the SiLU·mul pairs sit in the same thread.
+// Dynamic shared memory: STAGES·(BM+BN)·(BK+8)·2 bytes (rows padded by 16
+// bytes: ldmatrix reads are then free of bank conflicts).
+template <int MODE, int BM, int BN, int BK, int WM, int WN, int STAGES>
+__device__ __forceinline__ void tiled(const bf16_t* __restrict__ W, const bf16_t* __restrict__ src,
+                                      bf16_t* __restrict__ dst, const float* __restrict__ wts,
+                                      const int* __restrict__ sorted, const int* __restrict__ block_expert,
+                                      const int* __restrict__ total_ptr, int N, int K, int topk, int pad) {
+    constexpr int THREADS = 32 * WM * WN;
+    constexpr int LDS = BK + 8;
+    constexpr int WTM = BM / WM, WTN = BN / WN;  // warp tile
+    constexpr int MT = WTM / 16, NTL = WTN / 8;
+    static_assert(WTM % 16 == 0, "warp tile rows must be a multiple of 16");
+    static_assert(MODE == 1 ? WTN % 32 == 0 : WTN % 16 == 0, "warp tile columns");
+    static_assert(BK % 16 == 0, "BK must be a multiple of 16");
+    extern __shared__ uint4 smem_u4[];
+    bf16_t* sA = (bf16_t*)smem_u4;
+    bf16_t* sB = sA + STAGES * BM * LDS;
+    __shared__ int s_row[BM];
+    __shared__ int s_slot[BM];
+
+    const int blk = blockIdx.y;
+    if (blk * BM >= *total_ptr) return;
+    const int e = block_expert[blk];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int wm = warp / WN, wn = warp % WN;
+    const int g = lane >> 2, q = lane & 3;
+
+    for (int r = tid; r < BM; r += THREADS) {
+        int slot = sorted[blk * BM + r];
+        s_slot[r] = slot;
+        s_row[r] = slot == pad ? -1 : (MODE == 1 ? slot / topk : slot);
+    }
+    // Output columns of this block: MODE 1 covers intermediate columns
+    // [c0, c0+BN/2), MODE 2 output columns [c0, c0+BN).
+    const int c0 = blockIdx.x * (MODE == 1 ? BN / 2 : BN);
+    const size_t rowsPerExpert = (MODE == 1 ? 2 : 1) * (size_t)N;
+    const bf16_t* We = W + (size_t)e * rowsPerExpert * K;
+    __syncthreads();
+
+    float acc[MT][NTL][4];
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int j = 0; j < NTL; ++j)
+#pragma unroll
+            for (int v = 0; v < 4; ++v) acc[i][j][v] = 0.f;
+
+    const int KT = (K + BK - 1) / BK;
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < KT)
+            tiled_load_stage<MODE, BM, BN, BK, THREADS>(sA + s * BM * LDS, sB + s * BN * LDS, src, We, s_row, tid, s * BK, c0, N, K);
+        cp_async_commit();
+    }
+    for (int kt = 0; kt < KT; ++kt) {
+        cp_async_wait<STAGES - 2>();
+        __syncthreads();
+        const int next = kt + STAGES - 1;
+        if (next < KT)
+            tiled_load_stage<MODE, BM, BN, BK, THREADS>(sA + (next % STAGES) * BM * LDS, sB + (next % STAGES) * BN * LDS,
+                                                        src, We, s_row, tid, next * BK, c0, N, K);
+        cp_async_commit();
+        const bf16_t* a = sA + (kt % STAGES) * BM * LDS;
+        const bf16_t* b = sB + (kt % STAGES) * BN * LDS;
+#pragma unroll
+        for (int kk = 0; kk < BK; kk += 16) {
+            u32 af[MT][4], bfr[NTL][2];
+#pragma unroll
+            for (int i = 0; i < MT; ++i) {
+                const bf16_t* p = a + (wm * WTM + i * 16 + (lane & 15)) * LDS + kk + (lane >> 4) * 8;
+                ldsm_x4(af[i][0], af[i][1], af[i][2], af[i][3], p);
+            }
+#pragma unroll
+            for (int j = 0; j < NTL; j += 2) {
+                const bf16_t* p = b + (tiled_brow<MODE, BN, WTN>(wn, j) + (lane >> 4) * 8 + (lane & 7)) * LDS + kk + ((lane >> 3) & 1) * 8;
+                ldsm_x4(bfr[j][0], bfr[j][1], bfr[j + 1][0], bfr[j + 1][1], p);
+            }
+#pragma unroll
+            for (int i = 0; i < MT; ++i)
+#pragma unroll
+                for (int j = 0; j < NTL; ++j)
+                    mma_bf16(acc[i][j], af[i][0], af[i][1], af[i][2], af[i][3], bfr[j][0], bfr[j][1]);
+        }
+    }
+    cp_async_wait<0>();
+
+    // Epilogue: C fragment rows g / g+8, columns 2q, 2q+1 of each tile.
+#pragma unroll
+    for (int i = 0; i < MT; ++i) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int r = wm * WTM + i * 16 + g + h * 8;
+            const int slot = s_slot[r];
+            if (slot == pad) continue;
+            if (MODE == 1) {
+#pragma unroll
+                for (int j = 0; j < NTL / 2; ++j) {
+                    const int col = c0 + wn * (WTN / 2) + j * 8 + 2 * q;
+                    if (col >= N) continue;
+                    const float* gt = acc[i][j];
+                    const float* up = acc[i][j + NTL / 2];
+                    u32 v = pack_bf16x2(silu(gt[2 * h]) * up[2 * h], silu(gt[2 * h + 1]) * up[2 * h + 1]);
+                    *(u32*)(dst + (size_t)slot * N + col) = v;
+                }
+            } else {
+                const float w = wts[slot];
+#pragma unroll
+                for (int j = 0; j < NTL; ++j) {
+                    const int col = c0 + wn * WTN + j * 8 + 2 * q;
+                    if (col >= N) continue;
+                    u32 v = pack_bf16x2(acc[i][j][2 * h] * w, acc[i][j][2 * h + 1] * w);
+                    *(u32*)(dst + (size_t)slot * N + col) = v;
+                }
+            }
+        }
+    }
+}
+
+#define TILED_KERNEL(NAME, MODE, BM, BN, BK, WM, WN, ST)                                                 \
+    extern "C" __global__ void __launch_bounds__(32 * WM * WN)                                           \
+    NAME(const bf16_t* __restrict__ W, const bf16_t* __restrict__ src, bf16_t* __restrict__ dst,          \
+         const float* __restrict__ wts, const int* __restrict__ sorted, const int* __restrict__ bexp,     \
+         const int* __restrict__ total, int N, int K, int topk, int pad) {                                \
+        tiled<MODE, BM, BN, BK, WM, WN, ST>(W, src, dst, wts, sorted, bexp, total, N, K, topk, pad);      \
+    }
+
+// Built-in configurations: name = tokens per tile (BM).
+TILED_KERNEL(moe_gemm1_tiled_m16, 1, 16, 128, 64, 1, 4, 4)
+TILED_KERNEL(moe_gemm2_tiled_m16, 2, 16, 128, 64, 1, 4, 4)
+TILED_KERNEL(moe_gemm1_tiled_m32, 1, 32, 128, 64, 1, 4, 4)
+TILED_KERNEL(moe_gemm2_tiled_m32, 2, 32, 128, 64, 1, 4, 4)
+TILED_KERNEL(moe_gemm1_tiled_m64, 1, 64, 128, 32, 2, 2, 4)
+TILED_KERNEL(moe_gemm2_tiled_m64, 2, 64, 128, 32, 2, 2, 4)
+TILED_KERNEL(moe_gemm1_tiled_m128, 1, 128, 128, 32, 2, 4, 4)
+TILED_KERNEL(moe_gemm2_tiled_m128, 2, 128, 128, 32, 2, 4, 4)
+// Tuning instance, shaped by -DTL_BM=… -DTL_BN=… -DTL_BK=… -DTL_WM=… -DTL_WN=… -DTL_STAGES=….
+TILED_KERNEL(moe_gemm1_tiled_custom, 1, TL_BM, TL_BN, TL_BK, TL_WM, TL_WN, TL_STAGES)
+TILED_KERNEL(moe_gemm2_tiled_custom, 2, TL_BM, TL_BN, TL_BK, TL_WM, TL_WN, TL_STAGES)
+
+// ---------------------------------------------------------------- combine
+
+// out[m, h] = Σ_j y[m·K+j, h] over the slots computed here, in j order.
+// One thread per 8 outputs (H % 8 == 0).
+extern "C" __global__ void moe_combine(const bf16_t* __restrict__ y, const int* __restrict__ ids,
+                                       bf16_t* __restrict__ out, int M, int H, int topk) {
+    const int per_row = H / 8;
+    const int idx = blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= M * per_row) return;
+    const int m = idx / per_row, h = (idx % per_row) * 8;
+    float acc[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[i] = 0.f;
+    for (int j = 0; j < topk; ++j) {
+        if (ids[m * topk + j] < 0) continue;
+        uint4 v = ld_act(y + (size_t)(m * topk + j) * H + h);
+        u32 p[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            acc[2 * i] += bf2f(p[i] & 0xffffu);
+            acc[2 * i + 1] += bf2f(p[i] >> 16);
+        }
+    }
+    uint4 o;
+    o.x = pack_bf16x2(acc[0], acc[1]);
+    o.y = pack_bf16x2(acc[2], acc[3]);
+    o.z = pack_bf16x2(acc[4], acc[5]);
+    o.w = pack_bf16x2(acc[6], acc[7]);
+    *(uint4*)(out + (size_t)m * H + h) = o;
+}
