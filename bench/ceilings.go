@@ -1,0 +1,466 @@
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"runtime"
+	"strconv"
+	"sync"
+	"unsafe"
+
+	"gonum.org/v1/gonum/blas"
+	"gonum.org/v1/gonum/blas/blas64"
+
+	"github.com/mstar-dev/mstar/internal/gpu"
+	"github.com/mstar-dev/mstar/internal/gpu/cuda"
+	"github.com/mstar-dev/mstar/reports"
+)
+
+// Units of the ceilings. Every ceiling of a kind has the same unit on every
+// backend (the CPU's GEMM rate is a small number of TFLOP/s), so a suite
+// divides its own rate by Value without asking which backend measured it.
+const (
+	UnitGBps   = "GB/s"
+	UnitTFLOPs = "TFLOP/s"
+)
+
+// Ceiling is one measured hardware limit. Value is the median of Samples.
+// A ceiling that could not be measured has Unmeasured set to the reason and
+// no samples; its Value is 0 and must not be used: unmeasured is not zero.
+type Ceiling struct {
+	Value      float64
+	Unit       string
+	Samples    []float64
+	Unmeasured string
+	Size       string // what was moved or multiplied: "1 GiB", "8192"
+	Method     string // how, in a few words
+}
+
+// Measured reports whether the ceiling has a value.
+func (c Ceiling) Measured() bool { return c.Unmeasured == "" && len(c.Samples) > 0 && c.Value > 0 }
+
+// Fraction returns v / Value (v in the ceiling's unit); ok is false when the
+// ceiling is unmeasured.
+func (c Ceiling) Fraction(v float64) (f float64, ok bool) {
+	if !c.Measured() {
+		return 0, false
+	}
+	return v / c.Value, true
+}
+
+// Ceilings are a device's measured limits.
+type Ceilings struct {
+	Device  string      // "cuda:0", "cpu"
+	Backend gpu.Backend //
+	D2D     Ceiling     // device memory copy, GB/s counting bytes read + written
+	H2D     Ceiling     // page-locked host to device, GB/s
+	D2H     Ceiling     // device to page-locked host, GB/s
+	GEMM    Ceiling     // dense matrix multiply, TFLOP/s (bf16 cuBLAS; float64 gonum on the CPU)
+}
+
+// CeilingOptions say how long to measure. Zero sizes pick defaults for the
+// backend (see MeasureCeilings).
+type CeilingOptions struct {
+	Quick   bool // smaller buffers and fewer samples, for suites that report % of ceiling
+	Samples int  // samples per ceiling; 0: 20 (CUDA) or 10 (CPU), 5 when Quick
+
+	CopyBytes int64 // D2D buffer size
+	HostBytes int64 // H2D and D2H transfer size
+	GEMMSize  int   // square GEMM dimension
+
+	// Progress, when set, is told which ceiling is being measured.
+	Progress func(what string)
+}
+
+// MeasureCeilings measures dev's copy bandwidths and GEMM rate.
+//
+// On CUDA: D2D is cuMemcpyDtoDAsync of a 1 GiB buffer (256 MiB when Quick),
+// counted as bytes read plus written; H2D and D2H copy 256 MiB (64 MiB) to
+// and from cuMemHostAlloc'd memory; GEMM is cuBLAS bf16 × bf16 → bf16 with
+// fp32 accumulation at 8192³ on random data (zeros run faster and would
+// overstate the ceiling). All are timed with CUDA events.
+//
+// On the CPU backend: D2D copies a 256 MiB buffer (32 MiB) on every core,
+// read plus written; H2D and D2H are one stream's copy (memcpy), as the
+// transport sees it; GEMM is gonum's float64 Dgemm at 512³ (256³).
+//
+// A ceiling that fails (no cuBLAS, too little memory) is Unmeasured with
+// the reason; only a device that cannot run anything returns an error.
+func MeasureCeilings(dev gpu.Device, opt CeilingOptions) (*Ceilings, error) {
+	info := dev.Info()
+	onGPU := info.Backend == gpu.CUDA
+	if opt.Samples < 0 {
+		return nil, fmt.Errorf("ceilings: %d samples", opt.Samples)
+	}
+	if opt.Samples == 0 {
+		switch {
+		case opt.Quick:
+			opt.Samples = 5
+		case onGPU:
+			opt.Samples = 20
+		default:
+			opt.Samples = 10
+		}
+	}
+	pick := func(v, gpuFull, gpuQuick, cpuFull, cpuQuick int64) int64 {
+		if v > 0 {
+			return v
+		}
+		switch {
+		case onGPU && opt.Quick:
+			return gpuQuick
+		case onGPU:
+			return gpuFull
+		case opt.Quick:
+			return cpuQuick
+		}
+		return cpuFull
+	}
+	opt.CopyBytes = pick(opt.CopyBytes, 1<<30, 256<<20, 256<<20, 32<<20)
+	opt.HostBytes = pick(opt.HostBytes, 256<<20, 64<<20, 256<<20, 32<<20)
+	opt.GEMMSize = int(pick(int64(opt.GEMMSize), 8192, 8192, 512, 256))
+	progress := func(s string) {
+		if opt.Progress != nil {
+			opt.Progress(s)
+		}
+	}
+
+	s, err := dev.NewStream()
+	if err != nil {
+		return nil, fmt.Errorf("ceilings on %s: %w", info.ID, err)
+	}
+	defer s.Close()
+	c := &Ceilings{Device: info.ID, Backend: info.Backend}
+	// Enough repetitions per sample that each sample runs for about a
+	// millisecond or more on the device.
+	copyReps, hostReps := 5, 2
+	if !onGPU {
+		copyReps, hostReps = 1, 1
+	}
+	progress("d2d")
+	c.D2D = measureD2D(dev, s, opt.CopyBytes, Timing{Warmup: 2, Samples: opt.Samples, Reps: copyReps})
+	progress("h2d")
+	c.H2D, c.D2H = measureHost(dev, s, opt.HostBytes, Timing{Warmup: 2, Samples: opt.Samples, Reps: hostReps}, progress)
+	progress("gemm")
+	if onGPU {
+		c.GEMM = measureGEMMCUDA(dev, s, opt.GEMMSize, Timing{Warmup: 10, Samples: opt.Samples, Reps: 5})
+	} else {
+		c.GEMM = measureGEMMCPU(opt.GEMMSize, Timing{Warmup: 1, Samples: opt.Samples, Reps: 1})
+	}
+	return c, nil
+}
+
+func unmeasured(unit, size, method, format string, a ...any) Ceiling {
+	return Ceiling{Unit: unit, Size: size, Method: method, Unmeasured: fmt.Sprintf(format, a...)}
+}
+
+func finish(c Ceiling, samples []float64, err error) Ceiling {
+	if err != nil {
+		c.Unmeasured = err.Error()
+		return c
+	}
+	c.Samples = samples
+	c.Value = median(samples)
+	return c
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return math.NaN()
+	}
+	return reports.Summarize(v).Median
+}
+
+// bytesText prints a size as people write it: "1 GiB", "256 MiB", "1000 B".
+func bytesText(n int64) string {
+	switch {
+	case n >= 1<<30 && n%(1<<30) == 0:
+		return fmt.Sprintf("%d GiB", n>>30)
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%d MiB", n>>20)
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+func measureD2D(dev gpu.Device, s gpu.Stream, n int64, t Timing) Ceiling {
+	onGPU := dev.Info().Backend == gpu.CUDA
+	method := "cuMemcpyDtoDAsync, read+write bytes"
+	workers := 1
+	if !onGPU {
+		workers = runtime.GOMAXPROCS(0)
+		method = fmt.Sprintf("copy on %d threads, read+write bytes", workers)
+	}
+	c := Ceiling{Unit: UnitGBps, Size: bytesText(n), Method: method}
+	src, err := dev.Alloc(n)
+	if err != nil {
+		return unmeasured(c.Unit, c.Size, c.Method, "allocating the source: %v", err)
+	}
+	defer src.Free()
+	dst, err := dev.Alloc(n)
+	if err != nil {
+		return unmeasured(c.Unit, c.Size, c.Method, "allocating the destination: %v", err)
+	}
+	defer dst.Free()
+	if err := s.Memset(src, 0, n, 0x5a); err != nil {
+		return unmeasured(c.Unit, c.Size, c.Method, "%v", err)
+	}
+	copyAll := func() error { return s.CopyDtoD(dst, 0, src, 0, n) }
+	if workers > 1 {
+		// The CPU backend copies synchronously: split the buffer so every
+		// core moves its share, as a memory-bound kernel on the CPU would.
+		copyAll = func() error {
+			var wg sync.WaitGroup
+			errs := make([]error, workers)
+			chunk := (n + int64(workers) - 1) / int64(workers)
+			for w := 0; w < workers; w++ {
+				off := int64(w) * chunk
+				m := min(chunk, n-off)
+				if m <= 0 {
+					break
+				}
+				wg.Add(1)
+				go func(w int, off, m int64) {
+					defer wg.Done()
+					errs[w] = s.CopyDtoD(dst, off, src, off, m)
+				}(w, off, m)
+			}
+			wg.Wait()
+			return errors.Join(errs...)
+		}
+	}
+	sec, err := Time(s, t, copyAll)
+	if err == nil {
+		sec, err = rates(sec, float64(2*n), 1e9)
+	}
+	return finish(c, sec, err)
+}
+
+func measureHost(dev gpu.Device, s gpu.Stream, n int64, t Timing, progress func(string)) (h2d, d2h Ceiling) {
+	method := "cuMemHostAlloc'd memory, cuMemcpy*Async"
+	if dev.Info().Backend != gpu.CUDA {
+		method = "one stream's copy (memcpy)"
+	}
+	h2d = Ceiling{Unit: UnitGBps, Size: bytesText(n), Method: method}
+	d2h = h2d
+	fail := func(format string, a ...any) (Ceiling, Ceiling) {
+		why := fmt.Sprintf(format, a...)
+		h2d.Unmeasured, d2h.Unmeasured = why, why
+		return h2d, d2h
+	}
+	host, free, err := dev.AllocPinned(n)
+	if err != nil {
+		return fail("allocating %s of pinned host memory: %v", bytesText(n), err)
+	}
+	defer free()
+	for i := 0; i < len(host); i += 4096 {
+		host[i] = byte(i >> 12) // touch every page before timing
+	}
+	buf, err := dev.Alloc(n)
+	if err != nil {
+		return fail("allocating the device buffer: %v", err)
+	}
+	defer buf.Free()
+	sec, err := Time(s, t, func() error { return s.CopyHtoD(buf, 0, host) })
+	if err == nil {
+		sec, err = rates(sec, float64(n), 1e9)
+	}
+	h2d = finish(h2d, sec, err)
+	progress("d2h")
+	sec, err = Time(s, t, func() error { return s.CopyDtoH(host, buf, 0) })
+	if err == nil {
+		sec, err = rates(sec, float64(n), 1e9)
+	}
+	d2h = finish(d2h, sec, err)
+	return h2d, d2h
+}
+
+// randomBF16 fills b with bf16 bit patterns of uniform values in [-1, 1).
+func randomBF16(b []uint16, seed uint64) {
+	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	for i := range b {
+		f := float32(r.Float64()*2 - 1)
+		b[i] = uint16(math.Float32bits(f) >> 16)
+	}
+}
+
+func measureGEMMCUDA(dev gpu.Device, s gpu.Stream, n int, t Timing) Ceiling {
+	size := strconv.Itoa(n)
+	method := "cublasGemmEx bf16 in/out, fp32 compute, random data"
+	ctx, _ := gpu.CUDAOf(dev)
+	cs, _ := gpu.CUDAStreamOf(s)
+	blasH, err := ctx.NewBLAS()
+	if err != nil {
+		return unmeasured(UnitTFLOPs, size, method, "cuBLAS unavailable: %v", err)
+	}
+	defer blasH.Destroy()
+	if err := blasH.SetStream(cs); err != nil {
+		return unmeasured(UnitTFLOPs, size, method, "%v", err)
+	}
+	bytes := int64(n) * int64(n) * 2
+	var bufs [3]gpu.Buffer
+	for i := range bufs {
+		b, err := dev.Alloc(bytes)
+		if err != nil {
+			return unmeasured(UnitTFLOPs, size, method, "allocating %s for a %d³ GEMM: %v", bytesText(3*bytes), n, err)
+		}
+		defer b.Free()
+		bufs[i] = b
+	}
+	// Random operands: an 8 MiB random tile per matrix, copied over it.
+	// Zeros would run faster than real data and overstate the ceiling.
+	tile := make([]uint16, min(int64(4<<20), bytes/2))
+	tileBytes := unsafe.Slice((*byte)(unsafe.Pointer(&tile[0])), 2*len(tile))
+	for m := 0; m < 2; m++ {
+		randomBF16(tile, uint64(m+1))
+		if err := s.CopyHtoD(bufs[m], 0, tileBytes); err != nil {
+			return unmeasured(UnitTFLOPs, size, method, "%v", err)
+		}
+		for off := int64(len(tileBytes)); off < bytes; off += int64(len(tileBytes)) {
+			if err := s.CopyDtoD(bufs[m], off, bufs[m], 0, min(int64(len(tileBytes)), bytes-off)); err != nil {
+				return unmeasured(UnitTFLOPs, size, method, "%v", err)
+			}
+		}
+		if err := s.Sync(); err != nil { // tile is reused: the copy must be done
+			return unmeasured(UnitTFLOPs, size, method, "%v", err)
+		}
+	}
+	pa, _ := gpu.CUDAPtrOf(bufs[0])
+	pb, _ := gpu.CUDAPtrOf(bufs[1])
+	pc, _ := gpu.CUDAPtrOf(bufs[2])
+	gemm := func() error {
+		return blasH.GemmEx(cuda.OpN, cuda.OpN, n, n, n, 1, pa, cuda.DataBF16, n, pb, cuda.DataBF16, n, 0, pc, cuda.DataBF16, n)
+	}
+	sec, err := Time(s, t, gemm)
+	if err == nil {
+		sec, err = rates(sec, 2*math.Pow(float64(n), 3), 1e12)
+	}
+	return finish(Ceiling{Unit: UnitTFLOPs, Size: size, Method: method}, sec, err)
+}
+
+func measureGEMMCPU(n int, t Timing) Ceiling {
+	c := Ceiling{Unit: UnitTFLOPs, Size: strconv.Itoa(n), Method: fmt.Sprintf("gonum Dgemm float64, %d threads", runtime.GOMAXPROCS(0))}
+	mk := func(seed uint64) blas64.General {
+		r := rand.New(rand.NewPCG(seed, 7))
+		m := blas64.General{Rows: n, Cols: n, Stride: n, Data: make([]float64, n*n)}
+		for i := range m.Data {
+			m.Data[i] = r.Float64()*2 - 1
+		}
+		return m
+	}
+	a, b, out := mk(1), mk(2), mk(3)
+	sec, err := TimeWall(t, func() error {
+		blas64.Gemm(blas.NoTrans, blas.NoTrans, 1, a, b, 0, out)
+		return nil
+	})
+	if err == nil {
+		sec, err = rates(sec, 2*math.Pow(float64(n), 3), 1e12)
+	}
+	return finish(c, sec, err)
+}
+
+// ceilingKinds are the result "what" parameters, in order.
+var ceilingKinds = []string{"d2d", "h2d", "d2h", "gemm"}
+
+func (c *Ceilings) byKind(kind string) *Ceiling {
+	switch kind {
+	case "d2d":
+		return &c.D2D
+	case "h2d":
+		return &c.H2D
+	case "d2h":
+		return &c.D2H
+	case "gemm":
+		return &c.GEMM
+	}
+	return nil
+}
+
+// CeilingResult is the result name of every ceiling in a results document.
+const CeilingResult = "ceiling"
+
+// Results turns the ceilings into result rows: name "ceiling", parameters
+// what (d2d, h2d, d2h, gemm), size and method, and one metric with every
+// sample ("bandwidth" in GB/s or "throughput" in TFLOP/s), or the reason it
+// is unmeasured.
+func (c *Ceilings) Results() []reports.Result {
+	var out []reports.Result
+	for _, k := range ceilingKinds {
+		ce := c.byKind(k)
+		name := "bandwidth"
+		if ce.Unit == UnitTFLOPs {
+			name = "throughput"
+		}
+		m := reports.Metric{Name: name, Unit: ce.Unit, Better: reports.HigherIsBetter, Samples: append([]float64(nil), ce.Samples...)}
+		if !ce.Measured() {
+			m.Samples = nil
+			m.Unmeasured = ce.Unmeasured
+			if m.Unmeasured == "" {
+				m.Unmeasured = "no samples"
+			}
+		}
+		out = append(out, reports.Result{
+			Name:    CeilingResult,
+			Params:  reports.Params{"what": k, "size": ce.Size, "method": ce.Method},
+			Metrics: []reports.Metric{m},
+		})
+	}
+	return out
+}
+
+// CeilingsFrom reads ceilings back from a results document's "ceiling"
+// rows (as `mstar bench ceilings --out` writes them), for suites given
+// --ceilings FILE. Kinds the document lacks are Unmeasured, saying so.
+func CeilingsFrom(d *reports.Document) (*Ceilings, error) {
+	c := &Ceilings{Device: d.Env["device"], Backend: gpu.Backend(d.Env["backend"])}
+	found := 0
+	for _, k := range ceilingKinds {
+		ce := c.byKind(k)
+		ce.Unmeasured = fmt.Sprintf("no %s ceiling in the document", k)
+	}
+	for _, r := range d.Results {
+		if r.Name != CeilingResult {
+			continue
+		}
+		ce := c.byKind(r.Params["what"])
+		if ce == nil || len(r.Metrics) != 1 {
+			return nil, fmt.Errorf("ceiling result %q: want what=d2d|h2d|d2h|gemm and one metric", r.Key())
+		}
+		m := r.Metrics[0]
+		*ce = Ceiling{Unit: m.Unit, Size: r.Params["size"], Method: r.Params["method"], Unmeasured: m.Unmeasured}
+		want := UnitGBps
+		if r.Params["what"] == "gemm" {
+			want = UnitTFLOPs
+		}
+		if m.Unit != want {
+			return nil, fmt.Errorf("ceiling result %q: unit %q, want %q", r.Key(), m.Unit, want)
+		}
+		if m.Measured() {
+			ce.Samples = append([]float64(nil), m.Samples...)
+			ce.Value = median(ce.Samples)
+		} else if ce.Unmeasured == "" {
+			ce.Unmeasured = "no samples"
+		}
+		found++
+	}
+	if found == 0 {
+		return nil, errors.New("no ceiling results in the document (write one with 'mstar bench ceilings --out FILE')")
+	}
+	return c, nil
+}
+
+// ReadCeilings reads ceilings from a results document file.
+func ReadCeilings(path string) (*Ceilings, error) {
+	d, err := reports.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	c, err := CeilingsFrom(d)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}

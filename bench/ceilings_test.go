@@ -1,0 +1,187 @@
+package bench
+
+import (
+	"errors"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/mstar-dev/mstar/internal/gpu"
+	"github.com/mstar-dev/mstar/reports"
+)
+
+// small keeps the CPU measurements to milliseconds.
+var small = CeilingOptions{Samples: 3, CopyBytes: 4 << 20, HostBytes: 2 << 20, GEMMSize: 64}
+
+func TestCPUCeilingsMeasured(t *testing.T) {
+	var steps []string
+	opt := small
+	opt.Progress = func(s string) { steps = append(steps, s) }
+	c, err := MeasureCeilings(gpu.NewCPU(), opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Device != "cpu" || c.Backend != gpu.CPU {
+		t.Errorf("device %q backend %q", c.Device, c.Backend)
+	}
+	for _, k := range ceilingKinds {
+		ce := c.byKind(k)
+		t.Logf("%s: %.4g %s (%s, %s)", k, ce.Value, ce.Unit, ce.Size, ce.Method)
+		if !ce.Measured() {
+			t.Errorf("%s unmeasured: %s", k, ce.Unmeasured)
+			continue
+		}
+		if len(ce.Samples) != 3 {
+			t.Errorf("%s: %d samples, want 3", k, len(ce.Samples))
+		}
+		lo, hi := slices.Min(ce.Samples), slices.Max(ce.Samples)
+		if ce.Value <= 0 || ce.Value < lo || ce.Value > hi {
+			t.Errorf("%s: value %v outside its samples [%v, %v]", k, ce.Value, lo, hi)
+		}
+		want := UnitGBps
+		if k == "gemm" {
+			want = UnitTFLOPs
+		}
+		if ce.Unit != want {
+			t.Errorf("%s: unit %q, want %q", k, ce.Unit, want)
+		}
+	}
+	if want := []string{"d2d", "h2d", "d2h", "gemm"}; !slices.Equal(steps, want) {
+		t.Errorf("progress steps %v, want %v", steps, want)
+	}
+	if c.D2D.Size != "4 MiB" || c.GEMM.Size != "64" {
+		t.Errorf("sizes %q, %q", c.D2D.Size, c.GEMM.Size)
+	}
+}
+
+func TestCeilingsDefaults(t *testing.T) {
+	if _, err := MeasureCeilings(gpu.NewCPU(), CeilingOptions{Samples: -1}); err == nil {
+		t.Error("negative samples accepted")
+	}
+	if testing.Short() {
+		t.Skip("the CPU defaults move a few hundred MiB")
+	}
+	c, err := MeasureCeilings(gpu.NewCPU(), CeilingOptions{Quick: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.D2D.Samples) != 5 || c.D2D.Size != "32 MiB" || c.GEMM.Size != "256" {
+		t.Errorf("quick CPU defaults: %d samples, size %s, gemm %s", len(c.D2D.Samples), c.D2D.Size, c.GEMM.Size)
+	}
+}
+
+// failingDevice is the CPU backend whose allocations above a size fail.
+type failingDevice struct {
+	gpu.Device
+	limit int64
+}
+
+func (d failingDevice) Alloc(n int64) (gpu.Buffer, error) {
+	if n > d.limit {
+		return nil, errors.New("out of memory (test)")
+	}
+	return d.Device.Alloc(n)
+}
+
+func TestCeilingUnmeasuredIsNotZero(t *testing.T) {
+	opt := small
+	opt.CopyBytes = 8 << 20
+	c, err := MeasureCeilings(failingDevice{gpu.NewCPU(), 4 << 20}, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.D2D.Measured() || !strings.Contains(c.D2D.Unmeasured, "out of memory (test)") || c.D2D.Value != 0 || c.D2D.Samples != nil {
+		t.Errorf("D2D = %+v; want unmeasured with the allocation's reason", c.D2D)
+	}
+	if _, ok := c.D2D.Fraction(1); ok {
+		t.Error("Fraction of an unmeasured ceiling is ok")
+	}
+	if !c.H2D.Measured() {
+		t.Errorf("H2D should still be measured: %s", c.H2D.Unmeasured)
+	}
+	res := c.Results()
+	m := res[0].Metrics[0]
+	if res[0].Params["what"] != "d2d" || m.Measured() || m.Unmeasured == "" || len(m.Samples) != 0 {
+		t.Errorf("d2d result %+v; want an unmeasured metric with its reason", res[0])
+	}
+}
+
+func TestCeilingsResultsRoundTrip(t *testing.T) {
+	c, err := MeasureCeilings(gpu.NewCPU(), small)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.GEMM = Ceiling{Unit: UnitTFLOPs, Size: "64", Method: "none", Unmeasured: "cuBLAS unavailable (test)"}
+	doc := reports.NewDocument("bench ceilings", []string{"mstar", "bench", "ceilings"}, reports.Env{"device": "cpu", "backend": "cpu"})
+	doc.Results = c.Results()
+	doc.Finish()
+	if err := doc.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if len(doc.Results) != 4 {
+		t.Fatalf("%d results, want 4", len(doc.Results))
+	}
+	for _, r := range doc.Results {
+		if r.Name != CeilingResult || r.Metrics[0].Better != reports.HigherIsBetter {
+			t.Errorf("result %+v", r)
+		}
+	}
+	path := filepath.Join(t.TempDir(), "ceilings.json")
+	if err := reports.WriteFile(path, doc); err != nil {
+		t.Fatal(err)
+	}
+	back, err := ReadCeilings(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range ceilingKinds {
+		a, b := c.byKind(k), back.byKind(k)
+		if a.Value != b.Value || a.Unit != b.Unit || a.Unmeasured != b.Unmeasured || !slices.Equal(a.Samples, b.Samples) || a.Size != b.Size {
+			t.Errorf("%s: wrote %+v, read %+v", k, *a, *b)
+		}
+	}
+	if back.Device != "cpu" {
+		t.Errorf("device %q", back.Device)
+	}
+	if f, ok := back.D2D.Fraction(back.D2D.Value / 2); !ok || f != 0.5 {
+		t.Errorf("Fraction = %v, %v; want 0.5", f, ok)
+	}
+}
+
+func TestCeilingsFromBadDocuments(t *testing.T) {
+	tests := []struct {
+		name    string
+		results []reports.Result
+		want    string
+	}{
+		{"no ceilings", []reports.Result{{Name: "moe"}}, "no ceiling results"},
+		{"unknown kind", []reports.Result{{Name: CeilingResult, Params: reports.Params{"what": "nvlink"}, Metrics: []reports.Metric{{Name: "bandwidth", Unit: UnitGBps}}}}, "want what="},
+		{"wrong unit", []reports.Result{{Name: CeilingResult, Params: reports.Params{"what": "gemm"}, Metrics: []reports.Metric{{Name: "throughput", Unit: "GFLOP/s", Samples: []float64{1}}}}}, `unit "GFLOP/s"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := CeilingsFrom(&reports.Document{Results: tt.results})
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("err = %v, want %q", err, tt.want)
+			}
+		})
+	}
+	// A document with only some kinds: the rest say they are missing.
+	c, err := CeilingsFrom(&reports.Document{Results: []reports.Result{{Name: CeilingResult, Params: reports.Params{"what": "h2d"},
+		Metrics: []reports.Metric{{Name: "bandwidth", Unit: UnitGBps, Samples: []float64{50, 55, 52}}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.H2D.Value != 52 || c.D2D.Measured() || !strings.Contains(c.D2D.Unmeasured, "no d2d ceiling") {
+		t.Errorf("partial document: H2D %+v, D2D %+v", c.H2D, c.D2D)
+	}
+}
+
+func TestBytesText(t *testing.T) {
+	for n, want := range map[int64]string{1 << 30: "1 GiB", 256 << 20: "256 MiB", 4096: "4 KiB", 1000: "1000 B", 3 << 29: "1536 MiB"} {
+		if got := bytesText(n); got != want {
+			t.Errorf("bytesText(%d) = %q, want %q", n, got, want)
+		}
+	}
+}

@@ -1,0 +1,165 @@
+// Package bench holds mstar's benchmark suites and the timing harness they
+// share: warm-up, a number of samples, each the mean of several calls,
+// timed by device events (device time on CUDA, wall time on the CPU
+// backend), optionally replayed from a CUDA graph; and the hardware
+// ceilings that rates are reported against.
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/mstar-dev/mstar/internal/gpu"
+)
+
+// Timing says how to time a piece of work.
+type Timing struct {
+	Warmup  int // untimed calls first (caches, clocks, lazy init)
+	Samples int // timed samples returned
+	Reps    int // calls per sample; a sample is their mean (0 = 1)
+}
+
+func (t Timing) check() (Timing, error) {
+	if t.Samples <= 0 {
+		return t, fmt.Errorf("timing: %d samples; want at least 1", t.Samples)
+	}
+	if t.Warmup < 0 {
+		return t, fmt.Errorf("timing: negative warm-up %d", t.Warmup)
+	}
+	if t.Reps <= 0 {
+		t.Reps = 1
+	}
+	return t, nil
+}
+
+// Time times fn, which queues work on s: Warmup calls, then Samples
+// samples of Reps calls each between two events recorded on s. It returns
+// seconds per call for each sample. On CUDA this is device time: fn must
+// queue its work on s (or on streams that s waits for). On the CPU backend
+// stream operations complete before they return, so it is wall time.
+func Time(s gpu.Stream, t Timing, fn func() error) ([]float64, error) {
+	t, err := t.check()
+	if err != nil {
+		return nil, err
+	}
+	for i := 0; i < t.Warmup; i++ {
+		if err := fn(); err != nil {
+			return nil, fmt.Errorf("warm-up: %w", err)
+		}
+	}
+	if err := s.Sync(); err != nil {
+		return nil, err
+	}
+	out := make([]float64, 0, t.Samples)
+	for i := 0; i < t.Samples; i++ {
+		sec, err := timeOnce(s, t.Reps, fn)
+		if err != nil {
+			return out, fmt.Errorf("sample %d: %w", i, err)
+		}
+		out = append(out, sec)
+	}
+	return out, nil
+}
+
+func timeOnce(s gpu.Stream, reps int, fn func() error) (float64, error) {
+	start, err := s.Record()
+	if err != nil {
+		return 0, err
+	}
+	defer start.Close()
+	for r := 0; r < reps; r++ {
+		if err := fn(); err != nil {
+			return 0, err
+		}
+	}
+	end, err := s.Record()
+	if err != nil {
+		return 0, err
+	}
+	defer end.Close()
+	if err := end.Sync(); err != nil {
+		return 0, err
+	}
+	d, err := end.Since(start)
+	if err != nil {
+		return 0, err
+	}
+	return d.Seconds() / float64(reps), nil
+}
+
+// TimeWall times host-side work by the wall clock, as Time does.
+func TimeWall(t Timing, fn func() error) ([]float64, error) {
+	t, err := t.check()
+	if err != nil {
+		return nil, err
+	}
+	for i := 0; i < t.Warmup; i++ {
+		if err := fn(); err != nil {
+			return nil, fmt.Errorf("warm-up: %w", err)
+		}
+	}
+	out := make([]float64, 0, t.Samples)
+	for i := 0; i < t.Samples; i++ {
+		start := time.Now()
+		for r := 0; r < t.Reps; r++ {
+			if err := fn(); err != nil {
+				return out, fmt.Errorf("sample %d: %w", i, err)
+			}
+		}
+		out = append(out, time.Since(start).Seconds()/float64(t.Reps))
+	}
+	return out, nil
+}
+
+// TimeGraph is Time with launch overhead taken out: on CUDA it captures
+// Reps calls of fn on s into a graph once and times replays of it (each
+// sample one replay, divided by Reps). fn must only queue work on s — no
+// synchronisation, no allocation. On other backends it is Time.
+func TimeGraph(s gpu.Stream, t Timing, fn func() error) ([]float64, error) {
+	cs, ok := gpu.CUDAStreamOf(s)
+	if !ok {
+		return Time(s, t, fn)
+	}
+	t, err := t.check()
+	if err != nil {
+		return nil, err
+	}
+	exec, err := cs.Capture(func() error {
+		for r := 0; r < t.Reps; r++ {
+			if err := fn(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("graph capture: %w", err)
+	}
+	defer exec.Destroy()
+	replay := func() error { return exec.Launch(cs) }
+	samples, err := Time(s, Timing{Warmup: max(t.Warmup, 1), Samples: t.Samples, Reps: 1}, replay)
+	for i := range samples {
+		samples[i] /= float64(t.Reps)
+	}
+	return samples, err
+}
+
+// errNoSamples is returned by rate helpers given no time.
+var errNoSamples = errors.New("no samples")
+
+// rates turns seconds per call into work per second in units of unit
+// (e.g. bytes per call and 1e9 for GB/s).
+func rates(seconds []float64, work, unit float64) ([]float64, error) {
+	if len(seconds) == 0 {
+		return nil, errNoSamples
+	}
+	out := make([]float64, len(seconds))
+	for i, s := range seconds {
+		if s <= 0 {
+			return nil, fmt.Errorf("sample %d took %g s: the timer cannot resolve this work; use more repetitions", i, s)
+		}
+		out[i] = work / s / unit
+	}
+	return out, nil
+}
