@@ -45,6 +45,12 @@ func marshal(d *Document) ([]byte, error) {
 	if err := d.Validate(); err != nil {
 		return nil, err
 	}
+	if d.Results == nil {
+		// "results": [] says "no results", the same in both forms.
+		c := *d
+		c.Results = []Result{}
+		d = &c
+	}
 	b, err := json.MarshalIndent(d, "", "  ")
 	if err != nil {
 		return nil, err

@@ -61,5 +61,5 @@ func (s Summary) HalfWidthPct() float64 {
 	if math.Signbit(s.Lo) != math.Signbit(s.Median) || math.Signbit(s.Hi) != math.Signbit(s.Median) {
 		return math.NaN()
 	}
-	return 100 * math.Max(s.Hi/s.Median-1, 1-s.Lo/s.Median)
+	return 100 * math.Max(s.Hi-s.Median, s.Median-s.Lo) / math.Abs(s.Median)
 }

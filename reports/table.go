@@ -90,6 +90,13 @@ func Tables(docs []*Document, opt TableOptions) ([]*Table, error) {
 	for _, d := range docs {
 		for i := range d.Results {
 			r := &d.Results[i]
+			for _, m := range r.Metrics {
+				allMetrics[m.Name] = true
+			}
+			// With a metric selection, a result with none of them is no row.
+			if opt.Metrics != nil && !slices.ContainsFunc(r.Metrics, func(m Metric) bool { return slices.Contains(opt.Metrics, m.Name) }) {
+				continue
+			}
 			env := d.EnvOf(r)
 			k := env.Key()
 			t := byEnv[k]
@@ -101,9 +108,6 @@ func Tables(docs []*Document, opt TableOptions) ([]*Table, error) {
 			all = append(all, pending{t, r})
 			for p := range r.Params {
 				allParams[p] = true
-			}
-			for _, m := range r.Metrics {
-				allMetrics[m.Name] = true
 			}
 		}
 	}
@@ -286,7 +290,7 @@ func FormatValue(v float64) string {
 		return strconv.FormatFloat(v, 'g', -1, 64)
 	case a >= 1e4 && a < 1e15:
 		return strconv.FormatFloat(v, 'f', 0, 64)
-	case a >= 1e-3:
+	case a >= 1e-3 && a < 1e4:
 		s := strconv.FormatFloat(v, 'g', 4, 64)
 		if strings.ContainsRune(s, 'e') { // 9999.7 rounds to 1e+04
 			s = strconv.FormatFloat(v, 'f', 0, 64)
@@ -602,5 +606,6 @@ func renderJSON(w io.Writer, tables []*Table) error {
 	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
 	return enc.Encode(out)
 }
