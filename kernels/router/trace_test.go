@@ -66,7 +66,7 @@ func TestReadTrace(t *testing.T) {
 		want   string // error substring
 	}{
 		{name: "interleaved layers, sorted by number, weights optional",
-			text: hdr + `{"layer":7,"ids":[0,1],"weights":[0.6,0.4]}` + "\n\n" + `{"layer":2,"ids":[3,2]}` + "\n" + `{"layer":7,"ids":[2,3],"weights":[0.5,0.5]}` + "\n" + `{"layer":2,"ids":[1,0]}` + "\n",
+			text:   hdr + `{"layer":7,"ids":[0,1],"weights":[0.6,0.4]}` + "\n\n" + `{"layer":2,"ids":[3,2]}` + "\n" + `{"layer":7,"ids":[2,3],"weights":[0.5,0.5]}` + "\n" + `{"layer":2,"ids":[1,0]}` + "\n",
 			layers: []int{2, 7}, ids: [][]int32{{3, 2, 1, 0}, {0, 1, 2, 3}}, ws: [][]float32{{0.5, 0.5, 0.5, 0.5}, {0.6, 0.4, 0.5, 0.5}}},
 		{name: "single-object form (bench moe's routing trace)",
 			text:   `{"experts":4,"topk":1,"ids":[[3],[0]],"weights":[[1],[1]]}`,
