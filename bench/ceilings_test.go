@@ -66,7 +66,7 @@ func TestCeilingsDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(c.D2D.Samples) != 5 || c.D2D.Size != "32 MiB" || c.GEMM.Size != "256" {
+	if len(c.D2D.Samples) != 6 || c.D2D.Size != "32 MiB" || c.GEMM.Size != "256" {
 		t.Errorf("quick CPU defaults: %d samples, size %s, gemm %s", len(c.D2D.Samples), c.D2D.Size, c.GEMM.Size)
 	}
 }

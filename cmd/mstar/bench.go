@@ -1,0 +1,41 @@
+package main
+
+import (
+	"github.com/spf13/cobra"
+)
+
+// benchSubcommands holds one constructor per `mstar bench` subcommand. Each
+// lives in its own file and appends itself from init, as top-level
+// commands do with register.
+var benchSubcommands []func(*app) *cobra.Command
+
+func init() {
+	register(func(a *app) *cobra.Command {
+		cmd := &cobra.Command{
+			Use:   "bench",
+			Short: "Measure kernels and hardware limits; each run writes a results document",
+			Long: `bench runs one benchmark suite. Every suite warms up, takes several samples
+(timed with CUDA events on a GPU, the wall clock on the CPU backend), prints a
+table, and with --out writes a results document holding every sample, which
+'mstar report' shows, diffs and plots.
+
+'bench ceilings' measures the limits that other suites report against: device
+memory bandwidth, pinned host<->device bandwidth and the dense GEMM rate.`,
+			Example: `  mstar bench ceilings --device cuda:0 --out ceilings.json
+  mstar bench ceilings --device cpu --quick`,
+			// A parent without RunE would print help and exit 0 for a
+			// mistyped suite; that is bad usage.
+			Args: cobra.ArbitraryArgs,
+			RunE: func(cmd *cobra.Command, args []string) error {
+				if len(args) > 0 {
+					return usageErr("unknown command %q for %q (see 'mstar bench --help')", args[0], cmd.CommandPath())
+				}
+				return cmd.Help()
+			},
+		}
+		for _, f := range benchSubcommands {
+			cmd.AddCommand(f(a))
+		}
+		return cmd
+	})
+}
