@@ -145,7 +145,7 @@ func MeasureCeilings(dev gpu.Device, opt CeilingOptions) (*Ceilings, error) {
 	c.H2D, c.D2H = measureHost(dev, s, opt.HostBytes, Timing{Warmup: 2, Samples: opt.Samples, Reps: hostReps}, progress)
 	progress("gemm")
 	if onGPU {
-		c.GEMM = measureGEMMCUDA(dev, s, opt.GEMMSize, Timing{Warmup: 10, Samples: opt.Samples, Reps: 5})
+		c.GEMM = measureGEMMCUDA(dev, s, opt.GEMMSize, Timing{Warmup: 30, Samples: opt.Samples, Reps: 5})
 	} else {
 		c.GEMM = measureGEMMCPU(opt.GEMMSize, Timing{Warmup: 1, Samples: opt.Samples, Reps: 1})
 	}

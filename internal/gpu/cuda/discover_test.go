@@ -268,6 +268,7 @@ func TestDiscoverReportsEverything(t *testing.T) {
 	d := Discover()
 	names := map[string]bool{}
 	for _, c := range d.Components() {
+		t.Logf("%s: path %q version %q err %q (override %s)\n\tsearched %s", c.Name, c.Path, c.Version, c.Err, c.EnvVar, strings.Join(c.Searched, ", "))
 		names[c.Name] = true
 		if c.EnvVar == "" {
 			t.Errorf("%s: no override variable", c.Name)
