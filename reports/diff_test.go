@@ -1,0 +1,171 @@
+package reports
+
+import (
+	"bytes"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+)
+
+// oneMetric is a document with one result whose latency has the samples.
+func oneMetric(better Direction, samples []float64) *Document {
+	return &Document{Format: Format, Schema: SchemaVersion, Suite: "s", Start: t0, End: t0, Env: Env{"host": "h"},
+		Results: []Result{{Name: "moe", Params: Params{"batch": "64"},
+			Metrics: []Metric{{Name: "latency", Unit: "us", Better: better, Samples: samples}}}}}
+}
+
+func TestDiffDecisions(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	type want struct {
+		regression, worse, significant, over, enough bool
+		warn                                         string // a warning containing this, "" for none
+	}
+	for _, tc := range []struct {
+		name      string
+		better    Direction
+		n         int
+		ratio     float64
+		noise     float64
+		threshold float64
+		want      want
+	}{
+		{"A/A", LowerIsBetter, 10, 1.0, 0.01, 5, want{significant: false, enough: true}},
+		{"10% slower", LowerIsBetter, 10, 1.10, 0.01, 5, want{regression: true, worse: true, significant: true, over: true, enough: true}},
+		{"10% slower, threshold 20", LowerIsBetter, 10, 1.10, 0.01, 20, want{worse: true, significant: true, enough: true}},
+		{"10% faster", LowerIsBetter, 10, 0.90, 0.01, 5, want{significant: true, over: true, enough: true}},
+		{"higher is better, 10% lower", HigherIsBetter, 10, 0.90, 0.01, 5, want{regression: true, worse: true, significant: true, over: true, enough: true}},
+		{"3 samples cannot tell", LowerIsBetter, 3, 1.5, 0.01, 5, want{worse: true, over: true, warn: "need >= 4 samples to detect a difference at alpha level 0.05"}},
+		{"4 samples can", LowerIsBetter, 4, 1.5, 0.01, 5, want{regression: true, worse: true, significant: true, over: true, enough: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			base := oneMetric(tc.better, noisy(rng, tc.n, 100, tc.noise))
+			next := oneMetric(tc.better, noisy(rng, tc.n, 100*tc.ratio, tc.noise))
+			c := Diff([]*Document{base}, []*Document{next}, DiffOptions{Threshold: tc.threshold})
+			if len(c.Metrics) != 1 {
+				t.Fatalf("%d metrics compared, want 1", len(c.Metrics))
+			}
+			m := c.Metrics[0]
+			got := want{m.Regression(), m.Worse, m.Significant, m.OverThreshold, m.EnoughSamples, ""}
+			for _, w := range m.Warnings {
+				if tc.want.warn != "" && strings.Contains(w, tc.want.warn) {
+					got.warn = tc.want.warn
+				}
+			}
+			if !tc.want.significant && tc.want.enough {
+				// Which way noise moved the median, and how far, does not matter.
+				got.worse, got.over = tc.want.worse, tc.want.over
+			}
+			if got != tc.want {
+				t.Errorf("(-want +got):\n-%+v\n+%+v\n(p=%v delta=%v warnings=%q)", tc.want, got, m.P, m.Delta, m.Warnings)
+			}
+			if (len(c.Regressions()) == 1) != tc.want.regression {
+				t.Errorf("Regressions() = %d", len(c.Regressions()))
+			}
+			if (len(c.CannotTell()) == 1) == tc.want.enough {
+				t.Errorf("CannotTell() = %d, enough samples %v", len(c.CannotTell()), tc.want.enough)
+			}
+			v := m.Verdict(c.Options)
+			if tc.want.regression != strings.HasPrefix(v, "REGRESSION") {
+				t.Errorf("verdict %q", v)
+			}
+		})
+	}
+}
+
+func TestDiffPairing(t *testing.T) {
+	base, next := fixture("gpu-a", 1), fixture("gpu-a", 2)
+	next.Results = append(next.Results[1:], Result{Name: "new one",
+		Metrics: []Metric{{Name: "x", Unit: "s", Better: LowerIsBetter, Samples: []float64{1}}}})
+	c := Diff([]*Document{base}, []*Document{next}, DiffOptions{Threshold: 5})
+	if want := []string{"moe/batch=1/model=qwen3-30b-a3b"}; strings.Join(c.OnlyBase, ",") != strings.Join(want, ",") {
+		t.Errorf("OnlyBase %q, want %q", c.OnlyBase, want)
+	}
+	if want := []string{"new one"}; strings.Join(c.OnlyNew, ",") != strings.Join(want, ",") {
+		t.Errorf("OnlyNew %q, want %q", c.OnlyNew, want)
+	}
+	var unmeasured *MetricDiff
+	for i, m := range c.Metrics {
+		if m.Metric == "tflops" {
+			unmeasured = &c.Metrics[i]
+		}
+	}
+	if unmeasured == nil || unmeasured.Unmeasured != "base: no GPU: cuBLAS not found" || unmeasured.Regression() {
+		t.Errorf("unmeasured tflops: %+v", unmeasured)
+	}
+	if c.Options.Alpha != 0.05 {
+		t.Errorf("default alpha %v", c.Options.Alpha)
+	}
+}
+
+func TestDiffPoolsAndWarns(t *testing.T) {
+	a, b := oneMetric(LowerIsBetter, []float64{1, 2, 3}), oneMetric(LowerIsBetter, []float64{4, 5, 6})
+	b.Env = Env{"host": "other"}
+	c := Diff([]*Document{a, b}, []*Document{a}, DiffOptions{})
+	if len(c.Metrics) != 1 || c.Metrics[0].Base.N != 6 {
+		t.Fatalf("pooled base: %+v", c.Metrics)
+	}
+	if len(c.Warnings) != 1 || !strings.Contains(c.Warnings[0], "pools samples from 2 environments") {
+		t.Errorf("warnings %q", c.Warnings)
+	}
+}
+
+func TestDiffUnitChange(t *testing.T) {
+	a, b := oneMetric(LowerIsBetter, []float64{1, 2, 3}), oneMetric(LowerIsBetter, []float64{1, 2, 3})
+	b.Results[0].Metrics[0].Unit = "ms"
+	c := Diff([]*Document{a}, []*Document{b}, DiffOptions{})
+	if c.Metrics[0].Unmeasured != `unit changed from "us" to "ms"` {
+		t.Errorf("unit change: %q", c.Metrics[0].Unmeasured)
+	}
+}
+
+func TestGeomean(t *testing.T) {
+	mk := func(vals ...float64) *Document {
+		d := &Document{Format: Format, Schema: SchemaVersion, Env: Env{}}
+		for i, v := range vals {
+			d.Results = append(d.Results, Result{Name: "r", Params: Params{"i": string(rune('a' + i))},
+				Metrics: []Metric{{Name: "t", Unit: "s", Better: LowerIsBetter, Samples: []float64{v, v, v, v, v, v}}}})
+		}
+		return d
+	}
+	c := Diff([]*Document{mk(1, 4)}, []*Document{mk(2, 8)}, DiffOptions{})
+	if len(c.Geomeans) != 1 {
+		t.Fatalf("geomeans %+v", c.Geomeans)
+	}
+	g := c.Geomeans[0]
+	if math.Abs(g.Base-2) > 1e-12 || math.Abs(g.New-4) > 1e-12 || math.Abs(g.Delta-100) > 1e-9 || g.N != 2 {
+		t.Errorf("geomean %+v, want 2 -> 4, +100%%, n 2", g)
+	}
+}
+
+func TestMinUTestP(t *testing.T) {
+	// The table benchmath keeps for equal sizes.
+	for n, want := range map[int]float64{1: 1, 2: 1.0 / 3, 3: 0.1, 4: 0.02857142857142857, 5: 0.007936507936507936} {
+		if got := minUTestP(n, n); math.Abs(got-want) > 1e-12 {
+			t.Errorf("minUTestP(%d, %d) = %v, want %v", n, n, got, want)
+		}
+	}
+	if got := minUTestP(0, 5); got != 1 {
+		t.Errorf("minUTestP(0, 5) = %v", got)
+	}
+}
+
+func TestRenderDiffGolden(t *testing.T) {
+	base, next := abPair()
+	next.Results = next.Results[1:]
+	next.Results = append(next.Results, Result{Name: "new one",
+		Metrics: []Metric{{Name: "x", Unit: "s", Better: LowerIsBetter, Unmeasured: "skipped"}}})
+	c := Diff([]*Document{base}, []*Document{next}, DiffOptions{Threshold: 5})
+	for _, tc := range []struct{ name, format string }{{"diff.txt", FormatText}, {"diff.md", FormatMarkdown}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var b bytes.Buffer
+			if err := RenderDiff(&b, c, tc.format); err != nil {
+				t.Fatal(err)
+			}
+			golden(t, tc.name+".golden", b.Bytes())
+		})
+	}
+	if err := RenderDiff(&bytes.Buffer{}, c, "csv"); err == nil {
+		t.Error("RenderDiff accepted csv")
+	}
+}
