@@ -1,9 +1,17 @@
 package main
 
-import "github.com/mstar-dev/mstar/internal/doctor"
+import (
+	"github.com/mstar-dev/mstar/internal/doctor"
+	"github.com/mstar-dev/mstar/internal/gpu/cuda"
+)
 
 // libraryFindings adapts the device layer's run-time discovery to doctor's
 // checks.
 func libraryFindings() []doctor.Library {
-	return nil
+	var out []doctor.Library
+	for _, c := range cuda.Discover().Components() {
+		out = append(out, doctor.Library{Name: c.Name, Path: c.Path, EnvVar: c.EnvVar,
+			Searched: c.Searched, Version: c.Version, Err: c.Err})
+	}
+	return out
 }
