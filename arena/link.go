@@ -1,0 +1,709 @@
+package arena
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/mstar-dev/mstar/internal/gpu"
+	"golang.org/x/sys/unix"
+)
+
+// The control channel is a stream Unix socket carrying frames:
+//
+//	u32 length | u8 type | payload
+//
+// Each side opens with HELLO (role, transport, entity, pid); producers send
+// DESCS (a batch of descriptors), consumers answer with ACKS (tensor ids).
+// Writes are coalesced: a frame queued while an earlier write is in flight
+// goes out with the next, so a busy channel batches by itself and an idle
+// one sends at once.
+const (
+	frameHello = 1
+	frameDescs = 2
+	frameAcks  = 3
+
+	helloMagic   = 0x4d535441 // "MSTA"
+	protoVersion = 1
+	maxFrame     = 16 << 20
+	maxPerFrame  = 4096 // descriptors or ids per frame
+)
+
+// Role is a side of a link.
+type Role uint8
+
+const (
+	Producer Role = 1
+	Consumer Role = 2
+)
+
+func (r Role) String() string {
+	switch r {
+	case Producer:
+		return "producer"
+	case Consumer:
+		return "consumer"
+	}
+	return fmt.Sprintf("role(%d)", r)
+}
+
+// Hello is what each side of a link says about itself.
+type Hello struct {
+	Role      Role
+	Transport Transport
+	Entity    string
+	PID       int
+}
+
+func (h Hello) String() string {
+	return fmt.Sprintf("%s %s (pid %d, --transport %s)", h.Role, h.Entity, h.PID, h.Transport)
+}
+
+// Link is one control connection between a producer and a consumer.
+type Link struct {
+	c             *net.UnixConn
+	Local, Remote Hello
+	br            *bufio.Reader
+
+	wmu      sync.Mutex
+	wcond    *sync.Cond
+	wbuf     []byte
+	werr     error
+	closed   bool
+	writerOK chan struct{}
+}
+
+// Listener accepts control connections on a Unix socket path.
+type Listener struct {
+	l    *net.UnixListener
+	path string
+}
+
+// Listen listens on path, replacing a stale socket file left by a dead
+// process (a live one keeps its own path: Listen is per process).
+func Listen(path string) (*Listener, error) {
+	if st, err := os.Lstat(path); err == nil && st.Mode()&os.ModeSocket != 0 {
+		_ = os.Remove(path)
+	}
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("listening on %s: %w", path, err)
+	}
+	l.SetUnlinkOnClose(true)
+	return &Listener{l: l, path: path}, nil
+}
+
+// Accept waits for a connection and completes the handshake.
+func (l *Listener) Accept(local Hello) (*Link, error) {
+	c, err := l.l.AcceptUnix()
+	if err != nil {
+		return nil, fmt.Errorf("accepting on %s: %w", l.path, err)
+	}
+	return handshake(c, local)
+}
+
+// Close stops listening and removes the socket file.
+func (l *Listener) Close() error { return l.l.Close() }
+
+// Dial connects to a listener and completes the handshake.
+func Dial(path string, local Hello, timeout time.Duration) (*Link, error) {
+	d := net.Dialer{Timeout: timeout}
+	c, err := d.Dial("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to %s: %w", path, err)
+	}
+	return handshake(c.(*net.UnixConn), local)
+}
+
+// LinkPair returns the two ends of a connected socket pair, handshaken: for
+// a producer and a consumer in one process (sweeps and tests).
+func LinkPair(a, b Hello) (*Link, *Link, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("socketpair: %w", err)
+	}
+	conn := func(fd int) (*net.UnixConn, error) {
+		f := os.NewFile(uintptr(fd), "socketpair")
+		defer f.Close()
+		c, err := net.FileConn(f)
+		if err != nil {
+			return nil, err
+		}
+		return c.(*net.UnixConn), nil
+	}
+	ca, err := conn(fds[0])
+	if err != nil {
+		unix.Close(fds[1])
+		return nil, nil, err
+	}
+	cb, err := conn(fds[1])
+	if err != nil {
+		ca.Close()
+		return nil, nil, err
+	}
+	type res struct {
+		l   *Link
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() { l, err := handshake(cb, b); ch <- res{l, err} }()
+	la, errA := handshake(ca, a)
+	rb := <-ch
+	if err := errors.Join(errA, rb.err); err != nil {
+		if la != nil {
+			la.Close()
+		}
+		if rb.l != nil {
+			rb.l.Close()
+		}
+		return nil, nil, err
+	}
+	return la, rb.l, nil
+}
+
+func handshake(c *net.UnixConn, local Hello) (*Link, error) {
+	if local.PID == 0 {
+		local.PID = os.Getpid()
+	}
+	l := &Link{c: c, Local: local, br: bufio.NewReaderSize(c, 256<<10), writerOK: make(chan struct{})}
+	l.wcond = sync.NewCond(&l.wmu)
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	b := binary.LittleEndian.AppendUint32(nil, helloMagic)
+	b = binary.LittleEndian.AppendUint16(b, protoVersion)
+	b = append(b, byte(local.Role))
+	b = appendString(b, string(local.Transport))
+	b = appendString(b, local.Entity)
+	b = binary.LittleEndian.AppendUint32(b, uint32(local.PID))
+	if _, err := c.Write(frame(frameHello, b)); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("handshake: sending hello: %w", err)
+	}
+	typ, p, err := l.readFrame()
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("handshake: %w", err)
+	}
+	if typ != frameHello {
+		c.Close()
+		return nil, fmt.Errorf("handshake: first frame is type %d, not hello", typ)
+	}
+	r := decoder{b: p}
+	magic, ver := r.u32(), r.u16()
+	var h Hello
+	h.Role = Role(r.u8())
+	h.Transport = Transport(r.str())
+	h.Entity = r.str()
+	h.PID = int(r.u32())
+	if r.err != nil || magic != helloMagic {
+		c.Close()
+		return nil, errors.New("handshake: peer is not an mstar arena endpoint")
+	}
+	if ver != protoVersion {
+		c.Close()
+		return nil, fmt.Errorf("handshake: peer speaks protocol version %d, this mstar %d", ver, protoVersion)
+	}
+	l.Remote = h
+	if h.Role == local.Role {
+		c.Close()
+		return nil, fmt.Errorf("handshake: both ends are %ss", h.Role)
+	}
+	if h.Transport != local.Transport {
+		c.Close()
+		return nil, fmt.Errorf("transport mismatch: this %s uses --transport %s but %s; the transport setting (--transport, Config.Transport) must be the same across the deployment",
+			local.Role, local.Transport, h)
+	}
+	_ = c.SetDeadline(time.Time{})
+	go l.writer()
+	return l, nil
+}
+
+func frame(typ byte, payload []byte) []byte {
+	b := binary.LittleEndian.AppendUint32(make([]byte, 0, 5+len(payload)), uint32(1+len(payload)))
+	b = append(b, typ)
+	return append(b, payload...)
+}
+
+func (l *Link) readFrame() (byte, []byte, error) {
+	var hdr [4]byte
+	if _, err := io.ReadFull(l.br, hdr[:]); err != nil {
+		return 0, nil, err
+	}
+	n := binary.LittleEndian.Uint32(hdr[:])
+	if n == 0 || n > maxFrame {
+		return 0, nil, fmt.Errorf("frame of %d bytes (at most %d)", n, maxFrame)
+	}
+	buf := make([]byte, n)
+	if _, err := io.ReadFull(l.br, buf); err != nil {
+		return 0, nil, fmt.Errorf("reading frame: %w", err)
+	}
+	return buf[0], buf[1:], nil
+}
+
+// queue appends a frame for the writer goroutine.
+func (l *Link) queue(typ byte, build func([]byte) []byte) error {
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	if l.werr != nil {
+		return l.werr
+	}
+	start := len(l.wbuf)
+	l.wbuf = append(l.wbuf, 0, 0, 0, 0, typ)
+	l.wbuf = build(l.wbuf)
+	binary.LittleEndian.PutUint32(l.wbuf[start:], uint32(len(l.wbuf)-start-4))
+	l.wcond.Signal()
+	return nil
+}
+
+func (l *Link) writer() {
+	defer close(l.writerOK)
+	var out []byte
+	l.wmu.Lock()
+	for {
+		for len(l.wbuf) == 0 && !l.closed {
+			l.wcond.Wait()
+		}
+		if len(l.wbuf) == 0 && l.closed {
+			l.wmu.Unlock()
+			return
+		}
+		out, l.wbuf = l.wbuf, out[:0]
+		l.wmu.Unlock()
+		_, err := l.c.Write(out)
+		l.wmu.Lock()
+		if err != nil {
+			if l.werr == nil {
+				l.werr = fmt.Errorf("control channel to %s: %w", l.Remote, err)
+			}
+			l.wbuf = nil
+			l.wmu.Unlock()
+			l.c.Close()
+			return
+		}
+	}
+}
+
+// SendDescriptors queues descriptors for the consumer.
+func (l *Link) SendDescriptors(ds []Descriptor) error {
+	for len(ds) > 0 {
+		n := min(len(ds), maxPerFrame)
+		batch := ds[:n]
+		ds = ds[n:]
+		if err := l.queue(frameDescs, func(b []byte) []byte {
+			b = binary.LittleEndian.AppendUint32(b, uint32(len(batch)))
+			for i := range batch {
+				b = appendDescriptor(b, &batch[i])
+			}
+			return b
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// SendAcks queues acknowledgements for the producer.
+func (l *Link) SendAcks(ids []uint64) error {
+	for len(ids) > 0 {
+		n := min(len(ids), maxPerFrame)
+		batch := ids[:n]
+		ids = ids[n:]
+		if err := l.queue(frameAcks, func(b []byte) []byte {
+			b = binary.LittleEndian.AppendUint32(b, uint32(len(batch)))
+			for _, id := range batch {
+				b = binary.LittleEndian.AppendUint64(b, id)
+			}
+			return b
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// recv reads the next frame and decodes it.
+func (l *Link) recv() (descs []Descriptor, acks []uint64, err error) {
+	typ, p, err := l.readFrame()
+	if err != nil {
+		return nil, nil, err
+	}
+	r := decoder{b: p}
+	n := int(r.u32())
+	if r.err != nil || n > maxPerFrame {
+		return nil, nil, fmt.Errorf("frame from %s: bad count", l.Remote)
+	}
+	switch typ {
+	case frameDescs:
+		descs = make([]Descriptor, 0, n)
+		for range n {
+			descs = append(descs, r.descriptor())
+		}
+	case frameAcks:
+		acks = make([]uint64, 0, n)
+		for range n {
+			acks = append(acks, r.u64())
+		}
+	default:
+		return nil, nil, fmt.Errorf("frame from %s: unknown type %d", l.Remote, typ)
+	}
+	if r.err != nil {
+		return nil, nil, fmt.Errorf("frame from %s: %w", l.Remote, r.err)
+	}
+	if len(r.b) != 0 {
+		return nil, nil, fmt.Errorf("frame from %s: %d trailing bytes", l.Remote, len(r.b))
+	}
+	return descs, acks, nil
+}
+
+// Close flushes what is queued and closes the connection.
+func (l *Link) Close() error {
+	l.wmu.Lock()
+	if l.closed {
+		l.wmu.Unlock()
+		return nil
+	}
+	l.closed = true
+	l.wcond.Broadcast()
+	l.wmu.Unlock()
+	select {
+	case <-l.writerOK:
+	case <-time.After(5 * time.Second):
+	}
+	return l.c.Close()
+}
+
+// Sender is a producer's end of one link: it sends descriptors and turns
+// the consumer's ACKs into Arena.Ack. When the link closes, every tensor
+// the consumer had not acknowledged is abandoned — the consumer is gone
+// and its copies with it — so its slots are not leaked.
+type Sender struct {
+	link  *Link
+	arena *Arena
+	onAck func(id uint64, abandoned bool)
+
+	mu      sync.Mutex
+	pending map[uint64]struct{}
+	closed  bool
+	err     error
+	bogus   uint64
+	done    chan struct{}
+}
+
+// NewSender starts serving ACKs from the link. onAck, if set, is called
+// after each Arena.Ack or Abandon (on the link's goroutine).
+func NewSender(l *Link, a *Arena, onAck func(id uint64, abandoned bool)) *Sender {
+	s := &Sender{link: l, arena: a, onAck: onAck, pending: make(map[uint64]struct{}), done: make(chan struct{})}
+	go s.loop()
+	return s
+}
+
+// ErrLinkClosed is returned when sending on a link whose peer is gone.
+var ErrLinkClosed = errors.New("link closed")
+
+// Send sends descriptors already published with this consumer counted in
+// their fan-out. From then on the Sender owns this consumer's reference to
+// each: it is ACKed, or abandoned when the link goes down. Only when Send
+// returns ErrLinkClosed does the caller still hold the references (and
+// must Abandon them).
+func (s *Sender) Send(ds ...Descriptor) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return fmt.Errorf("sending to %s: %w", s.link.Remote, ErrLinkClosed)
+	}
+	for _, d := range ds {
+		s.pending[d.ID] = struct{}{}
+	}
+	s.mu.Unlock()
+	if err := s.link.SendDescriptors(ds); err != nil {
+		// The loop abandons everything pending once it sees the close.
+		s.link.c.Close()
+	}
+	return nil
+}
+
+func (s *Sender) loop() {
+	defer close(s.done)
+	var err error
+	for {
+		var descs []Descriptor
+		var acks []uint64
+		descs, acks, err = s.link.recv()
+		if err != nil {
+			break
+		}
+		if len(descs) > 0 {
+			err = fmt.Errorf("protocol: consumer %s sent descriptors", s.link.Remote)
+			break
+		}
+		for _, id := range acks {
+			s.mu.Lock()
+			_, ok := s.pending[id]
+			delete(s.pending, id)
+			if !ok {
+				s.bogus++
+			}
+			s.mu.Unlock()
+			if !ok {
+				continue // not ours to count: it could free another consumer's reference
+			}
+			if e := s.arena.Ack(id); e == nil && s.onAck != nil {
+				s.onAck(id, false)
+			}
+		}
+	}
+	s.link.c.Close()
+	s.mu.Lock()
+	s.closed = true
+	if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+		s.err = err
+	}
+	ids := make([]uint64, 0, len(s.pending))
+	for id := range s.pending {
+		ids = append(ids, id)
+	}
+	s.pending = nil
+	s.mu.Unlock()
+	for _, id := range ids {
+		if e := s.arena.Abandon(id); e == nil && s.onAck != nil {
+			s.onAck(id, true)
+		}
+	}
+}
+
+// Pending is how many sent tensors the consumer has not acknowledged.
+func (s *Sender) Pending() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.pending)
+}
+
+// Done is closed once the link is down and its pending tensors abandoned.
+func (s *Sender) Done() <-chan struct{} { return s.done }
+
+// Err is why the link went down, nil for an orderly close.
+func (s *Sender) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+// UnknownAcks counts ACKs for tensors this link never sent (ignored).
+func (s *Sender) UnknownAcks() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.bogus
+}
+
+// Close closes the link; pending tensors are abandoned.
+func (s *Sender) Close() error {
+	err := s.link.Close()
+	<-s.done
+	return err
+}
+
+// Receiver is a consumer's end of one link. Next blocks until descriptors
+// arrive — the socket read wakes it, there is no polling tick — and the
+// Read/Copy methods acknowledge each tensor only once its copy out of the
+// slot has completed, because the producer reuses the slot on the ACK.
+type Receiver struct {
+	link   *Link
+	reader *Reader
+	in     chan []Descriptor
+	err    error
+	done   chan struct{}
+	quit   chan struct{}
+
+	wmu     sync.Mutex
+	waiting []pendingCopy
+	wcond   *sync.Cond
+	wclosed bool
+	wdone   chan struct{}
+	werr    error
+}
+
+type pendingCopy struct {
+	ev      gpu.Event
+	release []func()
+	ids     []uint64
+	done    chan error
+}
+
+// NewReceiver starts receiving on the link.
+func NewReceiver(l *Link, r *Reader) *Receiver {
+	rc := &Receiver{link: l, reader: r, in: make(chan []Descriptor, 64), done: make(chan struct{}), quit: make(chan struct{}), wdone: make(chan struct{})}
+	rc.wcond = sync.NewCond(&rc.wmu)
+	r.mu.Lock()
+	delete(r.gone, owner{l.Remote.Entity, l.Remote.PID}) // a new producer may reuse a dead one's pid
+	r.mu.Unlock()
+	go rc.loop()
+	go rc.watch()
+	return rc
+}
+
+// Remote is the producer on the other end.
+func (rc *Receiver) Remote() Hello { return rc.link.Remote }
+
+func (rc *Receiver) loop() {
+	defer close(rc.done)
+	defer close(rc.in)
+	for {
+		descs, acks, err := rc.link.recv()
+		if err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+				rc.err = err
+			}
+			break
+		}
+		if len(acks) > 0 {
+			rc.err = fmt.Errorf("protocol: producer %s sent acks", rc.link.Remote)
+			break
+		}
+		select {
+		case rc.in <- descs:
+		case <-rc.quit:
+		}
+	}
+	rc.link.c.Close()
+	rc.reader.ForgetOwner(rc.link.Remote.Entity, rc.link.Remote.PID)
+}
+
+// Next returns the next batch of descriptors, blocking until one arrives.
+// It returns io.EOF once the producer has closed the link (or died), after
+// every batch that arrived before.
+func (rc *Receiver) Next(ctx context.Context) ([]Descriptor, error) {
+	select {
+	case ds, ok := <-rc.in:
+		if ok {
+			return ds, nil
+		}
+		<-rc.done
+		if rc.err != nil {
+			return nil, rc.err
+		}
+		return nil, io.EOF
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// Ack acknowledges tensors whose copies have completed.
+func (rc *Receiver) Ack(ids ...uint64) error { return rc.link.SendAcks(ids) }
+
+// ReadBatch copies each tensor into dst[i] — in-arena and spilled alike —
+// and acknowledges those that were read. It returns the first error; the
+// tensors that failed are not acknowledged.
+func (rc *Receiver) ReadBatch(ds []Descriptor, dst [][]byte) error {
+	ids := make([]uint64, 0, len(ds))
+	var first error
+	for i, d := range ds {
+		if err := rc.reader.ReadInto(d, dst[i]); err != nil {
+			if first == nil {
+				first = err
+			}
+			continue
+		}
+		ids = append(ids, d.ID)
+	}
+	if err := rc.Ack(ids...); err != nil && first == nil {
+		first = err
+	}
+	return first
+}
+
+// CopyBatchToDevice queues each tensor's copy into dst[i] at off[i] on the
+// stream, records one event after them, and returns at once: a watcher
+// acknowledges the batch when the event completes, without blocking the
+// caller. The returned channel yields the outcome (nil once ACKed). On an
+// error nothing of the batch is acknowledged.
+func (rc *Receiver) CopyBatchToDevice(s gpu.Stream, ds []Descriptor, dst []gpu.Buffer, off []int64) (<-chan error, error) {
+	var rel []func()
+	releaseAll := func() {
+		for _, f := range rel {
+			f()
+		}
+	}
+	ids := make([]uint64, 0, len(ds))
+	for i, d := range ds {
+		f, err := rc.reader.CopyToDevice(s, dst[i], off[i], d)
+		if err != nil {
+			// Copies already queued still read the slots: wait for them
+			// before letting the views go.
+			if ev, e := s.Record(); e == nil {
+				_ = ev.Sync()
+				_ = ev.Close()
+			}
+			releaseAll()
+			return nil, err
+		}
+		rel = append(rel, f)
+		ids = append(ids, d.ID)
+	}
+	ev, err := s.Record()
+	if err != nil {
+		_ = s.Sync()
+		releaseAll()
+		return nil, fmt.Errorf("recording the copy event: %w", err)
+	}
+	done := make(chan error, 1)
+	rc.wmu.Lock()
+	if rc.wclosed {
+		rc.wmu.Unlock()
+		_ = ev.Sync()
+		releaseAll()
+		return nil, errors.New("receiver is closed")
+	}
+	rc.waiting = append(rc.waiting, pendingCopy{ev: ev, release: rel, ids: ids, done: done})
+	rc.wcond.Signal()
+	rc.wmu.Unlock()
+	return done, nil
+}
+
+// watch completes device batches in order: copies on one stream finish in
+// the order they were queued, so waiting on each event in turn is exact.
+func (rc *Receiver) watch() {
+	defer close(rc.wdone)
+	for {
+		rc.wmu.Lock()
+		for len(rc.waiting) == 0 && !rc.wclosed {
+			rc.wcond.Wait()
+		}
+		if len(rc.waiting) == 0 {
+			rc.wmu.Unlock()
+			return
+		}
+		p := rc.waiting[0]
+		rc.waiting = rc.waiting[1:]
+		rc.wmu.Unlock()
+		err := p.ev.Sync()
+		_ = p.ev.Close()
+		for _, f := range p.release {
+			f()
+		}
+		if err == nil {
+			err = rc.Ack(p.ids...)
+		} else {
+			err = fmt.Errorf("waiting for the copy event: %w", err)
+		}
+		p.done <- err
+	}
+}
+
+// Close finishes pending device batches and closes the link.
+func (rc *Receiver) Close() error {
+	rc.wmu.Lock()
+	rc.wclosed = true
+	rc.wcond.Broadcast()
+	rc.wmu.Unlock()
+	<-rc.wdone
+	close(rc.quit)
+	err := rc.link.Close()
+	<-rc.done
+	return err
+}
