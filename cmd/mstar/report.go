@@ -1,0 +1,339 @@
+package main
+
+import (
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/mstar-dev/mstar/reports"
+	"github.com/spf13/cobra"
+)
+
+func init() {
+	register(func(a *app) *cobra.Command {
+		cmd := &cobra.Command{
+			Use:   "report",
+			Short: "Tables, statistical diffs, exports, merges and plots of results documents",
+			Long: `report reads the results documents that measuring commands write (--out), in
+either form: one JSON document, or the NDJSON stream a long run writes as it
+goes. It never measures anything itself.
+
+  show    tables: one per environment, a row per result, median ± 95% CI
+  diff    compare two documents with the Mann-Whitney U test; exit 1 on a
+          regression (for CI)
+  export  the Go benchmark format, for benchstat and other golang.org/x/perf tools
+  merge   join documents from several machines or shards into one
+  plot    a metric against a numeric parameter, PNG or SVG
+
+Exit codes: 0 ok; 1 a regression (diff only); 2 bad usage or bad input
+(a missing, empty or malformed file, a wrong schema version).`,
+			Example: `  mstar report show results.json
+  mstar report diff base.json new.json --threshold 5
+  mstar report export --format gobench base.json > base.txt
+  mstar report merge -o all.json host1.json host2.json
+  mstar report plot --metric latency --x batch --logx -o latency.png results.json`,
+			// Without this, cobra prints help and exits 0 for "report typo".
+			Args: cobra.ArbitraryArgs,
+			RunE: func(cmd *cobra.Command, args []string) error {
+				if len(args) > 0 {
+					return usageErr("unknown command %q for %q (see 'mstar report --help')", args[0], cmd.CommandPath())
+				}
+				return cmd.Help()
+			},
+		}
+		cmd.AddCommand(reportShowCmd(a), reportDiffCmd(a), reportExportCmd(a), reportMergeCmd(a), reportPlotCmd(a))
+		return cmd
+	})
+}
+
+// readDocs reads results documents; any problem is bad input (exit 2).
+func readDocs(paths []string) ([]*reports.Document, error) {
+	docs := make([]*reports.Document, 0, len(paths))
+	for _, p := range paths {
+		d, err := reports.ReadFile(p)
+		if err != nil {
+			return nil, badInput(err)
+		}
+		docs = append(docs, d)
+	}
+	return docs, nil
+}
+
+func oneOf(flag, v string, allowed []string) error {
+	if !slices.Contains(allowed, v) {
+		return usageErr("--%s %q: want one of %s", flag, v, strings.Join(allowed, ", "))
+	}
+	return nil
+}
+
+func reportShowCmd(a *app) *cobra.Command {
+	var format string
+	var params, metrics []string
+	cmd := &cobra.Command{
+		Use:   "show FILE...",
+		Short: "Print results as tables: median ± 95% CI per metric, gates, one table per environment",
+		Long: `show prints the results of one or more documents as tables. Results are
+grouped by the environment they were measured in (host, GPU, driver,
+versions, ...): the environment lines all tables share are printed once at
+the top, then above each table the lines that tell it apart, as benchstat
+prints configuration.
+
+Each row is a result; the columns are its parameters, its metrics (the
+median of all samples ± the half-width of the 95% confidence interval as a
+percentage of the median, the unit in the header), and its gates (PASS or
+FAIL). Below a table come the reasons of failed gates, why metrics were not
+measured, and warnings. A metric that was not measured shows "unmeasured",
+never 0; an interval that needs more samples shows ±∞.
+
+--params and --metrics choose and order the columns; results with none of
+the chosen metrics are left out. Formats: text (default), markdown (for a
+PR comment), csv (one table, a column per environment key that differs,
+median/ci_lo/ci_hi/n per metric), json (the summaries).`,
+		Example: `  mstar report show results.json
+  mstar report show --params batch,model --metrics latency,tflops a.json b.json
+  mstar report show --format markdown results.json >> $GITHUB_STEP_SUMMARY
+  mstar report show --format csv results.json > results.csv`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := oneOf("format", format, reports.TableFormats); err != nil {
+				return err
+			}
+			docs, err := readDocs(args)
+			if err != nil {
+				return err
+			}
+			var opt reports.TableOptions
+			if cmd.Flags().Changed("params") {
+				opt.Params = nonEmpty(params)
+			}
+			if cmd.Flags().Changed("metrics") {
+				opt.Metrics = nonEmpty(metrics)
+			}
+			if err := reports.Render(a.stdout, docs, format, opt); err != nil {
+				return badInput(err)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&format, "format", reports.FormatText, "output format: "+strings.Join(reports.TableFormats, ", "))
+	cmd.Flags().StringSliceVar(&params, "params", nil, "parameter columns, in order (comma-separated; empty for none)")
+	cmd.Flags().StringSliceVar(&metrics, "metrics", nil, "metric columns, in order (comma-separated)")
+	return cmd
+}
+
+// nonEmpty drops empty names and returns a non-nil slice: a selection.
+func nonEmpty(ss []string) []string {
+	out := []string{}
+	for _, s := range ss {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func reportDiffCmd(a *app) *cobra.Command {
+	var format string
+	var threshold, alpha float64
+	cmd := &cobra.Command{
+		Use:   "diff BASE NEW",
+		Short: "Compare two results documents; exit 1 on a significant regression",
+		Long: `diff pairs the results of NEW with those of BASE by name and parameters and,
+for every metric of every pair, prints both medians with their 95% CIs, the
+change in percent, and the p-value of the Mann-Whitney U test — the same
+statistics as benchstat (golang.org/x/perf/benchmath). A change that is not
+significant prints "~". A geometric-mean row summarises each metric.
+Results present on one side only are listed. Either file may be a merged
+document (mstar report merge); results with the same name and parameters on
+one side are pooled, with a warning when they come from different machines.
+
+A metric regressed when all four hold, and the verdict column says which did:
+  worse        it moved the wrong way for its direction (lower/higher is better)
+  significant  p <= --alpha
+  material     the change is larger than --threshold percent
+  enough       there are enough samples to tell at all (at alpha 0.05 the
+               U test needs at least 4 a side; fewer can never be significant)
+diff exits 1 when any metric regressed, naming each metric and why. With too
+few samples it says it cannot tell, on stderr, and exits 0.`,
+		Example: `  mstar report diff base.json new.json
+  mstar report diff --threshold 2 --alpha 0.01 base.json new.json
+  mstar report diff --format markdown base.json new.json > comment.md`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if format != reports.FormatText && format != reports.FormatMarkdown {
+				return usageErr("--format %q: want text or markdown", format)
+			}
+			if threshold < 0 {
+				return usageErr("--threshold %v: want a percentage >= 0", threshold)
+			}
+			if !(alpha > 0 && alpha < 1) {
+				return usageErr("--alpha %v: want a level between 0 and 1", alpha)
+			}
+			docs, err := readDocs(args)
+			if err != nil {
+				return err
+			}
+			c := reports.Diff(docs[:1], docs[1:], reports.DiffOptions{Threshold: threshold, Alpha: alpha})
+			if err := reports.RenderDiff(a.stdout, c, format); err != nil {
+				return err
+			}
+			if ct := c.CannotTell(); len(ct) > 0 {
+				var names []string
+				for _, m := range ct {
+					names = append(names, m.Key+": "+m.Metric+fmt.Sprintf(" (n=%d+%d)", m.Base.N, m.New.N))
+				}
+				fmt.Fprintf(a.stderr, "mstar: warning: cannot tell whether %d metric(s) changed: too few samples: %s\n", len(ct), strings.Join(names, "; "))
+			}
+			if regs := c.Regressions(); len(regs) > 0 {
+				var why []string
+				for _, m := range regs {
+					why = append(why, m.Key+": "+m.Metric+": "+m.Verdict(c.Options))
+				}
+				return failed("%d regression(s): %s", len(regs), strings.Join(why, "; "))
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&format, "format", reports.FormatText, "output format: text or markdown")
+	cmd.Flags().Float64Var(&threshold, "threshold", 5, "smallest change, in percent, that counts as a regression")
+	cmd.Flags().Float64Var(&alpha, "alpha", 0.05, "significance level of the Mann-Whitney U test")
+	return cmd
+}
+
+func reportExportCmd(a *app) *cobra.Command {
+	var format string
+	cmd := &cobra.Command{
+		Use:   "export --format gobench FILE...",
+		Short: "Write results in the Go benchmark format, for benchstat",
+		Long: `export writes the results of the documents to stdout in the Go benchmark
+format (golang.org/design/14313-benchmark-format), so benchstat and the other
+golang.org/x/perf tools read them:
+
+  - the environment becomes configuration lines ("host: gpu-a"), keys lower
+    case without spaces or colons;
+  - each sample of each metric is one line
+    "Benchmark<Name>/<param>=<value>...-1  1  <sample> <metric>-<unit>",
+    e.g. "BenchmarkMoe/batch=64/model=qwen3-1 1 312.5 latency-us";
+  - the unit joins metric name and unit because benchstat keeps one column
+    per unit; a "Unit latency-us better=lower" line before it carries the
+    metric's direction;
+  - unmeasured metrics are left out (unmeasured is not zero).
+
+benchstat puts documents whose environments differ (another commit, another
+host) into separate tables; compare them in one with -table '' or -ignore.`,
+		Example: `  mstar report export --format gobench base.json > base.txt
+  mstar report export --format gobench new.json > new.txt
+  benchstat base.txt new.txt`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := oneOf("format", format, []string{"gobench"}); err != nil {
+				return err
+			}
+			docs, err := readDocs(args)
+			if err != nil {
+				return err
+			}
+			return reports.ExportGoBench(a.stdout, docs)
+		},
+	}
+	cmd.Flags().StringVar(&format, "format", "gobench", "export format: gobench")
+	return cmd
+}
+
+func reportMergeCmd(a *app) *cobra.Command {
+	var out string
+	cmd := &cobra.Command{
+		Use:   "merge -o OUT FILE...",
+		Short: "Join results documents from several machines or shards into one",
+		Long: `merge joins documents into one, written atomically to OUT. Every result keeps
+the environment it was measured in: the merged document's environment holds
+the keys all results share, and each result records the keys in which it
+differs (its host, GPU, commit, ...). 'mstar report show' on the merged
+document prints the same tables, grouped by environment, as on its parts;
+'mstar report diff' accepts it on either side. Merged documents merge again.`,
+		Example: `  mstar report merge -o all.json shard-0.json shard-1.json shard-2.json
+  mstar report merge -o fleet.json h200-*.json h100-*.json`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if out == "" {
+				return usageErr("merge: -o OUT is required")
+			}
+			docs, err := readDocs(args)
+			if err != nil {
+				return err
+			}
+			m, err := reports.Merge(docs...)
+			if err != nil {
+				return badInput(err)
+			}
+			if err := reports.WriteFile(out, m); err != nil {
+				return badInput(err)
+			}
+			envs := map[string]bool{}
+			for i := range m.Results {
+				envs[m.EnvOf(&m.Results[i]).Key()] = true
+			}
+			fmt.Fprintf(a.stderr, "mstar: merged %d document(s), %d result(s) from %d environment(s) into %s\n", len(docs), len(m.Results), len(envs), out)
+			return nil
+		},
+	}
+	cmd.Flags().StringVarP(&out, "out", "o", "", "file to write the merged document to")
+	return cmd
+}
+
+func reportPlotCmd(a *app) *cobra.Command {
+	var opt reports.PlotOptions
+	var out string
+	var where map[string]string
+	cmd := &cobra.Command{
+		Use:   "plot --metric M --x PARAM -o OUT.png|OUT.svg FILE...",
+		Short: "Plot a metric against a numeric parameter, one line per series",
+		Long: `plot draws the median of a metric against a numeric parameter, with the 95%
+confidence interval of each median as an error bar. There is one line per
+series: by default per result name and combination of the other parameters,
+or per value of --series. --where keeps only results with the given
+parameter values. With several files, each line is labelled with its file;
+results from different environments are told apart by the keys that differ.
+Unmeasured points are left out, with a warning, never drawn as 0.
+
+The image format follows OUT's extension: .png or .svg.`,
+		Example: `  mstar report plot --metric latency --x batch --logx -o latency.png results.json
+  mstar report plot --metric tflops --x batch --series model -o tflops.svg results.json
+  mstar report plot --metric bandwidth --x size --where dir=h2d --logx -o h2d.png base.json new.json`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if opt.Metric == "" || opt.X == "" || out == "" {
+				return usageErr("plot: --metric, --x and -o are required")
+			}
+			if _, err := reports.PlotFormat(out); err != nil {
+				return usageErr("%v", err)
+			}
+			docs, err := readDocs(args)
+			if err != nil {
+				return err
+			}
+			opt.Where = where
+			for _, p := range args {
+				opt.Labels = append(opt.Labels, filepath.Base(p))
+			}
+			warnings, err := reports.PlotFile(out, docs, opt)
+			for _, w := range warnings {
+				fmt.Fprintln(a.stderr, "mstar: warning: "+w)
+			}
+			if err != nil {
+				return badInput(err)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&opt.Metric, "metric", "", "metric to plot (y)")
+	cmd.Flags().StringVar(&opt.X, "x", "", "numeric parameter on the x axis")
+	cmd.Flags().StringVar(&opt.Series, "series", "", "parameter whose values name the lines (default: name and all other parameters)")
+	cmd.Flags().StringToStringVar(&where, "where", nil, "keep only results with these parameter values (k=v,k2=v2)")
+	cmd.Flags().BoolVar(&opt.LogX, "logx", false, "logarithmic x axis")
+	cmd.Flags().BoolVar(&opt.LogY, "logy", false, "logarithmic y axis")
+	cmd.Flags().StringVar(&opt.Title, "title", "", "plot title (default: METRIC vs X)")
+	cmd.Flags().StringVarP(&out, "out", "o", "", "image to write: .png or .svg")
+	return cmd
+}
