@@ -278,6 +278,14 @@ func measureHost(dev gpu.Device, s gpu.Stream, n int64, t Timing, progress func(
 	return h2d, d2h
 }
 
+// normalBF16 fills b with bf16 bit patterns of standard normal values.
+func normalBF16(b []uint16, seed uint64) {
+	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	for i := range b {
+		b[i] = uint16(math.Float32bits(float32(r.NormFloat64())) >> 16)
+	}
+}
+
 // randomBF16 fills b with bf16 bit patterns of uniform values in [-1, 1).
 func randomBF16(b []uint16, seed uint64) {
 	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
@@ -287,7 +295,21 @@ func randomBF16(b []uint16, seed uint64) {
 	}
 }
 
+// gemmVariant is how the GEMM ceiling is run; the default is what
+// MeasureCeilings uses, the others exist for the GPU test that compares them.
+type gemmVariant struct {
+	outType   int    // cuda.DataBF16 or cuda.DataF32
+	workspace int64  // bytes of cuBLAS workspace to set; 0: cuBLAS's own
+	fill      string // "uniform", "normal" or "zero"
+}
+
+var defaultGEMM = gemmVariant{outType: cuda.DataBF16, fill: "uniform"}
+
 func measureGEMMCUDA(dev gpu.Device, s gpu.Stream, n int, t Timing) Ceiling {
+	return measureGEMMCUDAWith(dev, s, n, t, defaultGEMM)
+}
+
+func measureGEMMCUDAWith(dev gpu.Device, s gpu.Stream, n int, t Timing, v gemmVariant) Ceiling {
 	size := strconv.Itoa(n)
 	method := "cublasGemmEx bf16 in/out, fp32 compute, random data"
 	ctx, _ := gpu.CUDAOf(dev)
@@ -300,22 +322,45 @@ func measureGEMMCUDA(dev gpu.Device, s gpu.Stream, n int, t Timing) Ceiling {
 	if err := blasH.SetStream(cs); err != nil {
 		return unmeasured(UnitTFLOPs, size, method, "%v", err)
 	}
-	bytes := int64(n) * int64(n) * 2
-	var bufs [3]gpu.Buffer
-	for i := range bufs {
-		b, err := dev.Alloc(bytes)
+	if v.workspace > 0 {
+		ws, err := dev.Alloc(v.workspace)
 		if err != nil {
-			return unmeasured(UnitTFLOPs, size, method, "allocating %s for a %d³ GEMM: %v", bytesText(3*bytes), n, err)
+			return unmeasured(UnitTFLOPs, size, method, "allocating the cuBLAS workspace: %v", err)
+		}
+		defer ws.Free()
+		p, _ := gpu.CUDAPtrOf(ws)
+		if err := blasH.SetWorkspace(p, v.workspace); err != nil {
+			return unmeasured(UnitTFLOPs, size, method, "%v", err)
+		}
+	}
+	elems := int64(n) * int64(n)
+	outBytes := elems * 2
+	if v.outType == cuda.DataF32 {
+		outBytes = elems * 4
+	}
+	var bufs [3]gpu.Buffer
+	for i, nb := range []int64{elems * 2, elems * 2, outBytes} {
+		b, err := dev.Alloc(nb)
+		if err != nil {
+			return unmeasured(UnitTFLOPs, size, method, "allocating %s for a %d³ GEMM: %v", bytesText(4*elems+outBytes), n, err)
 		}
 		defer b.Free()
 		bufs[i] = b
 	}
 	// Random operands: an 8 MiB random tile per matrix, copied over it.
 	// Zeros would run faster than real data and overstate the ceiling.
-	tile := make([]uint16, min(int64(4<<20), bytes/2))
+	bytes := elems * 2
+	tile := make([]uint16, min(int64(4<<20), elems))
 	tileBytes := unsafe.Slice((*byte)(unsafe.Pointer(&tile[0])), 2*len(tile))
 	for m := 0; m < 2; m++ {
-		randomBF16(tile, uint64(m+1))
+		switch v.fill {
+		case "zero":
+			clear(tile)
+		case "normal":
+			normalBF16(tile, uint64(m+1))
+		default:
+			randomBF16(tile, uint64(m+1))
+		}
 		if err := s.CopyHtoD(bufs[m], 0, tileBytes); err != nil {
 			return unmeasured(UnitTFLOPs, size, method, "%v", err)
 		}
@@ -332,7 +377,7 @@ func measureGEMMCUDA(dev gpu.Device, s gpu.Stream, n int, t Timing) Ceiling {
 	pb, _ := gpu.CUDAPtrOf(bufs[1])
 	pc, _ := gpu.CUDAPtrOf(bufs[2])
 	gemm := func() error {
-		return blasH.GemmEx(cuda.OpN, cuda.OpN, n, n, n, 1, pa, cuda.DataBF16, n, pb, cuda.DataBF16, n, 0, pc, cuda.DataBF16, n)
+		return blasH.GemmEx(cuda.OpN, cuda.OpN, n, n, n, 1, pa, cuda.DataBF16, n, pb, cuda.DataBF16, n, 0, pc, v.outType, n)
 	}
 	sec, err := Time(s, t, gemm)
 	if err == nil {

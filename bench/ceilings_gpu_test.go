@@ -1,9 +1,11 @@
 package bench
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/mstar-dev/mstar/internal/gpu"
+	"github.com/mstar-dev/mstar/internal/gpu/cuda"
 )
 
 // GPU tests: they skip without a CUDA device. Build for the GPU machine with
@@ -75,5 +77,39 @@ func TestCUDATimeGraph(t *testing.T) {
 	s.Sync()
 	if back[0] != byte(calls) {
 		t.Errorf("buffer holds %d after the timed stream runs, want %d", back[0], byte(calls))
+	}
+}
+
+// TestCUDAGEMMVariants compares ways of running the GEMM ceiling, to show
+// which choices matter on this GPU (logged; the ceiling keeps the default).
+func TestCUDAGEMMVariants(t *testing.T) {
+	d := openCUDA(t)
+	if testing.Short() {
+		t.Skip("a diagnostic: several hundred 8192³ GEMMs")
+	}
+	s, err := d.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, tt := range []struct {
+		name   string
+		warmup int
+		v      gemmVariant
+	}{
+		{"default", 30, defaultGEMM},
+		{"long warm-up", 400, defaultGEMM},
+		{"32 MiB workspace", 30, gemmVariant{outType: cuda.DataBF16, fill: "uniform", workspace: 32 << 20}},
+		{"fp32 output", 30, gemmVariant{outType: cuda.DataF32, fill: "uniform"}},
+		{"normal data", 30, gemmVariant{outType: cuda.DataBF16, fill: "normal"}},
+		{"zeros", 30, gemmVariant{outType: cuda.DataBF16, fill: "zero"}},
+		{"default again", 30, defaultGEMM},
+	} {
+		c := measureGEMMCUDAWith(d, s, 8192, Timing{Warmup: tt.warmup, Samples: 20, Reps: 5}, tt.v)
+		if !c.Measured() {
+			t.Errorf("%s: %s", tt.name, c.Unmeasured)
+			continue
+		}
+		t.Logf("%-18s %6.1f TFLOP/s (min %.1f max %.1f)", tt.name, c.Value, slices.Min(c.Samples), slices.Max(c.Samples))
 	}
 }

@@ -185,3 +185,22 @@ func TestBytesText(t *testing.T) {
 		}
 	}
 }
+
+// The H200 document in the repo must stay readable as --ceilings input.
+func TestReadH200Ceilings(t *testing.T) {
+	c, err := ReadCeilings(filepath.Join("..", "testdata", "h200", "ceilings.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Device != "cuda:0" || c.Backend != gpu.CUDA {
+		t.Errorf("device %q backend %q", c.Device, c.Backend)
+	}
+	for _, k := range ceilingKinds {
+		if ce := c.byKind(k); !ce.Measured() || len(ce.Samples) != 20 {
+			t.Errorf("%s: measured %v, %d samples", k, ce.Measured(), len(ce.Samples))
+		}
+	}
+	if c.GEMM.Unit != UnitTFLOPs || c.D2D.Unit != UnitGBps {
+		t.Errorf("units %q %q", c.GEMM.Unit, c.D2D.Unit)
+	}
+}

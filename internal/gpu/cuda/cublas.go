@@ -25,6 +25,7 @@ type cublasAPI struct {
 	destroy   func(h uintptr) int32
 	setStream func(h, s uintptr) int32
 	getProp   func(prop int32, v *int32) int32
+	setWS     func(h uintptr, ws uint64, size uint64) int32
 	gemmEx    func(h uintptr, ta, tb int32, m, n, k int32, alpha unsafe.Pointer, a uint64, at int32, lda int32,
 		b uint64, bt int32, ldb int32, beta unsafe.Pointer, c uint64, ct int32, ldc int32, compute int32, algo int32) int32
 }
@@ -50,6 +51,7 @@ func loadCUBLAS() error {
 		b.bind(&cublas.setStream, "cublasSetStream_v2")
 		b.bind(&cublas.gemmEx, "cublasGemmEx")
 		b.try(&cublas.getProp, "cublasGetProperty")
+		b.try(&cublas.setWS, "cublasSetWorkspace_v2")
 		if err := b.err(); err != nil {
 			cublasErr = fmt.Errorf("cuBLAS %s: %w", l.comp.Path, err)
 			cublasComp.Err = cublasErr.Error()
@@ -115,6 +117,15 @@ func (b *BLAS) Destroy() error {
 // SetStream makes later calls run on s.
 func (b *BLAS) SetStream(s *Stream) error {
 	return b.c.Do(func() error { return cublasCheck(cublas.setStream(b.h, s.h), "cublasSetStream") })
+}
+
+// SetWorkspace gives cuBLAS a workspace of its own (cublasSetWorkspace);
+// larger ones let it pick faster kernels on Hopper.
+func (b *BLAS) SetWorkspace(ws DevicePtr, size int64) error {
+	if cublas.setWS == nil {
+		return fmt.Errorf("cublasSetWorkspace: not in this cuBLAS")
+	}
+	return b.c.Do(func() error { return cublasCheck(cublas.setWS(b.h, uint64(ws), uint64(size)), "cublasSetWorkspace") })
 }
 
 // GemmEx computes C = alpha·op(A)·op(B) + beta·C in cuBLAS's column-major
