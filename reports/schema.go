@@ -6,6 +6,35 @@
 // steps joined by this format. A document carries the environment it was
 // measured in as key/value pairs, and each result carries every raw sample,
 // not only a summary, so that later comparisons can do real statistics.
+//
+// # Writing
+//
+// A measuring command makes a document with NewDocument, appends results,
+// calls Finish and writes it with WriteFile, which is atomic (temporary file,
+// fsync, rename, fsync of the folder). A long run may instead stream it with
+// CreateStream: NDJSON, a header record, one record per result as it is
+// measured, and a footer; an interrupted stream still reads. Both writers
+// validate first: a metric has samples or says why it is unmeasured
+// (unmeasured is never 0), samples are finite, directions are "lower" or
+// "higher".
+//
+// # Reading
+//
+// ReadFile and Read take either form, told apart by the bytes alone, and
+// reject a missing, empty or malformed file, a wrong format or schema version
+// with one line that names the file and, for syntax, the line and column.
+//
+// # Reporting
+//
+// Summarize gives the median and its 95% confidence interval; Diff compares
+// two sets of documents with the Mann-Whitney U test, as benchstat does (both
+// through golang.org/x/perf/benchmath), and says for each metric whether it
+// got worse, significantly, by more than the threshold, with enough samples
+// to tell. Render prints tables (text, markdown, CSV, JSON), one per
+// environment; RenderDiff prints a comparison; ExportGoBench writes the Go
+// benchmark format for benchstat; Merge joins documents from several machines
+// keeping each result's environment (Result.Env, Document.EnvOf); Plot draws a
+// metric against a numeric parameter.
 package reports
 
 import (
