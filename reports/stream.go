@@ -52,7 +52,8 @@ type streamFooter struct {
 
 // StreamWriter writes a document in the streaming form: the header when it
 // is made, a record per result as each is added, the footer on Close.
-// Each record goes to the underlying writer in one Write call.
+// Each record goes to the underlying writer in one Write call. A
+// StreamWriter is not safe for concurrent use.
 type StreamWriter struct {
 	w       io.Writer
 	f       *os.File // set by CreateStream: synced after every record
