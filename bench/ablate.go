@@ -112,6 +112,7 @@ type LayerStats struct {
 	KernelMS []float64 // every sample
 	Slowdown []float64 // each sample / the median time of perfectly uniform routing
 	RelL2    float64   // ‖out − out_baseline‖ / ‖out_baseline‖
+	Touched  float64   // distinct experts the kernel's tokens use (their weights are read)
 }
 
 // RouterRun is one router's ablation.
@@ -129,11 +130,13 @@ type Ablation struct {
 	KernelName   string
 	KernelTokens int // tokens actually timed per kernel layer
 	Warnings     []string
+
+	uniformTouched int
 }
 
 // ErrAblationInput marks errors in the options or the inputs (bad router
 // settings, a trace that does not fit): the caller's fault, not the run's.
-var ErrAblationInput = errors.New("bad ablation input")
+var ErrAblationInput = errors.New("ablate router: bad input")
 
 func inputErr(format string, a ...any) error {
 	return fmt.Errorf("%w: %s", ErrAblationInput, fmt.Sprintf(format, a...))
@@ -352,6 +355,7 @@ func RunAblation(opt AblationOptions) (*Ablation, error) {
 			ls.TokenDrop = float64(o.TokenDrops()) / float64(T)
 			ls.RouteTime = spent[l]
 			ls.RelL2 = math.NaN()
+			ls.Touched = math.NaN()
 			if name == TraceRouter {
 				ls.AuxLoss, ls.ZLoss = math.NaN(), math.NaN()
 			} else {
@@ -386,6 +390,7 @@ func RunAblation(opt AblationOptions) (*Ablation, error) {
 		return nil, err
 	}
 	ref := toMoE(uniform, 0, n)
+	a.uniformTouched = ref.Touched(E)
 	from := T - n
 	for l := L - kernelLayers; l < L; l++ {
 		x := hidden[l][from*H:]
@@ -436,6 +441,7 @@ func RunAblation(opt AblationOptions) (*Ablation, error) {
 		for i := range names {
 			ls := &a.Runs[i].Layers[l]
 			ls.KernelMS = samples[i]
+			ls.Touched = float64(routings[i].Touched(E))
 			for _, v := range samples[i] {
 				ls.Slowdown = append(ls.Slowdown, v/refMed)
 			}
@@ -520,6 +526,7 @@ var columns = []column{
 	{"kernel_time", "ms", reports.LowerIsBetter, "kernel ms", func(ls *LayerStats) []float64 { return ls.KernelMS }, "the fused-MoE kernel ran on the last layers only (--kernel-layers)"},
 	{"slowdown", "x", reports.LowerIsBetter, "×uniform", func(ls *LayerStats) []float64 { return ls.Slowdown }, "the fused-MoE kernel ran on the last layers only (--kernel-layers)"},
 	{"rel_l2", "ratio", reports.LowerIsBetter, "relL2", func(ls *LayerStats) []float64 { return one(ls.RelL2) }, "no baseline output for this layer"},
+	{"touched_experts", "experts", reports.LowerIsBetter, "touched", func(ls *LayerStats) []float64 { return one(ls.Touched) }, "the fused-MoE kernel ran on the last layers only (--kernel-layers)"},
 }
 
 func finite(vs []float64) []float64 {
@@ -635,6 +642,9 @@ func (a *Ablation) WriteTable(w io.Writer) error {
 	} else {
 		fmt.Fprintln(w, "# kernel: not run (--kernel-tokens 0)")
 	}
+	if a.KernelTokens > 0 {
+		fmt.Fprintln(w, "# touched = experts the kernel's tokens use; with few tokens, routing that spreads wider reads more expert weights, so ×uniform < 1 is expected there")
+	}
 	fmt.Fprintln(w, "# load metrics: mean over layers; MaxVio = max/mean load − 1, balance = mean/max, entropy normalised (1 = uniform)")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	hdr := []string{"router"}
@@ -665,6 +675,8 @@ func (a *Ablation) WriteTable(w io.Writer) error {
 				row = append(row, reports.FormatValue(reports.Summarize(all).Median))
 			case "slowdown":
 				row = append(row, "1")
+			case "touched_experts":
+				row = append(row, strconv.Itoa(a.uniformTouched))
 			default:
 				row = append(row, "")
 			}
@@ -696,7 +708,7 @@ func cell(c column, vals []float64) string {
 	switch c.name {
 	case "token_drop", "route_time":
 		return strconv.FormatFloat(v, 'f', 1, 64)
-	case "kernel_time", "slowdown", "aux_loss", "z_loss":
+	case "kernel_time", "slowdown", "aux_loss", "z_loss", "touched_experts":
 		return reports.FormatValue(v)
 	case "rel_l2":
 		if v == 0 {
@@ -707,30 +719,59 @@ func cell(c column, vals []float64) string {
 	return strconv.FormatFloat(v, 'f', 3, 64)
 }
 
-// loadGrid is one router's layers × experts load, relative to the mean.
-type loadGrid struct {
-	z        [][]float64 // [layer][expert]
-	min, max float64
+// heatMax caps the heat map's scale (load / mean load) so that one very
+// skewed router does not wash out the others.
+const heatMax = 4
+
+// loadCells is one router's layers × experts load relative to the mean, as
+// a gonum/plot plotter: cells are filled rectangles drawn a hair wider than
+// their pitch, so anti-aliasing leaves no seams between them (the stock
+// HeatMap shows hairlines at 128+ experts, and its rasterised form blurs).
+type loadCells struct {
+	z   [][]float64 // [layer][expert]
+	pal []color.Color
+	max float64
 }
 
-func (g loadGrid) Dims() (c, r int)   { return len(g.z[0]), len(g.z) }
-func (g loadGrid) Z(c, r int) float64 { return g.z[r][c] }
-func (g loadGrid) X(c int) float64    { return float64(c) }
-func (g loadGrid) Y(r int) float64    { return float64(r) }
-func (g loadGrid) Min() float64       { return g.min }
-func (g loadGrid) Max() float64       { return g.max }
+func (g loadCells) Plot(c draw.Canvas, p *plot.Plot) {
+	trX, trY := p.Transforms(&c)
+	const overlap = vg.Length(0.6)
+	for r, row := range g.z {
+		for e, v := range row {
+			x0, x1 := trX(float64(e)-0.5), trX(float64(e)+0.5)+overlap
+			y0, y1 := trY(float64(r)-0.5), trY(float64(r)+0.5)+overlap
+			var pa vg.Path
+			pa.Move(vg.Point{X: x0, Y: y0})
+			pa.Line(vg.Point{X: x1, Y: y0})
+			pa.Line(vg.Point{X: x1, Y: y1})
+			pa.Line(vg.Point{X: x0, Y: y1})
+			pa.Close()
+			col := color.Color(color.White) // hotter than the scale
+			if v <= g.max {
+				col = g.pal[int(v/g.max*float64(len(g.pal)-1)+0.5)]
+			}
+			c.SetColor(col)
+			c.Fill(pa)
+		}
+	}
+}
+
+func (g loadCells) DataRange() (xmin, xmax, ymin, ymax float64) {
+	return -0.5, float64(len(g.z[0])) - 0.5, -0.5, float64(len(g.z)) - 0.5
+}
 
 // WriteHeatMap draws each router's expert load as a heat map, layers ×
 // experts, one panel per router, on a shared colour scale of load / mean
-// load (1 = perfectly balanced), as PNG.
+// load (1 = perfectly balanced; the scale stops at heatMax, hotter experts
+// are white), as PNG.
 func (a *Ablation) WriteHeatMap(w io.Writer) error {
 	if len(a.Runs) == 0 {
 		return fmt.Errorf("heat map: no routers ran")
 	}
 	hi := 1.0
-	grids := make([]loadGrid, len(a.Runs))
+	grids := make([]loadCells, len(a.Runs))
 	for i, run := range a.Runs {
-		g := loadGrid{z: make([][]float64, len(run.Layers))}
+		g := loadCells{z: make([][]float64, len(run.Layers))}
 		for l, ls := range run.Layers {
 			total := 0
 			for _, v := range ls.Load {
@@ -747,6 +788,11 @@ func (a *Ablation) WriteHeatMap(w io.Writer) error {
 		}
 		grids[i] = g
 	}
+	hi = math.Min(hi, heatMax)
+	cm := moreland.ExtendedBlackBody()
+	cm.SetMin(0)
+	cm.SetMax(hi)
+	pal := cm.Palette(255).Colors()
 	cols := min(3, len(a.Runs))
 	rows := (len(a.Runs) + cols - 1) / cols
 	plots := make([][]*plot.Plot, rows)
@@ -755,21 +801,18 @@ func (a *Ablation) WriteHeatMap(w io.Writer) error {
 	}
 	for i, run := range a.Runs {
 		g := grids[i]
-		g.min, g.max = 0, hi
-		cm := moreland.ExtendedBlackBody()
-		cm.SetMin(0)
-		cm.SetMax(hi)
-		hm := plotter.NewHeatMap(g, cm.Palette(255))
+		g.pal, g.max = pal, hi
 		p := plot.New()
 		p.Title.Text = run.Router
 		p.X.Label.Text = "expert"
 		p.Y.Label.Text = "layer"
 		p.Y.Tick.Marker = layerTicks(run.Layers)
-		p.Add(hm)
+		p.X.Padding, p.Y.Padding = 0, 0
+		p.Add(g)
 		plots[i/cols][i%cols] = p
 	}
 	bar := plot.New()
-	bar.Title.Text = "load / mean load (1 = balanced)"
+	bar.Title.Text = fmt.Sprintf("load / mean load (1 = balanced; white: %g or more)", hi)
 	bar.HideY()
 	bar.X.Padding = 0
 	cb := &plotter.ColorBar{ColorMap: moreland.ExtendedBlackBody()}

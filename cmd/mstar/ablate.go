@@ -1,0 +1,266 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/mstar-dev/mstar/bench"
+	"github.com/mstar-dev/mstar/internal/envinfo"
+	"github.com/mstar-dev/mstar/internal/gpu"
+	"github.com/mstar-dev/mstar/internal/progress"
+	"github.com/mstar-dev/mstar/kernels/moe"
+	"github.com/mstar-dev/mstar/kernels/router"
+	"github.com/mstar-dev/mstar/reports"
+)
+
+func init() {
+	register(func(a *app) *cobra.Command {
+		cmd := &cobra.Command{
+			Use:   "ablate",
+			Short: "Compare design choices of an MoE layer side by side (routers)",
+			Long: `ablate runs one ablation study. 'ablate router' routes the same tokens with
+many routers and measures what each routing does to expert load and to the
+fused-MoE kernel.`,
+			Example: `  mstar ablate router --model qwen3-30b-a3b --layers 4`,
+			Args:    cobra.ArbitraryArgs,
+			RunE: func(cmd *cobra.Command, args []string) error {
+				if len(args) > 0 {
+					return usageErr("unknown command %q for %q (see 'mstar ablate --help')", args[0], cmd.CommandPath())
+				}
+				return cmd.Help()
+			},
+		}
+		cmd.AddCommand(newAblateRouter(a))
+		return cmd
+	})
+}
+
+func newAblateRouter(a *app) *cobra.Command {
+	var (
+		model, device, out, heatmap, gates, tracePath, baseline string
+		routers                                                 []string
+		gateLayers                                              []int
+		experts, topk, hidden, inter                            int
+		layers, tokens, batch                                   int
+		kTokens, kLayers, kSamples                              int
+		zipf, strength, corr                                    float64
+		rf                                                      routerFlags
+	)
+	cmd := &cobra.Command{
+		Use:   "router",
+		Short: "Routers × metrics: expert load, losses, routing time, and fused-MoE time under each routing",
+		Long: `ablate router routes one workload — --layers layers of --tokens tokens — with
+every router (--routers; by default ` + strings.Join(bench.DefaultAblationRouters, ", ") + `)
+and prints a routers × metrics table:
+
+  MaxVio     max expert load / mean load − 1 (0 = perfectly balanced)
+  balance    mean load / max load (1 = perfectly balanced)
+  CV         coefficient of variation of the expert loads
+  entropy    entropy of the load distribution / ln E (1 = uniform)
+  drop%      tokens routed to no expert (switch capacity, expert choice)
+  aux        Switch auxiliary loss E·Σ f_i·P_i (1 = balanced)
+  z-loss     mean over tokens of (logsumexp of the logits)²
+  route µs   time spent in the router for all tokens of a layer
+  kernel ms  fused-MoE layer time under this routing (median)
+  ×uniform   kernel time / kernel time under perfectly uniform routing
+  relL2      ‖out − out_baseline‖/‖out_baseline‖ of the MoE output vs --baseline
+
+Load metrics are means over the layers (each layer's loads count all tokens);
+every layer's values are in the results document (--out) as result
+"router/layer", with the expert loads as metric expert_load. --heatmap draws
+the loads, layers × experts, one panel per router.
+
+The workload: hidden states with a Zipf-skewed expert affinity (--zipf: 0 is
+uniform, 1 leaves a few experts far more attractive), the preferred expert's
+logit raised by --strength standard deviations, and --correlation between
+consecutive layers; gate weights random or read from a safetensors checkpoint
+(--gates: model.layers.N.mlp.gate.weight, and DeepSeek-V3's
+e_score_correction_bias where present). --trace replays a recorded routing
+(JSON Lines: a header {"format":"mstar.routing-trace","experts":E,"topk":K},
+then one line {"layer":L,"ids":[...],"weights":[...]} per token per layer) as
+router "trace". Tokens are routed in batches of --batch, in order, so stateful
+routers (deepseek-v3-lossfree, cross-layer) carry their state from layer to
+layer and from batch to batch.
+
+Kernel time is the fused-MoE layer of the model's shape run on the last
+--kernel-tokens tokens of the last --kernel-layers layers, --kernel-samples
+times, interleaved across routers. On this build it is the CPU path
+(moe.ForwardCPU) on every device: keep --kernel-tokens small there, the table
+says how many were used. --kernel-tokens 0 skips the kernel.
+
+Bad input exits 2: k above the experts, groups that do not divide the experts,
+a safetensors file that lacks a gate or has the wrong shape, a trace with an
+out-of-range expert id.`,
+		Example: `  mstar ablate router --model qwen3-30b-a3b --layers 4
+  mstar ablate router --model deepseek-v3 --layers 2 --tokens 2048 --zipf 1.2 --out ablate.json --heatmap load.png
+  mstar ablate router --model mixtral-8x7b --routers mixtral,switch,expert-choice --capacity-factor 1.0
+  mstar ablate router --model qwen3-30b-a3b --gates /models/Qwen3-30B-A3B --gate-layers 0,24,47 --layers 3
+  mstar ablate router --model qwen3-30b-a3b --trace routing.jsonl --routers trace,softmax-topk-norm`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			m, err := router.ModelByName(model)
+			if err != nil {
+				return usageErr("--model: %v", err)
+			}
+			custom := false
+			for _, o := range []struct {
+				flag string
+				v    int
+				dst  *int
+			}{{"experts", experts, &m.E}, {"topk", topk, &m.K}, {"hidden", hidden, &m.H}, {"inter", inter, &m.I}} {
+				if cmd.Flags().Changed(o.flag) {
+					if o.v <= 0 {
+						return usageErr("--%s %d: must be positive", o.flag, o.v)
+					}
+					*o.dst, custom = o.v, true
+				}
+			}
+			if custom {
+				m.Name = fmt.Sprintf("%s(E%d,k%d,H%d,I%d)", m.Name, m.E, m.K, m.H, m.I)
+			}
+			if m.K > m.E {
+				return usageErr("--topk %d exceeds the %d experts", m.K, m.E)
+			}
+			for _, c := range []struct {
+				flag string
+				v    int
+			}{{"layers", layers}, {"tokens", tokens}, {"batch", batch}, {"kernel-tokens", kTokens}, {"kernel-layers", kLayers}, {"kernel-samples", kSamples}} {
+				if c.v < 0 {
+					return usageErr("--%s %d: must not be negative", c.flag, c.v)
+				}
+			}
+			cfg, err := rf.config(cmd)
+			if err != nil {
+				return err
+			}
+			opt := bench.AblationOptions{
+				Model: m, Routers: routers, Config: cfg, Baseline: baseline,
+				Layers: layers, Tokens: tokens, Batch: batch,
+				Workload:     router.Workload{Alpha: zipf, Strength: strength, Correlation: corr, Seed: rf.seed},
+				KernelTokens: kTokens, KernelLayers: kLayers, KernelSamples: kSamples,
+				Seed: rf.seed,
+			}
+			if w := opt.Workload; true {
+				w.Tokens = 1 // checked by the suite
+				if err := w.Validate(); err != nil {
+					return usageErr("%v", err)
+				}
+			}
+			if gates != "" {
+				if tracePath != "" {
+					return usageErr("--gates and --trace: give one (a trace is routing already done)")
+				}
+				gs, err := router.LoadGates(gates, m.E, m.H, gateLayers, layers)
+				if err != nil {
+					return badInput(fmt.Errorf("--gates: %w", err))
+				}
+				opt.Gates = gs
+				opt.Layers = len(gs.Layers)
+			} else if len(gateLayers) > 0 {
+				return usageErr("--gate-layers needs --gates")
+			}
+			kernelK := m.K
+			if tracePath != "" {
+				tr, err := router.ReadTraceFile(tracePath)
+				if err != nil {
+					return badInput(fmt.Errorf("--trace: %w", err))
+				}
+				opt.Trace = tr
+				kernelK = tr.TopK
+				if !cmd.Flags().Changed("layers") {
+					opt.Layers = 0 // every layer of the trace
+				}
+				if !cmd.Flags().Changed("tokens") {
+					opt.Tokens = 0 // every token of the trace
+				}
+			}
+			var dev gpu.Device
+			if kTokens > 0 && kSamples > 0 && kLayers > 0 {
+				if dev, err = a.openDevice(device); err != nil {
+					return err
+				}
+				defer dev.Close()
+				k, note := bench.KernelFor(dev, moe.Shape{E: m.E, K: min(kernelK, m.E), H: m.H, I: m.I}, rf.seed)
+				opt.Kernel = k
+				if note != "" {
+					fmt.Fprintln(a.stderr, "mstar: "+note)
+				}
+			}
+			doc := reports.NewDocument(bench.AblationSuite, a.args, envinfo.Collect(dev))
+			var bar *progress.Bar
+			last := 0
+			opt.Progress = func(what string, done, total int) {
+				if bar == nil {
+					bar = progress.New(a.stderr, total, "ablate router")
+				}
+				bar.Describe(what)
+				bar.Add(done - last)
+				last = done
+			}
+			res, err := bench.RunAblation(opt)
+			bar.Finish()
+			if err != nil {
+				if errors.Is(err, bench.ErrAblationInput) {
+					return badInput(err)
+				}
+				return err
+			}
+			doc.Results = res.Results()
+			doc.Warnings = res.Warnings
+			doc.Finish()
+			if err := res.WriteTable(a.stdout); err != nil {
+				return err
+			}
+			if heatmap != "" {
+				f, err := os.Create(heatmap)
+				if err != nil {
+					return badInput(fmt.Errorf("--heatmap: %w", err))
+				}
+				if err := res.WriteHeatMap(f); err != nil {
+					f.Close()
+					return fmt.Errorf("writing %s: %w", heatmap, err)
+				}
+				if err := f.Close(); err != nil {
+					return fmt.Errorf("writing %s: %w", heatmap, err)
+				}
+				fmt.Fprintf(a.stderr, "mstar: wrote %s\n", heatmap)
+			}
+			if out != "" {
+				if err := reports.WriteFile(out, doc); err != nil {
+					return err
+				}
+				fmt.Fprintf(a.stderr, "mstar: wrote %s\n", out)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&model, "model", "qwen3-30b-a3b", "model preset: "+strings.Join(router.ModelNames(), ", "))
+	f.IntVar(&experts, "experts", 0, "override the model's number of experts")
+	f.IntVar(&topk, "topk", 0, "override the model's experts per token")
+	f.IntVar(&hidden, "hidden", 0, "override the model's hidden size")
+	f.IntVar(&inter, "inter", 0, "override the model's expert intermediate size")
+	f.StringSliceVar(&routers, "routers", nil, "routers to compare, comma-separated (default: all built-ins; 'trace' replays --trace)")
+	f.StringVar(&baseline, "baseline", "", "router whose MoE output the others are compared with (default: the model's own router; the trace with --trace)")
+	f.IntVar(&layers, "layers", 4, "layers to route")
+	f.IntVar(&tokens, "tokens", 4096, "tokens per layer")
+	f.IntVar(&batch, "batch", 512, "tokens per batch (stateful routers adapt batch by batch; 0: one batch)")
+	f.Float64Var(&zipf, "zipf", 1.0, "Zipf exponent of the experts' affinity (0: uniform)")
+	f.Float64Var(&strength, "strength", 2.0, "logit boost of a token's preferred expert, in standard deviations")
+	f.Float64Var(&corr, "correlation", 0.5, "correlation of preferences and hidden states between consecutive layers, in [0,1]")
+	f.StringVar(&gates, "gates", "", "read gate weights from a safetensors `FILE` or a directory of shards")
+	f.IntSliceVar(&gateLayers, "gate-layers", nil, "model layer numbers to read from --gates (default: the first --layers that have a gate)")
+	f.StringVar(&tracePath, "trace", "", "replay a recorded routing `FILE` as router 'trace'")
+	f.IntVar(&kTokens, "kernel-tokens", 16, "tokens per layer timed through the fused-MoE kernel (0: skip the kernel)")
+	f.IntVar(&kLayers, "kernel-layers", 1, "layers (the last ones) timed through the fused-MoE kernel")
+	f.IntVar(&kSamples, "kernel-samples", 3, "kernel timings per router and layer")
+	f.StringVarP(&out, "out", "o", "", "write the results document to `FILE`")
+	f.StringVar(&heatmap, "heatmap", "", "write the expert-load heat map (layers × experts, a panel per router) as PNG to `FILE`")
+	addDeviceFlag(cmd, &device)
+	rf.add(cmd)
+	return cmd
+}

@@ -1,0 +1,133 @@
+package main
+
+import (
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func writeFile(t *testing.T, dir, name, text string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+type routeJSON struct {
+	IDs     [][]int32   `json:"ids"`
+	Weights [][]float64 `json:"weights"`
+	Dropped [][]bool    `json:"dropped"`
+}
+
+func TestRouteCommand(t *testing.T) {
+	dir := t.TempDir()
+	logits := writeFile(t, dir, "logits.json", "[[1,2,3,0],\n [0,0,5,5]]")
+	// DeepSeek-V3 case of kernels/router's tests: s = sigmoid(l), bias moves
+	// expert 6 in; weights s6,s4,s5 renormalised × 2.5.
+	v3 := writeFile(t, dir, "v3.json", "[[2,-1,0.5,0.4,1.5,1.4,-2,3]]")
+	bias := writeFile(t, dir, "bias.json", "[0,0,0,0,0,0,0.9,-0.5]")
+	l3 := math.Log(3)
+	sw := writeFile(t, dir, "switch.json", "[["+ftoa(l3)+",0],["+ftoa(l3)+",0],["+ftoa(l3)+",0],["+ftoa(l3)+",0]]")
+	tests := []struct {
+		name string
+		args []string
+		want routeJSON
+	}{
+		{"softmax-topk renormalised: e^3/(e^3+e^2)",
+			[]string{"--router", "softmax-topk", "--logits", logits, "--topk", "2", "--renormalize"},
+			routeJSON{IDs: [][]int32{{2, 1}, {2, 3}}, Weights: [][]float64{{0.7310585786300049, 0.2689414213699951}, {0.5, 0.5}}}},
+		{"softmax-topk plain",
+			[]string{"--router", "softmax-topk", "--logits", logits, "--topk", "1"},
+			routeJSON{IDs: [][]int32{{2}, {2}}, Weights: [][]float64{{0.6439142598879724}, {0.4966535745378576}}}},
+		{"mixtral",
+			[]string{"--router", "mixtral", "--logits", logits},
+			routeJSON{IDs: [][]int32{{2, 1}, {2, 3}}, Weights: [][]float64{{0.7310585786300049, 0.2689414213699951}, {0.5, 0.5}}}},
+		{"deepseek-v3 with bias and groups",
+			[]string{"--router", "deepseek-v3", "--logits", v3, "--bias", bias, "--topk", "3", "--n-group", "4", "--topk-group", "2", "--scaling", "2.5"},
+			routeJSON{IDs: [][]int32{{6, 4, 5}}, Weights: [][]float64{{0.17137086795536288, 1.175377626879477, 1.15325150516516}}}},
+		{"deepseek-v2: group {2,3} kept, × 16",
+			[]string{"--router", "deepseek-v2", "--logits", logits, "--topk", "2", "--n-group", "2", "--topk-group", "1", "--scaling", "16"},
+			routeJSON{IDs: [][]int32{{2, 3}, {2, 3}}, Weights: [][]float64{{16 * 0.6439142598879724, 16 * 0.03205860328008499}, {16 * 0.4966535745378576, 16 * 0.4966535745378576}}}},
+		{"switch drops past capacity",
+			[]string{"--router", "switch", "--logits", sw, "--topk", "1", "--capacity-factor", "1"},
+			routeJSON{IDs: [][]int32{{0}, {0}, {0}, {0}}, Weights: [][]float64{{0.75}, {0.75}, {0}, {0}}, Dropped: [][]bool{{false}, {false}, {true}, {true}}}},
+		{"stdin",
+			[]string{"--router", "softmax-topk-norm", "--logits", "-", "--topk", "2"},
+			routeJSON{IDs: [][]int32{{0, 1}}, Weights: [][]float64{{0.5, 0.5}}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errb strings.Builder
+			code := run(append([]string{"route"}, tc.args...), strings.NewReader("[[1,1,0]]"), &out, &errb)
+			if code != exitOK {
+				t.Fatalf("exit %d: %s", code, errb.String())
+			}
+			var got routeJSON
+			if err := json.Unmarshal([]byte(out.String()), &got); err != nil {
+				t.Fatalf("output is not JSON: %v\n%s", err, out.String())
+			}
+			if !reflect.DeepEqual(got.IDs, tc.want.IDs) || !reflect.DeepEqual(got.Dropped, tc.want.Dropped) {
+				t.Errorf("ids/dropped (-want +got):\n-%v %v\n+%v %v", tc.want.IDs, tc.want.Dropped, got.IDs, got.Dropped)
+			}
+			if len(got.Weights) != len(tc.want.Weights) {
+				t.Fatalf("%d weight rows, want %d", len(got.Weights), len(tc.want.Weights))
+			}
+			for i, row := range tc.want.Weights {
+				for j, w := range row {
+					if math.Abs(got.Weights[i][j]-w) > 1e-5*math.Max(1, w) {
+						t.Errorf("weight [%d][%d] = %v, want %v", i, j, got.Weights[i][j], w)
+					}
+				}
+			}
+			if n := strings.Count(out.String(), "\n"); n < 2*len(tc.want.IDs) {
+				t.Errorf("want one token per line:\n%s", out.String())
+			}
+		})
+	}
+}
+
+func ftoa(f float64) string { b, _ := json.Marshal(f); return string(b) }
+
+func TestRouteBadInput(t *testing.T) {
+	dir := t.TempDir()
+	logits := writeFile(t, dir, "logits.json", "[[1,2,3,0],[0,0,5,5]]")
+	ragged := writeFile(t, dir, "ragged.json", "[[1,2,3,0],[0,0,5]]")
+	notJSON := writeFile(t, dir, "bad.json", "[[1,2,")
+	bias := writeFile(t, dir, "bias.json", "[0,0,0]")
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"k above experts", []string{"--router", "softmax-topk", "--logits", logits, "--topk", "5"}, "top-k 5 exceeds the 4 experts"},
+		{"groups not dividing experts", []string{"--router", "deepseek-v3", "--logits", logits, "--n-group", "3", "--topk-group", "1"}, "n_group 3 does not divide the 4 experts"},
+		{"deepseek-v3 defaults need 8 groups", []string{"--router", "deepseek-v3", "--logits", logits}, "n_group 8 does not divide the 4 experts"},
+		{"ragged rows", []string{"--router", "mixtral", "--logits", ragged}, "row 1 has 3 numbers, row 0 has 4"},
+		{"not JSON", []string{"--router", "mixtral", "--logits", notJSON}, "want a JSON array of rows of numbers"},
+		{"bias length", []string{"--router", "deepseek-v3", "--logits", logits, "--bias", bias, "--n-group", "1", "--topk-group", "1"}, "3 bias values, want one per expert (4"},
+		{"unknown router", []string{"--router", "nope", "--logits", logits}, `unknown router "nope"`},
+		{"no router", []string{"--logits", logits}, "--router is required"},
+		{"missing file", []string{"--router", "mixtral", "--logits", filepath.Join(dir, "none.json")}, "no such file"},
+		{"negative scaling", []string{"--router", "mixtral", "--logits", logits, "--scaling", "-1"}, "--scaling -1: must not be negative"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			out, stderr, code := runMstar(t, append([]string{"route"}, tc.args...)...)
+			if code != exitBadUsge {
+				t.Errorf("exit %d, want %d (bad input); stderr: %s", code, exitBadUsge, stderr)
+			}
+			if !strings.Contains(stderr, tc.want) {
+				t.Errorf("stderr %q lacks %q", stderr, tc.want)
+			}
+			if out != "" {
+				t.Errorf("printed a routing despite the error: %s", out)
+			}
+		})
+	}
+}
