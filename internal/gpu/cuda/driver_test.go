@@ -127,3 +127,22 @@ func TestMarshalParams(t *testing.T) {
 		t.Errorf("no arguments: params %v, err %v; want nil, nil", p, err)
 	}
 }
+
+func TestCompileErrorMessage(t *testing.T) {
+	log := `k.cu(1): catastrophic error: cannot open source file "cuda_bf16.h"`
+	e := &CompileError{Name: "k.cu", Err: &Error{Call: "nvrtcCompileProgram", Code: 6, Name: "NVRTC_ERROR_COMPILATION"}, Log: log,
+		Hint: "the CUDA headers were not found (searched /usr/local/cuda/include); set MSTAR_CUDA_INCLUDE to the toolkit's include folder"}
+	got := e.Error()
+	for _, want := range []string{"compiling k.cu", "NVRTC_ERROR_COMPILATION", "searched /usr/local/cuda/include", EnvInclude, log} {
+		if !strings.Contains(got, want) {
+			t.Errorf("%q lacks %q", got, want)
+		}
+	}
+	if !mentionsCUDAHeader(log) || mentionsCUDAHeader("k.cu(3): error: identifier \"x\" is undefined") {
+		t.Error("mentionsCUDAHeader misreads the log")
+	}
+	var ce *Error
+	if !errors.As(e, &ce) || ce.Name != "NVRTC_ERROR_COMPILATION" {
+		t.Error("CompileError does not unwrap to the NVRTC error")
+	}
+}

@@ -276,8 +276,10 @@ func (c *Compiler) Compile(src, name string, opts []string) (*CompileResult, err
 	return res, nil
 }
 
+// mentionsCUDAHeader reports whether a compile log is NVRTC failing to find
+// an include ("catastrophic error: cannot open source file "cuda_bf16.h"").
 func mentionsCUDAHeader(log string) bool {
-	return strings.Contains(log, "cannot open source file") || strings.Contains(log, ".h")
+	return strings.Contains(log, "cannot open source file")
 }
 
 // CompileModule compiles src for this context's device and loads it.
