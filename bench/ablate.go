@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mstar-dev/mstar/internal/gpu"
+	"github.com/mstar-dev/mstar/internal/gpu/cuda"
 	"github.com/mstar-dev/mstar/kernels/moe"
 	"github.com/mstar-dev/mstar/kernels/router"
 	"github.com/mstar-dev/mstar/reports"
@@ -89,14 +90,112 @@ func (k CPUKernel) Forward(x []float32, r moe.Routing, out []float32) (time.Dura
 	return time.Since(t0), nil
 }
 
-// KernelFor returns the fused-MoE kernel the ablation uses on dev, and a
-// note when it is not dev's own.
-func KernelFor(dev gpu.Device, shape moe.Shape, seed uint64) (MoEKernel, string) {
-	k := CPUKernel{Layer: moe.NewLayer(shape, seed)}
-	if dev != nil && dev.Info().Backend == gpu.CUDA {
-		return k, "kernel times are the CPU path's: the CUDA fused-MoE path is not wired into the ablation yet"
+// CUDAKernel is kernels/moe's CUDA path — the kernels `bench moe` times —
+// for the ablation. Each Forward uploads the tokens and the routing, runs
+// one pass and downloads its output, then times CUDA-graph replays of the
+// layer (alignment included): the duration is device time per call.
+type CUDAKernel struct {
+	ctx   *cuda.Context
+	k     *moe.Kernels
+	w     *moe.DeviceWeights
+	st    *cuda.Stream
+	shape moe.Shape
+	plans map[[2]int]*moe.Plan // by tokens, slots per token
+	Note  string               // how moe.cu was compiled
+}
+
+// NewCUDAKernel compiles the kernels and uploads l's weights to dev.
+func NewCUDAKernel(dev gpu.Device, l *moe.Layer) (*CUDAKernel, error) {
+	ctx, ok := gpu.CUDAOf(dev)
+	if !ok {
+		return nil, fmt.Errorf("device %s is not a CUDA device", dev.Info().ID)
 	}
-	return k, ""
+	if err := moe.CheckCUDAShape(l.Shape); err != nil {
+		return nil, err
+	}
+	k, err := moe.CompileKernels(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	c := &CUDAKernel{ctx: ctx, k: k, shape: l.Shape, plans: map[[2]int]*moe.Plan{}}
+	c.Note = fmt.Sprintf("moe.cu: %s for %s, cache hit %v", k.Compile.Kind, ctx.Props().Arch(), k.Compile.CacheHit)
+	if c.w, err = moe.UploadWeights(ctx, l); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("uploading weights: %w", err)
+	}
+	if c.st, err = ctx.NewStream(); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *CUDAKernel) Name() string     { return "cuda (kernels/moe, CUDA-graph replay, device time)" }
+func (c *CUDAKernel) Shape() moe.Shape { return c.shape }
+
+func (c *CUDAKernel) Forward(x []float32, r moe.Routing, out []float32) (time.Duration, error) {
+	key := [2]int{r.M, r.K}
+	p, ok := c.plans[key]
+	if !ok {
+		s := c.shape
+		s.K = r.K // expert choice gives tokens more slots than the model's k
+		var err error
+		if p, err = c.k.NewPlan(s, r.M, moe.Config{}); err != nil {
+			return 0, err
+		}
+		c.plans[key] = p
+	}
+	if err := p.SetInputs(x, r); err != nil {
+		return 0, err
+	}
+	if err := p.Enqueue(c.st, c.w); err != nil {
+		return 0, err
+	}
+	if err := c.st.Synchronize(); err != nil {
+		return 0, err
+	}
+	o, err := p.Output()
+	if err != nil {
+		return 0, err
+	}
+	copy(out, o)
+	us, _, err := p.TimeGraph(c.st, []*moe.DeviceWeights{c.w}, 1)
+	if err != nil {
+		return 0, err
+	}
+	return time.Duration(us[0] * float64(time.Microsecond)), nil
+}
+
+// Close frees the plans, weights, stream and module.
+func (c *CUDAKernel) Close() error {
+	var errs []error
+	for _, p := range c.plans {
+		errs = append(errs, p.Free())
+	}
+	if c.w != nil {
+		errs = append(errs, c.w.Free())
+	}
+	if c.st != nil {
+		errs = append(errs, c.st.Destroy())
+	}
+	errs = append(errs, c.k.Close())
+	return errors.Join(errs...)
+}
+
+// KernelFor returns the fused-MoE kernel the ablation uses on dev — the
+// CUDA path on a CUDA device, moe.ForwardCPU otherwise — with a note to
+// show the user (how the kernels were compiled, or why the CPU path stands
+// in), and a function that releases it.
+func KernelFor(dev gpu.Device, shape moe.Shape, seed uint64) (MoEKernel, string, func()) {
+	l := moe.NewLayer(shape, seed)
+	if dev == nil || dev.Info().Backend != gpu.CUDA {
+		return CPUKernel{Layer: l}, "", func() {}
+	}
+	k, err := NewCUDAKernel(dev, l)
+	if err != nil {
+		return CPUKernel{Layer: l}, "kernel times are the CPU path's: the CUDA fused-MoE path failed: " + err.Error(), func() {}
+	}
+	return k, k.Note, func() { k.Close() }
 }
 
 // LayerStats is one router's routing of one layer.

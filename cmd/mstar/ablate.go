@@ -88,9 +88,10 @@ layer and from batch to batch.
 
 Kernel time is the fused-MoE layer of the model's shape run on the last
 --kernel-tokens tokens of the last --kernel-layers layers, --kernel-samples
-times, interleaved across routers. On this build it is the CPU path
-(moe.ForwardCPU) on every device: keep --kernel-tokens small there, the table
-says how many were used. --kernel-tokens 0 skips the kernel.
+times, interleaved across routers: on a CUDA device the kernels of 'bench moe'
+(device time per call of CUDA-graph replays), else the CPU path
+(moe.ForwardCPU, wall clock) — keep --kernel-tokens small there; the table
+says how many tokens were used. --kernel-tokens 0 skips the kernel.
 
 Bad input exits 2: k above the experts, groups that do not divide the experts,
 a safetensors file that lacks a gate or has the wrong shape, a trace with an
@@ -184,8 +185,17 @@ out-of-range expert id.`,
 					return err
 				}
 				defer dev.Close()
-				k, note := bench.KernelFor(dev, moe.Shape{E: m.E, K: min(kernelK, m.E), H: m.H, I: m.I}, rf.seed)
+				k, note, release := bench.KernelFor(dev, moe.Shape{E: m.E, K: min(kernelK, m.E), H: m.H, I: m.I}, rf.seed)
+				defer release()
 				opt.Kernel = k
+				if _, onGPU := k.(*bench.CUDAKernel); onGPU {
+					if !cmd.Flags().Changed("kernel-tokens") {
+						opt.KernelTokens = 1024
+					}
+					if !cmd.Flags().Changed("kernel-samples") {
+						opt.KernelSamples = 10
+					}
+				}
 				if note != "" {
 					fmt.Fprintln(a.stderr, "mstar: "+note)
 				}
@@ -255,9 +265,9 @@ out-of-range expert id.`,
 	f.StringVar(&gates, "gates", "", "read gate weights from a safetensors `FILE` or a directory of shards")
 	f.IntSliceVar(&gateLayers, "gate-layers", nil, "model layer numbers to read from --gates (default: the first --layers that have a gate)")
 	f.StringVar(&tracePath, "trace", "", "replay a recorded routing `FILE` as router 'trace'")
-	f.IntVar(&kTokens, "kernel-tokens", 16, "tokens per layer timed through the fused-MoE kernel (0: skip the kernel)")
+	f.IntVar(&kTokens, "kernel-tokens", 16, "tokens per layer timed through the fused-MoE kernel (0: skip the kernel; default 1024 on a GPU)")
 	f.IntVar(&kLayers, "kernel-layers", 1, "layers (the last ones) timed through the fused-MoE kernel")
-	f.IntVar(&kSamples, "kernel-samples", 3, "kernel timings per router and layer")
+	f.IntVar(&kSamples, "kernel-samples", 3, "kernel timings per router and layer (default 10 on a GPU)")
 	f.StringVarP(&out, "out", "o", "", "write the results document to `FILE`")
 	f.StringVar(&heatmap, "heatmap", "", "write the expert-load heat map (layers × experts, a panel per router) as PNG to `FILE`")
 	addDeviceFlag(cmd, &device)
