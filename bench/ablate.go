@@ -419,7 +419,8 @@ func RunAblation(opt AblationOptions) (*Ablation, error) {
 			n := min(B, T-off)
 			ins := make([]router.Input, L)
 			for l := range ins {
-				ins[l] = router.Input{Logits: logits[l][off*E : (off+n)*E], T: n, E: E, K: K, Bias: biases[l], Layer: l, Step: step, Offset: off}
+				ins[l] = router.Input{Logits: logits[l][off*E : (off+n)*E], T: n, E: E, K: K, Bias: biases[l], Layer: l, Step: step, Offset: off,
+					Hidden: hidden[l][off*H : (off+n)*H], Gate: gates[l], H: H}
 			}
 			// Drive one layer at a time so each layer's Route time is its own.
 			for l := range ins {

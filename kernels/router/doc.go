@@ -11,9 +11,11 @@
 //		Route(in Input, st State) (Output, State, error)
 //	}
 //
-// Logits are the primitive; a driver computes them from hidden states and
-// gate weights (Logits: hidden · gateᵀ) so that any router can be checked
-// from logits alone, as `mstar route --logits FILE` does. A router may keep
+// Logits are the primitive; a driver computes them from a layer's hidden
+// states [T×H] and gate weights [E×H] (NewInput: logits = hidden · gateᵀ,
+// with the hidden states and gate kept in the Input for routers that want
+// them), so that any router can be checked from logits alone, as
+// `mstar route --logits FILE` does. A router may keep
 // state from one call to the next — the previous layer's logits, biases
 // that adapt batch by batch. Drive threads it through the layers of a
 // batch; a run of several batches carries the state returned by one Drive

@@ -45,6 +45,27 @@ type Input struct {
 	Layer    int // layer index within the run, from 0
 	Step     int // batch index within the run, from 0
 	Offset   int // index in the run of this batch's first token
+	// Hidden (T×H) and Gate (E×H) are what the logits were computed from,
+	// when the driver has them, for routers that look past the logits (a
+	// learned projection of their own, say). nil when routing from logits alone.
+	Hidden []float32
+	Gate   []float32
+	H      int
+}
+
+// NewInput makes a layer's input from hidden states [T×H] and gate weights
+// [E×H]: the logits are hidden · gateᵀ, and both stay in the input.
+func NewInput(hidden []float32, T, H int, gate []float32, E, K int) (Input, error) {
+	if T <= 0 || H <= 0 || E <= 0 {
+		return Input{}, fmt.Errorf("sizes must be positive (T=%d H=%d E=%d)", T, H, E)
+	}
+	if len(hidden) != T*H {
+		return Input{}, fmt.Errorf("hidden states hold %d values, want T×H = %d×%d = %d", len(hidden), T, H, T*H)
+	}
+	if len(gate) != E*H {
+		return Input{}, fmt.Errorf("gate weights hold %d values, want E×H = %d×%d = %d", len(gate), E, H, E*H)
+	}
+	return Input{Logits: Logits(hidden, T, H, gate, E), T: T, E: E, K: K, Hidden: hidden, Gate: gate, H: H}, nil
 }
 
 // Validate checks the input's shape and that every logit is finite.
@@ -64,6 +85,10 @@ func (in Input) Validate() error {
 		return fmt.Errorf("bias holds %d values, want one per expert (%d)", len(in.Bias), in.E)
 	case in.TokenIDs != nil && len(in.TokenIDs) != in.T:
 		return fmt.Errorf("token ids hold %d values, want one per token (%d)", len(in.TokenIDs), in.T)
+	case in.Hidden != nil && len(in.Hidden) != in.T*in.H:
+		return fmt.Errorf("hidden states hold %d values, want T×H = %d×%d", len(in.Hidden), in.T, in.H)
+	case in.Gate != nil && len(in.Gate) != in.E*in.H:
+		return fmt.Errorf("gate weights hold %d values, want E×H = %d×%d", len(in.Gate), in.E, in.H)
 	}
 	for i, v := range in.Logits {
 		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {

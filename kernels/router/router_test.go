@@ -606,6 +606,38 @@ func TestInputValidate(t *testing.T) {
 	}
 }
 
+func TestNewInput(t *testing.T) {
+	// hidden [[1,2],[0,1]] · gate [[1,0],[0,1],[1,1]]ᵀ = [[1,2,3],[0,1,1]].
+	in, err := NewInput([]float32{1, 2, 0, 1}, 2, 2, []float32{1, 0, 0, 1, 1, 1}, 3, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []float32{1, 2, 3, 0, 1, 1}; !reflect.DeepEqual(in.Logits, want) {
+		t.Errorf("logits (-want +got):\n-%v\n+%v", want, in.Logits)
+	}
+	if err := in.Validate(); err != nil {
+		t.Error(err)
+	}
+	outs, _, err := Drive(Mixtral{}, []Input{in}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []int32{2, 1}; !reflect.DeepEqual(outs[0].IDs, want) {
+		t.Errorf("ids %v, want %v (token 1 ties experts 1 and 2: the lower id)", outs[0].IDs, want)
+	}
+	if _, err := NewInput([]float32{1, 2, 0}, 2, 2, []float32{1, 0, 0, 1, 1, 1}, 3, 1); err == nil || !strings.Contains(err.Error(), "hidden states hold 3 values") {
+		t.Errorf("short hidden: %v", err)
+	}
+	if _, err := NewInput([]float32{1, 2, 0, 1}, 2, 2, []float32{1, 0}, 3, 1); err == nil || !strings.Contains(err.Error(), "gate weights hold 2 values") {
+		t.Errorf("short gate: %v", err)
+	}
+	bad := in
+	bad.Hidden = bad.Hidden[:3]
+	if err := bad.Validate(); err == nil {
+		t.Errorf("Validate accepted 3 hidden values for T×H = 4")
+	}
+}
+
 func TestModels(t *testing.T) {
 	for _, n := range ModelNames() {
 		m, err := ModelByName(n)
