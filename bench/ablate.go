@@ -231,6 +231,25 @@ type Ablation struct {
 	Warnings     []string
 
 	uniformTouched int
+	outputs        map[string][]router.Output // per router, per layer, all tokens
+}
+
+// Trace returns a router's routing of every layer as a trace (to replay
+// with --trace, or to compare with another implementation). Routings with
+// dropped or empty slots (switch, expert-choice) cannot be recorded.
+func (a *Ablation) Trace(name string) (*router.Trace, error) {
+	outs, ok := a.outputs[name]
+	if !ok {
+		return nil, fmt.Errorf("router %s did not run", name)
+	}
+	tr, err := router.TraceFromOutputs(a.Opt.Model.E, outs)
+	if err != nil {
+		return nil, fmt.Errorf("recording %s: %w", name, err)
+	}
+	for i := range tr.Layers {
+		tr.Layers[i] = a.Runs[0].Layers[i].Layer
+	}
+	return tr, nil
 }
 
 // ErrAblationInput marks errors in the options or the inputs (bad router
@@ -354,7 +373,7 @@ func RunAblation(opt AblationOptions) (*Ablation, error) {
 	if B == 0 || B > T {
 		B = T
 	}
-	a := &Ablation{Opt: opt}
+	a := &Ablation{Opt: opt, outputs: map[string][]router.Output{}}
 	a.Opt.Layers, a.Opt.Tokens = L, T
 
 	names := slices.Clone(opt.routers())
@@ -467,6 +486,7 @@ func RunAblation(opt AblationOptions) (*Ablation, error) {
 		progress("routing: " + name)
 		a.Runs = append(a.Runs, run)
 		outputs = append(outputs, layerOuts)
+		a.outputs[name] = layerOuts
 		kept = append(kept, name)
 	}
 	names = kept

@@ -131,6 +131,24 @@ func TestAblationSmall(t *testing.T) {
 		}
 	}
 
+	// The baseline's routing records as a trace and replays to the same loads.
+	tr, err := a.Trace("softmax-topk-norm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Trace("switch"); err == nil || !strings.Contains(err.Error(), "dropped or empty slot") {
+		t.Errorf("recording switch (drops tokens): %v", err)
+	}
+	re, err := RunAblation(AblationOptions{Model: tiny, Trace: tr, Workload: skewed(1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for l := range re.Runs[0].Layers {
+		if got, want := re.Runs[0].Layers[l].Load, byName["softmax-topk-norm"].Layers[l].Load; !reflect.DeepEqual(got, want) {
+			t.Errorf("layer %d: replayed loads (-want +got):\n-%v\n+%v", l, want, got)
+		}
+	}
+
 	var img bytes.Buffer
 	if err := a.WriteHeatMap(&img); err != nil {
 		t.Fatal(err)

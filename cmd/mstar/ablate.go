@@ -42,6 +42,7 @@ fused-MoE kernel.`,
 func newAblateRouter(a *app) *cobra.Command {
 	var (
 		model, device, out, heatmap, gates, tracePath, baseline string
+		recordPath                                              string
 		routers                                                 []string
 		gateLayers                                              []int
 		experts, topk, hidden, inter                            int
@@ -82,7 +83,8 @@ consecutive layers; gate weights random or read from a safetensors checkpoint
 e_score_correction_bias where present). --trace replays a recorded routing
 (JSON Lines: a header {"format":"mstar.routing-trace","experts":E,"topk":K},
 then one line {"layer":L,"ids":[...],"weights":[...]} per token per layer) as
-router "trace". Tokens are routed in batches of --batch, in order, so stateful
+router "trace"; --record-trace writes the --baseline router's routing in that
+format. Tokens are routed in batches of --batch, in order, so stateful
 routers (deepseek-v3-lossfree, cross-layer) carry their state from layer to
 layer and from batch to batch.
 
@@ -100,6 +102,7 @@ out-of-range expert id.`,
   mstar ablate router --model deepseek-v3 --layers 2 --tokens 2048 --zipf 1.2 --out ablate.json --heatmap load.png
   mstar ablate router --model mixtral-8x7b --routers mixtral,switch,expert-choice --capacity-factor 1.0
   mstar ablate router --model qwen3-30b-a3b --gates /models/Qwen3-30B-A3B --gate-layers 0,24,47 --layers 3
+  mstar ablate router --model qwen3-30b-a3b --kernel-tokens 0 --record-trace routing.jsonl
   mstar ablate router --model qwen3-30b-a3b --trace routing.jsonl --routers trace,softmax-topk-norm`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -239,6 +242,31 @@ out-of-range expert id.`,
 				}
 				fmt.Fprintf(a.stderr, "mstar: wrote %s\n", heatmap)
 			}
+			if recordPath != "" {
+				name := baseline
+				if name == "" {
+					name = m.Router
+					if opt.Trace != nil {
+						name = bench.TraceRouter
+					}
+				}
+				tr, err := res.Trace(name)
+				if err != nil {
+					return badInput(fmt.Errorf("--record-trace: %w", err))
+				}
+				f, err := os.Create(recordPath)
+				if err != nil {
+					return badInput(fmt.Errorf("--record-trace: %w", err))
+				}
+				if err := tr.Write(f); err != nil {
+					f.Close()
+					return fmt.Errorf("writing %s: %w", recordPath, err)
+				}
+				if err := f.Close(); err != nil {
+					return fmt.Errorf("writing %s: %w", recordPath, err)
+				}
+				fmt.Fprintf(a.stderr, "mstar: wrote %s (%s's routing)\n", recordPath, name)
+			}
 			if out != "" {
 				if err := reports.WriteFile(out, doc); err != nil {
 					return err
@@ -265,6 +293,7 @@ out-of-range expert id.`,
 	f.StringVar(&gates, "gates", "", "read gate weights from a safetensors `FILE` or a directory of shards")
 	f.IntSliceVar(&gateLayers, "gate-layers", nil, "model layer numbers to read from --gates (default: the first --layers that have a gate)")
 	f.StringVar(&tracePath, "trace", "", "replay a recorded routing `FILE` as router 'trace'")
+	f.StringVar(&recordPath, "record-trace", "", "write the --baseline router's routing of every layer as a trace `FILE`")
 	f.IntVar(&kTokens, "kernel-tokens", 16, "tokens per layer timed through the fused-MoE kernel (0: skip the kernel; default 1024 on a GPU)")
 	f.IntVar(&kLayers, "kernel-layers", 1, "layers (the last ones) timed through the fused-MoE kernel")
 	f.IntVar(&kSamples, "kernel-samples", 3, "kernel timings per router and layer (default 10 on a GPU)")

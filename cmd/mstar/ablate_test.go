@@ -46,6 +46,18 @@ func TestAblateRouterCommand(t *testing.T) {
 	if layers["hash"] != 3 || layers["switch"] != 3 {
 		t.Errorf("per-layer results per router: %v, want 3 each", layers)
 	}
+	// Record the baseline's routing and replay it.
+	rec := filepath.Join(dir, "routing.jsonl")
+	if _, stderr, code := runMstar(t, append([]string{"ablate", "router", "--tokens", "128", "--layers", "2", "--kernel-tokens", "0", "--record-trace", rec}, tinyModel...)...); code != exitOK {
+		t.Fatalf("--record-trace: exit %d: %s", code, stderr)
+	}
+	stdout2, stderr, code := runMstar(t, append([]string{"ablate", "router", "--trace", rec, "--routers", "trace,softmax-topk-norm", "--kernel-tokens", "0"}, tinyModel...)...)
+	if code != exitOK || !strings.Contains(stdout2, "2 layers × 128 tokens") {
+		t.Fatalf("replaying the recorded trace: exit %d: %s\n%s", code, stderr, stdout2)
+	}
+	if _, stderr, code := runMstar(t, append([]string{"ablate", "router", "--tokens", "64", "--layers", "1", "--kernel-tokens", "0", "--baseline", "switch", "--record-trace", rec}, tinyModel...)...); code != exitBadUsge || !strings.Contains(stderr, "cannot be recorded") {
+		t.Errorf("recording switch: exit %d: %s", code, stderr)
+	}
 	f, err := os.Open(heat)
 	if err != nil {
 		t.Fatal(err)
