@@ -1,0 +1,152 @@
+package spill
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/mstar-dev/mstar/bench/spill/tier"
+	"github.com/mstar-dev/mstar/reports"
+)
+
+// Matrix is a run's outcomes and the tier ceilings they were gated against.
+type Matrix struct {
+	Config   Config
+	Outcomes []Outcome
+	Ceilings []Ceiling
+}
+
+// Passed reports whether every cell passed.
+func (m *Matrix) Passed() bool {
+	for _, o := range m.Outcomes {
+		if !o.Passed() {
+			return false
+		}
+	}
+	return true
+}
+
+// Failures lists every failing gate as "cell: gate: reason".
+func (m *Matrix) Failures() []string {
+	var out []string
+	for _, o := range m.Outcomes {
+		for _, f := range o.Failures() {
+			out = append(out, o.Cell.Name()+": "+f)
+		}
+	}
+	return out
+}
+
+// Results returns the ceilings and every cell's results, for a results
+// document. A cell that could not run becomes a result whose "ran" gate
+// fails with the error, so the document says what happened to every cell.
+func (m *Matrix) Results() []reports.Result {
+	var out []reports.Result
+	for _, c := range m.Ceilings {
+		out = append(out, c.Result())
+	}
+	for _, o := range m.Outcomes {
+		out = append(out, o.Results...)
+		if o.Err != nil {
+			out = append(out, reports.Result{
+				Name:    string(o.Cell.Scenario),
+				Params:  reports.Params{"scenario": string(o.Cell.Scenario), "tier": string(o.Cell.Tier), "size": FormatSize(o.Cell.Size), "status": "error"},
+				Metrics: []reports.Metric{},
+				Gates:   []reports.Gate{fail("ran", "%v", o.Err)},
+			})
+		}
+	}
+	return out
+}
+
+// cellText is what the matrix prints for an outcome.
+func cellText(o *Outcome) string {
+	if o == nil {
+		return "·"
+	}
+	if o.Passed() {
+		return "PASS " + o.Figure
+	}
+	f := o.Failures()
+	first := f[0]
+	if gate, _, ok := strings.Cut(first, ":"); ok {
+		first = gate
+	}
+	if len(f) > 1 {
+		return fmt.Sprintf("FAIL %s +%d", first, len(f)-1)
+	}
+	return "FAIL " + first
+}
+
+// WriteText prints one matrix per size — scenario rows × tier columns, PASS
+// or FAIL with the key figure or the first failing gate — then the ceilings
+// and every failure with its reason.
+func (m *Matrix) WriteText(w io.Writer) error {
+	var sizes []int64
+	seen := map[int64]bool{}
+	tiersUsed := map[tier.Kind]bool{}
+	scUsed := map[Scenario]bool{}
+	at := map[Cell]*Outcome{}
+	for i := range m.Outcomes {
+		o := &m.Outcomes[i]
+		if !seen[o.Cell.Size] {
+			seen[o.Cell.Size] = true
+			sizes = append(sizes, o.Cell.Size)
+		}
+		tiersUsed[o.Cell.Tier] = true
+		scUsed[o.Cell.Scenario] = true
+		at[o.Cell] = o
+	}
+	var tiers []tier.Kind
+	for _, k := range tier.Kinds {
+		if tiersUsed[k] {
+			tiers = append(tiers, k)
+		}
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, size := range sizes {
+		fmt.Fprintf(tw, "spill matrix, pool %s in %d blocks\n", FormatSize(size), m.Config.Blocks)
+		fmt.Fprint(tw, "scenario")
+		for _, k := range tiers {
+			fmt.Fprintf(tw, "\t%s", k)
+		}
+		fmt.Fprintln(tw)
+		for _, sc := range Scenarios {
+			if !scUsed[sc] {
+				continue
+			}
+			fmt.Fprint(tw, sc)
+			for _, k := range tiers {
+				c := Cell{sc, k, size}
+				txt := cellText(at[c])
+				if ok, _ := c.Applicable(); !ok {
+					txt = "n/a"
+				}
+				fmt.Fprintf(tw, "\t%s", txt)
+			}
+			fmt.Fprintln(tw)
+		}
+		fmt.Fprintln(tw)
+	}
+	if len(m.Ceilings) > 0 {
+		fmt.Fprintln(tw, "tier ceilings (best of samples, same run)\ttier\tsize\tspill GB/s\trestore GB/s\twhere")
+		for _, c := range m.Ceilings {
+			if c.Unmeasured != "" {
+				fmt.Fprintf(tw, "\t%s\t%s\tunmeasured\tunmeasured\t%s\n", c.Tier, FormatSize(c.Size), c.Unmeasured)
+				continue
+			}
+			fmt.Fprintf(tw, "\t%s\t%s\t%.2f\t%.2f\t%s\n", c.Tier, FormatSize(c.Size), best(c.Spill), best(c.Restore), c.Where)
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if f := m.Failures(); len(f) > 0 {
+		fmt.Fprintf(w, "\n%d failing gate(s):\n", len(f))
+		for _, s := range f {
+			fmt.Fprintln(w, "  "+s)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,478 @@
+// Package spill is the spill matrix: scenarios × tiers × sizes, each cell a
+// real spill/restore exercise on a device pool with hard gates.
+//
+// Scenarios (rows):
+//
+//	hibernate      the whole pool to the tier and back; the device memory is
+//	               freed in between, so the bytes live only in the tier
+//	partial        25, 50 and 75% of the blocks spilled, the freed device
+//	               memory overwritten by another tenant, then restored
+//	restore-gate   compute may start only once the restore is verified; a
+//	               deliberately short restore must be caught, with the bytes
+//	               that arrived (measured), never the bytes requested
+//	uneven         shards of unequal size spilled and restored concurrently
+//	ping-pong      two models take turns owning a budget that holds one and
+//	               a layer; each one's transfer overlaps the other's compute,
+//	               priced as max(0, transfer − overlapped compute); predicted
+//	               against measured
+//	multi-session  sessions spill and restore concurrently in random
+//	               interleavings through one shared tier
+//	ladder         the regulator driven by ramp, spike and oscillating demand,
+//	               spilling to pinned memory and then to this tier
+//	abort          a spill cancelled mid-flight: its slots are stranded bytes
+//	               until a TTL reclaims them, reported as measured, never zero
+//	co-residency   tenants share one device budget: cold releases (each source
+//	               reports what it gave; silence is stranded), hot grows
+//	               (read back), unfundable asks refused with the arithmetic,
+//	               floor refusals not retried smaller, freed bytes claimed
+//
+// Tiers (columns): see package tier. Gates in every cell where they apply:
+// byte-identical restore (hash of every block before and after), reached ==
+// requested (measured by read-back), no stranded bytes at the end,
+// "unmeasured" kept distinct from zero in every figure, and bandwidth not
+// below Floor × the tier's ceiling measured in the same run (the same
+// transfer as one contiguous copy through the tier). Scenario gates are
+// listed with each scenario's code.
+package spill
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/mstar-dev/mstar/bench/spill/regulator"
+	"github.com/mstar-dev/mstar/bench/spill/tier"
+	"github.com/mstar-dev/mstar/internal/gpu"
+	"github.com/mstar-dev/mstar/reports"
+)
+
+// Scenario names a row of the matrix.
+type Scenario string
+
+const (
+	Hibernate    Scenario = "hibernate"
+	Partial      Scenario = "partial"
+	RestoreGate  Scenario = "restore-gate"
+	Uneven       Scenario = "uneven"
+	PingPong     Scenario = "ping-pong"
+	MultiSession Scenario = "multi-session"
+	Ladder       Scenario = "ladder"
+	Abort        Scenario = "abort"
+	CoResidency  Scenario = "co-residency"
+)
+
+// Scenarios lists every row, in order.
+var Scenarios = []Scenario{Hibernate, Partial, RestoreGate, Uneven, PingPong, MultiSession, Ladder, Abort, CoResidency}
+
+// Cell is one scenario on one tier at one pool size.
+type Cell struct {
+	Scenario Scenario
+	Tier     tier.Kind
+	Size     int64
+}
+
+// Name is "scenario/tier/size", what --cells patterns match.
+func (c Cell) Name() string {
+	return fmt.Sprintf("%s/%s/%s", c.Scenario, c.Tier, FormatSize(c.Size))
+}
+
+// Applicable says whether the cell makes sense, and why not.
+func (c Cell) Applicable() (bool, string) {
+	if c.Scenario == Ladder && (c.Tier == tier.Device || c.Tier == tier.Pinned) {
+		return false, "the ladder spills to pinned first; its column names the deeper tier (pageable, file, peer)"
+	}
+	return true, ""
+}
+
+// Cells returns every applicable cell of scenarios × tiers × sizes.
+func Cells(scenarios []Scenario, tiers []tier.Kind, sizes []int64) []Cell {
+	var out []Cell
+	for _, size := range sizes {
+		for _, s := range scenarios {
+			for _, t := range tiers {
+				c := Cell{s, t, size}
+				if ok, _ := c.Applicable(); ok {
+					out = append(out, c)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// Match keeps the cells whose name matches any of the comma-separated
+// patterns. A pattern is a path.Match glob over "scenario/tier/size" with
+// missing trailing parts matching anything: "hibernate", "*/pinned",
+// "ping-pong/file/64MiB", "ladder,abort/pageable".
+func Match(cells []Cell, patterns string) ([]Cell, error) {
+	if strings.TrimSpace(patterns) == "" {
+		return cells, nil
+	}
+	var pats []string
+	for _, p := range strings.Split(patterns, ",") {
+		p = strings.TrimSpace(p)
+		if p == "" {
+			continue
+		}
+		for strings.Count(p, "/") < 2 {
+			p += "/*"
+		}
+		if _, err := path.Match(p, ""); err != nil {
+			return nil, fmt.Errorf("bad cell pattern %q: %w", p, err)
+		}
+		pats = append(pats, p)
+	}
+	var out []Cell
+	for _, c := range cells {
+		for _, p := range pats {
+			if ok, _ := path.Match(p, c.Name()); ok {
+				out = append(out, c)
+				break
+			}
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no cell matches %q (cells are scenario/tier/size, e.g. %s)", patterns, cells[0].Name())
+	}
+	return out, nil
+}
+
+// ParseScenarios parses a comma-separated list of scenario names.
+func ParseScenarios(s string) ([]Scenario, error) {
+	var out []Scenario
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		found := false
+		for _, sc := range Scenarios {
+			if string(sc) == f {
+				out, found = append(out, sc), true
+			}
+		}
+		if !found {
+			return nil, fmt.Errorf("unknown scenario %q", f)
+		}
+	}
+	return out, nil
+}
+
+// ParseSize parses "64MiB", "1GiB", "512KiB", "4096" (bytes).
+func ParseSize(s string) (int64, error) {
+	s = strings.TrimSpace(s)
+	units := []struct {
+		suffix string
+		mult   int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"G", 1 << 30}, {"M", 1 << 20}, {"K", 1 << 10}, {"B", 1}}
+	mult := int64(1)
+	for _, u := range units {
+		if strings.HasSuffix(s, u.suffix) {
+			s, mult = strings.TrimSuffix(s, u.suffix), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("bad size %q: want e.g. 64MiB or 1GiB", s)
+	}
+	return int64(n * float64(mult)), nil
+}
+
+// ParseSizes parses a comma-separated list of sizes.
+func ParseSizes(s string) ([]int64, error) {
+	var out []int64
+	for _, f := range strings.Split(s, ",") {
+		if strings.TrimSpace(f) == "" {
+			continue
+		}
+		n, err := ParseSize(f)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, n)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no sizes")
+	}
+	return out, nil
+}
+
+// FormatSize prints a size as the shortest exact binary unit.
+func FormatSize(n int64) string {
+	for _, u := range []struct {
+		s string
+		m int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if n >= u.m && n%u.m == 0 {
+			return fmt.Sprintf("%d%s", n/u.m, u.s)
+		}
+	}
+	return fmt.Sprintf("%dB", n)
+}
+
+// Config tunes a run.
+type Config struct {
+	Dev     gpu.Device
+	Blocks  int     // blocks per pool; 0 means 16
+	Samples int     // timed repetitions of a bandwidth figure; 0 means 5
+	Floor   float64 // bandwidth floor as a fraction of the tier ceiling; 0 means 0.5
+	// PingPongTol bounds |predicted − measured| / measured; 0 means 0.10 on
+	// CUDA and 0.25 on the CPU backend, where compute and copies share two
+	// cores with everything else on the machine.
+	PingPongTol float64
+	Faults      tier.Faults
+	ShmDir      string // "" means tier.DefaultShmDir()
+	Holder      tier.Holder
+	Trace       regulator.Tracer // ladder ticks; nil: none
+	Seed        uint64
+	TTL         time.Duration // stranded-slot TTL; 0 means 50 ms
+	Interval    time.Duration // regulator tick; 0 means 20 ms
+	Cooldown    int           // regulator cooldown in ticks; 0 means 8
+	Sessions    int           // multi-session sessions; 0 means 4
+}
+
+func (c *Config) defaults() error {
+	if c.Dev == nil {
+		return errors.New("spill: no device")
+	}
+	if c.Blocks <= 0 {
+		c.Blocks = 16
+	}
+	if c.Samples <= 0 {
+		c.Samples = 5
+	}
+	if c.Floor == 0 {
+		c.Floor = 0.5
+	}
+	if c.PingPongTol == 0 {
+		c.PingPongTol = 0.25
+		if c.Dev.Info().Backend == gpu.CUDA {
+			c.PingPongTol = 0.10
+		}
+	}
+	if c.ShmDir == "" {
+		c.ShmDir = tier.DefaultShmDir()
+	}
+	if c.Seed == 0 {
+		c.Seed = 0x5eed
+	}
+	if c.TTL == 0 {
+		c.TTL = 50 * time.Millisecond
+	}
+	if c.Interval == 0 {
+		c.Interval = 20 * time.Millisecond
+	}
+	if c.Cooldown == 0 {
+		c.Cooldown = 8
+	}
+	if c.Sessions <= 0 {
+		c.Sessions = 4
+	}
+	return nil
+}
+
+// Outcome is one cell's run.
+type Outcome struct {
+	Cell    Cell
+	Results []reports.Result
+	Figure  string // the key figure, for the matrix
+	Err     error  // the cell could not run at all
+	Took    time.Duration
+}
+
+// Passed reports whether the cell ran and every gate of every result passed.
+func (o Outcome) Passed() bool {
+	if o.Err != nil || len(o.Results) == 0 {
+		return false
+	}
+	for _, r := range o.Results {
+		if !r.Passed() {
+			return false
+		}
+	}
+	return true
+}
+
+// Failures lists the failing gates as "gate: reason".
+func (o Outcome) Failures() []string {
+	var out []string
+	if o.Err != nil {
+		out = append(out, "error: "+o.Err.Error())
+	}
+	for _, r := range o.Results {
+		for _, g := range r.Gates {
+			if !g.Pass {
+				out = append(out, g.Name+": "+g.Reason)
+			}
+		}
+	}
+	return out
+}
+
+// Run runs the cells in order. progress, when set, is called before each.
+// The error is for a run that could not start; failing cells are outcomes.
+func Run(ctx context.Context, cfg Config, cells []Cell, progress func(i int, c Cell)) (*Matrix, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	r := &runner{cfg: cfg, ceilings: map[ceilKey]*Ceiling{}}
+	m := &Matrix{Config: cfg}
+	for i, c := range cells {
+		if err := ctx.Err(); err != nil {
+			return m, err
+		}
+		if progress != nil {
+			progress(i, c)
+		}
+		start := time.Now()
+		o := r.runCell(ctx, c)
+		o.Took = time.Since(start)
+		m.Outcomes = append(m.Outcomes, o)
+	}
+	for _, k := range r.order {
+		m.Ceilings = append(m.Ceilings, *r.ceilings[k])
+	}
+	return m, nil
+}
+
+type runner struct {
+	cfg      Config
+	ceilings map[ceilKey]*Ceiling
+	order    []ceilKey
+}
+
+func (r *runner) runCell(ctx context.Context, c Cell) (o Outcome) {
+	o.Cell = c
+	if ok, why := c.Applicable(); !ok {
+		o.Err = errors.New("not applicable: " + why)
+		return o
+	}
+	defer func() {
+		// A cell that panics is a failed cell, not a crashed run.
+		if p := recover(); p != nil {
+			o.Err = fmt.Errorf("panic: %v", p)
+		}
+	}()
+	var fn func(context.Context, *cellEnv) error
+	switch c.Scenario {
+	case Hibernate:
+		fn = runHibernate
+	case Partial:
+		fn = runPartial
+	case RestoreGate:
+		fn = runRestoreGate
+	case Uneven:
+		fn = runUneven
+	case PingPong:
+		fn = runPingPong
+	case MultiSession:
+		fn = runMultiSession
+	case Ladder:
+		fn = runLadder
+	case Abort:
+		fn = runAbort
+	case CoResidency:
+		fn = runCoResidency
+	default:
+		o.Err = fmt.Errorf("unknown scenario %q", c.Scenario)
+		return o
+	}
+	env, err := r.newEnv(c)
+	if err != nil {
+		o.Err = err
+		return o
+	}
+	defer env.close()
+	err = fn(ctx, env)
+	o.Results, o.Figure = env.results, env.figure
+	if err != nil {
+		o.Err = err
+	}
+	return o
+}
+
+// cellEnv is what a scenario runs with.
+type cellEnv struct {
+	cfg     *Config
+	cell    Cell
+	dev     gpu.Device
+	s       gpu.Stream
+	ceiling *Ceiling
+	r       *runner
+	closers []func() error
+	results []reports.Result
+	figure  string
+}
+
+func (r *runner) newEnv(c Cell) (*cellEnv, error) {
+	s, err := r.cfg.Dev.NewStream()
+	if err != nil {
+		return nil, err
+	}
+	e := &cellEnv{cfg: &r.cfg, cell: c, dev: r.cfg.Dev, s: s, r: r}
+	e.closers = append(e.closers, s.Close)
+	return e, nil
+}
+
+func (e *cellEnv) close() {
+	for i := len(e.closers) - 1; i >= 0; i-- {
+		e.closers[i]()
+	}
+}
+
+// openTier opens a tier of kind with capacity, with the run's faults, and
+// closes it with the cell.
+func (e *cellEnv) openTier(kind tier.Kind, capacity int64, chunk int64) (tier.Tier, error) {
+	t, err := tier.Open(kind, tier.Options{Dev: e.dev, Capacity: capacity, Chunk: chunk, ShmDir: e.cfg.ShmDir, Holder: e.cfg.Holder})
+	if err != nil {
+		return nil, err
+	}
+	e.closers = append(e.closers, t.Close)
+	return tier.Inject(t, e.cfg.Faults), nil
+}
+
+// pool makes a pool of blocks, filled with the cell's seed, closed with the cell.
+func (e *cellEnv) pool(lens []int64, seed uint64) (*tier.Pool, []uint64, error) {
+	p, err := tier.NewPool(e.dev, lens)
+	if err != nil {
+		return nil, nil, err
+	}
+	e.closers = append(e.closers, p.Close)
+	if err := p.FillAll(e.s, seed); err != nil {
+		return nil, nil, err
+	}
+	h, err := p.Hashes(e.s)
+	return p, h, err
+}
+
+// params are a result's parameters: the cell's plus extras.
+func (e *cellEnv) params(kv ...string) reports.Params {
+	p := reports.Params{"scenario": string(e.cell.Scenario), "tier": string(e.cell.Tier), "size": FormatSize(e.cell.Size)}
+	for i := 0; i+1 < len(kv); i += 2 {
+		p[kv[i]] = kv[i+1]
+	}
+	return p
+}
+
+// add appends a result, with the unmeasured-distinct gate checked last.
+func (e *cellEnv) add(r reports.Result) {
+	r.Gates = append(r.Gates, GateUnmeasured(r.Metrics))
+	e.results = append(e.results, r)
+}
+
+// ceil measures (once per run) the tier's ceiling at the cell's size.
+func (e *cellEnv) ceil(ctx context.Context) *Ceiling {
+	k := ceilKey{e.cell.Tier, e.cell.Size}
+	if c, ok := e.r.ceilings[k]; ok {
+		return c
+	}
+	c := measureCeiling(ctx, e.r.cfg, e.cell.Tier, e.cell.Size)
+	e.r.ceilings[k] = &c
+	e.r.order = append(e.r.order, k)
+	return &c
+}
