@@ -81,16 +81,15 @@ problem named.`,
 					}
 				}
 				if idsPath != "" {
-					v, err := readVector(idsPath)
+					data, err := os.ReadFile(idsPath)
 					if err != nil {
 						return badInput(err)
 					}
-					if len(v) != T {
-						return badInput(fmt.Errorf("%s: %d token ids, want one per token (%d)", idsPath, len(v), T))
+					if err := json.Unmarshal(data, &in.TokenIDs); err != nil {
+						return badInput(fmt.Errorf("%s: want a JSON array of integer token ids: %v", idsPath, err))
 					}
-					in.TokenIDs = make([]int64, T)
-					for i, x := range v {
-						in.TokenIDs[i] = int64(x)
+					if len(in.TokenIDs) != T {
+						return badInput(fmt.Errorf("%s: %d token ids, want one per token (%d)", idsPath, len(in.TokenIDs), T))
 					}
 				}
 				outs, _, err := router.Drive(r, []router.Input{in}, nil)

@@ -92,6 +92,27 @@ func TestRouteCommand(t *testing.T) {
 	}
 }
 
+func TestRouteHashTokenIDs(t *testing.T) {
+	dir := t.TempDir()
+	logits := writeFile(t, dir, "logits.json", "[[0,0,0,0,0,0],[0,0,0,0,0,0],[0,0,0,0,0,0]]")
+	ids := writeFile(t, dir, "ids.json", "[151935,7,151935]")
+	stdout, stderr, code := runMstar(t, "route", "--router", "hash", "--logits", logits, "--token-ids", ids, "--topk", "3")
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var got routeJSON
+	if err := json.Unmarshal([]byte(stdout), &got); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got.IDs[0], got.IDs[2]) || reflect.DeepEqual(got.IDs[0], got.IDs[1]) {
+		t.Errorf("token id 151935 twice should route alike, 7 differently: %v", got.IDs)
+	}
+	frac := writeFile(t, dir, "frac.json", "[1.5,2,3]")
+	if _, stderr, code := runMstar(t, "route", "--router", "hash", "--logits", logits, "--token-ids", frac); code != exitBadUsge || !strings.Contains(stderr, "integer token ids") {
+		t.Errorf("fractional token id: exit %d: %s", code, stderr)
+	}
+}
+
 func ftoa(f float64) string { b, _ := json.Marshal(f); return string(b) }
 
 func TestRouteBadInput(t *testing.T) {
