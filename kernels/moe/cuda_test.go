@@ -2,7 +2,9 @@ package moe
 
 import (
 	"fmt"
+	"io"
 	"math"
+	"os"
 	"slices"
 	"sync"
 	"testing"
@@ -249,5 +251,117 @@ func diagnose(t *testing.T, p *Plan, l *Layer, x []float32, r Routing, tokens []
 	}
 	if bad == 0 {
 		t.Logf("gemm1's intermediate matches on the sampled tokens: the error is in gemm2 or the combine")
+	}
+}
+
+// TestCUDASpeedProbe times every kernel configuration on the four reference
+// shapes (MSTAR_MOE_PROBE=1; MSTAR_MOE_PROBE_OUT=FILE appends a table). It
+// asserts only correctness; the times are for tuning ChooseConfig.
+func TestCUDASpeedProbe(t *testing.T) {
+	if os.Getenv("MSTAR_MOE_PROBE") == "" {
+		t.Skip("set MSTAR_MOE_PROBE=1 to time the kernels")
+	}
+	ctx, k := gpuKernels(t)
+	var sink io.Writer = io.Discard
+	if path := os.Getenv("MSTAR_MOE_PROBE_OUT"); path != "" {
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		sink = f
+	}
+	shapes := []struct {
+		name string
+		s    Shape
+	}{
+		{"qwen3-30b-a3b", Shape{E: 128, K: 8, H: 2048, I: 768}},
+		{"qwen3-235b-a22b", Shape{E: 128, K: 8, H: 4096, I: 1536}},
+		{"deepseek-v3-tp8", Shape{E: 256, K: 8, H: 7168, I: 256}},
+		{"mixtral-8x7b", Shape{E: 8, K: 2, H: 4096, I: 14336}},
+	}
+	configs := func(m int, s Shape) []Config {
+		per := float64(m*s.K) / float64(min(s.E, m*s.K))
+		var out []Config
+		if per <= 24 {
+			out = append(out, Config{Kernel: "skinny", NT: 1}, Config{Kernel: "skinny", NT: 2}, Config{Kernel: "skinny", NT: 4})
+		}
+		if per >= 4 {
+			out = append(out, tiledTable["m16"], tiledTable["m32"])
+		}
+		if per >= 16 {
+			out = append(out, tiledTable["m64"], tiledTable["m128"])
+		}
+		return out
+	}
+	st, err := ctx.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Destroy()
+	for _, sh := range shapes {
+		l := NewLayer(sh.s, 1)
+		w, err := UploadWeights(ctx, l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		copies := []*DeviceWeights{w}
+		for i := 1; i < 3; i++ { // enough to defeat L2 at small M
+			c, err := w.Clone(sh.s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			copies = append(copies, c)
+		}
+		for _, m := range []int{1, 4, 16, 64, 256, 1024, 4096} {
+			x := RandomInput(m, sh.s.H, 2)
+			r := UniformRouting(m, sh.s.E, sh.s.K, 3)
+			floor := math.Max(sh.s.Bytes(m, r.Touched(sh.s.E), r.Slots())/4.0e12, sh.s.Flops(r.Slots())/799e12) * 1e6
+			for _, c := range configs(m, sh.s) {
+				p, err := k.NewPlan(sh.s, m, c)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := p.SetInputs(x, r); err != nil {
+					t.Fatal(err)
+				}
+				if err := p.Poison(st); err != nil {
+					t.Fatal(err)
+				}
+				if err := p.Enqueue(st, w); err != nil {
+					t.Fatal(err)
+				}
+				if err := st.Synchronize(); err != nil {
+					t.Fatalf("%s M=%d %v: %v", sh.name, m, c, err)
+				}
+				got, err := p.Output()
+				if err != nil {
+					t.Fatal(err)
+				}
+				tokens := sampleTokens(m, 4)
+				want := ReferenceTokens(l, x, r, tokens)
+				sub := []float32{}
+				for _, tok := range tokens {
+					sub = append(sub, got[tok*sh.s.H:(tok+1)*sh.s.H]...)
+				}
+				rel := RelL2(sub, want)
+				us, calls, err := p.TimeGraph(st, copies, 10)
+				if err != nil {
+					t.Fatal(err)
+				}
+				slices.Sort(us)
+				med := us[len(us)/2]
+				line := fmt.Sprintf("%-16s M=%-5d %-22s %9.1f us  floor %7.1f  %5.1f%%  err %.2g  calls %d", sh.name, m, c, med, floor, 100*floor/med, rel, calls)
+				t.Log(line)
+				fmt.Fprintln(sink, line)
+				if !(rel <= 1e-2) {
+					t.Errorf("%s: rel L2 %g", line, rel)
+				}
+				p.Free()
+			}
+		}
+		for _, c := range copies {
+			c.Free()
+		}
 	}
 }

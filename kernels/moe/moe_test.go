@@ -533,3 +533,56 @@ func TestParseRoutingSpec(t *testing.T) {
 		}
 	}
 }
+
+func TestParseConfig(t *testing.T) {
+	for _, tt := range []struct {
+		in, want, wantErr string
+	}{
+		{in: "auto", want: "auto"},
+		{in: "skinny:nt=2", want: "skinny:nt=2"},
+		{in: "tiled:m64", want: "tiled:m64"},
+		{in: "tiled:bm=128,wn=4", want: "tiled:bm=128,bn=128,bk=32,wm=2,wn=4,stages=4"},
+		{in: "skinny:nt=3", wantErr: "nt must be 1, 2 or 4"},
+		{in: "tiled:bm=24", wantErr: "bm must be a multiple of 16·wm"},
+		{in: "tiled:bn=64,wn=4", wantErr: "bn must be a multiple of 32·wn"},
+		{in: "tiled:stages=20", wantErr: "shared memory"},
+		{in: "tiled:bq=1", wantErr: "unknown key"},
+		{in: "wgmma", wantErr: "want auto"},
+	} {
+		t.Run(tt.in, func(t *testing.T) {
+			c, err := ParseConfig(tt.in)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Errorf("error %v, want %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || !strings.HasPrefix(c.String(), tt.want) {
+				t.Errorf("ParseConfig = %v, %v; want %s", c, err, tt.want)
+			}
+		})
+	}
+	if d := (Config{Kernel: "tiled", Tile: "custom", BM: 32, BN: 64, BK: 32, WM: 1, WN: 2, Stages: 3}).Defines(); len(d) != 6 || d[0] != "-DTL_BM=32" {
+		t.Errorf("Defines = %v", d)
+	}
+	// The decode kernel for one token, 128-token tiles for thousands.
+	if c := ChooseConfig(Shape{E: 128, K: 8, H: 2048, I: 768}, 1); c.Kernel != "skinny" {
+		t.Errorf("M=1 picks %v, want skinny", c)
+	}
+	if c := ChooseConfig(Shape{E: 128, K: 8, H: 2048, I: 768}, 4096); c.BM != 128 {
+		t.Errorf("M=4096 picks %v, want 128-token tiles", c)
+	}
+}
+
+func TestRotationCopies(t *testing.T) {
+	for _, tt := range []struct {
+		touched, l2 int64
+		want        int
+	}{
+		{75 << 20, 50 << 20, 2}, {10 << 20, 50 << 20, 8}, {1 << 30, 50 << 20, 1}, {0, 50 << 20, 1},
+	} {
+		if got := RotationCopies(tt.touched, tt.l2, 8); got != tt.want {
+			t.Errorf("RotationCopies(%d, %d) = %d, want %d", tt.touched, tt.l2, got, tt.want)
+		}
+	}
+}

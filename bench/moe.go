@@ -1,0 +1,557 @@
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"unsafe"
+
+	"github.com/mstar-dev/mstar/internal/gpu"
+	"github.com/mstar-dev/mstar/internal/gpu/cuda"
+	"github.com/mstar-dev/mstar/kernels/moe"
+	"github.com/mstar-dev/mstar/reports"
+)
+
+// MoE result and metric names. Peers (scripts/peers/moe_peers.py) write the
+// same names and parameters with another "impl", so tables put them side by
+// side and diffs pair them.
+const (
+	MoEResult      = "moe"
+	MoELatency     = "latency"
+	MoEThroughput  = "throughput"
+	MoEBandwidth   = "bandwidth"
+	MoEPctBW       = "pct_bw_ceiling"
+	MoEPctCompute  = "pct_compute_ceiling"
+	MoEPctFloor    = "pct_floor"
+	MoERelL2       = "rel_l2"
+	MoEGate        = "correctness"
+	MoEMaxRelL2    = 1e-2
+	moeCheckTokens = 64
+)
+
+// DefaultGPUBatches and DefaultCPUBatches are the sweeps without --batch.
+// The CPU list stops at 64: ForwardCPU at M=4096 would take minutes.
+var (
+	DefaultGPUBatches = []int{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096}
+	DefaultCPUBatches = []int{1, 4, 16, 64}
+)
+
+// MoEOptions configure a `bench moe` sweep.
+type MoEOptions struct {
+	Model   string    // preset name, for the results ("custom" otherwise)
+	Shape   moe.Shape // global (unsharded) shape
+	TP, EP  int       // sharding: I/TP, E/EP local experts (rank 0)
+	Batches []int     // token counts
+	// Routing is "uniform" or "zipf:ALPHA"; Trace, when set, replaces it
+	// (global expert ids, TraceName its file name for the results).
+	Routing   string
+	Trace     *moe.Routing
+	TraceName string
+	Samples   int    // timed samples per batch (0: 20 on CUDA, 6 on the CPU)
+	Seed      uint64 // weights, inputs and routing
+	Config    moe.Config
+	Ceilings  *Ceilings // nil: measured quickly first
+	// DumpDir, when set, receives out-M<batch>.bf16 (the raw bf16 output of
+	// the checked pass) per batch, for the peers' cross-check.
+	DumpDir string
+	// Progress, when set, hears each step.
+	Progress func(step string)
+}
+
+// MoEInputError is a problem with the user's input (shape, sharding,
+// routing, memory): the CLI exits 2 for it.
+type MoEInputError struct{ Err error }
+
+func (e *MoEInputError) Error() string { return e.Err.Error() }
+func (e *MoEInputError) Unwrap() error { return e.Err }
+
+func moeInputErr(format string, a ...any) error { return &MoEInputError{fmt.Errorf(format, a...)} }
+
+// MoERow is one batch's outcome, for the command's table.
+type MoERow struct {
+	M, Slots, Touched int
+	Config            string
+	Latency           reports.Summary // µs
+	TFLOPs, GBps      float64         // at the median latency
+	PctBW, PctCompute float64         // NaN when the ceiling is unmeasured
+	PctFloor          float64
+	RelL2             float64
+	Pass              bool
+}
+
+// MoEReport is what a sweep produced.
+type MoEReport struct {
+	Local    moe.Shape // the shape one rank computes
+	Results  []reports.Result
+	Rows     []MoERow
+	Ceilings *Ceilings
+	Warnings []string
+	Routing  moe.Routing // the routing of the largest batch (global ids); smaller batches use its first tokens
+	Compile  string      // CUDA: how moe.cu was compiled
+}
+
+// Failed reports whether any batch failed its correctness gate.
+func (r *MoEReport) Failed() bool {
+	for _, row := range r.Rows {
+		if !row.Pass {
+			return true
+		}
+	}
+	return false
+}
+
+// PrepareMoE checks the options that need no device: shape, sharding,
+// batches, routing. It returns the local shape.
+func PrepareMoE(opt *MoEOptions) (moe.Shape, error) {
+	if opt.TP == 0 {
+		opt.TP = 1
+	}
+	if opt.EP == 0 {
+		opt.EP = 1
+	}
+	local, err := opt.Shape.Shard(opt.TP, opt.EP)
+	if err != nil {
+		return moe.Shape{}, &MoEInputError{err}
+	}
+	for _, m := range opt.Batches {
+		if m <= 0 {
+			return moe.Shape{}, moeInputErr("--batch %d: token counts must be positive", m)
+		}
+	}
+	if opt.Trace != nil {
+		if opt.Trace.K != opt.Shape.K {
+			return moe.Shape{}, moeInputErr("routing trace %s has topk %d, the shape has %d", opt.TraceName, opt.Trace.K, opt.Shape.K)
+		}
+		if err := opt.Trace.Validate(opt.Shape.E); err != nil {
+			return moe.Shape{}, moeInputErr("routing trace %s: %v", opt.TraceName, err)
+		}
+	} else if _, err := moe.ParseRoutingSpec(opt.Routing); err != nil {
+		return moe.Shape{}, &MoEInputError{err}
+	}
+	if opt.Samples < 0 {
+		return moe.Shape{}, moeInputErr("--samples %d: want a positive count", opt.Samples)
+	}
+	if opt.Config.Kernel != "" {
+		if err := opt.Config.Validate(); err != nil {
+			return moe.Shape{}, &MoEInputError{err}
+		}
+	}
+	return local, nil
+}
+
+func (opt *MoEOptions) routingName() string {
+	if opt.Trace != nil {
+		return "trace:" + filepath.Base(opt.TraceName)
+	}
+	if opt.Routing == "" {
+		return "uniform"
+	}
+	return opt.Routing
+}
+
+// buildRouting makes the routing of the largest batch (global ids).
+func (opt *MoEOptions) buildRouting(maxM int) moe.Routing {
+	if opt.Trace != nil {
+		return opt.Trace.Repeat(maxM)
+	}
+	alpha, _ := moe.ParseRoutingSpec(opt.Routing)
+	if alpha > 0 {
+		return moe.ZipfRouting(maxM, opt.Shape.E, opt.Shape.K, alpha, opt.Seed)
+	}
+	return moe.UniformRouting(maxM, opt.Shape.E, opt.Shape.K, opt.Seed)
+}
+
+// prefix is the first m tokens of r.
+func prefix(r moe.Routing, m int) moe.Routing {
+	return moe.Routing{IDs: r.IDs[:m*r.K], Weights: r.Weights[:m*r.K], M: m, K: r.K}
+}
+
+// checkTokens is every token up to moeCheckTokens, else that many spread
+// evenly over the batch, first and last included.
+func checkTokens(m int) []int {
+	n := min(m, moeCheckTokens)
+	out := make([]int, n)
+	for i := range out {
+		if m <= moeCheckTokens {
+			out[i] = i
+		} else {
+			out[i] = i * (m - 1) / (n - 1)
+		}
+	}
+	return out
+}
+
+// RunMoE runs the sweep on dev. Per batch: one pass on poisoned output
+// buffers checked against moe.Reference (all tokens up to 64, else 64
+// sampled), then the timed samples. Errors of input (shape does not fit in
+// memory) are *MoEInputError.
+func RunMoE(dev gpu.Device, opt MoEOptions) (*MoEReport, error) {
+	local, err := PrepareMoE(&opt)
+	if err != nil {
+		return nil, err
+	}
+	info := dev.Info()
+	onGPU := info.Backend == gpu.CUDA
+	if len(opt.Batches) == 0 {
+		opt.Batches = DefaultGPUBatches
+		if !onGPU {
+			opt.Batches = DefaultCPUBatches
+		}
+	}
+	if opt.Samples == 0 {
+		opt.Samples = 20
+		if !onGPU {
+			opt.Samples = 6
+		}
+	}
+	progress := func(s string) {
+		if opt.Progress != nil {
+			opt.Progress(s)
+		}
+	}
+	rep := &MoEReport{Local: local}
+	maxM := slices.Max(opt.Batches)
+
+	var ctx *cuda.Context
+	if onGPU {
+		var ok bool
+		if ctx, ok = gpu.CUDAOf(dev); !ok {
+			return nil, fmt.Errorf("device %s says CUDA but has no CUDA context", info.ID)
+		}
+		if err := moe.CheckCUDAShape(local); err != nil {
+			return nil, &MoEInputError{err}
+		}
+	}
+	if err := checkFits(dev, local, opt, maxM); err != nil {
+		return nil, err
+	}
+
+	if opt.Ceilings == nil {
+		progress("ceilings")
+		c, err := MeasureCeilings(dev, CeilingOptions{Quick: true})
+		if err != nil {
+			return nil, fmt.Errorf("measuring ceilings: %w", err)
+		}
+		opt.Ceilings = c
+	}
+	rep.Ceilings = opt.Ceilings
+	for _, c := range []*Ceiling{&opt.Ceilings.D2D, &opt.Ceilings.GEMM} {
+		if !c.Measured() {
+			rep.Warnings = append(rep.Warnings, "ceiling unmeasured: "+c.Unmeasured+": percentages of it are unmeasured")
+		}
+	}
+
+	progress("weights")
+	layer := moe.NewLayer(local, opt.Seed)
+	rep.Routing = opt.buildRouting(maxM)
+	xAll := moe.RandomInput(maxM, local.H, opt.Seed+1)
+
+	var gk *gpuMoE
+	if onGPU {
+		gk, err = newGPUMoE(ctx, layer, opt, maxM)
+		if err != nil {
+			return nil, err
+		}
+		defer gk.close()
+		rep.Compile = gk.compileNote
+	}
+
+	for _, m := range opt.Batches {
+		progress(fmt.Sprintf("M=%d", m))
+		r := prefix(rep.Routing, m).Localize(opt.Shape.E, opt.EP, 0)
+		x := xAll[:m*local.H]
+		var out []float32
+		var us []float64
+		var cfg string
+		if onGPU {
+			out, us, cfg, err = gk.run(m, x, r, opt.Samples)
+		} else {
+			out, us, cfg, err = runCPU(layer, x, r, opt.Samples)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("M=%d: %w", m, err)
+		}
+		if testCorruptOutput != nil {
+			testCorruptOutput(out)
+		}
+		if opt.DumpDir != "" {
+			if err := dumpBF16(filepath.Join(opt.DumpDir, fmt.Sprintf("out-M%d.bf16", m)), out); err != nil {
+				return nil, err
+			}
+		}
+		tokens := checkTokens(m)
+		want := moe.ReferenceTokens(layer, x, r, tokens)
+		got := make([]float32, 0, len(want))
+		for _, t := range tokens {
+			got = append(got, out[t*local.H:(t+1)*local.H]...)
+		}
+		rel := moe.RelL2(got, want)
+		res, row := moeResult(opt, local, m, r, us, rel, cfg, len(tokens))
+		rep.Results = append(rep.Results, res)
+		rep.Rows = append(rep.Rows, row)
+	}
+	return rep, nil
+}
+
+// testCorruptOutput, set by tests, alters the checked pass's output so the
+// gate's failure path runs.
+var testCorruptOutput func(out []float32)
+
+// checkFits refuses, as bad input, a shape whose weights and buffers do not
+// fit in the device's free memory, saying how much it needs.
+func checkFits(dev gpu.Device, local moe.Shape, opt MoEOptions, maxM int) error {
+	free, _, err := dev.MemInfo()
+	if err != nil {
+		return fmt.Errorf("reading free memory: %w", err)
+	}
+	need := local.WeightBytes()
+	slots := int64(maxM) * int64(local.K)
+	if dev.Info().Backend == gpu.CUDA {
+		cfg := opt.Config
+		if cfg.Kernel == "" {
+			cfg = moe.ChooseConfig(local, maxM)
+		}
+		need += moe.PlanBytes(local, maxM, cfg)
+	} else {
+		// ForwardCPU: float32 x, act, y and out, plus the host-side inputs.
+		need += 4 * (2*int64(maxM)*int64(local.H) + slots*int64(local.I) + slots*int64(local.H))
+	}
+	if need > free {
+		return moeInputErr("shape %v at M=%d needs %s of %s memory, only %s is free (try --tp/--ep or smaller --batch)",
+			local, maxM, gib(need), dev.Info().ID, gib(free))
+	}
+	return nil
+}
+
+func gib(n int64) string { return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30)) }
+
+func runCPU(l *moe.Layer, x []float32, r moe.Routing, samples int) (out []float32, us []float64, cfg string, err error) {
+	out = make([]float32, r.M*l.Shape.H)
+	for i := range out {
+		out[i] = float32(math.NaN())
+	}
+	moe.ForwardCPU(l, x, r, out) // the checked pass, also the warm-up
+	scratch := make([]float32, len(out))
+	sec, err := TimeWall(Timing{Samples: samples}, func() error {
+		moe.ForwardCPU(l, x, r, scratch)
+		return nil
+	})
+	if err != nil {
+		return nil, nil, "", err
+	}
+	for _, s := range sec {
+		us = append(us, s*1e6)
+	}
+	return out, us, "cpu:forward-f32", nil
+}
+
+// gpuMoE holds the CUDA side of a sweep: kernels, weight copies, a stream.
+type gpuMoE struct {
+	ctx         *cuda.Context
+	k           *moe.Kernels
+	layer       *moe.Layer
+	copies      []*moe.DeviceWeights
+	st          *cuda.Stream
+	opt         MoEOptions
+	l2          int64
+	free        int64
+	compileNote string
+}
+
+func newGPUMoE(ctx *cuda.Context, l *moe.Layer, opt MoEOptions, maxM int) (*gpuMoE, error) {
+	k, err := moe.CompileKernels(ctx, opt.Config.Defines())
+	if err != nil {
+		return nil, err
+	}
+	g := &gpuMoE{ctx: ctx, k: k, layer: l, opt: opt, l2: ctx.Props().L2Bytes}
+	g.compileNote = fmt.Sprintf("moe.cu: %s for %s, cache hit %v, %.2f s", k.Compile.Kind, ctx.Props().Arch(), k.Compile.CacheHit, k.Compile.Seconds)
+	w, err := moe.UploadWeights(ctx, l)
+	if err != nil {
+		k.Close()
+		return nil, fmt.Errorf("uploading weights: %w", err)
+	}
+	g.copies = []*moe.DeviceWeights{w}
+	if g.st, err = ctx.NewStream(); err != nil {
+		g.close()
+		return nil, err
+	}
+	return g, nil
+}
+
+func (g *gpuMoE) close() {
+	for _, c := range g.copies {
+		c.Free()
+	}
+	if g.st != nil {
+		g.st.Destroy()
+	}
+	g.k.Close()
+}
+
+// ensureCopies grows the rotation to n weight copies, as memory allows.
+func (g *gpuMoE) ensureCopies(n int, reserve int64) int {
+	s := g.layer.Shape
+	for len(g.copies) < n {
+		free, _, err := g.ctx.MemInfo()
+		if err != nil || free < s.WeightBytes()+reserve {
+			break
+		}
+		c, err := g.copies[0].Clone(s)
+		if err != nil {
+			break
+		}
+		g.copies = append(g.copies, c)
+	}
+	return min(n, len(g.copies))
+}
+
+func (g *gpuMoE) run(m int, x []float32, r moe.Routing, samples int) ([]float32, []float64, string, error) {
+	s := g.layer.Shape
+	p, err := g.k.NewPlan(s, m, g.opt.Config)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	defer p.Free()
+	if err := p.SetInputs(x, r); err != nil {
+		return nil, nil, "", err
+	}
+	if err := p.Poison(g.st); err != nil {
+		return nil, nil, "", err
+	}
+	if err := p.Enqueue(g.st, g.copies[0]); err != nil {
+		return nil, nil, "", err
+	}
+	if err := g.st.Synchronize(); err != nil {
+		return nil, nil, "", fmt.Errorf("checked pass: %w", err)
+	}
+	out, err := p.Output()
+	if err != nil {
+		return nil, nil, "", err
+	}
+	touched := int64(r.Touched(s.E)) * s.ExpertBytes()
+	n := g.ensureCopies(moe.RotationCopies(touched, g.l2, 8), moe.PlanBytes(s, m, p.Config)+256<<20)
+	us, calls, err := p.TimeGraph(g.st, g.copies[:n], samples)
+	if err != nil {
+		return nil, nil, "", fmt.Errorf("timing: %w", err)
+	}
+	return out, us, fmt.Sprintf("%v, %d calls per graph, %d weight copies", p.Config, calls, n), nil
+}
+
+func dumpBF16(path string, v []float32) error {
+	b := make([]uint16, len(v))
+	moe.ToBF16(b, v)
+	var raw []byte
+	if len(b) > 0 {
+		raw = unsafe.Slice((*byte)(unsafe.Pointer(&b[0])), 2*len(b))
+	}
+	if err := os.WriteFile(path, raw, 0o644); err != nil {
+		return fmt.Errorf("dumping output: %w", err)
+	}
+	return nil
+}
+
+// MoEParams are a result's parameters; the peers write the same ones.
+func MoEParams(opt MoEOptions, local moe.Shape, m int, impl string) reports.Params {
+	model := opt.Model
+	if model == "" {
+		model = "custom"
+	}
+	return reports.Params{
+		"model":   model,
+		"experts": strconv.Itoa(local.E),
+		"topk":    strconv.Itoa(local.K),
+		"hidden":  strconv.Itoa(local.H),
+		"inter":   strconv.Itoa(local.I),
+		"tp":      strconv.Itoa(opt.TP),
+		"ep":      strconv.Itoa(opt.EP),
+		"batch":   strconv.Itoa(m),
+		"routing": opt.routingName(),
+		"seed":    strconv.FormatUint(opt.Seed, 10),
+		"impl":    impl,
+	}
+}
+
+// moeResult turns one batch's samples into a result. Throughput counts
+// Shape.Flops of the computed slots; bandwidth counts Shape.Bytes (touched
+// experts' weights once, x and out once, the routing once); the floor is
+// max(bytes / D2D ceiling, flops / GEMM ceiling).
+func moeResult(opt MoEOptions, local moe.Shape, m int, r moe.Routing, us []float64, rel float64, cfg string, checked int) (reports.Result, MoERow) {
+	slots, touched := r.Slots(), r.Touched(local.E)
+	flops, bytes := local.Flops(slots), local.Bytes(m, touched, slots)
+	c := opt.Ceilings
+	per := func(f func(sec float64) float64) []float64 {
+		out := make([]float64, len(us))
+		for i, u := range us {
+			out[i] = f(u * 1e-6)
+		}
+		return out
+	}
+	tflops := per(func(s float64) float64 { return flops / s / 1e12 })
+	gbps := per(func(s float64) float64 { return bytes / s / 1e9 })
+	metric := func(name, unit string, better reports.Direction, samples []float64) reports.Metric {
+		return reports.Metric{Name: name, Unit: unit, Better: better, Samples: samples}
+	}
+	pct := func(name string, ce Ceiling, vals []float64) reports.Metric {
+		if !ce.Measured() {
+			return reports.Metric{Name: name, Unit: "%", Better: reports.HigherIsBetter, Unmeasured: "ceiling unmeasured: " + ce.Unmeasured}
+		}
+		out := make([]float64, len(vals))
+		for i, v := range vals {
+			out[i] = 100 * v / ce.Value
+		}
+		return metric(name, "%", reports.HigherIsBetter, out)
+	}
+	floor := reports.Metric{Name: MoEPctFloor, Unit: "%", Better: reports.HigherIsBetter}
+	if c.D2D.Measured() && c.GEMM.Measured() {
+		floorSec := math.Max(bytes/(c.D2D.Value*1e9), flops/(c.GEMM.Value*1e12))
+		floor.Samples = per(func(s float64) float64 { return 100 * floorSec / s })
+	} else {
+		floor.Unmeasured = "needs both the d2d and gemm ceilings"
+	}
+	pass := rel <= MoEMaxRelL2
+	gate := reports.Gate{Name: MoEGate, Pass: pass,
+		Reason: fmt.Sprintf("rel L2 %.3g against the float64 reference on %d of %d tokens (limit %g); %s", rel, checked, m, MoEMaxRelL2, cfg)}
+	relMetric := metric(MoERelL2, "", reports.LowerIsBetter, []float64{rel})
+	if math.IsNaN(rel) || math.IsInf(rel, 0) {
+		relMetric = reports.Metric{Name: MoERelL2, Better: reports.LowerIsBetter, Unmeasured: fmt.Sprintf("output not finite (%v)", rel)}
+	}
+	res := reports.Result{
+		Name:   MoEResult,
+		Params: MoEParams(opt, local, m, "mstar"),
+		Metrics: []reports.Metric{
+			metric(MoELatency, "µs", reports.LowerIsBetter, us),
+			metric(MoEThroughput, "TFLOP/s", reports.HigherIsBetter, tflops),
+			metric(MoEBandwidth, "GB/s", reports.HigherIsBetter, gbps),
+			pct(MoEPctBW, c.D2D, gbps),
+			pct(MoEPctCompute, c.GEMM, tflops),
+			floor,
+			relMetric,
+		},
+		Gates: []reports.Gate{gate},
+	}
+	sum := reports.Summarize(us)
+	med := sum.Median * 1e-6
+	row := MoERow{M: m, Slots: slots, Touched: touched, Config: cfg, Latency: sum,
+		TFLOPs: flops / med / 1e12, GBps: bytes / med / 1e9, RelL2: rel, Pass: pass,
+		PctBW: math.NaN(), PctCompute: math.NaN(), PctFloor: math.NaN()}
+	if c.D2D.Measured() {
+		row.PctBW = 100 * row.GBps / c.D2D.Value
+	}
+	if c.GEMM.Measured() {
+		row.PctCompute = 100 * row.TFLOPs / c.GEMM.Value
+	}
+	if floor.Measured() {
+		row.PctFloor = 100 * math.Max(bytes/(c.D2D.Value*1e9), flops/(c.GEMM.Value*1e12)) / med
+	}
+	return res, row
+}
+
+// IsMoEInputError reports whether err is bad input (exit 2).
+func IsMoEInputError(err error) bool {
+	var ie *MoEInputError
+	return errors.As(err, &ie)
+}

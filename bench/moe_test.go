@@ -1,0 +1,121 @@
+package bench
+
+import (
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/mstar-dev/mstar/internal/gpu"
+	"github.com/mstar-dev/mstar/kernels/moe"
+	"github.com/mstar-dev/mstar/reports"
+)
+
+// fakeCeilings are round numbers so the percentages can be checked by hand.
+func fakeCeilings() *Ceilings {
+	return &Ceilings{
+		Device: "cpu", Backend: gpu.CPU,
+		D2D:  Ceiling{Value: 10, Unit: UnitGBps, Samples: []float64{10}},
+		GEMM: Ceiling{Value: 0.01, Unit: UnitTFLOPs, Samples: []float64{0.01}},
+		H2D:  Ceiling{Unmeasured: "not needed"}, D2H: Ceiling{Unmeasured: "not needed"},
+	}
+}
+
+func TestRunMoECPU(t *testing.T) {
+	opt := MoEOptions{
+		Model: "tiny", Shape: moe.Shape{E: 8, K: 2, H: 64, I: 40}, EP: 2,
+		Batches: []int{1, 7, 70}, Samples: 3, Seed: 5, Ceilings: fakeCeilings(),
+		DumpDir: t.TempDir(),
+	}
+	rep, err := RunMoE(gpu.NewCPU(), opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Local != (moe.Shape{E: 4, K: 2, H: 64, I: 40}) {
+		t.Errorf("local shape %v, want E4 k2 H64 I40 under --ep 2", rep.Local)
+	}
+	if len(rep.Results) != 3 || rep.Failed() {
+		t.Fatalf("%d results, failed=%v; want 3 passing", len(rep.Results), rep.Failed())
+	}
+	for i, r := range rep.Results {
+		m := opt.Batches[i]
+		wantParams := reports.Params{"model": "tiny", "experts": "4", "topk": "2", "hidden": "64", "inter": "40",
+			"tp": "1", "ep": "2", "batch": itoa(m), "routing": "uniform", "seed": "5", "impl": "mstar"}
+		if r.Key() != (reports.Result{Name: MoEResult, Params: wantParams}).Key() {
+			t.Errorf("result key %s, want params %v", r.Key(), wantParams)
+		}
+		lat := r.Metric(MoELatency)
+		if lat == nil || len(lat.Samples) != 3 {
+			t.Fatalf("M=%d: latency %+v, want 3 samples", m, lat)
+		}
+		// Each rate sample is work / that sample's latency, and the
+		// percentages are of the fake ceilings.
+		row := rep.Rows[i]
+		slots := rep.Local.Flops(row.Slots)
+		tf := r.Metric(MoEThroughput).Samples[0]
+		if want := slots / (lat.Samples[0] * 1e-6) / 1e12; math.Abs(tf-want) > 1e-9*want {
+			t.Errorf("M=%d: throughput %g, want %g", m, tf, want)
+		}
+		if p := r.Metric(MoEPctCompute).Samples[0]; math.Abs(p-100*tf/0.01) > 1e-6*p {
+			t.Errorf("M=%d: %% of compute %g, want %g", m, p, 100*tf/0.01)
+		}
+		bw := r.Metric(MoEBandwidth).Samples[0]
+		floor := r.Metric(MoEPctFloor).Samples[0]
+		wantFloor := 100 * math.Max(bw/10, tf/0.01)
+		if math.Abs(floor-wantFloor) > 1e-6*wantFloor {
+			t.Errorf("M=%d: %% of floor %g, want max(%% bw, %% compute) = %g", m, floor, wantFloor)
+		}
+		if e := r.Metric(MoERelL2).Samples[0]; !(e < 1e-5) || !r.Passed() {
+			t.Errorf("M=%d: rel L2 %g, gates %+v", m, e, r.Gates)
+		}
+		if _, err := os.Stat(filepath.Join(opt.DumpDir, "out-M"+itoa(m)+".bf16")); err != nil {
+			t.Errorf("dump: %v", err)
+		}
+	}
+	// Smaller batches use the first tokens of the largest batch's routing.
+	if rep.Routing.M != 70 || rep.Routing.K != 2 {
+		t.Errorf("routing M=%d K=%d, want 70×2", rep.Routing.M, rep.Routing.K)
+	}
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+func TestRunMoEGateFails(t *testing.T) {
+	testCorruptOutput = func(out []float32) { out[len(out)-1] = float32(math.NaN()) }
+	defer func() { testCorruptOutput = nil }()
+	rep, err := RunMoE(gpu.NewCPU(), MoEOptions{Shape: moe.Shape{E: 4, K: 2, H: 16, I: 8}, Batches: []int{3}, Samples: 1, Ceilings: fakeCeilings()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Failed() || rep.Results[0].Passed() {
+		t.Fatalf("a NaN in the output passed the gate: %+v", rep.Results[0].Gates)
+	}
+	if m := rep.Results[0].Metric(MoERelL2); m.Measured() || !strings.Contains(m.Unmeasured, "not finite") {
+		t.Errorf("rel_l2 metric %+v, want unmeasured: not finite", m)
+	}
+}
+
+func TestRunMoEBadInput(t *testing.T) {
+	trace := moe.Routing{IDs: []int32{0, 9}, Weights: []float32{.5, .5}, M: 1, K: 2}
+	for _, tt := range []struct {
+		name, want string
+		opt        MoEOptions
+	}{
+		{"k > E", "top-k 5 is larger", MoEOptions{Shape: moe.Shape{E: 4, K: 5, H: 8, I: 8}}},
+		{"zero inter", "inter must be positive", MoEOptions{Shape: moe.Shape{E: 4, K: 2, H: 8, I: 0}}},
+		{"ep does not divide", "--ep 3 does not divide", MoEOptions{Shape: moe.Shape{E: 4, K: 2, H: 8, I: 8}, EP: 3}},
+		{"bad batch", "--batch 0", MoEOptions{Shape: moe.Shape{E: 4, K: 2, H: 8, I: 8}, Batches: []int{0}}},
+		{"bad routing", "want uniform or zipf", MoEOptions{Shape: moe.Shape{E: 4, K: 2, H: 8, I: 8}, Routing: "hot"}},
+		{"trace out of range", "expert id 9 out of range", MoEOptions{Shape: moe.Shape{E: 8, K: 2, H: 8, I: 8}, Trace: &trace, TraceName: "t.json"}},
+		{"does not fit", "needs", MoEOptions{Shape: moe.Shape{E: 1 << 14, K: 2, H: 1 << 13, I: 1 << 13}, Batches: []int{1}, Ceilings: fakeCeilings()}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := RunMoE(gpu.NewCPU(), tt.opt)
+			if err == nil || !IsMoEInputError(err) || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error %v (input error: %v), want an input error containing %q", err, IsMoEInputError(err), tt.want)
+			}
+		})
+	}
+}

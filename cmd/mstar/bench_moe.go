@@ -1,0 +1,317 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/mstar-dev/mstar/bench"
+	"github.com/mstar-dev/mstar/internal/envinfo"
+	"github.com/mstar-dev/mstar/internal/progress"
+	"github.com/mstar-dev/mstar/kernels/moe"
+	"github.com/mstar-dev/mstar/reports"
+)
+
+func init() {
+	benchSubcommands = append(benchSubcommands, newBenchMoE)
+}
+
+func newBenchMoE(a *app) *cobra.Command {
+	var (
+		model, device, out, batches, routing, traceIn, traceOut, config, ceilings, dumpDir string
+		experts, topk, hidden, inter, tp, ep, samples                                      int
+		seed                                                                               uint64
+	)
+	names := []string{}
+	for _, p := range moe.Presets() {
+		names = append(names, fmt.Sprintf("  %-20s %v  %s", p.Name, p.Shape, p.Note))
+	}
+	cmd := &cobra.Command{
+		Use:   "moe",
+		Short: "Benchmark the fused-MoE layer over batch sizes, checked against a float64 reference",
+		Long: `moe measures one Mixture-of-Experts layer — for x[M,H] and top-k routing,
+out[m] = Σ_j w[m,j]·W2[e]·(silu(W1_gate[e]·x[m]) ⊙ W1_up[e]·x[m]) — in bf16 with
+fp32 accumulation, for each batch size M of --batch, on --device.
+
+On CUDA the layer is mstar's own kernels (kernels/moe/moe.cu, compiled by NVRTC
+for the device): token-to-expert alignment, a grouped GEMM for W1 with SiLU·mul
+fused, a grouped GEMM for W2 with the routing weight fused, and a
+deterministic top-k combine, on bf16 tensor cores (mma.sync); a decode kernel
+streams the touched experts' weights through registers for small M, tiled
+kernels with a cp.async pipeline serve larger M. The timed region is all four
+launches (alignment included), replayed from a CUDA graph; weights rotate
+among copies when the touched experts would fit in L2. On the CPU the layer
+is moe.ForwardCPU (float32 on all cores), timed by the wall clock.
+
+Every batch first runs once on NaN-poisoned buffers and is compared with the
+float64 reference (all tokens up to 64, else 64 spread over the batch); a
+relative L2 error above 1e-2 fails the batch's correctness gate and the
+command exits 1 (after writing --out).
+
+Per batch: latency (µs, median and 95% CI), TFLOP/s, GB/s, each as % of the
+device's ceilings (measured quickly first, or read from --ceilings FILE), and
+% of floor = max(bytes / d2d ceiling, flops / gemm ceiling) / latency.
+Flops: per computed (token, expert) slot 2·H·2I (W1) + 2·I·H (W2) + 4·I
+(SiLU·mul) + 2·H (weight, combine). Bytes: the weights of each touched expert
+once, x and out (bf16) once, the routing ids and weights once.
+
+Shapes: --model NAME, or --experts --topk --hidden --inter (these also
+override a preset's values). --tp N splits the intermediate size over N
+ranks and --ep N the experts (rank 0 is measured: it holds experts
+[0, E/N); a token's slots on other ranks are dropped from the local compute).
+
+Routing: uniform random by default (k distinct experts per token, softmax
+weights), --routing zipf:ALPHA for skewed expert load, or --routing-trace
+FILE to replay recorded routing:
+  {"experts": E, "topk": k, "ids": [[e, ...], ...], "weights": [[w, ...], ...]}
+one row of k distinct global expert ids per token ("weights" optional: 1/k).
+Batch M uses the first M tokens (a trace repeats when shorter).
+--routing-out FILE writes the routing used, in the same format (the peers in
+scripts/peers replay it).
+
+Models:
+` + strings.Join(names, "\n"),
+		Example: `  mstar bench moe --model qwen3-30b-a3b --batch 1,16 --device cpu
+  mstar bench moe --model deepseek-v3 --tp 8 --device cuda:0 --out ds-tp8.json
+  mstar bench moe --model qwen3-30b-a3b --routing zipf:1.2 --batch 64,1024 --out zipf.json
+  mstar bench moe --experts 64 --topk 4 --hidden 1024 --inter 512 --routing-trace routing.json
+  mstar bench moe --model mixtral-8x7b --batch 4096 --config tiled:bm=128,bn=128,bk=32,wm=2,wn=4,stages=4`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			f := cmd.Flags()
+			opt := bench.MoEOptions{Model: model, TP: tp, EP: ep, Routing: routing, Samples: samples, Seed: seed, DumpDir: dumpDir}
+			if model != "" {
+				p, err := moe.LookupPreset(model)
+				if err != nil {
+					return usageErr("--model: %v", err)
+				}
+				opt.Model, opt.Shape = p.Name, p.Shape
+			} else if !f.Changed("experts") || !f.Changed("topk") || !f.Changed("hidden") || !f.Changed("inter") {
+				return usageErr("give --model NAME or all of --experts --topk --hidden --inter (see 'mstar bench moe --help')")
+			}
+			for _, o := range []struct {
+				name string
+				v    int
+				dst  *int
+			}{{"experts", experts, &opt.Shape.E}, {"topk", topk, &opt.Shape.K}, {"hidden", hidden, &opt.Shape.H}, {"inter", inter, &opt.Shape.I}} {
+				if f.Changed(o.name) {
+					*o.dst = o.v
+				}
+			}
+			if model != "" && (f.Changed("experts") || f.Changed("topk") || f.Changed("hidden") || f.Changed("inter")) {
+				opt.Model = model + "-custom"
+			}
+			if batches != "" {
+				bs, err := parseBatches(batches)
+				if err != nil {
+					return usageErr("--batch: %v", err)
+				}
+				opt.Batches = bs
+			}
+			if config != "" {
+				c, err := moe.ParseConfig(config)
+				if err != nil {
+					return usageErr("--config: %v", err)
+				}
+				opt.Config = c
+			}
+			if traceIn != "" {
+				if f.Changed("routing") {
+					return usageErr("--routing and --routing-trace exclude each other")
+				}
+				r, e, err := moe.ReadTrace(traceIn)
+				if err != nil {
+					return badInput(err)
+				}
+				if e != opt.Shape.E {
+					return usageErr("routing trace %s is over %d experts, the shape has %d", traceIn, e, opt.Shape.E)
+				}
+				opt.Trace, opt.TraceName = &r, traceIn
+			}
+			if _, err := bench.PrepareMoE(&opt); err != nil {
+				return badInput(err)
+			}
+			if dumpDir != "" {
+				if err := os.MkdirAll(dumpDir, 0o755); err != nil {
+					return badInput(fmt.Errorf("--dump-dir: %w", err))
+				}
+			}
+			if ceilings != "" {
+				c, err := bench.ReadCeilings(ceilings)
+				if err != nil {
+					return badInput(fmt.Errorf("--ceilings: %w", err))
+				}
+				opt.Ceilings = c
+			}
+			dev, err := a.openDevice(device)
+			if err != nil {
+				return err
+			}
+			defer dev.Close()
+			if len(opt.Batches) == 0 && dev.Info().Backend != "cuda" {
+				fmt.Fprintf(a.stderr, "mstar: on the CPU the default sweep is --batch %s (the GPU's goes to 4096)\n", joinInts(bench.DefaultCPUBatches))
+			}
+			doc := reports.NewDocument("bench moe", a.args, envinfo.Collect(dev))
+			steps := len(opt.Batches)
+			if steps == 0 {
+				steps = len(bench.DefaultCPUBatches)
+				if dev.Info().Backend == "cuda" {
+					steps = len(bench.DefaultGPUBatches)
+				}
+			}
+			bar := progress.New(a.stderr, steps+2, "bench moe")
+			opt.Progress = func(step string) {
+				bar.Describe(step)
+				if strings.HasPrefix(step, "M=") || step == "weights" {
+					bar.Add(1)
+				}
+			}
+			rep, err := bench.RunMoE(dev, opt)
+			bar.Finish()
+			if err != nil {
+				if bench.IsMoEInputError(err) {
+					return badInput(err)
+				}
+				return err
+			}
+			doc.Results = append(doc.Results, rep.Results...)
+			if opt.Ceilings != nil && ceilings == "" {
+				doc.Results = append(doc.Results, rep.Ceilings.Results()...)
+			}
+			doc.Warnings = append(doc.Warnings, rep.Warnings...)
+			if rep.Compile != "" {
+				doc.Env["moe_kernels"] = rep.Compile
+			}
+			doc.Finish()
+			printMoE(a, dev.Info().ID, dev.Info().Name, opt, rep)
+			if traceOut != "" {
+				if err := moe.WriteTrace(traceOut, rep.Routing, opt.Shape.E); err != nil {
+					return err
+				}
+			}
+			if out != "" {
+				if err := reports.WriteFile(out, doc); err != nil {
+					return fmt.Errorf("writing %s: %w", out, err)
+				}
+				fmt.Fprintf(a.stderr, "mstar: wrote %s\n", out)
+			}
+			if rep.Failed() {
+				var bad []string
+				for _, f := range doc.Failed() {
+					bad = append(bad, f)
+				}
+				return failed("correctness gate failed:\n  %s", strings.Join(bad, "\n  "))
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&model, "model", "", "model preset (see the list above)")
+	f.IntVar(&experts, "experts", 0, "number of experts E (custom shape, or override)")
+	f.IntVar(&topk, "topk", 0, "experts per token k")
+	f.IntVar(&hidden, "hidden", 0, "hidden size H")
+	f.IntVar(&inter, "inter", 0, "expert intermediate size I")
+	f.IntVar(&tp, "tp", 1, "tensor-parallel ranks: each holds I/N")
+	f.IntVar(&ep, "ep", 1, "expert-parallel ranks: each holds E/N experts")
+	f.StringVar(&batches, "batch", "", "comma-separated token counts (default 1,2,4,…,4096 on a GPU; 1,4,16,64 on the CPU)")
+	addDeviceFlag(cmd, &device)
+	f.StringVarP(&out, "out", "o", "", "write the results document to `FILE`")
+	f.StringVar(&routing, "routing", "uniform", "routing: uniform or zipf:ALPHA")
+	f.StringVar(&traceIn, "routing-trace", "", "replay routing from `FILE` (format above)")
+	f.StringVar(&traceOut, "routing-out", "", "write the routing used to `FILE`")
+	f.IntVar(&samples, "samples", 0, "timed samples per batch (0: 20 on CUDA, 6 on the CPU)")
+	f.Uint64Var(&seed, "seed", 1, "seed of weights, inputs and routing")
+	f.StringVar(&config, "config", "auto", "kernels: auto, skinny:nt=1|2|4, tiled:m16|m32|m64|m128, or tiled:bm=…,bn=…,bk=…,wm=…,wn=…,stages=…")
+	f.StringVar(&ceilings, "ceilings", "", "read the device's ceilings from a results `FILE` of 'mstar bench ceilings' instead of measuring them")
+	f.StringVar(&dumpDir, "dump-dir", "", "write each batch's output as raw bf16 to `DIR`/out-M<batch>.bf16 (for the peers' cross-check)")
+	return cmd
+}
+
+func parseBatches(s string) ([]int, error) {
+	var out []int
+	for _, p := range strings.Split(s, ",") {
+		p = strings.TrimSpace(p)
+		n, err := strconv.Atoi(p)
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%q is not a positive token count", p)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func joinInts(v []int) string {
+	s := make([]string, len(v))
+	for i, n := range v {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, ",")
+}
+
+// printMoE prints the nccl-tests-like table: a commented header, then one
+// aligned row per batch.
+func printMoE(a *app, id, name string, opt bench.MoEOptions, rep *bench.MoEReport) {
+	w := a.stdout
+	model := opt.Model
+	if model == "" {
+		model = "custom"
+	}
+	fmt.Fprintf(w, "# mstar bench moe: %s, local shape %v (tp %d, ep %d), routing %s, seed %d\n", model, rep.Local, opt.TP, opt.EP, routingText(opt), opt.Seed)
+	fmt.Fprintf(w, "# device %s (%s)\n", id, name)
+	c := rep.Ceilings
+	fmt.Fprintf(w, "# ceilings: d2d %s, gemm %s\n", ceilingText(c.D2D), ceilingText(c.GEMM))
+	if rep.Compile != "" {
+		fmt.Fprintf(w, "# %s\n", rep.Compile)
+	}
+	for _, warn := range rep.Warnings {
+		fmt.Fprintf(w, "# warning: %s\n", warn)
+	}
+	fmt.Fprintln(w, "#")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	io.WriteString(tw, "#\tbatch\tslots\texperts\tlatency(us)\t±95%\tTFLOP/s\tGB/s\t%bw\t%compute\t%floor\trel_l2\tgate\t\n")
+	for _, r := range rep.Rows {
+		gate := "pass"
+		if !r.Pass {
+			gate = "FAIL"
+		}
+		ci := "±?"
+		if p := r.Latency.HalfWidthPct(); !math.IsNaN(p) && !math.IsInf(p, 0) {
+			ci = fmt.Sprintf("±%.1f%%", p)
+		}
+		fmt.Fprintf(tw, "\t%d\t%d\t%d\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t%.2g\t%s\t\n",
+			r.M, r.Slots, r.Touched, r.Latency.Median, ci, reports.FormatValue(r.TFLOPs), reports.FormatValue(r.GBps),
+			pctText(r.PctBW), pctText(r.PctCompute), pctText(r.PctFloor), r.RelL2, gate)
+	}
+	tw.Flush()
+	fmt.Fprintln(w, "#")
+	for _, r := range rep.Rows {
+		fmt.Fprintf(w, "# M=%d kernels: %s\n", r.M, r.Config)
+	}
+}
+
+func routingText(opt bench.MoEOptions) string {
+	if opt.Trace != nil {
+		return "trace " + opt.TraceName
+	}
+	return opt.Routing
+}
+
+func ceilingText(c bench.Ceiling) string {
+	if !c.Measured() {
+		return "unmeasured (" + c.Unmeasured + ")"
+	}
+	return fmt.Sprintf("%s %s", reports.FormatValue(c.Value), c.Unit)
+}
+
+func pctText(p float64) string {
+	if math.IsNaN(p) {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f", p)
+}

@@ -1,0 +1,81 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/mstar-dev/mstar/reports"
+)
+
+func TestBenchMoECPU(t *testing.T) {
+	dir := t.TempDir()
+	out, trace := filepath.Join(dir, "moe.json"), filepath.Join(dir, "routing.json")
+	stdout, stderr, code := runMstar(t, "bench", "moe", "--experts", "8", "--topk", "2", "--hidden", "64", "--inter", "32",
+		"--batch", "1,9", "--device", "cpu", "--samples", "2", "--out", out, "--routing-out", trace)
+	if code != exitOK {
+		t.Fatalf("exit %d; stderr: %s", code, stderr)
+	}
+	for _, want := range []string{"# mstar bench moe: custom, local shape E8 k2 H64 I32", "latency(us)", "pass", "M=9 kernels: cpu:forward-f32"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, stdout)
+		}
+	}
+	d, err := reports.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	moeRows := 0
+	for _, r := range d.Results {
+		if r.Name == "moe" {
+			moeRows++
+			if !r.Passed() || r.Params["impl"] != "mstar" {
+				t.Errorf("result %s: gates %+v", r.Key(), r.Gates)
+			}
+		}
+	}
+	if moeRows != 2 || d.Suite != "bench moe" {
+		t.Errorf("document suite %q with %d moe results, want bench moe with 2", d.Suite, moeRows)
+	}
+	// The written routing replays.
+	_, stderr, code = runMstar(t, "bench", "moe", "--experts", "8", "--topk", "2", "--hidden", "64", "--inter", "32",
+		"--batch", "3", "--device", "cpu", "--samples", "1", "--routing-trace", trace)
+	if code != exitOK {
+		t.Errorf("replaying --routing-out: exit %d: %s", code, stderr)
+	}
+}
+
+func TestBenchMoEBadInput(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.json")
+	os.WriteFile(bad, []byte("{\"experts\": 8, \"topk\": 2,\n\"ids\": [[0, 1],\n[2 3]]}"), 0o644)
+	small := func(extra ...string) []string {
+		return append([]string{"--experts", "8", "--topk", "2", "--hidden", "64", "--inter", "32", "--device", "cpu"}, extra...)
+	}
+	for _, tt := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"k > E", []string{"--experts", "4", "--topk", "5", "--hidden", "8", "--inter", "8", "--device", "cpu"}, "top-k 5 is larger than the number of experts 4"},
+		{"zero size", []string{"--experts", "4", "--topk", "2", "--hidden", "0", "--inter", "8", "--device", "cpu"}, "hidden must be positive"},
+		{"no shape", []string{"--device", "cpu"}, "give --model NAME or all of"},
+		{"unknown model", []string{"--model", "gpt-5", "--device", "cpu"}, "unknown model"},
+		{"tp does not divide", []string{"--model", "qwen3-30b-a3b", "--tp", "5", "--device", "cpu"}, "--tp 5 does not divide the intermediate size 768"},
+		{"ep does not divide", []string{"--model", "mixtral-8x7b", "--ep", "3", "--device", "cpu"}, "--ep 3 does not divide the number of experts 8"},
+		{"does not fit", []string{"--model", "deepseek-v3", "--experts", "4096", "--device", "cpu", "--batch", "1"}, "needs"},
+		{"malformed trace", small("--batch", "1", "--routing-trace", bad), "line 3"},
+		{"missing trace", small("--batch", "1", "--routing-trace", filepath.Join(dir, "none.json")), "no such file"},
+		{"bad batch", small("--batch", "1,x"), "--batch"},
+		{"bad routing", small("--batch", "1", "--routing", "pareto"), "want uniform or zipf"},
+		{"bad config", small("--batch", "1", "--config", "tiled:bm=3"), "bm must be a multiple"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, stderr, code := runMstar(t, append([]string{"bench", "moe"}, tt.args...)...)
+			if code != exitBadUsge || !strings.Contains(stderr, tt.want) {
+				t.Errorf("exit %d, stderr %q; want exit 2 mentioning %q", code, stderr, tt.want)
+			}
+		})
+	}
+}
