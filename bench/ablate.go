@@ -59,6 +59,7 @@ type AblationOptions struct {
 	// KernelTokens 0 skips the kernel.
 	KernelTokens, KernelLayers, KernelSamples int
 	Kernel                                    MoEKernel // nil: the CPU path (needs a Layer: built from Model and Seed)
+	KernelSkipped                             string    // why the kernel is not run, when the caller decided so
 	Seed                                      uint64
 
 	// Progress, when set, is told what runs and how far along the run is.
@@ -186,9 +187,24 @@ func (c *CUDAKernel) Close() error {
 // CUDA path on a CUDA device, moe.ForwardCPU otherwise — with a note to
 // show the user (how the kernels were compiled, or why the CPU path stands
 // in), and a function that releases it.
+//
+// A layer whose weights would not fit — in half the host's memory for the
+// CPU path (they are generated there in any case), in the device's free
+// memory for CUDA — gives no kernel (nil) and a note saying so.
 func KernelFor(dev gpu.Device, shape moe.Shape, seed uint64) (MoEKernel, string, func()) {
+	need := shape.WeightBytes()
+	if host := gpu.HostMemBytes(); host > 0 && need > host/2 {
+		return nil, fmt.Sprintf("kernel skipped: the layer's weights (%.1f GiB) exceed half of this host's %.1f GiB; --inter shrinks the layer (one GPU's share at tensor parallelism N is I/N)",
+			float64(need)/(1<<30), float64(host)/(1<<30)), func() {}
+	}
+	onGPU := dev != nil && dev.Info().Backend == gpu.CUDA
+	if onGPU {
+		if free, _, err := dev.MemInfo(); err == nil && need+(1<<30) > free {
+			return nil, fmt.Sprintf("kernel skipped: the layer's weights (%.1f GiB) do not fit in the device's %.1f GiB free", float64(need)/(1<<30), float64(free)/(1<<30)), func() {}
+		}
+	}
 	l := moe.NewLayer(shape, seed)
-	if dev == nil || dev.Info().Backend != gpu.CUDA {
+	if !onGPU {
 		return CPUKernel{Layer: l}, "", func() {}
 	}
 	k, err := NewCUDAKernel(dev, l)
@@ -759,6 +775,8 @@ func (a *Ablation) WriteTable(w io.Writer) error {
 	if a.KernelTokens > 0 {
 		fmt.Fprintf(w, "# kernel: %s; the last %d of %d tokens of the last %d layer(s), %d samples (median); ×uniform = time / time under perfectly uniform routing; relL2 = output difference vs %s\n",
 			a.KernelName, a.KernelTokens, o.Tokens, len(a.ReferenceMS), o.KernelSamples, o.baseline())
+	} else if o.KernelSkipped != "" {
+		fmt.Fprintln(w, "# kernel: not run: "+o.KernelSkipped)
 	} else {
 		fmt.Fprintln(w, "# kernel: not run (--kernel-tokens 0)")
 	}

@@ -191,6 +191,9 @@ out-of-range expert id.`,
 				k, note, release := bench.KernelFor(dev, moe.Shape{E: m.E, K: min(kernelK, m.E), H: m.H, I: m.I}, rf.seed)
 				defer release()
 				opt.Kernel = k
+				if k == nil {
+					opt.KernelTokens, opt.KernelSkipped = 0, note
+				}
 				if _, onGPU := k.(*bench.CUDAKernel); onGPU {
 					if !cmd.Flags().Changed("kernel-tokens") {
 						opt.KernelTokens = 1024
@@ -224,6 +227,9 @@ out-of-range expert id.`,
 			}
 			doc.Results = res.Results()
 			doc.Warnings = res.Warnings
+			if opt.KernelSkipped != "" {
+				doc.Warnings = append(doc.Warnings, opt.KernelSkipped)
+			}
 			doc.Finish()
 			if err := res.WriteTable(a.stdout); err != nil {
 				return err
@@ -294,9 +300,9 @@ out-of-range expert id.`,
 	f.IntSliceVar(&gateLayers, "gate-layers", nil, "model layer numbers to read from --gates (default: the first --layers that have a gate)")
 	f.StringVar(&tracePath, "trace", "", "replay a recorded routing `FILE` as router 'trace'")
 	f.StringVar(&recordPath, "record-trace", "", "write the --baseline router's routing of every layer as a trace `FILE`")
-	f.IntVar(&kTokens, "kernel-tokens", 16, "tokens per layer timed through the fused-MoE kernel (0: skip the kernel; default 1024 on a GPU)")
+	f.IntVar(&kTokens, "kernel-tokens", 16, "tokens per layer timed through the fused-MoE kernel (0: skip the kernel; a GPU takes 1024 unless set)")
 	f.IntVar(&kLayers, "kernel-layers", 1, "layers (the last ones) timed through the fused-MoE kernel")
-	f.IntVar(&kSamples, "kernel-samples", 3, "kernel timings per router and layer (default 10 on a GPU)")
+	f.IntVar(&kSamples, "kernel-samples", 3, "kernel timings per router and layer (a GPU takes 10 unless set)")
 	f.StringVarP(&out, "out", "o", "", "write the results document to `FILE`")
 	f.StringVar(&heatmap, "heatmap", "", "write the expert-load heat map (layers × experts, a panel per router) as PNG to `FILE`")
 	addDeviceFlag(cmd, &device)
