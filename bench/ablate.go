@@ -327,6 +327,12 @@ func (o *AblationOptions) configFor(name string) router.Config {
 			c.Renormalize = m.Renormalize
 		}
 	}
+	// deepseek-v2's own default is no group limit (plain greedy, the same
+	// routing as softmax-topk); on other models the ablation gives it
+	// DeepSeek-V2's 8 groups, keep 3, so its row shows the group limit.
+	if name == "deepseek-v2" && name != o.Model.Router && c.NGroup == 0 && c.TopKGroup == 0 && o.Model.E%8 == 0 {
+		c.NGroup, c.TopKGroup = 8, 3
+	}
 	if c.Seed == 0 {
 		c.Seed = o.Seed
 	}

@@ -75,6 +75,14 @@ func TestAblationSmall(t *testing.T) {
 	if v := byName["cross-layer"].Layers[2].RelL2; !(v > 0) {
 		t.Errorf("cross-layer relL2 at layer 2 = %v, want > 0 (the previous layers mixed in)", v)
 	}
+	// deepseek-v2 gets DeepSeek-V2's groups on another model (with k=2 and 3
+	// groups kept they cannot change a max-scored routing, so check the config).
+	if c := a.Opt.configFor("deepseek-v2"); c.NGroup != 8 || c.TopKGroup != 3 {
+		t.Errorf("deepseek-v2 config %+v, want n_group 8, topk_group 3", c)
+	}
+	if c := (&AblationOptions{Model: tiny, Config: router.Config{NGroup: 2, TopKGroup: 1}}).configFor("deepseek-v2"); c.NGroup != 2 {
+		t.Errorf("--n-group 2 overridden: %+v", c)
+	}
 	// Expert choice: C = 128·2/16 = 16 per expert per batch: exactly balanced.
 	if v := byName["expert-choice"].Layers[0].MaxVio; v != 0 {
 		t.Errorf("expert-choice MaxVio = %v, want 0", v)

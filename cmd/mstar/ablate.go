@@ -70,6 +70,10 @@ and prints a routers × metrics table:
   ×uniform   kernel time / kernel time under perfectly uniform routing
   relL2      ‖out − out_baseline‖/‖out_baseline‖ of the MoE output vs --baseline
 
+Router settings come from the flags (--n-group, --scaling, ...), else from the
+model's config for its own router, else the router's defaults; on models
+other than DeepSeek-V2, deepseek-v2 takes DeepSeek-V2's 8 groups, keep 3.
+
 Load metrics are means over the layers (each layer's loads count all tokens);
 every layer's values are in the results document (--out) as result
 "router/layer", with the expert loads as metric expert_load. --heatmap draws
