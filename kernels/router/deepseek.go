@@ -79,6 +79,8 @@ func groupTop2Sum(x []float64) float64 {
 //	w_e = p_e / (Σ_{j∈S} p_j + 1e-20)                instead, when Renormalize and k > 1
 //
 // As in DeepSeek-V2's modelling code, renormalised weights are not scaled.
+// With the max as group score the limit only bites when TopKGroup < k: a
+// token's top-k experts always lie in its top-k groups.
 // Defaults: NGroup 1 and TopKGroup 1 (no group limit: plain greedy),
 // Scaling 1, Renormalize false; DeepSeek-V2 itself uses n_group 8,
 // topk_group 3, routed_scaling_factor 16. Errors: NGroup not dividing E,
