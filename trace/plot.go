@@ -69,6 +69,9 @@ func WritePlot(w io.Writer, format string, f *File, opt PlotOptions) error {
 		names = append(names, k)
 	}
 	sort.Strings(names)
+	if opt.Title == "" && len(names) == 1 {
+		opt.Title = names[0]
+	}
 	// Every session's time axis starts at its own first tick, so sessions
 	// that ran one after another overlay instead of trailing off.
 	panels := []struct {

@@ -18,9 +18,10 @@ import (
 const (
 	ladderPoolShare   = 0.6
 	ladderPinnedShare = 0.4
-	// moveShare of an interval's worth of the slower tier's bandwidth may be
-	// moved per tick, so a tick's cost stays well inside its interval.
-	moveShare = 0.25
+	// moveShare of an interval's worth of the slower tier's measured move
+	// rate may be moved per tick: a tick's cost stays inside its interval
+	// even when other processes slow the copies several-fold.
+	moveShare = 0.10
 )
 
 // LadderCurves are the demand curves of the ladder cells.
@@ -108,11 +109,13 @@ func runLadder(ctx context.Context, e *cellEnv) error {
 	}
 	maxMove = max(blockLen, int64(moveShare*slowest*e.cfg.Interval.Seconds())/blockLen*blockLen)
 	cfg := regulator.Config{
-		Budget:      int64(float64(p.Bytes()) / ladderPoolShare),
-		Cooldown:    e.cfg.Cooldown,
-		Interval:    e.cfg.Interval,
-		MaxMove:     maxMove,
-		PoisonFreed: true,
+		Budget:   int64(float64(p.Bytes()) / ladderPoolShare),
+		Cooldown: e.cfg.Cooldown,
+		Interval: e.cfg.Interval,
+		MaxMove:  maxMove,
+		AfterTick: func(d regulator.Decision) error {
+			return poisonBlocks(e.s, p, d.Spilled)
+		},
 	}
 	var figs []string
 	worstChanges := 0

@@ -40,9 +40,10 @@ type Config struct {
 	Cooldown  int           // ticks after a rung change; 0 means 8
 	Interval  time.Duration // tick interval for Run; 0 means 20 ms
 	MaxMove   int64         // bytes moved per tick at most (at least one block); 0: no cap
-	// PoisonFreed overwrites a spilled block's device memory, as the demand
-	// that takes it would, so that a later read-back measures the restore.
-	PoisonFreed bool
+	// AfterTick, when set, runs after each tick of Run, outside its cost:
+	// what the rest of the process does with the memory between ticks (a
+	// harness overwrites the blocks a tick spilled, as the demand would).
+	AfterTick func(Decision) error
 }
 
 func (c *Config) defaults() {
@@ -116,6 +117,7 @@ type Decision struct {
 	Pinned    int64
 	Headroom  float64 // after the tick
 	Binding   string
+	Spilled   []int // blocks spilled this tick, whose device memory is now free
 }
 
 // Tick is a decision with its timing.
@@ -202,8 +204,8 @@ func (r *Regulator) Step(ctx context.Context, requested int64) (Decision, error)
 			bind = append(bind, "cooldown")
 		}
 	}
-	moved, acts, mb, err := r.move(ctx)
-	d.Moved = moved
+	moved, spilled, acts, mb, err := r.move(ctx)
+	d.Moved, d.Spilled = moved, spilled
 	bind = append(bind, mb...)
 	if d.Refused > 0 {
 		bind = append(bind, "admission")
@@ -232,7 +234,7 @@ func join(s []string, empty string) string {
 }
 
 // move brings the pool toward the middle of the band within the rung's tiers.
-func (r *Regulator) move(ctx context.Context) (moved int64, acts, bind []string, err error) {
+func (r *Regulator) move(ctx context.Context) (moved int64, spilled []int, acts, bind []string, err error) {
 	blocks := r.pool.Blocks()
 	target := (r.cfg.Low + r.cfg.High) / 2
 	capped := func() bool { return r.cfg.MaxMove > 0 && moved >= r.cfg.MaxMove }
@@ -273,7 +275,7 @@ func (r *Regulator) move(ctx context.Context) (moved int64, acts, bind []string,
 		i := r.order[k]
 		if (r.loc[i] == inDeep && r.rung < trace.RungDeep) || (r.loc[i] == inPinned && r.rung < trace.RungPinned) {
 			if err := restore(i); err != nil {
-				return moved, acts, bind, err
+				return moved, spilled, acts, bind, err
 			}
 		}
 	}
@@ -305,20 +307,16 @@ func (r *Regulator) move(ctx context.Context) (moved int64, acts, bind []string,
 				break
 			}
 			if err != nil {
-				return moved, acts, bind, err
+				return moved, spilled, acts, bind, err
 			}
 			got, err := slot.Spill(ctx, r.s, r.pool.Buffer(), blocks[i].Off)
 			moved += got
 			if err != nil || got != blocks[i].Len {
 				slot.Free()
-				return moved, acts, bind, fmt.Errorf("spilling block %d: %d of %d bytes: %v", i, got, blocks[i].Len, err)
-			}
-			if r.cfg.PoisonFreed {
-				if err := r.pool.Poison(r.s, i); err != nil {
-					return moved, acts, bind, err
-				}
+				return moved, spilled, acts, bind, fmt.Errorf("spilling block %d: %d of %d bytes: %v", i, got, blocks[i].Len, err)
 			}
 			r.slots[i], r.loc[i] = slot, where
+			spilled = append(spilled, i)
 			r.order = append(r.order, i)
 			resident -= blocks[i].Len
 			if where == inPinned {
@@ -335,7 +333,7 @@ func (r *Regulator) move(ctx context.Context) (moved int64, acts, bind []string,
 				break
 			}
 			if err := restore(i); err != nil {
-				return moved, acts, bind, err
+				return moved, spilled, acts, bind, err
 			}
 			resident += blocks[i].Len
 		}
@@ -343,7 +341,7 @@ func (r *Regulator) move(ctx context.Context) (moved int64, acts, bind []string,
 			bind = append(bind, "move-cap")
 		}
 	}
-	return moved, acts, bind, nil
+	return moved, spilled, acts, bind, nil
 }
 
 // Rung is the current rung.
@@ -407,6 +405,11 @@ func (r *Regulator) Run(ctx context.Context, c Curve, tr Tracer, session string)
 		}
 		if err != nil {
 			return out, err
+		}
+		if r.cfg.AfterTick != nil {
+			if err := r.cfg.AfterTick(d); err != nil {
+				return out, err
+			}
 		}
 		next = start.Add(r.cfg.Interval)
 		if now := time.Now(); next.Before(now) {

@@ -42,7 +42,16 @@ func newRig(t *testing.T, cfg Config) *rig {
 	if cfg.Budget == 0 {
 		cfg.Budget = int64(float64(pool.Bytes()) / 0.6)
 	}
-	cfg.PoisonFreed = true
+	// Spilled blocks are overwritten, as the demand would, so the final
+	// read-back measures the restores.
+	cfg.AfterTick = func(d Decision) error {
+		for _, i := range d.Spilled {
+			if err := pool.Poison(s, i); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	reg, err := New(cfg, pool, s, pinned, deep)
 	if err != nil {
 		t.Fatal(err)
@@ -56,6 +65,9 @@ func (r *rig) steps(t *testing.T, c Curve) []Decision {
 	var out []Decision
 	for k := 0; k < c.Ticks; k++ {
 		d, err := r.reg.Step(context.Background(), int64(c.Demand(k)*float64(r.reg.cfg.Budget)))
+		if err == nil {
+			err = r.reg.cfg.AfterTick(d)
+		}
 		if err != nil {
 			t.Fatalf("tick %d: %v", k, err)
 		}

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 
 	"github.com/mstar-dev/mstar/internal/gpu"
+	"golang.org/x/sys/unix"
 )
 
 // ---- device ----
@@ -187,14 +188,26 @@ func newPageableTier(opt Options) *pageableTier {
 func (t *pageableTier) Kind() Kind       { return Pageable }
 func (t *pageableTier) Used() int64      { return t.b.inUse() }
 func (t *pageableTier) Capacity() int64  { return t.b.limit() }
-func (t *pageableTier) Describe() string { return "Go heap (pageable)" }
+func (t *pageableTier) Describe() string { return "anonymous mmap (pageable)" }
 func (t *pageableTier) Close() error     { return nil }
 
+// Alloc maps fresh anonymous memory rather than taking it from the Go heap:
+// every slot then starts untouched, as a new pageable buffer does, so its
+// first-touch cost is the same every time instead of depending on what the
+// heap happened to have freed; and Free gives it back at once.
 func (t *pageableTier) Alloc(n int64) (Slot, error) {
 	if err := t.b.take(n); err != nil {
 		return nil, fmt.Errorf("pageable tier: %w", err)
 	}
-	return &hostSlot{mem: make([]byte, n), segOff: -1, chunk: t.opt.Chunk, release: func() { t.b.give(n) }}, nil
+	mem, err := unix.Mmap(-1, 0, int(n), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
+	if err != nil {
+		t.b.give(n)
+		return nil, fmt.Errorf("pageable tier: mapping %d bytes: %w", n, err)
+	}
+	return &hostSlot{mem: mem, segOff: -1, chunk: t.opt.Chunk, release: func() {
+		unix.Munmap(mem)
+		t.b.give(n)
+	}}, nil
 }
 
 // ---- file ----

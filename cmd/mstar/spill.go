@@ -1,0 +1,244 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/mstar-dev/mstar/bench/spill"
+	"github.com/mstar-dev/mstar/bench/spill/tier"
+	"github.com/mstar-dev/mstar/internal/envinfo"
+	"github.com/mstar-dev/mstar/internal/gpu"
+	"github.com/mstar-dev/mstar/internal/progress"
+	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/trace"
+	"github.com/spf13/cobra"
+)
+
+// spillHolder is how the peer tier starts its holder process; empty means
+// this binary's hidden 'spill-holder' command. Tests point it at the test
+// binary.
+var spillHolder tier.Holder
+
+// stallFor is how long --inject stall holds every spill and restore: far
+// longer than a block's copy, so the bandwidth floor and the ladder's tick
+// budget are both missed.
+const stallFor = 25 * time.Millisecond
+
+// parseInject turns --inject values into faults.
+func parseInject(vals []string) (tier.Faults, error) {
+	var f tier.Faults
+	for _, v := range vals {
+		for _, s := range strings.Split(v, ",") {
+			switch strings.TrimSpace(s) {
+			case "":
+			case "short-restore":
+				f.ShortRestore = 4096
+			case "corrupt":
+				f.Corrupt = true
+			case "stall":
+				f.Stall = stallFor
+			default:
+				return f, fmt.Errorf("--inject %q: want short-restore, corrupt or stall", s)
+			}
+		}
+	}
+	return f, nil
+}
+
+func init() {
+	register(func(a *app) *cobra.Command {
+		var (
+			device, cells, sizes, tiers, out, tracePath, shmDir string
+			inject                                              []string
+			blocks, samples, cooldown, sessions                 int
+			floor, ppTol                                        float64
+			interval, traceEvery, ttl                           time.Duration
+			seed                                                uint64
+		)
+		cmd := &cobra.Command{
+			Use:   "spill-matrix",
+			Short: "Spill and restore across memory tiers, cell by cell, with hard gates",
+			Long: `spill-matrix runs scenarios × tiers × sizes. Each cell moves a device pool's
+blocks out to a tier and back and checks, with gates that fail with a reason:
+
+  identical    every block hashes the same after the restore as before
+  reached      the bytes a restore delivered, measured by reading the device
+               back, equal the bytes requested (never the request reported)
+  stranded     no tier holds bytes at the end of the cell
+  unmeasured   every figure is measured or says why not; never a silent zero
+  bandwidth    spill and restore reach --floor of the tier's ceiling, measured
+               in the same run as one contiguous transfer through the tier
+
+Scenarios (rows): hibernate (the whole pool out and back, device memory freed
+in between), partial (25/50/75% of the blocks, the freed memory overwritten
+by another tenant), restore-gate (compute waits for a verified restore; a
+deliberately short restore must be caught with the bytes that arrived),
+uneven (shards of unequal size at once), ping-pong (two models take turns on
+a budget that holds one; each move priced max(0, transfer − overlapped
+compute), predicted against measured), multi-session (random interleavings
+through one tier), ladder (the memory-pressure regulator on ramp, spike and
+oscillating demand, pinned first and then this tier; --trace records it),
+abort (a spill cancelled mid-flight: stranded bytes, measured, until a TTL
+reclaims them), co-residency (tenants on one budget: cold releases with
+per-source reports, hot growth read back, unfundable asks refused whole,
+floor refusals not retried, freed bytes claimed).
+
+Tiers (columns): device memory (host memory on the CPU backend), pinned (a
+registered /dev/shm segment), pageable (Go heap), file (a temporary folder),
+peer (a /dev/shm segment created and held by another process: this binary,
+re-executed).
+
+--inject makes the matching gate fail on purpose: short-restore (reached),
+corrupt (identical), stall (bandwidth, and the ladder's tick cost).
+
+Prints the matrix (PASS with the key figure, or FAIL with the first failing
+gate), writes a results document with --out, exits 1 when any gate fails.`,
+			Example: `  mstar spill-matrix                                  # every cell, default size
+  mstar spill-matrix --cells hibernate,ping-pong --sizes 64MiB,256MiB
+  mstar spill-matrix --cells '*/pinned' --device cuda:0 --sizes 1GiB --out spill.json
+  mstar spill-matrix --cells ladder --trace trace.jsonl && mstar trace summarize trace.jsonl
+  mstar spill-matrix --cells hibernate/pageable --inject corrupt   # exits 1: identical`,
+			Args: cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, args []string) error {
+				faults, err := parseInject(inject)
+				if err != nil {
+					return usageErr("%v", err)
+				}
+				kinds, err := tier.ParseKinds(tiers)
+				if err != nil {
+					return usageErr("--tiers: %v", err)
+				}
+				if floor < 0 || floor > 1 || ppTol < 0 {
+					return usageErr("--floor must be in [0, 1] and --pingpong-tol positive")
+				}
+				dev, err := a.openDevice(device)
+				if err != nil {
+					return err
+				}
+				defer dev.Close()
+				if !cmd.Flags().Changed("sizes") && dev.Info().Backend == gpu.CUDA {
+					sizes = "1GiB"
+				}
+				sz, err := spill.ParseSizes(sizes)
+				if err != nil {
+					return usageErr("--sizes: %v", err)
+				}
+				list, err := spill.Match(spill.Cells(spill.Scenarios, kinds, sz), cells)
+				if err != nil {
+					return usageErr("--cells: %v", err)
+				}
+				holder := spillHolder
+				if len(holder.Argv) == 0 {
+					exe, err := os.Executable()
+					if err != nil {
+						return fmt.Errorf("finding this binary for the peer tier's holder: %w", err)
+					}
+					holder = tier.Holder{Argv: []string{exe, "spill-holder"}}
+				}
+				cfg := spill.Config{Dev: dev, Blocks: blocks, Samples: samples, Floor: floor, PingPongTol: ppTol,
+					Faults: faults, ShmDir: shmDir, Holder: holder, Seed: seed, TTL: ttl,
+					Interval: interval, Cooldown: cooldown, Sessions: sessions}
+				var tw *trace.Writer
+				if tracePath != "" {
+					f, err := os.Create(tracePath)
+					if err != nil {
+						return badInput(fmt.Errorf("--trace: %w", err))
+					}
+					tw = trace.NewWriter(f, trace.Options{Every: traceEvery})
+					cfg.Trace = tw
+				}
+				doc := reports.NewDocument("spill-matrix", a.args, envinfo.Collect(dev))
+				bar := progress.New(a.stderr, len(list), "spill-matrix")
+				m, runErr := spill.Run(context.Background(), cfg, list, func(i int, c spill.Cell) {
+					if i > 0 {
+						bar.Add(1)
+					}
+					bar.Describe(c.Name())
+				})
+				bar.Finish()
+				if tw != nil {
+					if err := tw.Close(); err != nil {
+						doc.Warnings = append(doc.Warnings, err.Error())
+					}
+					var kept, dropped int64
+					for _, s := range tw.Stats() {
+						kept += s.Written
+						dropped += s.Suppressed
+					}
+					fmt.Fprintf(a.stderr, "mstar: trace %s: %d records kept, %d suppressed by the throttle (--trace-every %s)\n", tracePath, kept, dropped, traceEvery)
+				}
+				if runErr != nil && m == nil {
+					return runErr
+				}
+				if faults.Any() {
+					doc.Warnings = append(doc.Warnings, "faults injected on purpose: "+strings.Join(inject, ","))
+				}
+				if err := m.WriteText(a.stdout); err != nil {
+					return err
+				}
+				doc.Results = m.Results()
+				doc.Finish()
+				if out != "" {
+					if err := reports.WriteFile(out, doc); err != nil {
+						return err
+					}
+				}
+				if runErr != nil {
+					return runErr
+				}
+				if !m.Passed() {
+					n := 0
+					for _, o := range m.Outcomes {
+						if !o.Passed() {
+							n++
+						}
+					}
+					return failed("%d of %d cells failed their gates", n, len(m.Outcomes))
+				}
+				return nil
+			},
+		}
+		f := cmd.Flags()
+		addDeviceFlag(cmd, &device)
+		f.StringVar(&cells, "cells", "", "cells to run: comma-separated globs over scenario/tier/size, e.g. 'hibernate', '*/pinned', 'ladder/file' (default all)")
+		f.StringVar(&sizes, "sizes", "64MiB", "pool sizes, comma-separated (default 1GiB on CUDA)")
+		f.StringVar(&tiers, "tiers", "device,pinned,pageable,file,peer", "tiers (columns) to run")
+		f.IntVar(&blocks, "blocks", 16, "blocks per pool")
+		f.IntVar(&samples, "samples", 5, "timed repetitions per bandwidth figure (after one warm-up)")
+		f.Float64Var(&floor, "floor", 0.5, "bandwidth floor as a fraction of the tier's ceiling measured in the same run")
+		f.Float64Var(&ppTol, "pingpong-tol", 0, "ping-pong cost model tolerance, |predicted − measured| / measured (default 0.10 on CUDA, 0.25 on the CPU)")
+		f.StringVar(&out, "out", "", "write the results document here")
+		f.StringVar(&tracePath, "trace", "", "write the ladder cells' regulator ticks here as NDJSON")
+		f.DurationVar(&traceEvery, "trace-every", 50*time.Millisecond, "least trace time between two kept records of a session (rung changes and overruns are always kept; 0 keeps all)")
+		f.StringSliceVar(&inject, "inject", nil, "faults to inject on purpose: short-restore, corrupt, stall")
+		f.StringVar(&shmDir, "shm-dir", "", "folder for shared-memory segments (default /dev/shm)")
+		f.DurationVar(&interval, "interval", 20*time.Millisecond, "regulator tick interval")
+		f.IntVar(&cooldown, "cooldown", 8, "regulator cooldown after a rung change, in ticks")
+		f.IntVar(&sessions, "sessions", 4, "sessions of the multi-session cells")
+		f.DurationVar(&ttl, "ttl", 50*time.Millisecond, "how long stranded bytes are held before they are reclaimed")
+		f.Uint64Var(&seed, "seed", 0x5eed, "seed for block contents and random interleavings")
+		return cmd
+	})
+
+	// The peer tier's holder: another process that creates and holds the
+	// segment the bytes live in. Hidden; spill-matrix starts it.
+	register(func(a *app) *cobra.Command {
+		return &cobra.Command{
+			Use:                "spill-holder --dir DIR --size BYTES",
+			Short:              "Hold a shared-memory segment for the spill matrix's peer tier (internal)",
+			Long:               "spill-holder creates a segment, says 'ready PATH SIZE', answers 'hash OFF LEN' and exits on 'quit' or when its parent goes away, removing the segment.",
+			Example:            "  mstar spill-holder --dir /dev/shm --size 67108864",
+			Hidden:             true,
+			DisableFlagParsing: true,
+			RunE: func(cmd *cobra.Command, args []string) error {
+				if err := tier.HolderMain(args, a.stdin, a.stdout); err != nil {
+					return usageErr("%v", err)
+				}
+				return nil
+			},
+		}
+	})
+}

@@ -1,0 +1,133 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/mstar-dev/mstar/trace"
+	"github.com/spf13/cobra"
+)
+
+// readTrace reads a trace file, reports its bad lines on stderr and fails
+// only when nothing in it could be used (or any bad line, with strict).
+func (a *app) readTrace(path string, strict bool) (*trace.File, error) {
+	f, err := trace.ReadFile(path)
+	if err != nil {
+		return nil, badInput(err)
+	}
+	for _, b := range f.Bad {
+		fmt.Fprintf(a.stderr, "mstar: %s: %s (skipped)\n", path, b)
+	}
+	if strict && len(f.Bad) > 0 {
+		return nil, badInput(fmt.Errorf("%s: %d bad line(s) (--strict)", path, len(f.Bad)))
+	}
+	if len(f.Records) == 0 {
+		return nil, badInput(fmt.Errorf("%s: no valid trace records", path))
+	}
+	return f, nil
+}
+
+func init() {
+	register(func(a *app) *cobra.Command {
+		cmd := &cobra.Command{
+			Use:   "trace",
+			Short: "Summarise and plot regulator traces (NDJSON, from spill-matrix --trace)",
+			Long: `A regulator trace has one JSON record per kept tick: session, tick, time,
+effective interval, tick cost, headroom, the binding constraint, host-tail
+bytes, rung, action and bytes moved. The writer throttles each session but
+never drops a rung change or an overrun, and counts what it dropped.
+
+'trace summarize' prints per session: ticks, tick cost p50/p99/max, interval
+jitter, time per rung, rung changes (and the most inside one cooldown),
+flaps and the peak host tail. 'trace plot' draws headroom, rung and host tail
+against time. Both report a torn or garbled line with its number and go on
+with the rest.`,
+			Example: `  mstar spill-matrix --cells ladder --trace trace.jsonl
+  mstar trace summarize trace.jsonl
+  mstar trace plot trace.jsonl -o trace.png`,
+			Args: cobra.ArbitraryArgs,
+			RunE: func(cmd *cobra.Command, args []string) error {
+				if len(args) > 0 {
+					return usageErr("unknown command %q for %q (see 'mstar trace --help')", args[0], cmd.CommandPath())
+				}
+				return cmd.Help()
+			},
+		}
+
+		var format string
+		var strict bool
+		var flapWindow time.Duration
+		sum := &cobra.Command{
+			Use:   "summarize FILE",
+			Short: "Ticks, tick cost percentiles, jitter, time per rung, rung changes, flaps, peak host tail",
+			Long: `summarize reads a trace and prints one summary per session. Percentiles are
+over the records kept in the file; ticks counts the suppressed ones too. A
+flap is a rung change that undoes the previous one within the flap window
+(default twice the cooldown the records carry). Bad lines are reported on
+stderr with their line numbers and skipped; --strict makes them an error.`,
+			Example: `  mstar trace summarize trace.jsonl
+  mstar trace summarize trace.jsonl --format json --flap-window 500ms`,
+			Aliases: []string{"summarise"},
+			Args:    cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				if format != "text" && format != "json" {
+					return usageErr("--format %q: want text or json", format)
+				}
+				f, err := a.readTrace(args[0], strict)
+				if err != nil {
+					return err
+				}
+				s := trace.Summarize(f, trace.SummaryOptions{FlapWindow: flapWindow})
+				if format == "json" {
+					enc := json.NewEncoder(a.stdout)
+					enc.SetIndent("", "  ")
+					return enc.Encode(s)
+				}
+				if err := s.WriteText(a.stdout); err != nil {
+					return err
+				}
+				if len(f.Bad) > 0 {
+					fmt.Fprintf(a.stdout, "\n%d bad line(s) skipped; the summary covers the other %d records\n", len(f.Bad), len(f.Records))
+				}
+				return nil
+			},
+		}
+		sum.Flags().StringVar(&format, "format", "text", "text or json")
+		sum.Flags().BoolVar(&strict, "strict", false, "exit 2 on any bad line")
+		sum.Flags().DurationVar(&flapWindow, "flap-window", 0, "a reversal within this is a flap (default twice the cooldown)")
+
+		var outPath, title string
+		var sessions []string
+		plot := &cobra.Command{
+			Use:   "plot FILE -o OUT.png",
+			Short: "Timeline of headroom, rung and host tail (PNG or SVG)",
+			Long: `plot draws three panels against time since each session's first tick:
+headroom (free / budget), rung (0 resident, 1 pinned, 2 deep, 3 refuse) and
+the host tail in MiB, one line per session. The format follows -o's
+extension: .png or .svg.`,
+			Example: `  mstar trace plot trace.jsonl -o trace.png
+  mstar trace plot trace.jsonl -o spike.svg --session ladder/file/64MiB/spike`,
+			Args: cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				if outPath == "" {
+					return usageErr("-o is required (a .png or .svg path)")
+				}
+				f, err := a.readTrace(args[0], false)
+				if err != nil {
+					return err
+				}
+				if err := trace.Plot(f, outPath, trace.PlotOptions{Sessions: sessions, Title: title}); err != nil {
+					return badInput(err)
+				}
+				fmt.Fprintf(a.stdout, "wrote %s (%d records)\n", outPath, len(f.Records))
+				return nil
+			},
+		}
+		plot.Flags().StringVarP(&outPath, "out", "o", "", "output file, .png or .svg")
+		plot.Flags().StringSliceVar(&sessions, "session", nil, "only these sessions")
+		plot.Flags().StringVar(&title, "title", "", "title of the plot")
+		cmd.AddCommand(sum, plot)
+		return cmd
+	})
+}
