@@ -45,7 +45,8 @@ func runAbort(ctx context.Context, e *cellEnv) error {
 	lens := tier.EvenBlocks(e.cell.Size, e.cfg.Blocks)
 	// Chunks of a quarter block, so that the cancel lands inside a block.
 	chunk := max(4096, lens[0]/4/4096*4096)
-	t, err := e.openTier(e.cell.Tier, capFor(lens), chunk)
+	// Room for the stranded slots and a clean retry beside them.
+	t, err := e.openTier(e.cell.Tier, 2*capFor(lens), chunk)
 	if err != nil {
 		return err
 	}
@@ -72,7 +73,7 @@ func runAbort(ctx context.Context, e *cellEnv) error {
 	}
 	strandedAt := time.Now()
 	for _, s := range slots {
-		if s != nil {
+		if s != nil && !e.cfg.mut.strandNothing {
 			ledger.Strand(s, "spill cancelled", strandedAt)
 		}
 	}
@@ -100,7 +101,11 @@ func runAbort(ctx context.Context, e *cellEnv) error {
 	gates = append(gates, g)
 
 	// Before the TTL nothing is reclaimed; after it, everything.
-	early, err := ledger.Reclaim(strandedAt.Add(e.cfg.TTL / 2))
+	earlyAt := strandedAt.Add(e.cfg.TTL / 2)
+	if e.cfg.mut.reclaimEarly {
+		earlyAt = strandedAt.Add(e.cfg.TTL)
+	}
+	early, err := ledger.Reclaim(earlyAt)
 	if err != nil {
 		return err
 	}
@@ -113,7 +118,7 @@ func runAbort(ctx context.Context, e *cellEnv) error {
 	switch {
 	case early.Bytes != 0:
 		gates = append(gates, fail("ttl", "%d bytes reclaimed before the %s TTL", early.Bytes, e.cfg.TTL))
-	case freed.Bytes != st.Bytes || t.Used() != 0:
+	case freed.Bytes != st.Bytes || t.Used() != 0 || freed.Bytes == 0:
 		gates = append(gates, fail("ttl", "after the TTL %d of %d stranded bytes reclaimed; the tier still holds %d", freed.Bytes, st.Bytes, t.Used()))
 	default:
 		gates = append(gates, pass("ttl", "held for the %s TTL, then all %d bytes reclaimed", e.cfg.TTL, freed.Bytes))

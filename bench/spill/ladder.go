@@ -120,7 +120,14 @@ func runLadder(ctx context.Context, e *cellEnv) error {
 	var figs []string
 	worstChanges := 0
 	for _, curve := range LadderCurves() {
-		reg, err := regulator.New(cfg, p, e.s, pinned, deep)
+		if e.cfg.mut.truncateCurves {
+			curve.Ticks /= 2
+		}
+		rcfg := cfg
+		if e.cfg.mut.noCooldown {
+			rcfg.Cooldown = 1
+		}
+		reg, err := regulator.New(rcfg, p, e.s, pinned, deep)
 		if err != nil {
 			return err
 		}
@@ -130,60 +137,19 @@ func runLadder(ctx context.Context, e *cellEnv) error {
 			reg.Release()
 			return fmt.Errorf("%s: %w", curve.Name, runErr)
 		}
-		rc := reg.Config()
-		var costs []float64
-		var changes []int
-		var overruns []string
-		var moved, refused int64
-		minHead := 1.0
-		for _, t := range ticks {
-			costs = append(costs, trace.US(t.Cost))
-			if t.Changed {
-				changes = append(changes, t.Tick)
-			}
-			if t.Cost > rc.Interval {
-				overruns = append(overruns, fmt.Sprintf("tick %d cost %s", t.Tick, t.Cost.Round(time.Microsecond)))
-			}
-			moved += t.Moved
-			refused += t.Refused
-			minHead = min(minHead, t.Headroom)
-		}
-		// Rung changes inside any window of one cooldown.
-		perWindow := 0
-		j := 0
-		for i := range changes {
-			for changes[i]-changes[j] >= rc.Cooldown {
-				j++
-			}
-			perWindow = max(perWindow, i-j+1)
-		}
-		worstChanges = max(worstChanges, perWindow)
-		flaps := 0 // a change that undoes the one before it
-		var rungs []int
-		for i, t := range ticks {
-			if i == 0 || t.Rung != ticks[i-1].Rung {
-				rungs = append(rungs, t.Rung)
-			}
-		}
-		for i := 2; i < len(rungs); i++ {
-			if rungs[i] == rungs[i-2] {
-				flaps++
-			}
-		}
-		var gates []reports.Gate
-		if perWindow > 1 {
-			gates = append(gates, fail("cooldown", "%d rung changes inside one cooldown of %d ticks (changes at ticks %v)", perWindow, rc.Cooldown, changes))
-		} else {
-			gates = append(gates, pass("cooldown", "at most %d rung change per cooldown of %d ticks (%d changes: rungs %v)", perWindow, rc.Cooldown, len(changes), rungs))
-		}
-		if len(overruns) > 0 {
-			gates = append(gates, fail("tick-cost", "%d of %d ticks cost more than the %s interval: %s", len(overruns), len(ticks), rc.Interval, listMore(overruns, 3)))
-		} else {
-			gates = append(gates, pass("tick-cost", "every one of %d ticks cost less than the %s interval (max %s)", len(ticks), rc.Interval, time.Duration(best(costs)*1e3).Round(time.Microsecond)))
-		}
+		// Gated against the configured cooldown and interval.
+		gates, st := ladderGates(ticks, e.cfg.Cooldown, e.cfg.Interval)
+		worstChanges = max(worstChanges, st.perWindow)
 		if !reg.AllResident() || reg.Rung() != trace.RungResident {
 			gates = append(gates, fail("settled", "after the demand fell, the regulator is on rung %d with blocks still spilled", reg.Rung()))
-			reg.Release()
+			if err := reg.Release(); err != nil {
+				return err
+			}
+			// The blocks still out are lost to the device; put the content
+			// back so the next curve starts whole.
+			if err := p.FillAll(e.s, e.cfg.Seed); err != nil {
+				return err
+			}
 		} else {
 			gates = append(gates, pass("settled", "back on rung 0 with every block resident"))
 		}
@@ -195,21 +161,78 @@ func runLadder(ctx context.Context, e *cellEnv) error {
 			reach[i].Reported = reach[i].Measured // the regulator's own counts are in bytes_moved
 		}
 		gates = append(gates, GateIdentical(before, after, nil), GateReached(reach), GateStranded([]tier.Tier{pinned, deep}, nil))
-		r := reports.Result{Name: string(e.cell.Scenario), Params: e.params("curve", curve.Name, "cooldown", fmt.Sprint(rc.Cooldown), "interval", rc.Interval.String()),
+		r := reports.Result{Name: string(e.cell.Scenario), Params: e.params("curve", curve.Name, "cooldown", fmt.Sprint(e.cfg.Cooldown), "interval", e.cfg.Interval.String()),
 			Metrics: []reports.Metric{
-				metric("tick_cost", "us", reports.LowerIsBetter, costs...),
-				metric("rung_changes", "changes", reports.LowerIsBetter, float64(len(changes))),
-				metric("changes_per_cooldown", "changes", reports.LowerIsBetter, float64(perWindow)),
-				metric("flaps", "flaps", reports.LowerIsBetter, float64(flaps)),
-				metric("overruns", "ticks", reports.LowerIsBetter, float64(len(overruns))),
-				metric("moved", "MiB", reports.HigherIsBetter, float64(moved)/(1<<20)),
-				metric("refused", "MiB", reports.LowerIsBetter, float64(refused)/(1<<20)),
-				metric("min_headroom", "ratio", reports.HigherIsBetter, minHead),
+				metric("tick_cost", "us", reports.LowerIsBetter, st.costs...),
+				metric("rung_changes", "changes", reports.LowerIsBetter, float64(len(st.changes))),
+				metric("changes_per_cooldown", "changes", reports.LowerIsBetter, float64(st.perWindow)),
+				metric("flaps", "flaps", reports.LowerIsBetter, float64(st.flaps)),
+				metric("overruns", "ticks", reports.LowerIsBetter, float64(st.overruns)),
+				metric("moved", "MiB", reports.HigherIsBetter, float64(st.moved)/(1<<20)),
+				metric("refused", "MiB", reports.LowerIsBetter, float64(st.refused)/(1<<20)),
+				metric("min_headroom", "ratio", reports.HigherIsBetter, st.minHead),
 			},
 			Gates: gates}
 		e.add(r)
-		figs = append(figs, fmt.Sprint(len(changes)))
+		figs = append(figs, fmt.Sprint(len(st.changes)))
 	}
 	e.figure = fmt.Sprintf("changes %s/%s/%s, ≤%d per cooldown", figs[0], figs[1], figs[2], worstChanges)
 	return nil
+}
+
+type ladderStats struct {
+	costs          []float64 // µs, every tick
+	changes        []int     // ticks that changed rung
+	rungs          []int     // the rungs visited, in order
+	perWindow      int       // most changes inside one cooldown
+	flaps          int       // changes that undo the one before
+	overruns       int
+	moved, refused int64
+	minHead        float64
+}
+
+// ladderGates checks a run's ticks: at most one rung change inside any
+// window of one cooldown, and no tick costing more than its interval.
+func ladderGates(ticks []regulator.Tick, cooldown int, interval time.Duration) ([]reports.Gate, ladderStats) {
+	st := ladderStats{minHead: 1}
+	var overruns []string
+	for i, t := range ticks {
+		st.costs = append(st.costs, trace.US(t.Cost))
+		if i == 0 || t.Rung != ticks[i-1].Rung {
+			st.rungs = append(st.rungs, t.Rung)
+			if i > 0 {
+				st.changes = append(st.changes, t.Tick)
+			}
+		}
+		if t.Cost > interval {
+			overruns = append(overruns, fmt.Sprintf("tick %d cost %s", t.Tick, t.Cost.Round(time.Microsecond)))
+		}
+		st.moved += t.Moved
+		st.refused += t.Refused
+		st.minHead = min(st.minHead, t.Headroom)
+	}
+	st.overruns = len(overruns)
+	for i, j := 0, 0; i < len(st.changes); i++ {
+		for st.changes[i]-st.changes[j] >= cooldown {
+			j++
+		}
+		st.perWindow = max(st.perWindow, i-j+1)
+	}
+	for i := 2; i < len(st.rungs); i++ {
+		if st.rungs[i] == st.rungs[i-2] {
+			st.flaps++
+		}
+	}
+	var gates []reports.Gate
+	if st.perWindow > 1 {
+		gates = append(gates, fail("cooldown", "%d rung changes inside one cooldown of %d ticks (changes at ticks %v)", st.perWindow, cooldown, st.changes))
+	} else {
+		gates = append(gates, pass("cooldown", "at most %d rung change per cooldown of %d ticks (%d changes: rungs %v)", st.perWindow, cooldown, len(st.changes), st.rungs))
+	}
+	if len(overruns) > 0 {
+		gates = append(gates, fail("tick-cost", "%d of %d ticks cost more than the %s interval: %s", len(overruns), len(ticks), interval, listMore(overruns, 3)))
+	} else {
+		gates = append(gates, pass("tick-cost", "every one of %d ticks cost less than the %s interval (max %s)", len(ticks), interval, time.Duration(best(st.costs)*1e3).Round(time.Microsecond)))
+	}
+	return gates, st
 }

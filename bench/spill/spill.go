@@ -234,6 +234,26 @@ type Config struct {
 	Interval    time.Duration // regulator tick; 0 means 20 ms
 	Cooldown    int           // regulator cooldown in ticks; 0 means 8
 	Sessions    int           // multi-session sessions; 0 means 4
+
+	mut mutations // tests only
+}
+
+// mutations break a cell's own logic on purpose, so that tests can show
+// each scenario gate catching the bug it exists for. Only tests set them.
+type mutations struct {
+	tenantNoWrite     bool // partial: the other tenant does not overwrite the freed blocks
+	computeUnverified bool // restore-gate: compute starts whether or not the restore verified
+	quoteRequested    bool // restore-gate: a refusal quotes the bytes requested, not measured
+	serialSessions    bool // multi-session: sessions run one after another
+	truncateCurves    bool // ladder: the demand curves stop halfway, at high demand
+	noCooldown        bool // ladder: the regulator runs with a cooldown of one tick
+	strandNothing     bool // abort: the cancelled spill's slots are not put in the ledger
+	reclaimEarly      bool // abort: reclaim ignores the TTL
+	silentAsZero      bool // co-residency: a source that said nothing counts as a delivered zero
+	shortGrow         bool // co-residency: a grow comes back a block short and reports the request
+	partialDraw       bool // co-residency: an unfundable ask draws what is free instead of refusing
+	retrySmaller      bool // co-residency: a release refused at the floor is retried smaller
+	leaveHole         bool // co-residency: a tenant claims less than another freed
 }
 
 func (c *Config) defaults() error {

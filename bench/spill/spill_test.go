@@ -1,17 +1,24 @@
 package spill
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"math"
 	"os"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/mstar-dev/mstar/bench/spill/regulator"
 	"github.com/mstar-dev/mstar/bench/spill/tier"
 	"github.com/mstar-dev/mstar/internal/gpu"
+	"github.com/mstar-dev/mstar/reports"
 )
 
 const holderEnv = "MSTAR_SPILL_TEST_HOLDER"
 
+// The peer tier's holder is this test binary, re-executed.
 func TestMain(m *testing.M) {
 	if os.Getenv(holderEnv) == "1" {
 		args := os.Args[1:]
@@ -30,26 +37,322 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-func testConfig(t *testing.T) Config {
-	return Config{Dev: gpu.NewCPU(), ShmDir: t.TempDir(),
+// small is a quick configuration: tiny pools, one timed sample, a fast
+// regulator tick.
+func small(t *testing.T) Config {
+	return Config{Dev: gpu.NewCPU(), ShmDir: t.TempDir(), Blocks: 8, Samples: 1,
+		Interval: 3 * time.Millisecond, TTL: 10 * time.Millisecond,
 		Holder: tier.Holder{Argv: []string{os.Args[0], "-test.run=^$", "--"}, Env: []string{holderEnv + "=1"}}}
 }
 
-func TestAllCellsDebug(t *testing.T) {
-	cfg := testConfig(t)
-	cells := Cells(Scenarios, tier.Kinds, []int64{16 << 20})
+// timing gates depend on the machine's load; unit tests never require them
+// to pass (the spill-matrix command does).
+func timingGate(name string) bool {
+	return strings.HasPrefix(name, GBandwidth+".") || name == "cost-model" || name == "tick-cost"
+}
+
+func run(t *testing.T, cfg Config, pattern string, size int64) *Matrix {
+	t.Helper()
+	cells, err := Match(Cells(Scenarios, tier.Kinds, []int64{size}), pattern)
+	if err != nil {
+		t.Fatal(err)
+	}
 	m, err := Run(context.Background(), cfg, cells, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, o := range m.Outcomes {
-		t.Logf("%-32s %-6v %8s %s %v", o.Cell.Name(), o.Passed(), o.Took.Round(1e6), o.Figure, o.Failures())
-	}
-	f, _ := os.Create("/tmp/matrix.txt")
-	m.WriteText(f)
-	f.Close()
+	return m
 }
 
-type testWriter struct{ t *testing.T }
+// Every cell on every tier runs, and every gate that does not time anything
+// passes: identical, reached, stranded, unmeasured and the scenario gates.
+func TestEveryCellCorrect(t *testing.T) {
+	size := int64(2 << 20)
+	m := run(t, small(t), "", size)
+	want := len(Cells(Scenarios, tier.Kinds, []int64{size}))
+	if len(m.Outcomes) != want {
+		t.Fatalf("%d outcomes, want %d cells", len(m.Outcomes), want)
+	}
+	seen := map[string]bool{}
+	for _, o := range m.Outcomes {
+		if o.Err != nil {
+			t.Errorf("%s: %v", o.Cell.Name(), o.Err)
+			continue
+		}
+		if len(o.Results) == 0 {
+			t.Errorf("%s: no results", o.Cell.Name())
+		}
+		for _, r := range o.Results {
+			for _, g := range r.Gates {
+				seen[g.Name] = true
+				switch {
+				case !g.Pass && timingGate(g.Name):
+					t.Logf("%s: timing gate %s failed (not required here): %s", o.Cell.Name(), g.Name, g.Reason)
+				case !g.Pass:
+					t.Errorf("%s: %s: %s", o.Cell.Name(), g.Name, g.Reason)
+				case g.Reason == "":
+					t.Errorf("%s: gate %s passed without saying what it checked", o.Cell.Name(), g.Name)
+				}
+			}
+		}
+	}
+	for _, g := range []string{GIdentical, GReached, GStranded, GUnmeasured, GBandwidth + ".spill", GBandwidth + ".restore",
+		"overwritten", "compute-gated", "short-caught", "cost-model", "interleaved", "cooldown", "tick-cost", "settled",
+		"abort-stranded", "ttl", "device-intact", "cold-reports", "growth-measured", "no-hole", "refusal", "floor", "stranded-resolved"} {
+		if !seen[g] {
+			t.Errorf("no cell checked gate %s", g)
+		}
+	}
+	if len(m.Ceilings) != len(tier.Kinds) {
+		t.Errorf("%d ceilings measured, want one per tier", len(m.Ceilings))
+	}
+	for _, c := range m.Ceilings {
+		if c.Unmeasured != "" || len(c.Spill) == 0 || len(c.Restore) == 0 {
+			t.Errorf("ceiling %s: %+v", c.Tier, c)
+		}
+	}
+}
 
-func (w *testWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
+// Each gate fails on purpose, through a fault (as --inject does) or a
+// mutation of the cell's own logic, and says why.
+func TestGatesFailOnPurpose(t *testing.T) {
+	tests := []struct {
+		name   string
+		cells  string
+		faults tier.Faults
+		mut    mutations
+		tol    float64
+		gate   string
+		reason string
+	}{
+		{"corrupt restore", "hibernate/pageable", tier.Faults{Corrupt: true}, mutations{}, 0, GIdentical, "differ after restore"},
+		{"corrupt peer restore", "hibernate/peer", tier.Faults{Corrupt: true}, mutations{}, 0, GIdentical, "differ after restore"},
+		{"short restore", "hibernate/file", tier.Faults{ShortRestore: 4096}, mutations{}, 0, GReached, "measured by read-back"},
+		{"short restore, restore gate", "restore-gate/device", tier.Faults{ShortRestore: 4096}, mutations{}, 0, GReached, "reached"},
+		{"stalled copies", "hibernate/pinned", tier.Faults{Stall: 20 * time.Millisecond}, mutations{}, 0, GBandwidth + ".spill", "below the floor"},
+		{"stalled ladder", "ladder/pageable", tier.Faults{Stall: 20 * time.Millisecond}, mutations{}, 0, "tick-cost", "cost more than"},
+		{"tenant does not overwrite", "partial/pageable", tier.Faults{}, mutations{tenantNoWrite: true}, 0, "overwritten", "proves nothing"},
+		{"compute on unverified bytes", "restore-gate/pageable", tier.Faults{}, mutations{computeUnverified: true}, 0, "short-caught", "compute started"},
+		{"requested bytes quoted", "restore-gate/pageable", tier.Faults{}, mutations{quoteRequested: true}, 0, "short-caught", "a read-back measures"},
+		{"cost model", "ping-pong/pageable", tier.Faults{}, mutations{}, 1e-12, "cost-model", "error"},
+		{"sessions one after another", "multi-session/pageable", tier.Faults{}, mutations{serialSessions: true}, 0, "interleaved", "one after another"},
+		{"demand never falls", "ladder/file", tier.Faults{}, mutations{truncateCurves: true}, 0, "settled", "still spilled"},
+		{"no cooldown", "ladder/pageable", tier.Faults{}, mutations{noCooldown: true}, 0, "cooldown", "inside one cooldown"},
+		{"stranded bytes not reported", "abort/pageable", tier.Faults{}, mutations{strandNothing: true}, 0, "abort-stranded", "reported as 0"},
+		{"stranded bytes left at the end", "abort/pinned", tier.Faults{}, mutations{strandNothing: true}, 0, GStranded, "still holds"},
+		{"reclaim before the TTL", "abort/pageable", tier.Faults{}, mutations{reclaimEarly: true}, 0, "ttl", "before the"},
+		{"silence counted as zero", "co-residency/pageable", tier.Faults{}, mutations{silentAsZero: true}, 0, "cold-reports", "stranded"},
+		{"silence never resolved", "co-residency/pageable", tier.Faults{}, mutations{silentAsZero: true}, 0, "stranded-resolved", "probe freed"},
+		{"growth reported as requested", "co-residency/pageable", tier.Faults{}, mutations{shortGrow: true}, 0, "growth-measured", "read-back finds"},
+		{"unfundable ask drawn partly", "co-residency/pageable", tier.Faults{}, mutations{partialDraw: true}, 0, "refusal", "was funded"},
+		{"floor refusal retried", "co-residency/file", tier.Faults{}, mutations{retrySmaller: true}, 0, "floor", "more attempts"},
+		{"freed bytes left unclaimed", "co-residency/pageable", tier.Faults{}, mutations{leaveHole: true}, 0, "no-hole", "a hole of"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := small(t)
+			cfg.Faults, cfg.mut, cfg.PingPongTol = tt.faults, tt.mut, tt.tol
+			m := run(t, cfg, tt.cells, 1<<20)
+			if m.Passed() {
+				t.Fatalf("%s passed with %s", tt.cells, tt.name)
+			}
+			var found []string
+			for _, o := range m.Outcomes {
+				if o.Err != nil {
+					t.Fatalf("%s did not run: %v", o.Cell.Name(), o.Err)
+				}
+				for _, r := range o.Results {
+					for _, g := range r.Gates {
+						if !g.Pass {
+							found = append(found, g.Name+": "+g.Reason)
+							if g.Name == tt.gate && strings.Contains(g.Reason, tt.reason) {
+								return
+							}
+						}
+					}
+				}
+			}
+			t.Errorf("gate %s did not fail with %q; failures:\n%s", tt.gate, tt.reason, strings.Join(found, "\n"))
+		})
+	}
+}
+
+func TestGateFunctions(t *testing.T) {
+	dev := gpu.NewCPU()
+	busy, _ := tier.Open(tier.Pageable, tier.Options{Dev: dev})
+	defer busy.Close()
+	slot, _ := busy.Alloc(4096)
+	defer slot.Free()
+	empty, _ := tier.Open(tier.Pageable, tier.Options{Dev: dev})
+	defer empty.Close()
+	other, _ := tier.Open(tier.Pageable, tier.Options{Dev: dev})
+	defer other.Close()
+	ledger := tier.NewLedger(time.Hour)
+	ls, _ := other.Alloc(8192)
+	ledger.Strand(ls, "test", time.Now())
+	emptyLedger := tier.NewLedger(time.Hour)
+
+	tests := []struct {
+		name   string
+		g      reports.Gate
+		pass   bool
+		reason string
+	}{
+		{"identical", GateIdentical([]uint64{1, 2}, []uint64{1, 2}, nil), true, "2 blocks byte-identical"},
+		{"identical, one differs", GateIdentical([]uint64{1, 2}, []uint64{1, 3}, nil), false, "block 1 hash"},
+		{"identical, only the chosen blocks", GateIdentical([]uint64{1, 2}, []uint64{1, 3}, []int{0}), true, "1 blocks"},
+		{"identical, missing read-back", GateIdentical([]uint64{1, 2}, []uint64{1}, nil), false, "not read back"},
+		{"reached", GateReached([]Reach{{0, 10, 10, 10}}), true, "all 10 requested"},
+		{"reached short, tier honest", GateReached([]Reach{{3, 10, 6, 6}}), false, "block 3 reached 6 of 10"},
+		{"reached short, tier claims all", GateReached([]Reach{{3, 10, 10, 6}}), false, "the tier reported 10"},
+		{"reached, nothing measured", GateReached(nil), false, "no restore"},
+		{"stranded, all empty", GateStranded([]tier.Tier{empty}, emptyLedger), true, "every tier empty"},
+		{"stranded, ledger holds a slot", GateStranded([]tier.Tier{empty}, ledger), false, "1 slots (8192 bytes) stranded and not reclaimed"},
+		{"stranded, tier holds bytes", GateStranded([]tier.Tier{busy}, nil), false, "pageable tier still holds 4096"},
+		{"unmeasured, fine", GateUnmeasured([]reports.Metric{metric("a", "x", reports.HigherIsBetter, 1), unmeasured("b", "x", reports.HigherIsBetter, "why")}), true, "2 figures"},
+		{"unmeasured, empty metric", GateUnmeasured([]reports.Metric{{Name: "a", Unit: "x", Better: reports.HigherIsBetter}}), false, "a has no samples and no reason"},
+		{"unmeasured, both", GateUnmeasured([]reports.Metric{{Name: "a", Samples: []float64{0}, Unmeasured: "why"}}), false, "marked unmeasured"},
+		{"unmeasured, NaN", GateUnmeasured([]reports.Metric{{Name: "a", Samples: []float64{math.NaN()}}}), false, "NaN"},
+		{"bandwidth, at the floor", GateBandwidth("spill", []float64{4, 5}, []float64{10, 9}, "", 0.5), true, "50% of the tier's ceiling 10.00"},
+		{"bandwidth, below", GateBandwidth("spill", []float64{4.9}, []float64{10}, "", 0.5), false, "below the floor of 50%"},
+		{"bandwidth, ceiling unmeasured", GateBandwidth("restore", []float64{4.9}, nil, "no holder", 0.5), false, "unmeasured (no holder)"},
+		{"bandwidth, no samples", GateBandwidth("restore", nil, []float64{10}, "", 0.5), false, "bandwidth unmeasured"},
+	}
+	for _, tt := range tests {
+		if tt.g.Pass != tt.pass || !strings.Contains(tt.g.Reason, tt.reason) {
+			t.Errorf("%s: pass=%v %q, want pass=%v and a reason with %q", tt.name, tt.g.Pass, tt.g.Reason, tt.pass, tt.reason)
+		}
+	}
+	if g := GateStranded([]tier.Tier{empty}, nil); !g.Pass {
+		t.Errorf("an empty tier without a ledger: %s", g.Reason)
+	}
+	m := ofCeiling("x", []float64{1}, nil, "no holder")
+	if m.Measured() || !strings.Contains(m.Unmeasured, "no holder") {
+		t.Errorf("a percentage of an unmeasured ceiling must be unmeasured with the reason, got %+v", m)
+	}
+}
+
+func TestLadderGates(t *testing.T) {
+	tk := func(tick, rung int, cost time.Duration) regulator.Tick {
+		return regulator.Tick{Decision: regulator.Decision{Tick: tick, Rung: rung}, Cost: cost}
+	}
+	ms := time.Millisecond
+	tests := []struct {
+		name     string
+		ticks    []regulator.Tick
+		failing  []string
+		flaps    int
+		perWin   int
+		overruns int
+	}{
+		{"calm", []regulator.Tick{tk(0, 0, ms), tk(1, 1, ms), tk(9, 2, ms), tk(18, 0, ms)}, nil, 0, 1, 0},
+		{"two changes in one cooldown", []regulator.Tick{tk(0, 0, ms), tk(2, 1, ms), tk(5, 0, ms)}, []string{"cooldown"}, 1, 2, 0},
+		{"an overrun", []regulator.Tick{tk(0, 0, ms), tk(1, 0, 25*ms)}, []string{"tick-cost"}, 0, 0, 1},
+	}
+	for _, tt := range tests {
+		gates, st := ladderGates(tt.ticks, 8, 20*ms)
+		var failing []string
+		for _, g := range gates {
+			if !g.Pass {
+				failing = append(failing, g.Name)
+			}
+		}
+		if fmt.Sprint(failing) != fmt.Sprint(tt.failing) || st.flaps != tt.flaps || st.perWindow != tt.perWin || st.overruns != tt.overruns {
+			t.Errorf("%s: failing %v flaps %d per-window %d overruns %d; want %v %d %d %d", tt.name, failing, st.flaps, st.perWindow, st.overruns, tt.failing, tt.flaps, tt.perWin, tt.overruns)
+		}
+	}
+}
+
+func TestMatchAndParse(t *testing.T) {
+	cells := Cells(Scenarios, tier.Kinds, []int64{64 << 20, 1 << 30})
+	if len(cells) != 2*(len(Scenarios)*len(tier.Kinds)-2) {
+		t.Errorf("%d cells: ladder on device and pinned should be the only ones left out", len(cells))
+	}
+	count := func(p string) int {
+		m, err := Match(cells, p)
+		if err != nil {
+			return -1
+		}
+		return len(m)
+	}
+	for _, tt := range []struct {
+		pattern string
+		want    int
+	}{
+		{"", len(cells)},
+		{"hibernate", 10},
+		{"*/pinned", 2 * (len(Scenarios) - 1)},
+		{"ladder", 6},
+		{"ladder/device", -1},
+		{"hibernate/file/64MiB", 1},
+		{"hibernate/*/1GiB, abort/peer", 7},
+		{"nosuch", -1},
+		{"[", -1},
+	} {
+		if got := count(tt.pattern); got != tt.want {
+			t.Errorf("Match(%q): %d cells, want %d", tt.pattern, got, tt.want)
+		}
+	}
+	for _, tt := range []struct {
+		in   string
+		want int64
+	}{{"64MiB", 64 << 20}, {"1GiB", 1 << 30}, {"512K", 512 << 10}, {"4096", 4096}, {"1.5GiB", 3 << 29}} {
+		if got, err := ParseSize(tt.in); err != nil || got != tt.want {
+			t.Errorf("ParseSize(%q) = %d, %v; want %d", tt.in, got, err, tt.want)
+		}
+	}
+	for _, bad := range []string{"", "x", "-1MiB", "0"} {
+		if _, err := ParseSize(bad); err == nil {
+			t.Errorf("ParseSize(%q) accepted", bad)
+		}
+	}
+	if FormatSize(64<<20) != "64MiB" || FormatSize(1<<30) != "1GiB" || FormatSize(4097) != "4097B" {
+		t.Error("FormatSize")
+	}
+	if _, err := ParseScenarios("hibernate,warp"); err == nil || !strings.Contains(err.Error(), `"warp"`) {
+		t.Errorf("ParseScenarios: %v", err)
+	}
+}
+
+func TestMatrixText(t *testing.T) {
+	m := &Matrix{Config: Config{Blocks: 16}, Outcomes: []Outcome{
+		{Cell: Cell{Hibernate, tier.Pinned, 64 << 20}, Figure: "1.0/2.0 GB/s", Results: []reports.Result{{Name: "hibernate", Gates: []reports.Gate{pass("identical", "ok")}}}},
+		{Cell: Cell{Hibernate, tier.File, 64 << 20}, Results: []reports.Result{{Name: "hibernate", Gates: []reports.Gate{fail("reached", "block 2 short")}}}},
+		{Cell: Cell{Ladder, tier.File, 64 << 20}, Err: fmt.Errorf("holder died")},
+	}}
+	var b bytes.Buffer
+	if err := m.WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{"PASS 1.0/2.0 GB/s", "FAIL reached", "FAIL error", "n/a", "hibernate/file/64MiB: reached: block 2 short", "ladder/file/64MiB: error: holder died"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("matrix lacks %q:\n%s", want, out)
+		}
+	}
+	rs := m.Results()
+	last := rs[len(rs)-1]
+	if last.Params["status"] != "error" || last.Passed() || !strings.Contains(last.Gates[0].Reason, "holder died") {
+		t.Errorf("a cell that could not run must be a failing result, got %+v", last)
+	}
+	if m.Passed() || len(m.Failures()) != 2 {
+		t.Errorf("passed %v, failures %v", m.Passed(), m.Failures())
+	}
+}
+
+// A run leaves nothing behind: no segment in the shm folder, no holder.
+func TestNoLeftovers(t *testing.T) {
+	cfg := small(t)
+	run(t, cfg, "hibernate/peer,abort/pinned,ladder/peer", 1<<20)
+	ents, err := os.ReadDir(cfg.ShmDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ents) != 0 {
+		var names []string
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+		t.Errorf("left in the shm folder: %v", names)
+	}
+}
