@@ -1,0 +1,172 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/mstar-dev/mstar/bench/spill/tier"
+	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/trace"
+)
+
+const spillHolderEnv = "MSTAR_CMD_SPILL_HOLDER"
+
+// The peer tier's holder is this test binary re-executed into the hidden
+// spill-holder command.
+func init() {
+	if os.Getenv(spillHolderEnv) == "1" {
+		args := os.Args[1:]
+		for i, a := range args {
+			if a == "--" {
+				args = args[i+1:]
+				break
+			}
+		}
+		os.Exit(run(append([]string{"spill-holder"}, args...), os.Stdin, os.Stdout, os.Stderr))
+	}
+	spillHolder = tier.Holder{Argv: []string{os.Args[0], "-test.run=^$", "--"}, Env: []string{spillHolderEnv + "=1"}}
+}
+
+// quick are the flags of a fast matrix: 1 MiB pools, one timed sample, a
+// fast regulator tick.
+func quick(t *testing.T) []string {
+	return []string{"spill-matrix", "--device", "cpu", "--sizes", "1MiB", "--blocks", "8", "--samples", "1",
+		"--interval", "3ms", "--ttl", "10ms", "--shm-dir", t.TempDir()}
+}
+
+// timingGate: whether a gate's outcome depends on the machine's load. Tests
+// never require those to pass.
+func timingGate(name string) bool {
+	return strings.HasPrefix(name, "bandwidth.") || name == "cost-model" || name == "tick-cost"
+}
+
+func TestSpillMatrixWritesDocumentAndTrace(t *testing.T) {
+	dir := t.TempDir()
+	out, tr := filepath.Join(dir, "spill.json"), filepath.Join(dir, "trace.jsonl")
+	stdout, stderr, code := runMstar(t, append(quick(t), "--out", out, "--trace", tr, "--trace-every", "0")...)
+	if code != exitOK && code != exitFailed {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for _, want := range []string{"spill matrix, pool 1MiB in 8 blocks", "hibernate", "co-residency", "peer", "n/a", "tier ceilings"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("matrix lacks %q:\n%s", want, stdout)
+		}
+	}
+	doc, err := reports.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if doc.Suite != "spill-matrix" || doc.Env["backend"] != "cpu" {
+		t.Errorf("suite %q env %v", doc.Suite, doc.Env)
+	}
+	scen, ceilings := map[string]bool{}, 0
+	for _, r := range doc.Results {
+		if r.Name == "spill-ceiling" {
+			ceilings++
+			continue
+		}
+		scen[r.Name] = true
+		for _, g := range r.Gates {
+			if !g.Pass && !timingGate(g.Name) {
+				t.Errorf("%s: %s: %s", r.Key(), g.Name, g.Reason)
+			}
+		}
+	}
+	if ceilings != 5 || len(scen) != 9 {
+		t.Errorf("%d ceilings and %d scenarios in the document, want 5 and 9", ceilings, len(scen))
+	}
+	if code == exitFailed && !strings.Contains(stderr, "failed their gates") {
+		t.Errorf("exit 1 without saying why: %s", stderr)
+	}
+	// The trace: valid NDJSON, one session per ladder cell and curve.
+	f, err := os.Open(tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sessions := map[string]bool{}
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		var rec trace.Record
+		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
+			t.Fatalf("trace line %d: %v", n, err)
+		}
+		sessions[rec.Session] = true
+	}
+	if len(sessions) != 9 || !sessions["ladder/file/1MiB/spike"] {
+		t.Errorf("trace sessions %v, want 3 tiers × 3 curves", sessions)
+	}
+	sum, stderr, code := runMstar(t, "trace", "summarize", tr)
+	if code != exitOK || !strings.Contains(sum, "ladder/peer/1MiB/oscillation") || !strings.Contains(sum, "per cooldown") {
+		t.Errorf("summarize: exit %d %s\n%s", code, stderr, sum)
+	}
+}
+
+func TestSpillMatrixInject(t *testing.T) {
+	for _, tt := range []struct {
+		inject, cells, gate string
+	}{
+		{"short-restore", "hibernate/pageable", "reached"},
+		{"corrupt", "partial/file", "identical"},
+		{"stall", "hibernate/pinned", "bandwidth.spill"},
+		{"stall", "ladder/pageable", "tick-cost"},
+	} {
+		t.Run(tt.inject+" "+tt.cells, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "r.json")
+			stdout, stderr, code := runMstar(t, append(quick(t), "--cells", tt.cells, "--inject", tt.inject, "--out", out)...)
+			if code != exitFailed {
+				t.Fatalf("exit %d, want 1; stderr: %s", code, stderr)
+			}
+			if !strings.Contains(stdout+stderr, tt.gate) || !strings.Contains(stderr, "failed their gates") {
+				t.Errorf("output does not name gate %s:\n%s\n%s", tt.gate, stdout, stderr)
+			}
+			doc, err := reports.ReadFile(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			found := false
+			for _, f := range doc.Failed() {
+				if strings.Contains(f, ": "+tt.gate+": ") {
+					found = true
+				}
+			}
+			if !found {
+				t.Errorf("document's failures %v lack gate %s", doc.Failed(), tt.gate)
+			}
+			if len(doc.Warnings) == 0 || !strings.Contains(doc.Warnings[0], tt.inject) {
+				t.Errorf("document does not say faults were injected: %v", doc.Warnings)
+			}
+		})
+	}
+}
+
+func TestSpillMatrixBadUsage(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"unknown fault", []string{"spill-matrix", "--inject", "meteor"}, "want short-restore, corrupt or stall"},
+		{"no such cell", []string{"spill-matrix", "--device", "cpu", "--cells", "warp"}, "no cell matches"},
+		{"ladder has no device column", []string{"spill-matrix", "--device", "cpu", "--cells", "ladder/device"}, "no cell matches"},
+		{"bad size", []string{"spill-matrix", "--device", "cpu", "--sizes", "lots"}, "bad size"},
+		{"bad tier", []string{"spill-matrix", "--tiers", "nvme"}, `unknown tier "nvme"`},
+		{"floor out of range", []string{"spill-matrix", "--floor", "2"}, "--floor"},
+		{"no such device", []string{"spill-matrix", "--device", "cuda:7"}, "cuda:7"},
+		{"holder without a size", []string{"spill-holder", "--size", "0"}, "--size must be positive"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, stderr, code := runMstar(t, tt.args...)
+			if code != exitBadUsge || !strings.Contains(stderr, tt.want) {
+				t.Errorf("exit %d, stderr %q; want 2 and %q", code, stderr, tt.want)
+			}
+			if strings.Contains(stderr, "panic") || strings.Contains(stderr, "goroutine ") {
+				t.Errorf("crashed: %s", stderr)
+			}
+		})
+	}
+}
