@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"math"
@@ -91,7 +92,10 @@ type MoEReport struct {
 	Ceilings *Ceilings
 	Warnings []string
 	Routing  moe.Routing // the routing of the largest batch (global ids); smaller batches use its first tokens
-	Compile  string      // CUDA: how moe.cu was compiled
+	Compile  string      // CUDA: how moe.cu was compiled (cache hit, seconds)
+	// KernelsID names the kernels' source and target ("moe.cu 1a2b3c4d5e6f
+	// cubin sm_90a"): stable across runs of one build, for the environment.
+	KernelsID string
 }
 
 // Failed reports whether any batch failed its correctness gate.
@@ -258,6 +262,7 @@ func RunMoE(dev gpu.Device, opt MoEOptions) (*MoEReport, error) {
 		}
 		defer gk.close()
 		rep.Compile = gk.compileNote
+		rep.KernelsID = gk.kernelsID
 	}
 
 	for _, m := range opt.Batches {
@@ -360,6 +365,7 @@ type gpuMoE struct {
 	l2          int64
 	free        int64
 	compileNote string
+	kernelsID   string
 }
 
 func newGPUMoE(ctx *cuda.Context, l *moe.Layer, opt MoEOptions, maxM int) (*gpuMoE, error) {
@@ -368,6 +374,8 @@ func newGPUMoE(ctx *cuda.Context, l *moe.Layer, opt MoEOptions, maxM int) (*gpuM
 		return nil, err
 	}
 	g := &gpuMoE{ctx: ctx, k: k, layer: l, opt: opt, l2: ctx.Props().L2Bytes}
+	sum := sha256.Sum256([]byte(moe.Source))
+	g.kernelsID = fmt.Sprintf("moe.cu %x %s %s", sum[:6], k.Compile.Kind, ctx.Props().Arch())
 	g.compileNote = fmt.Sprintf("moe.cu: %s for %s, cache hit %v, %.2f s", k.Compile.Kind, ctx.Props().Arch(), k.Compile.CacheHit, k.Compile.Seconds)
 	w, err := moe.UploadWeights(ctx, l)
 	if err != nil {

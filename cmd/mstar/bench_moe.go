@@ -181,12 +181,12 @@ Models:
 				return err
 			}
 			doc.Results = append(doc.Results, rep.Results...)
-			if opt.Ceilings != nil && ceilings == "" {
-				doc.Results = append(doc.Results, rep.Ceilings.Results()...)
-			}
+			// The ceilings the percentages are of, measured or read, travel
+			// with the results (the peers read them from here too).
+			doc.Results = append(doc.Results, rep.Ceilings.Results()...)
 			doc.Warnings = append(doc.Warnings, rep.Warnings...)
-			if rep.Compile != "" {
-				doc.Env["moe_kernels"] = rep.Compile
+			if rep.KernelsID != "" {
+				doc.Env["moe_kernels"] = rep.KernelsID
 			}
 			doc.Finish()
 			printMoE(a, dev.Info().ID, dev.Info().Name, opt, rep)

@@ -16,16 +16,16 @@ import (
 //go:embed moe.cu
 var Source string
 
-// skinnyWarps is SK_WARPS in moe.cu: the warps of a skinny block.
-const skinnyWarps = 4
-
 // Config picks the GEMM kernels for one batch: "skinny" (decode: weights
 // stream through registers, tokens in groups of 8·NT) or "tiled" (prefill:
 // BM×BN×BK tiles through a STAGES-deep cp.async pipeline, WM×WN warps).
 type Config struct {
-	Kernel                     string // "skinny" or "tiled"
-	NT                         int    // skinny: 1, 2 or 4
-	Tile                       string // tiled: "m16", "m32", "m64", "m128" or "custom"
+	Kernel string // "skinny" or "tiled"
+	NT     int    // skinny: 1, 2 or 4
+	// W1, W2: skinny warps per block (split-K) of gemm1 and gemm2: 4, or 16
+	// with NT 1 (0 means 4).
+	W1, W2                     int
+	Tile                       string // tiled: a tiledTable name or "custom"
 	BM, BN, BK, WM, WN, Stages int
 }
 
@@ -35,6 +35,17 @@ var tiledTable = map[string]Config{
 	"m32":  {Kernel: "tiled", Tile: "m32", BM: 32, BN: 128, BK: 64, WM: 1, WN: 4, Stages: 4},
 	"m64":  {Kernel: "tiled", Tile: "m64", BM: 64, BN: 128, BK: 32, WM: 2, WN: 2, Stages: 4},
 	"m128": {Kernel: "tiled", Tile: "m128", BM: 128, BN: 128, BK: 32, WM: 2, WN: 4, Stages: 4},
+	// 64×64 warp tiles.
+	"w128x128": {Kernel: "tiled", Tile: "w128x128", BM: 128, BN: 128, BK: 32, WM: 2, WN: 2, Stages: 4},
+	"w128x256": {Kernel: "tiled", Tile: "w128x256", BM: 128, BN: 256, BK: 32, WM: 2, WN: 4, Stages: 3},
+	"w64x256":  {Kernel: "tiled", Tile: "w64x256", BM: 64, BN: 256, BK: 32, WM: 1, WN: 4, Stages: 4},
+}
+
+func warpsOr4(w int) int {
+	if w == 0 {
+		return 4
+	}
+	return w
 }
 
 func (c Config) String() string {
@@ -42,6 +53,9 @@ func (c Config) String() string {
 		return "auto"
 	}
 	if c.Kernel == "skinny" {
+		if warpsOr4(c.W1) != 4 || warpsOr4(c.W2) != 4 {
+			return fmt.Sprintf("skinny:nt=%d,w1=%d,w2=%d", c.NT, warpsOr4(c.W1), warpsOr4(c.W2))
+		}
 		return fmt.Sprintf("skinny:nt=%d", c.NT)
 	}
 	if c.Tile == "custom" {
@@ -58,10 +72,13 @@ func (c Config) Block() int {
 	return c.BM
 }
 
-// Threads is the GEMM kernels' block size.
-func (c Config) Threads() int {
+// Threads is the block size of gemm1 (which = 1) or gemm2 (which = 2).
+func (c Config) Threads(which int) int {
 	if c.Kernel == "skinny" {
-		return 32 * skinnyWarps
+		if which == 1 {
+			return 32 * warpsOr4(c.W1)
+		}
+		return 32 * warpsOr4(c.W2)
 	}
 	return 32 * c.WM * c.WN
 }
@@ -87,7 +104,7 @@ func (c Config) Defines() []string {
 
 func (c Config) kernelNames() (g1, g2 string) {
 	if c.Kernel == "skinny" {
-		return fmt.Sprintf("moe_gemm1_skinny_nt%d", c.NT), fmt.Sprintf("moe_gemm2_skinny_nt%d", c.NT)
+		return fmt.Sprintf("moe_gemm1_skinny_nt%d_w%d", c.NT, warpsOr4(c.W1)), fmt.Sprintf("moe_gemm2_skinny_nt%d_w%d", c.NT, warpsOr4(c.W2))
 	}
 	return "moe_gemm1_tiled_" + c.Tile, "moe_gemm2_tiled_" + c.Tile
 }
@@ -99,6 +116,11 @@ func (c Config) Validate() error {
 	case "skinny":
 		if c.NT != 1 && c.NT != 2 && c.NT != 4 {
 			return fmt.Errorf("config %v: skinny nt must be 1, 2 or 4", c)
+		}
+		for _, w := range []int{warpsOr4(c.W1), warpsOr4(c.W2)} {
+			if w != 4 && !(w == 16 && c.NT == 1) {
+				return fmt.Errorf("config %v: skinny warps must be 4, or 16 with nt=1", c)
+			}
 		}
 		return nil
 	case "tiled":
@@ -131,13 +153,25 @@ func ParseConfig(s string) (Config, error) {
 	switch kind {
 	case "skinny":
 		c := Config{Kernel: "skinny", NT: 1}
-		if rest != "" {
-			k, v, ok := strings.Cut(rest, "=")
-			n, err := strconv.Atoi(v)
-			if !ok || k != "nt" || err != nil {
-				return Config{}, fmt.Errorf("bad config %q: want skinny:nt=1|2|4", s)
+		for _, kv := range strings.Split(rest, ",") {
+			if kv == "" {
+				continue
 			}
-			c.NT = n
+			k, v, ok := strings.Cut(kv, "=")
+			n, err := strconv.Atoi(v)
+			if !ok || err != nil {
+				return Config{}, fmt.Errorf("bad config %q: want skinny:nt=1|2|4[,w1=4|16][,w2=4|16]", s)
+			}
+			switch k {
+			case "nt":
+				c.NT = n
+			case "w1":
+				c.W1 = n
+			case "w2":
+				c.W2 = n
+			default:
+				return Config{}, fmt.Errorf("bad config %q: unknown key %q (want nt, w1, w2)", s, k)
+			}
 		}
 		return c, c.Validate()
 	case "tiled":
@@ -171,7 +205,7 @@ func ParseConfig(s string) (Config, error) {
 		}
 		return c, c.Validate()
 	}
-	return Config{}, fmt.Errorf("bad config %q: want auto, skinny:nt=N, tiled:m16|m32|m64|m128 or tiled:bm=…,bn=…", s)
+	return Config{}, fmt.Errorf("bad config %q: want auto, skinny:nt=N[,w1=W,w2=W], tiled:NAME (m16, m32, m64, m128, w128x128, w128x256, w64x256) or tiled:bm=…,bn=…", s)
 }
 
 // ChooseConfig is the configuration table, from the H200 probe in
@@ -185,11 +219,21 @@ func ChooseConfig(s Shape, m int) Config {
 	perExpert := float64(slots) / float64(touched)
 	switch {
 	case perExpert <= 6:
-		return Config{Kernel: "skinny", NT: 1}
+		return Config{Kernel: "skinny", NT: 1, W1: skinnyWarps(s.I, s.H, touched), W2: skinnyWarps(s.H, s.I, touched)}
 	case perExpert <= 40:
 		return tiledTable["m32"]
 	}
 	return tiledTable["m128"]
+}
+
+// skinnyWarps splits K over 16 warps when a skinny GEMM's grid (16-row tiles
+// × token groups) is too small to keep enough loads in flight, and K is long
+// enough to split.
+func skinnyWarps(n, k, groups int) int {
+	if (n+15)/16*groups < 512 && k >= 2048 {
+		return 16
+	}
+	return 4
 }
 
 // CheckCUDAShape reports shapes the CUDA kernels do not handle.
@@ -323,16 +367,16 @@ func PlanBytes(s Shape, m int, c Config) int64 {
 
 // Plan is one batch size's buffers and launches on a device.
 type Plan struct {
-	k                                *Kernels
-	Shape                            Shape
-	M                                int
-	Config                           Config
-	slots, maxRows                   int
-	x, out, ids, wts                 cuda.DevicePtr
-	sorted, bexp, total, act, y      cuda.DevicePtr
-	align, gemm1, gemm2, combine     *cuda.Function
-	allocs                           []cuda.DevicePtr
-	gridG1, gridG2, blockG, gridComb cuda.Dim3
+	k                                          *Kernels
+	Shape                                      Shape
+	M                                          int
+	Config                                     Config
+	slots, maxRows                             int
+	x, out, ids, wts                           cuda.DevicePtr
+	sorted, bexp, total, act, y                cuda.DevicePtr
+	align, gemm1, gemm2, combine               *cuda.Function
+	allocs                                     []cuda.DevicePtr
+	gridG1, gridG2, blockG1, blockG2, gridComb cuda.Dim3
 }
 
 // NewPlan allocates a plan's buffers for m tokens with configuration c (the
@@ -394,7 +438,7 @@ func (k *Kernels) NewPlan(s Shape, m int, c Config) (*Plan, error) {
 		p.gridG1 = cuda.Dim3{X: (s.I + c.BN/2 - 1) / (c.BN / 2), Y: rowsY}
 		p.gridG2 = cuda.Dim3{X: (s.H + c.BN - 1) / c.BN, Y: rowsY}
 	}
-	p.blockG = cuda.Dim3{X: c.Threads()}
+	p.blockG1, p.blockG2 = cuda.Dim3{X: c.Threads(1)}, cuda.Dim3{X: c.Threads(2)}
 	p.gridComb = cuda.Dim3{X: (m*s.H/8 + 255) / 256}
 	return p, nil
 }
@@ -455,11 +499,11 @@ func (p *Plan) Enqueue(st *cuda.Stream, w *DeviceWeights) error {
 		p.ids, int32(p.slots), int32(s.E), int32(c.Block()), p.sorted, p.bexp, p.total, int32(p.maxRows)); err != nil {
 		return err
 	}
-	if err := p.gemm1.Launch(st, p.gridG1, p.blockG, c.SharedBytes(),
+	if err := p.gemm1.Launch(st, p.gridG1, p.blockG1, c.SharedBytes(),
 		w.W1, p.x, p.act, p.wts, p.sorted, p.bexp, p.total, int32(s.I), int32(s.H), topk, pad); err != nil {
 		return err
 	}
-	if err := p.gemm2.Launch(st, p.gridG2, p.blockG, c.SharedBytes(),
+	if err := p.gemm2.Launch(st, p.gridG2, p.blockG2, c.SharedBytes(),
 		w.W2, p.act, p.y, p.wts, p.sorted, p.bexp, p.total, int32(s.H), int32(s.I), topk, pad); err != nil {
 		return err
 	}

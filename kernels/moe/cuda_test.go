@@ -154,8 +154,9 @@ func TestCUDAForward(t *testing.T) {
 		tests = append(tests, row{name: fmt.Sprintf("odd auto M=%d", m), shape: odd, m: m})
 	}
 	for _, c := range []Config{
-		{Kernel: "skinny", NT: 1}, {Kernel: "skinny", NT: 2}, {Kernel: "skinny", NT: 4},
+		{Kernel: "skinny", NT: 1}, {Kernel: "skinny", NT: 2}, {Kernel: "skinny", NT: 4}, {Kernel: "skinny", NT: 1, W1: 16, W2: 16},
 		tiledTable["m16"], tiledTable["m32"], tiledTable["m64"], tiledTable["m128"],
+		tiledTable["w128x128"], tiledTable["w128x256"], tiledTable["w64x256"],
 	} {
 		tests = append(tests, row{name: "odd " + c.String() + " M=77", shape: odd, m: 77, c: c})
 		tests = append(tests, row{name: "qwen3-30b " + c.String() + " M=200", shape: qwen, m: 200, c: c})

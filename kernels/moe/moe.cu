@@ -46,9 +46,6 @@ typedef unsigned int u32;
 #ifndef TL_STAGES
 #define TL_STAGES 4
 #endif
-#ifndef SK_WARPS
-#define SK_WARPS 4
-#endif
 #ifndef SK_UNROLL
 #define SK_UNROLL 4
 #endif
@@ -197,16 +194,18 @@ moe_align(const int* __restrict__ ids, int slots, int E, int block, int* __restr
 // MODE 1: out = act[slot, N=I] from W = W1[E][2I][K=H] (gate rows, then up
 // rows) and src = x[M][H], the token row being slot / topk.
 // MODE 2: out = y[slot, N=H] = wts[slot] · (W2[E][H][K=I] · act[slot]).
-// Block: SK_WARPS warps, each covering every SK_WARPS-th 32-wide chunk of K
-// for the block's 16 weight rows (×2 for gate and up) and its 8·NT tokens.
-template <int MODE, int NT>
+// Block: WARPS warps, each covering every WARPS-th 32-wide chunk of K for
+// the block's 16 weight rows (×2 for gate and up) and its 8·NT tokens. More
+// warps (split-K) keep more loads in flight when the grid is small (few
+// touched experts × few 16-row tiles, e.g. deepseek-v3 --tp 8 at M=1).
+template <int MODE, int NT, int WARPS>
 __device__ __forceinline__ void skinny(const bf16_t* __restrict__ W, const bf16_t* __restrict__ src,
                                        bf16_t* __restrict__ dst, const float* __restrict__ wts,
                                        const int* __restrict__ sorted, const int* __restrict__ block_expert,
                                        const int* __restrict__ total_ptr, int N, int K, int topk, int pad) {
     constexpr int BM = 8 * NT;
     constexpr int NACC = (MODE == 1 ? 2 : 1) * NT * 4;
-    __shared__ float red[SK_WARPS][NACC][33];
+    __shared__ float red[WARPS][NACC][33];
     const int blk = blockIdx.y;
     if (blk * BM >= *total_ptr) return;
     const int e = block_expert[blk];
@@ -241,12 +240,12 @@ __device__ __forceinline__ void skinny(const bf16_t* __restrict__ W, const bf16_
 
     const uint4 zero = make_uint4(0, 0, 0, 0);
     const int nchunks = (K + 31) / 32;
-    for (int c0 = warp; c0 < nchunks; c0 += SK_WARPS * SK_UNROLL) {
+    for (int c0 = warp; c0 < nchunks; c0 += WARPS * SK_UNROLL) {
         uint4 wg0[SK_UNROLL], wg1[SK_UNROLL], wu0[SK_UNROLL], wu1[SK_UNROLL], bx[SK_UNROLL][NT];
         // All loads of SK_UNROLL chunks first: many 16-byte reads in flight.
 #pragma unroll
         for (int u = 0; u < SK_UNROLL; ++u) {
-            const int c = c0 + u * SK_WARPS;
+            const int c = c0 + u * WARPS;
             const int k = c * 32 + 8 * q;
             const bool kin = c < nchunks && k < K;
             wg0[u] = kin && v0 ? ld_stream(ag0 + k) : zero;
@@ -291,7 +290,7 @@ __device__ __forceinline__ void skinny(const bf16_t* __restrict__ W, const bf16_
         for (int i = 0; i < 4; ++i) {
             float sg = 0.f, su = 0.f;
 #pragma unroll
-            for (int w = 0; w < SK_WARPS; ++w) {
+            for (int w = 0; w < WARPS; ++w) {
                 sg += red[w][t * 4 + i][lane];
                 if (MODE == 1) su += red[w][NT * 4 + t * 4 + i][lane];
             }
@@ -306,20 +305,22 @@ __device__ __forceinline__ void skinny(const bf16_t* __restrict__ W, const bf16_
     }
 }
 
-#define SKINNY_KERNEL(NAME, MODE, NT)                                                                   \
-    extern "C" __global__ void __launch_bounds__(SK_WARPS * 32)                                          \
+#define SKINNY_KERNEL(NAME, MODE, NT, WARPS)                                                            \
+    extern "C" __global__ void __launch_bounds__(WARPS * 32)                                             \
     NAME(const bf16_t* __restrict__ W, const bf16_t* __restrict__ src, bf16_t* __restrict__ dst,          \
          const float* __restrict__ wts, const int* __restrict__ sorted, const int* __restrict__ bexp,     \
          const int* __restrict__ total, int N, int K, int topk, int pad) {                                \
-        skinny<MODE, NT>(W, src, dst, wts, sorted, bexp, total, N, K, topk, pad);                         \
+        skinny<MODE, NT, WARPS>(W, src, dst, wts, sorted, bexp, total, N, K, topk, pad);                  \
     }
 
-SKINNY_KERNEL(moe_gemm1_skinny_nt1, 1, 1)
-SKINNY_KERNEL(moe_gemm1_skinny_nt2, 1, 2)
-SKINNY_KERNEL(moe_gemm1_skinny_nt4, 1, 4)
-SKINNY_KERNEL(moe_gemm2_skinny_nt1, 2, 1)
-SKINNY_KERNEL(moe_gemm2_skinny_nt2, 2, 2)
-SKINNY_KERNEL(moe_gemm2_skinny_nt4, 2, 4)
+SKINNY_KERNEL(moe_gemm1_skinny_nt1_w4, 1, 1, 4)
+SKINNY_KERNEL(moe_gemm1_skinny_nt1_w16, 1, 1, 16)
+SKINNY_KERNEL(moe_gemm1_skinny_nt2_w4, 1, 2, 4)
+SKINNY_KERNEL(moe_gemm1_skinny_nt4_w4, 1, 4, 4)
+SKINNY_KERNEL(moe_gemm2_skinny_nt1_w4, 2, 1, 4)
+SKINNY_KERNEL(moe_gemm2_skinny_nt1_w16, 2, 1, 16)
+SKINNY_KERNEL(moe_gemm2_skinny_nt2_w4, 2, 2, 4)
+SKINNY_KERNEL(moe_gemm2_skinny_nt4_w4, 2, 4, 4)
 
 // ---------------------------------------------------------------- tiled GEMMs
 
@@ -505,6 +506,13 @@ TILED_KERNEL(moe_gemm1_tiled_m64, 1, 64, 128, 32, 2, 2, 4)
 TILED_KERNEL(moe_gemm2_tiled_m64, 2, 64, 128, 32, 2, 2, 4)
 TILED_KERNEL(moe_gemm1_tiled_m128, 1, 128, 128, 32, 2, 4, 4)
 TILED_KERNEL(moe_gemm2_tiled_m128, 2, 128, 128, 32, 2, 4, 4)
+// 64×64 warp tiles (more MMAs per ldmatrix), for prefill.
+TILED_KERNEL(moe_gemm1_tiled_w128x128, 1, 128, 128, 32, 2, 2, 4)
+TILED_KERNEL(moe_gemm2_tiled_w128x128, 2, 128, 128, 32, 2, 2, 4)
+TILED_KERNEL(moe_gemm1_tiled_w128x256, 1, 128, 256, 32, 2, 4, 3)
+TILED_KERNEL(moe_gemm2_tiled_w128x256, 2, 128, 256, 32, 2, 4, 3)
+TILED_KERNEL(moe_gemm1_tiled_w64x256, 1, 64, 256, 32, 1, 4, 4)
+TILED_KERNEL(moe_gemm2_tiled_w64x256, 2, 64, 256, 32, 1, 4, 4)
 // Tuning instance, shaped by -DTL_BM=… -DTL_BN=… -DTL_BK=… -DTL_WM=… -DTL_WN=… -DTL_STAGES=….
 TILED_KERNEL(moe_gemm1_tiled_custom, 1, TL_BM, TL_BN, TL_BK, TL_WM, TL_WN, TL_STAGES)
 TILED_KERNEL(moe_gemm2_tiled_custom, 2, TL_BM, TL_BN, TL_BK, TL_WM, TL_WN, TL_STAGES)
