@@ -18,10 +18,13 @@ import (
 const (
 	ladderPoolShare   = 0.6
 	ladderPinnedShare = 0.4
-	// moveShare of an interval's worth of the slower tier's measured move
-	// rate may be moved per tick: a tick's cost stays inside its interval
-	// even when other processes slow the copies several-fold.
-	moveShare = 0.10
+	// A tick may spend moveShare of its interval moving blocks, at the slower
+	// tier's measured move rate: its cost stays inside the interval even
+	// when other processes slow the copies several-fold.
+	moveShare = 0.2
+	// poolTicks is how many ticks moving the whole pool may take; the
+	// interval is lengthened when the measured rate needs it.
+	poolTicks = 12
 )
 
 // LadderCurves are the demand curves of the ladder cells.
@@ -34,8 +37,11 @@ func LadderCurves() []regulator.Curve {
 }
 
 // moveRate is the bytes per second of the slowest of a few single-block
-// spills and restores through t, each with a fresh slot.
+// spills and restores through t, each with a fresh slot. It measures the
+// tier without injected faults: they strike after the calibration, as a
+// misbehaving tier would.
 func moveRate(ctx context.Context, e *cellEnv, t tier.Tier, p *tier.Pool) (float64, error) {
+	t = tier.Unwrap(t)
 	b := p.Blocks()[0]
 	var worst time.Duration
 	for k := 0; k < 3; k++ {
@@ -92,11 +98,11 @@ func runLadder(ctx context.Context, e *cellEnv) error {
 	if err != nil {
 		return err
 	}
-	// The move cap comes from the slower tier's measured cost of a move as
-	// the regulator makes it (a fresh slot each time), so that moving the
-	// cap takes about moveShare of an interval.
+	// The interval and the move cap come from the slower tier's measured
+	// rate of moves as the regulator makes them (a fresh slot each time):
+	// the whole pool must move within poolTicks ticks, each spending at most
+	// moveShare of its interval moving.
 	blockLen := lens[0]
-	maxMove := blockLen
 	var slowest float64
 	for _, t := range []tier.Tier{pinned, deep} {
 		rate, err := moveRate(ctx, e, t, p)
@@ -107,11 +113,15 @@ func runLadder(ctx context.Context, e *cellEnv) error {
 			slowest = rate
 		}
 	}
-	maxMove = max(blockLen, int64(moveShare*slowest*e.cfg.Interval.Seconds())/blockLen*blockLen)
+	interval := e.cfg.Interval
+	if need := time.Duration(float64(p.Bytes()) / (poolTicks * moveShare * slowest) * float64(time.Second)); need > interval {
+		interval = need.Round(time.Millisecond)
+	}
+	maxMove := max(blockLen, int64(moveShare*slowest*interval.Seconds())/blockLen*blockLen)
 	cfg := regulator.Config{
 		Budget:   int64(float64(p.Bytes()) / ladderPoolShare),
 		Cooldown: e.cfg.Cooldown,
-		Interval: e.cfg.Interval,
+		Interval: interval,
 		MaxMove:  maxMove,
 		AfterTick: func(d regulator.Decision) error {
 			return poisonBlocks(e.s, p, d.Spilled)
@@ -138,7 +148,7 @@ func runLadder(ctx context.Context, e *cellEnv) error {
 			return fmt.Errorf("%s: %w", curve.Name, runErr)
 		}
 		// Gated against the configured cooldown and interval.
-		gates, st := ladderGates(ticks, e.cfg.Cooldown, e.cfg.Interval)
+		gates, st := ladderGates(ticks, e.cfg.Cooldown, interval)
 		worstChanges = max(worstChanges, st.perWindow)
 		if !reg.AllResident() || reg.Rung() != trace.RungResident {
 			gates = append(gates, fail("settled", "after the demand fell, the regulator is on rung %d with blocks still spilled", reg.Rung()))
@@ -161,7 +171,7 @@ func runLadder(ctx context.Context, e *cellEnv) error {
 			reach[i].Reported = reach[i].Measured // the regulator's own counts are in bytes_moved
 		}
 		gates = append(gates, GateIdentical(before, after, nil), GateReached(reach), GateStranded([]tier.Tier{pinned, deep}, nil))
-		r := reports.Result{Name: string(e.cell.Scenario), Params: e.params("curve", curve.Name, "cooldown", fmt.Sprint(e.cfg.Cooldown), "interval", e.cfg.Interval.String()),
+		r := reports.Result{Name: string(e.cell.Scenario), Params: e.params("curve", curve.Name, "cooldown", fmt.Sprint(e.cfg.Cooldown), "interval", interval.String(), "max_move", FormatSize(maxMove)),
 			Metrics: []reports.Metric{
 				metric("tick_cost", "us", reports.LowerIsBetter, st.costs...),
 				metric("rung_changes", "changes", reports.LowerIsBetter, float64(len(st.changes))),

@@ -259,7 +259,11 @@ func runHibernate(ctx context.Context, e *cellEnv) error {
 	r := reports.Result{Name: string(e.cell.Scenario), Params: e.params("blocks", fmt.Sprint(len(lens))),
 		Metrics: bandwidthMetrics(c, spillS, restoreS)}
 	r.Gates = append(r.Gates, ident.gate(GIdentical), GateReached(reaches), GateStranded([]tier.Tier{t}, nil))
-	r.Gates = append(r.Gates, bandwidthGates(c, spillS, restoreS, e.cfg.Floor)...)
+	floor := e.cfg.Floor
+	if e.cell.Tier == tier.Pinned {
+		floor = e.cfg.HibernatePinnedFloor
+	}
+	r.Gates = append(r.Gates, bandwidthGates(c, spillS, restoreS, floor)...)
 	e.add(r)
 	e.figure = pctFigure(c, spillS, restoreS)
 	return nil

@@ -221,6 +221,10 @@ type Config struct {
 	Blocks  int     // blocks per pool; 0 means 16
 	Samples int     // timed repetitions of a bandwidth figure; 0 means 5
 	Floor   float64 // bandwidth floor as a fraction of the tier ceiling; 0 means 0.5
+	// HibernatePinnedFloor is the floor of hibernate through pinned memory,
+	// the path the H200 target names; 0 means 0.9 on CUDA and Floor on the
+	// CPU backend (where copies share two cores with everything else).
+	HibernatePinnedFloor float64
 	// PingPongTol bounds |predicted − measured| / measured; 0 means 0.10 on
 	// CUDA and 0.25 on the CPU backend, where compute and copies share two
 	// cores with everything else on the machine.
@@ -268,6 +272,12 @@ func (c *Config) defaults() error {
 	}
 	if c.Floor == 0 {
 		c.Floor = 0.5
+	}
+	if c.HibernatePinnedFloor == 0 {
+		c.HibernatePinnedFloor = c.Floor
+		if c.Dev.Info().Backend == gpu.CUDA {
+			c.HibernatePinnedFloor = max(c.Floor, 0.9)
+		}
 	}
 	if c.PingPongTol == 0 {
 		c.PingPongTol = 0.25

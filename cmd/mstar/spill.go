@@ -54,7 +54,7 @@ func init() {
 			device, cells, sizes, tiers, out, tracePath, shmDir string
 			inject                                              []string
 			blocks, samples, cooldown, sessions                 int
-			floor, ppTol                                        float64
+			floor, pinnedFloor, ppTol                           float64
 			interval, traceEvery, ttl                           time.Duration
 			seed                                                uint64
 		)
@@ -111,8 +111,8 @@ gate), writes a results document with --out, exits 1 when any gate fails.`,
 				if err != nil {
 					return usageErr("--tiers: %v", err)
 				}
-				if floor < 0 || floor > 1 || ppTol < 0 {
-					return usageErr("--floor must be in [0, 1] and --pingpong-tol positive")
+				if floor < 0 || floor > 1 || pinnedFloor < 0 || pinnedFloor > 1 || ppTol < 0 {
+					return usageErr("--floor and --hibernate-pinned-floor must be in [0, 1] and --pingpong-tol positive")
 				}
 				dev, err := a.openDevice(device)
 				if err != nil {
@@ -138,7 +138,7 @@ gate), writes a results document with --out, exits 1 when any gate fails.`,
 					}
 					holder = tier.Holder{Argv: []string{exe, "spill-holder"}}
 				}
-				cfg := spill.Config{Dev: dev, Blocks: blocks, Samples: samples, Floor: floor, PingPongTol: ppTol,
+				cfg := spill.Config{Dev: dev, Blocks: blocks, Samples: samples, Floor: floor, HibernatePinnedFloor: pinnedFloor, PingPongTol: ppTol,
 					Faults: faults, ShmDir: shmDir, Holder: holder, Seed: seed, TTL: ttl,
 					Interval: interval, Cooldown: cooldown, Sessions: sessions}
 				var tw *trace.Writer
@@ -209,6 +209,7 @@ gate), writes a results document with --out, exits 1 when any gate fails.`,
 		f.IntVar(&blocks, "blocks", 16, "blocks per pool")
 		f.IntVar(&samples, "samples", 5, "timed repetitions per bandwidth figure (after one warm-up)")
 		f.Float64Var(&floor, "floor", 0.5, "bandwidth floor as a fraction of the tier's ceiling measured in the same run")
+		f.Float64Var(&pinnedFloor, "hibernate-pinned-floor", 0, "floor of hibernate through pinned memory (default 0.9 on CUDA, --floor on the CPU)")
 		f.Float64Var(&ppTol, "pingpong-tol", 0, "ping-pong cost model tolerance, |predicted − measured| / measured (default 0.10 on CUDA, 0.25 on the CPU)")
 		f.StringVar(&out, "out", "", "write the results document here")
 		f.StringVar(&tracePath, "trace", "", "write the ladder cells' regulator ticks here as NDJSON")
