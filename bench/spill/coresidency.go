@@ -440,8 +440,12 @@ func runCoResidency(ctx context.Context, e *cellEnv) error {
 
 	// 5. The stranded source: counted until the TTL, then measured and
 	// claimed by vision.
-	early := c.resolve(time.Now(), e.cfg.TTL)
-	time.Sleep(e.cfg.TTL)
+	var since time.Time
+	for _, at := range c.stranded {
+		since = at
+	}
+	early := c.resolve(since.Add(e.cfg.TTL/2), e.cfg.TTL)
+	time.Sleep(time.Until(since.Add(e.cfg.TTL)))
 	late := c.resolve(time.Now(), e.cfg.TTL)
 	extra := src("cache", int(late/unit), 7, false)
 	var claimed int64
