@@ -305,3 +305,24 @@ func TestPlot(t *testing.T) {
 		}
 	}
 }
+
+// The committed trace of the CPU acceptance run reads clean, and its ladder
+// kept to one rung change per cooldown.
+func TestCommittedTrace(t *testing.T) {
+	f, err := ReadFile("../testdata/spill/cpu-trace.jsonl")
+	if err != nil {
+		t.Skipf("no committed trace: %v", err)
+	}
+	if len(f.Bad) > 0 {
+		t.Fatalf("bad lines: %v", f.Bad)
+	}
+	s := Summarize(f, SummaryOptions{})
+	if len(s.Sessions) != 9 {
+		t.Errorf("%d sessions, want 3 tiers × 3 curves", len(s.Sessions))
+	}
+	for _, ss := range s.Sessions {
+		if ss.Cooldown == 0 || ss.MaxChangesPerCooldown > 1 || ss.Overruns > 0 {
+			t.Errorf("%s: %d changes in one cooldown of %s, %d overruns", ss.Session, ss.MaxChangesPerCooldown, ss.Cooldown, ss.Overruns)
+		}
+	}
+}

@@ -170,3 +170,27 @@ func TestSpillMatrixBadUsage(t *testing.T) {
 		})
 	}
 }
+
+// The committed results of spill-matrix runs (the CPU acceptance run, and
+// the H200 run once it is in) are valid documents whose every gate passed.
+func TestCommittedSpillResults(t *testing.T) {
+	paths, _ := filepath.Glob("../../testdata/spill/*.json")
+	h200, _ := filepath.Glob("../../testdata/h200/spill*.json")
+	paths = append(paths, h200...)
+	if len(paths) == 0 {
+		t.Skip("no committed spill-matrix results")
+	}
+	for _, p := range paths {
+		doc, err := reports.ReadFile(p)
+		if err != nil {
+			t.Errorf("%s: %v", p, err)
+			continue
+		}
+		if doc.Suite != "spill-matrix" {
+			t.Errorf("%s: suite %q", p, doc.Suite)
+		}
+		if f := doc.Failed(); len(f) > 0 {
+			t.Errorf("%s: failing gates: %v", p, f)
+		}
+	}
+}
