@@ -6,7 +6,7 @@ BIN := bin/mstar
 .PHONY: build test race lint run bench gpu-bins fmt clean
 
 build:
-	$(GO) build -o $(BIN) ./cmd/mstar
+	$(GO) build -buildvcs=auto -o $(BIN) ./cmd/mstar
 
 # The README's test command; .ci/run calls it.
 test:
