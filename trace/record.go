@@ -63,9 +63,9 @@ type Record struct {
 	RungName   string    `json:"rung_name"`
 	Action     string    `json:"action"` // "none", "spill 2 → pinned", "restore 1", "refuse 64 MiB" ...
 	Moved      int64     `json:"bytes_moved"`
-	Demand     int64     `json:"demand_bytes,omitempty"`   // admitted demand
-	Resident   int64     `json:"resident_bytes,omitempty"` // pool bytes on the device
-	Budget     int64     `json:"budget_bytes,omitempty"`
+	Demand     int64     `json:"demand_bytes"`   // admitted demand
+	Resident   int64     `json:"resident_bytes"` // pool bytes on the device
+	Budget     int64     `json:"budget_bytes"`
 	Refused    int64     `json:"refused_bytes,omitempty"`
 	CooldownUS float64   `json:"cooldown_us,omitempty"` // the regulator's cooldown after a rung change
 	Suppressed int64     `json:"suppressed,omitempty"`  // records of this session dropped just before this one

@@ -136,7 +136,11 @@ func Match(cells []Cell, patterns string) ([]Cell, error) {
 		}
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("no cell matches %q (cells are scenario/tier/size, e.g. %s)", patterns, cells[0].Name())
+		eg := "hibernate/pinned/64MiB"
+		if len(cells) > 0 {
+			eg = cells[0].Name()
+		}
+		return nil, fmt.Errorf("no cell matches %q (cells are scenario/tier/size, e.g. %s)", patterns, eg)
 	}
 	return out, nil
 }

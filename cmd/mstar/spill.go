@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/mstar-dev/mstar/bench/spill"
@@ -151,8 +153,13 @@ gate), writes a results document with --out, exits 1 when any gate fails.`,
 					cfg.Trace = tw
 				}
 				doc := reports.NewDocument("spill-matrix", a.args, envinfo.Collect(dev))
+				// On an interrupt the cell in flight stops between copies and
+				// cleans up (segments unlinked, holders told to quit); the
+				// cells done so far are still printed and written.
+				ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+				defer stop()
 				bar := progress.New(a.stderr, len(list), "spill-matrix")
-				m, runErr := spill.Run(context.Background(), cfg, list, func(i int, c spill.Cell) {
+				m, runErr := spill.Run(ctx, cfg, list, func(i int, c spill.Cell) {
 					if i > 0 {
 						bar.Add(1)
 					}
@@ -187,7 +194,7 @@ gate), writes a results document with --out, exits 1 when any gate fails.`,
 					}
 				}
 				if runErr != nil {
-					return runErr
+					return fmt.Errorf("spill-matrix stopped after %d of %d cells: %w", len(m.Outcomes), len(list), runErr)
 				}
 				if !m.Passed() {
 					n := 0
