@@ -208,11 +208,13 @@ func ParseConfig(s string) (Config, error) {
 	return Config{}, fmt.Errorf("bad config %q: want auto, skinny:nt=N[,w1=W,w2=W], tiled:NAME (m16, m32, m64, m128, w128x128, w128x256, w64x256) or tiled:bm=…,bn=…", s)
 }
 
-// ChooseConfig is the configuration table, from the H200 probe in
-// testdata/h200/moe-probe-v1.txt (kernels/moe/NOTES.md): by the mean number
-// of slots per touched expert under uniform routing, the decode kernel up to
-// ~6 (it was fastest at every M ≤ 64 of the four reference shapes, 91–103%
-// of the floor from M=16), 32-token tiles up to ~40, 128-token tiles above.
+// ChooseConfig is the configuration table, from the H200 sweeps in
+// testdata/h200/moe-probe-v1.txt and moe-tune-v2.txt (kernels/moe/NOTES.md),
+// by the mean number of slots per touched expert under uniform routing: the
+// decode kernel up to ~6 (fastest at every M ≤ 64 of the four reference
+// shapes, 85–97% of the floor from M=8), 32-token tiles up to ~40, 64-token
+// tiles up to ~80 when I is moderate, 128×128 tiles with 64×64 warp tiles
+// beyond.
 func ChooseConfig(s Shape, m int) Config {
 	slots := m * s.K
 	touched := max(1, min(s.E, slots))
@@ -222,15 +224,18 @@ func ChooseConfig(s Shape, m int) Config {
 		return Config{Kernel: "skinny", NT: 1, W1: skinnyWarps(s.I, s.H, touched), W2: skinnyWarps(s.H, s.I, touched)}
 	case perExpert <= 40:
 		return tiledTable["m32"]
+	case perExpert <= 80 && s.I <= 4096:
+		return tiledTable["m64"]
 	}
-	return tiledTable["m128"]
+	return tiledTable["w128x128"]
 }
 
 // skinnyWarps splits K over 16 warps when a skinny GEMM's grid (16-row tiles
-// × token groups) is too small to keep enough loads in flight, and K is long
-// enough to split.
+// × token groups) is small — up to 2048 blocks, a few per multiprocessor —
+// and K is long enough to split: more loads in flight. On the H200 this took
+// deepseek-v3 --tp 8 at M=1 from 77 to 40 µs.
 func skinnyWarps(n, k, groups int) int {
-	if (n+15)/16*groups < 512 && k >= 2048 {
+	if (n+15)/16*groups <= 2048 && k >= 2048 {
 		return 16
 	}
 	return 4

@@ -569,6 +569,9 @@ func TestParseConfig(t *testing.T) {
 	if c := ChooseConfig(Shape{E: 128, K: 8, H: 2048, I: 768}, 1); c.Kernel != "skinny" {
 		t.Errorf("M=1 picks %v, want skinny", c)
 	}
+	if c := ChooseConfig(Shape{E: 256, K: 8, H: 7168, I: 256}, 1); c.W1 != 16 || c.W2 != 4 {
+		t.Errorf("deepseek-v3 tp8 M=1 picks %v, want 16-warp split-K for gemm1 only", c)
+	}
 	if c := ChooseConfig(Shape{E: 128, K: 8, H: 2048, I: 768}, 4096); c.BM != 128 {
 		t.Errorf("M=4096 picks %v, want 128-token tiles", c)
 	}
