@@ -211,3 +211,26 @@ func installSignalCleanup() {
 		}()
 	})
 }
+
+// MapScratch creates, commits and maps a segment-named file of size bytes
+// that is not part of any arena: for measuring what a /dev/shm mapping
+// costs (registration, pageable copies). remove unmaps and unlinks it.
+func MapScratch(dir, entity string, size int64) (mem []byte, remove func() error, err error) {
+	if err := ValidEntity(entity); err != nil {
+		return nil, nil, err
+	}
+	if size <= 0 {
+		return nil, nil, fmt.Errorf("scratch mapping of %d bytes", size)
+	}
+	name := Name{Kind: KindSegment, Entity: entity, PID: os.Getpid(), Token: newToken()}.String()
+	f, err := createFile(dir, name, size, true)
+	if err != nil {
+		return nil, nil, err
+	}
+	var once sync.Once
+	return f.mem, func() error {
+		var err error
+		once.Do(func() { err = errors.Join(f.unlink(), f.close()) })
+		return err
+	}, nil
+}

@@ -1,0 +1,243 @@
+package sweep
+
+import (
+	"bytes"
+	"math"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/mstar-dev/mstar/internal/gpu"
+	"github.com/mstar-dev/mstar/reports"
+)
+
+func shmDir(t *testing.T) string {
+	t.Helper()
+	d, err := os.MkdirTemp("/dev/shm", "mstar-sweep-test-")
+	if err != nil {
+		return t.TempDir()
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	return d
+}
+
+func small(dir string, mode Mode) Options {
+	return Options{Mode: mode, MinSize: 4 << 10, MaxSize: 64 << 10, Factor: 4, Samples: 3, Dir: dir, SampleBytes: 256 << 10}
+}
+
+func find(t *testing.T, rs []reports.Result, name string, params map[string]string) reports.Result {
+	t.Helper()
+next:
+	for _, r := range rs {
+		if r.Name != name {
+			continue
+		}
+		for k, v := range params {
+			if r.Params[k] != v {
+				continue next
+			}
+		}
+		return r
+	}
+	t.Fatalf("no %s result with %v", name, params)
+	return reports.Result{}
+}
+
+func TestSizes(t *testing.T) {
+	tests := []struct {
+		name          string
+		min, max, fac int64
+		want          []int64
+	}{
+		{"default range", 4 << 10, 1 << 30, 4, []int64{4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20, 1 << 30}},
+		{"one size", 1 << 20, 1 << 20, 2, []int64{1 << 20}},
+		{"max not on a step", 4 << 10, 100 << 10, 4, []int64{4 << 10, 16 << 10, 64 << 10}},
+	}
+	for _, tc := range tests {
+		got := Options{MinSize: tc.min, MaxSize: tc.max, Factor: tc.fac}.Sizes()
+		if len(got) != len(tc.want) {
+			t.Errorf("%s: sizes %v, want %v", tc.name, got, tc.want)
+			continue
+		}
+		for i := range got {
+			if got[i] != tc.want[i] {
+				t.Errorf("%s: sizes %v, want %v", tc.name, got, tc.want)
+				break
+			}
+		}
+	}
+}
+
+func TestOptionsRejected(t *testing.T) {
+	tests := []struct {
+		name string
+		opt  Options
+		want string
+	}{
+		{"bad mode", Options{Mode: "fast"}, "mode"},
+		{"tiny size", Options{MinSize: 8}, "min size"},
+		{"inverted range", Options{MinSize: 1 << 20, MaxSize: 4096}, "below min size"},
+		{"factor one", Options{Factor: 1}, "factor"},
+		{"no samples", Options{Samples: -1}, "samples"},
+	}
+	for _, tc := range tests {
+		if _, err := Run(tc.opt); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want one mentioning %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+func TestTransportSweep(t *testing.T) {
+	opt := small(shmDir(t), ModeTransport)
+	out, err := Run(opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := len(out.Results), 4*len(opt.Sizes()); got != want {
+		t.Fatalf("%d results, want %d (4 transports x %d sizes)", got, want, len(opt.Sizes()))
+	}
+	for _, r := range out.Results {
+		if !r.Passed() {
+			t.Errorf("%s: gate failed: %v", r.Key(), r.Gates)
+		}
+		for _, m := range r.Metrics {
+			if !m.Measured() {
+				t.Errorf("%s: %s unmeasured: %s", r.Key(), m.Name, m.Unmeasured)
+			} else if len(m.Samples) != opt.Samples {
+				t.Errorf("%s: %s has %d samples, want %d", r.Key(), m.Name, len(m.Samples), opt.Samples)
+			}
+		}
+	}
+	for _, size := range []string{"4096", "65536"} {
+		arenaR := find(t, out.Results, "transport", map[string]string{"transport": TrArena, "size": size})
+		for _, name := range []string{MetricVsFile, MetricPctMemcpy, MetricSpills} {
+			if arenaR.Metric(name) == nil {
+				t.Errorf("arena at %s: no %s metric", size, name)
+			}
+		}
+		if s := arenaR.Metric(MetricSpills).Samples; median(s) != 0 {
+			t.Errorf("arena at %s spilled %v tensors: the sweep must measure the arena, not its spill path", size, s)
+		}
+		file := find(t, out.Results, "transport", map[string]string{"transport": TrFile, "size": size})
+		if v := median(file.Metric(MetricVsFile).Samples); math.Abs(v-1) > 1e-9 && len(file.Metric(MetricVsFile).Samples)%2 == 1 {
+			t.Errorf("file vs itself at %s: median %v, want 1", size, v)
+		}
+	}
+	var buf bytes.Buffer
+	if err := WriteTable(&buf, out.Results); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"# transport:", "tensors/s", "vs file", "#wrong", "memcpy-2t", "  4096"} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, buf.String())
+		}
+	}
+}
+
+func TestCopySweepCPU(t *testing.T) {
+	opt := small(shmDir(t), ModeCopy)
+	opt.Device = gpu.NewCPU()
+	out, err := Run(opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sizes := opt.Sizes()
+	copies, regs := 0, 0
+	for _, r := range out.Results {
+		switch r.Name {
+		case "copy":
+			copies++
+			if !r.Passed() {
+				t.Errorf("%s: %v", r.Key(), r.Gates)
+			}
+			if m := r.Metric(MetricPctPCIe); m.Measured() || !strings.Contains(m.Unmeasured, "CPU backend") {
+				t.Errorf("%s: pct_pcie on the CPU backend: %+v, want unmeasured with the reason", r.Key(), m)
+			}
+			if r.Params["memory"] == MemPinned && opt.Samples%2 == 1 {
+				if v := median(r.Metric(MetricPctPinned).Samples); math.Abs(v-100) > 1e-9 {
+					t.Errorf("%s: pinned vs pinned median %v%%, want 100", r.Key(), v)
+				}
+			}
+		case "register":
+			regs++
+			if m := r.Metric(MetricRegister); m.Measured() || m.Unmeasured == "" {
+				t.Errorf("register on the CPU backend: %+v, want unmeasured with a reason", m)
+			}
+		}
+	}
+	if copies != len(Memory)*len(Directions)*len(sizes) || regs != len(sizes) {
+		t.Fatalf("%d copy and %d register results, want %d and %d", copies, regs, len(Memory)*len(Directions)*len(sizes), len(sizes))
+	}
+	var buf bytes.Buffer
+	_ = WriteTable(&buf, out.Results)
+	for _, want := range []string{"# copy:", "%pinned", "%PCIe", "pageable", "both", "# register:", "n/a: pct_pcie: no PCIe transfer on the CPU backend"} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, buf.String())
+		}
+	}
+}
+
+// lossyDevice drops every seventh D2H copy: #wrong must see it.
+type lossyDevice struct{ gpu.Device }
+type lossyStream struct {
+	gpu.Stream
+	n *atomic.Int64
+}
+
+func (d lossyDevice) NewStream() (gpu.Stream, error) {
+	s, err := d.Device.NewStream()
+	return lossyStream{s, new(atomic.Int64)}, err
+}
+
+func (s lossyStream) CopyDtoH(dst []byte, src gpu.Buffer, off int64) error {
+	if s.n.Add(1)%7 == 0 {
+		return nil
+	}
+	return s.Stream.CopyDtoH(dst, src, off)
+}
+
+func TestCopySweepCountsWrongCopies(t *testing.T) {
+	opt := small(shmDir(t), ModeCopy)
+	opt.Device = lossyDevice{gpu.NewCPU()}
+	opt.MaxSize = opt.MinSize
+	out, err := Run(opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := 0
+	for _, r := range out.Results {
+		if r.Name != "copy" || r.Params["dir"] != DirD2H {
+			continue
+		}
+		if r.Passed() {
+			t.Errorf("%s: passed although D2H copies were dropped", r.Key())
+		}
+		for _, s := range r.Metric(MetricWrong).Samples {
+			bad += int(s)
+		}
+	}
+	if bad == 0 {
+		t.Fatal("no wrong copies counted")
+	}
+}
+
+func TestVerifyDetectsStaleAndTorn(t *testing.T) {
+	src := make([]byte, 64)
+	pattern(src, 3)
+	dst := [][]byte{make([]byte, 64), make([]byte, 64), make([]byte, 64)}
+	for i := range dst {
+		stamp(src, 5, i)
+		copy(dst[i], src)
+	}
+	if w := verify(dst, src, 5); w != 0 {
+		t.Fatalf("clean copies: %d wrong", w)
+	}
+	if w := verify(dst, src, 6); w != 3 {
+		t.Fatalf("stale copies (previous sample): %d wrong, want 3", w)
+	}
+	dst[1][40] ^= 1
+	if w := verify(dst, src, 5); w != 1 {
+		t.Fatalf("one torn copy: %d wrong, want 1", w)
+	}
+}

@@ -1,0 +1,299 @@
+package sweep
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/mstar-dev/mstar/arena"
+	"github.com/mstar-dev/mstar/reports"
+)
+
+// Transports of the transport mode, in table order.
+const (
+	TrMemcpy = "memcpy" // single-thread copy of the same bytes: the reference
+	// TrMemcpy2 is two threads copying at once (aggregate rate): the memory
+	// system's limit for a pipeline of two copies, the arena's data path.
+	TrMemcpy2 = "memcpy-2t"
+	TrArena  = "arena"
+	TrFile   = "file"
+)
+
+// transportPoint is one (transport, size) measurement.
+type transportPoint struct {
+	transport string
+	size      int64
+	count     int
+	secs      []float64 // per sample, for count tensors
+	wrong     []float64
+	spills    []float64
+}
+
+func runTransport(opt Options, out *Outcome) error {
+	var points []*transportPoint
+	for _, size := range opt.Sizes() {
+		// Enough tensors that pipeline fill and drain do not dominate, within
+		// 4 GiB of destinations.
+		count := max(repeats(size, opt.SampleBytes), int(min(max((4<<30)/size, 4), 16)))
+		src := make([]byte, size)
+		pattern(src, uint64(size))
+		dst := make([][]byte, count)
+		for i := range dst {
+			dst[i] = make([]byte, size)
+		}
+		for _, tr := range []string{TrMemcpy, TrMemcpy2, TrArena, TrFile} {
+			opt.Progress(fmt.Sprintf("transport %s %s", tr, fmtSize(size)))
+			p := &transportPoint{transport: tr, size: size, count: count}
+			var err error
+			switch tr {
+			case TrMemcpy:
+				err = measureMemcpy(opt, src, dst, p, 1)
+			case TrMemcpy2:
+				err = measureMemcpy(opt, src, dst, p, 2)
+			default:
+				err = measurePipe(opt, arena.Transport(tr), src, dst, p)
+			}
+			if err != nil {
+				return fmt.Errorf("transport sweep: %s at %d bytes: %w", tr, size, err)
+			}
+			points = append(points, p)
+		}
+	}
+	out.Results = append(out.Results, transportResults(points)...)
+	return nil
+}
+
+// stamp writes the sample and tensor index into a payload's first 16
+// bytes, so a stale destination (a copy that never happened) shows.
+func stamp(b []byte, sample, i int) {
+	binary.LittleEndian.PutUint64(b[0:], uint64(sample))
+	binary.LittleEndian.PutUint64(b[8:], uint64(i))
+}
+
+func verify(dst [][]byte, src []byte, sample int) int {
+	wrong := 0
+	var want [16]byte
+	for i, d := range dst {
+		stamp(want[:], sample, i)
+		if !bytes.Equal(d[:16], want[:]) || !bytes.Equal(d[16:], src[16:]) {
+			wrong++
+		}
+	}
+	return wrong
+}
+
+func poison(dst [][]byte) {
+	for _, d := range dst {
+		clear(d)
+	}
+}
+
+// measureMemcpy copies the source into every destination, on one thread or
+// split over two (each with its own source, as two processes would have).
+func measureMemcpy(opt Options, src []byte, dst [][]byte, p *transportPoint, threads int) error {
+	srcs := [][]byte{src}
+	for len(srcs) < threads {
+		srcs = append(srcs, append([]byte(nil), src...))
+	}
+	for s := -opt.Warmup; s < opt.Samples; s++ {
+		poison(dst)
+		sample := s + opt.Warmup
+		var wg sync.WaitGroup
+		t0 := time.Now()
+		for t := range threads {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := t; i < len(dst); i += threads {
+					stamp(srcs[t], sample, i)
+					copy(dst[i], srcs[t])
+				}
+			}()
+		}
+		wg.Wait()
+		d := time.Since(t0)
+		if wrong := verify(dst, src, sample); s >= 0 {
+			p.secs = append(p.secs, d.Seconds())
+			p.wrong = append(p.wrong, float64(wrong))
+			p.spills = append(p.spills, 0)
+		}
+	}
+	return nil
+}
+
+// measurePipe moves count tensors per sample from a producer goroutine to a
+// consumer goroutine through the transport, as two processes would: Put
+// (one copy in, or one file write), descriptor over a Unix socket, one copy
+// out (or a file read), ACK back, slot freed. A sample ends when the
+// producer has the last ACK.
+func measurePipe(opt Options, tr arena.Transport, src []byte, dst [][]byte, p *transportPoint) error {
+	size, count := p.size, len(dst)
+	window := min(count, int(max(2, (256<<20)/size)))
+	segSize := max(int64(256<<20), roundUp(size, 4096))
+	maxSegs := int((int64(window)*roundUp(size, arena.Align)+segSize-1)/segSize) + 1
+	a, err := arena.New(arena.Config{
+		Dir: opt.Dir, Entity: "sweep", Transport: tr, SegmentSize: segSize, MaxSegments: maxSegs,
+		SpillAfter: time.Minute, NoStartupSweep: true, NoSignalHandler: true,
+	})
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	pl, cl, err := arena.LinkPair(
+		arena.Hello{Role: arena.Producer, Transport: tr, Entity: "sweep"},
+		arena.Hello{Role: arena.Consumer, Transport: tr, Entity: "sweep"})
+	if err != nil {
+		return err
+	}
+	tokens := make(chan struct{}, window)
+	var mu sync.Mutex
+	acked := 0
+	allAcked := make(chan struct{}, 1)
+	snd := arena.NewSender(pl, a, func(id uint64, abandoned bool) {
+		<-tokens
+		mu.Lock()
+		acked++
+		done := acked == count
+		mu.Unlock()
+		if done {
+			allAcked <- struct{}{}
+		}
+	})
+	defer snd.Close()
+	rd := arena.NewReader(arena.ReaderConfig{Dir: opt.Dir, Transport: tr})
+	rcv := arena.NewReceiver(cl, rd)
+	defer func() { rcv.Close(); rd.Close() }()
+
+	ctx := context.Background()
+	for s := -opt.Warmup; s < opt.Samples; s++ {
+		poison(dst)
+		sample := s + opt.Warmup
+		mu.Lock()
+		acked = 0
+		mu.Unlock()
+		spills0 := a.Stats().Spills
+		consumerErr := make(chan error, 1)
+		go func() {
+			got := 0
+			for got < count {
+				ds, err := rcv.Next(ctx)
+				if err != nil {
+					consumerErr <- err
+					return
+				}
+				if err := rcv.ReadBatch(ds, dst[got:got+len(ds)]); err != nil {
+					consumerErr <- err
+					return
+				}
+				got += len(ds)
+			}
+			consumerErr <- nil
+		}()
+		t0 := time.Now()
+		for i := 0; i < count; i++ {
+			tokens <- struct{}{}
+			stamp(src, sample, i)
+			d, err := a.Put(ctx, src, arena.Meta{}, 1)
+			if err != nil {
+				return err
+			}
+			if err := snd.Send(d); err != nil {
+				return err
+			}
+		}
+		// The sample ends with the last ACK at the producer; the consumer
+		// finishing first (its ACKs in flight) is the normal case.
+		var cerr error
+		consumerDone := false
+	wait:
+		for {
+			select {
+			case <-allAcked:
+				break wait
+			case cerr = <-consumerErr:
+				consumerDone = true
+				if cerr != nil {
+					return fmt.Errorf("consumer: %w", cerr)
+				}
+			}
+		}
+		d := time.Since(t0)
+		if !consumerDone {
+			if cerr = <-consumerErr; cerr != nil {
+				return fmt.Errorf("consumer: %w", cerr)
+			}
+		}
+		if s >= 0 {
+			p.secs = append(p.secs, d.Seconds())
+			p.wrong = append(p.wrong, float64(verify(dst, src, sample)))
+			p.spills = append(p.spills, float64(a.Stats().Spills-spills0))
+		}
+	}
+	if st := a.Stats(); st.LiveSlots != 0 {
+		return fmt.Errorf("%d slots still live after every ACK", st.LiveSlots)
+	}
+	return nil
+}
+
+func transportResults(points []*transportPoint) []reports.Result {
+	memcpyBW := map[int64]float64{}
+	fileRate := map[int64]float64{}
+	for _, p := range points {
+		bw := make([]float64, len(p.secs))
+		for i, s := range p.secs {
+			bw[i] = float64(p.size) * float64(p.count) / s / 1e9
+		}
+		switch p.transport {
+		case TrMemcpy:
+			memcpyBW[p.size] = median(bw)
+		case TrFile:
+			rates := make([]float64, len(p.secs))
+			for i, s := range p.secs {
+				rates[i] = float64(p.count) / s
+			}
+			fileRate[p.size] = median(rates)
+		}
+	}
+	var rs []reports.Result
+	for _, p := range points {
+		us := make([]float64, len(p.secs))
+		bw := make([]float64, len(p.secs))
+		rate := make([]float64, len(p.secs))
+		for i, s := range p.secs {
+			us[i] = s / float64(p.count) * 1e6
+			bw[i] = float64(p.size) * float64(p.count) / s / 1e9
+			rate[i] = float64(p.count) / s
+		}
+		r := reports.Result{
+			Name:   "transport",
+			Params: reports.Params{"transport": p.transport, "size": sizeParam(p.size), "count": fmt.Sprint(p.count)},
+			Metrics: []reports.Metric{
+				{Name: MetricTime, Unit: "us", Better: reports.LowerIsBetter, Samples: us},
+				{Name: MetricBandwidth, Unit: "GB/s", Better: reports.HigherIsBetter, Samples: bw},
+				{Name: MetricTensorsPerS, Unit: "tensors/s", Better: reports.HigherIsBetter, Samples: rate},
+				ratio(MetricPctMemcpy, "%", bw, memcpyBW[p.size], 100, "no memcpy measurement at this size"),
+			},
+		}
+		if p.transport == TrArena || p.transport == TrFile {
+			why := "no file-transport measurement at this size"
+			m := ratio(MetricVsFile, "x", rate, fileRate[p.size], 1, why)
+			r.Metrics = append(r.Metrics, m)
+			r.Metrics = append(r.Metrics, reports.Metric{Name: MetricSpills, Unit: "tensors", Better: reports.LowerIsBetter, Samples: p.spills})
+		}
+		r.Metrics = append(r.Metrics, reports.Metric{Name: MetricWrong, Unit: "copies", Better: reports.LowerIsBetter, Samples: p.wrong})
+		wrong := 0.0
+		for _, w := range p.wrong {
+			wrong += w
+		}
+		g := reports.Gate{Name: "every copy verified", Pass: wrong == 0}
+		if wrong > 0 {
+			g.Reason = fmt.Sprintf("%.0f of %d tensors differ from their source", wrong, len(p.wrong)*p.count)
+		}
+		r.Gates = []reports.Gate{g}
+		rs = append(rs, r)
+	}
+	return rs
+}
