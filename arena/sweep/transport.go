@@ -18,8 +18,8 @@ const (
 	// TrMemcpy2 is two threads copying at once (aggregate rate): the memory
 	// system's limit for a pipeline of two copies, the arena's data path.
 	TrMemcpy2 = "memcpy-2t"
-	TrArena  = "arena"
-	TrFile   = "file"
+	TrArena   = "arena"
+	TrFile    = "file"
 )
 
 // transportPoint is one (transport, size) measurement.
