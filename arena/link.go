@@ -361,6 +361,13 @@ func (l *Link) recv() (descs []Descriptor, acks []uint64, err error) {
 	return descs, acks, nil
 }
 
+// peerGone reports whether a read error only means that the other end
+// closed or died (a reset: it died with data we had sent still unread).
+func peerGone(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
+		errors.Is(err, unix.ECONNRESET) || errors.Is(err, unix.EPIPE)
+}
+
 // Close flushes what is queued and closes the connection.
 func (l *Link) Close() error {
 	l.wmu.Lock()
@@ -461,7 +468,7 @@ func (s *Sender) loop() {
 	s.link.c.Close()
 	s.mu.Lock()
 	s.closed = true
-	if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+	if !peerGone(err) {
 		s.err = err
 	}
 	ids := make([]uint64, 0, len(s.pending))
@@ -556,7 +563,7 @@ func (rc *Receiver) loop() {
 	for {
 		descs, acks, err := rc.link.recv()
 		if err != nil {
-			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+			if !peerGone(err) {
 				rc.err = err
 			}
 			break

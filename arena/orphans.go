@@ -77,6 +77,8 @@ func SweepOrphans(dir string, opt SweepOptions) (SweepReport, error) {
 		}
 		reason, removed, size := sweepOne(dir, n, uid, opt)
 		switch {
+		case reason == goneMeanwhile:
+			// Its owner (or another sweep) removed it: nothing to judge.
 		case removed:
 			rep.Removed = append(rep.Removed, name)
 			rep.RemovedBytes += size
@@ -97,7 +99,7 @@ func sweepOne(dir string, n Name, uid int, opt SweepOptions) (reason string, rem
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
 	if err != nil {
 		if errors.Is(err, unix.ENOENT) {
-			return "removed by someone else meanwhile", false, 0
+			return goneMeanwhile, false, 0
 		}
 		return "cannot open: " + err.Error(), false, 0
 	}
@@ -135,6 +137,8 @@ func sweepOne(dir string, n Name, uid int, opt SweepOptions) (reason string, rem
 	}
 	return "", true, st.Blocks * 512
 }
+
+const goneMeanwhile = "removed by someone else meanwhile"
 
 // pidAlive reports whether a process with this pid exists (in our namespace).
 func pidAlive(pid int) bool {

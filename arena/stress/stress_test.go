@@ -1,0 +1,175 @@
+package stress
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mstar-dev/mstar/arena"
+)
+
+const workerEnv = "MSTAR_STRESS_TEST_WORKER"
+
+// TestMain turns this test binary into a stress worker when re-executed.
+func TestMain(m *testing.M) {
+	if os.Getenv(workerEnv) == "1" {
+		if err := RunWorker(os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "worker:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func shmDir(t *testing.T) string {
+	t.Helper()
+	d, err := os.MkdirTemp("/dev/shm", "mstar-stress-test-")
+	if err != nil {
+		return t.TempDir()
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	return d
+}
+
+func testOptions(t *testing.T) Options {
+	return Options{
+		Producers: 2, Consumers: 2, Duration: 1500 * time.Millisecond,
+		MinSize: 1 << 10, MaxSize: 256 << 10, Fanout: 2,
+		ShmDir: shmDir(t), SegmentSize: 1 << 20, MaxSegments: 2, Interval: 250 * time.Millisecond,
+		Seed: 42, Exe: os.Args[0], Env: []string{workerEnv + "=1"}, DrainTimeout: 5 * time.Second,
+	}
+}
+
+func gateMap(s *Summary) map[string]bool {
+	m := map[string]bool{}
+	for _, g := range s.Gates() {
+		m[g.Name] = g.Pass
+	}
+	return m
+}
+
+func run(t *testing.T, opt Options) (*Summary, string) {
+	t.Helper()
+	var live bytes.Buffer
+	opt.Live = &live
+	s, err := Run(context.Background(), opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum bytes.Buffer
+	if err := s.WriteSummary(&sum); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("live:\n%s\nsummary:\n%s\nerrors: %q", live.String(), sum.String(), s.Errors)
+	if entries, _ := os.ReadDir(opt.ShmDir); len(entries) != 0 {
+		t.Errorf("the run directory was not removed: %d entries in %s", len(entries), opt.ShmDir)
+	}
+	return s, live.String()
+}
+
+func TestStressPasses(t *testing.T) {
+	for _, tr := range []arena.Transport{arena.TransportArena, arena.TransportFile} {
+		t.Run(string(tr), func(t *testing.T) {
+			opt := testOptions(t)
+			opt.Transport = tr
+			s, live := run(t, opt)
+			for name, pass := range gateMap(s) {
+				if !pass {
+					t.Errorf("gate %q failed", name)
+				}
+			}
+			if s.Delivered == 0 || s.Received < s.Delivered || len(s.Latencies) == 0 {
+				t.Errorf("delivered %d, received %d, %d latencies", s.Delivered, s.Received, len(s.Latencies))
+			}
+			if len(s.LeftBeforeSweep) != 0 {
+				t.Errorf("orderly exits left files: %v", s.LeftBeforeSweep)
+			}
+			if !strings.Contains(live, "tensors/s") || strings.Count(live, "\n") < 3 {
+				t.Errorf("live output has no progress lines:\n%s", live)
+			}
+			r := s.Result()
+			if r.Metric("latency_p99") == nil || !r.Passed() {
+				t.Errorf("result: %+v", r.Gates)
+			}
+		})
+	}
+}
+
+func TestStressWithKills(t *testing.T) {
+	opt := testOptions(t)
+	opt.Duration = 3 * time.Second
+	opt.KillRate = 0.02
+	s, _ := run(t, opt)
+	if s.Kills == 0 || s.Restarts == 0 {
+		t.Fatalf("kill rate %v: %d kills, %d restarts", opt.KillRate, s.Kills, s.Restarts)
+	}
+	for name, pass := range gateMap(s) {
+		if !pass {
+			t.Errorf("gate %q failed with kills", name)
+		}
+	}
+}
+
+// The gates must fail when the bugs they exist for are injected.
+func TestStressGatesCatchInjectedFaults(t *testing.T) {
+	tests := []struct {
+		name   string
+		faults Faults
+		gate   string
+	}{
+		{"corrupted payloads", Faults{CorruptEvery: 5}, "no corrupted payloads"},
+		{"missing ACKs leak slots", Faults{SkipAckEvery: 7}, "no leaked slots"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			opt := testOptions(t)
+			opt.Duration = time.Second
+			opt.DrainTimeout = 500 * time.Millisecond
+			opt.Faults = tc.faults
+			s, _ := run(t, opt)
+			if gateMap(s)[tc.gate] {
+				t.Fatalf("gate %q passed although %s were injected", tc.gate, tc.name)
+			}
+			if s.Result().Passed() {
+				t.Fatal("the result passed")
+			}
+		})
+	}
+}
+
+func TestOptionsRejected(t *testing.T) {
+	tests := []struct {
+		name string
+		mod  func(*Options)
+		want string
+	}{
+		{"fanout above consumers", func(o *Options) { o.Fanout = 3 }, "fan-out"},
+		{"kill rate above one", func(o *Options) { o.KillRate = 2 }, "kill rate"},
+		{"inverted sizes", func(o *Options) { o.MinSize = 10; o.MaxSize = 5 }, "sizes"},
+		{"no executable", func(o *Options) { o.Exe = "" }, "executable"},
+		{"bad transport", func(o *Options) { o.Transport = "rdma" }, "transport"},
+	}
+	for _, tc := range tests {
+		opt := testOptions(t)
+		tc.mod(&opt)
+		if _, err := Run(context.Background(), opt); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want one mentioning %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+func TestPercentile(t *testing.T) {
+	xs := []float64{5, 1, 4, 2, 3}
+	for _, tc := range []struct {
+		p, want float64
+	}{{50, 3}, {100, 5}, {0, 1}, {99, 5}, {20, 1}} {
+		if got := Percentile(xs, tc.p); got != tc.want {
+			t.Errorf("p%v = %v, want %v", tc.p, got, tc.want)
+		}
+	}
+}
