@@ -519,7 +519,8 @@ func (a *Arena) publish(s *Slot, data []byte, m Meta, fanout int) (Descriptor, e
 	} else {
 		d.Loc, d.File, d.Offset = InSegment, s.seg.file.name, s.blk.Off
 	}
-	if err := d.Validate(); err != nil {
+	// The name is ours; the caller's dtype and shape must fit the size.
+	if err := d.validateLayout(); err != nil {
 		a.Release(s)
 		return Descriptor{}, fmt.Errorf("publish: %w", err)
 	}

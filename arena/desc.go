@@ -96,9 +96,19 @@ func (d Descriptor) Verify(data []byte) error {
 // name, the ranges, the element type and shape. Bounds against the real
 // segment are checked again when it is mapped.
 func (d Descriptor) Validate() error {
-	bad := func(format string, a ...any) error {
-		return fmt.Errorf("descriptor for tensor %d refused: "+format, append([]any{d.ID}, a...)...)
+	if err := d.validateName(); err != nil {
+		return err
 	}
+	return d.validateLayout()
+}
+
+func (d *Descriptor) refuse(format string, a ...any) error {
+	return fmt.Errorf("descriptor for tensor %d refused: "+format, append([]any{d.ID}, a...)...)
+}
+
+// validateName checks the file name and that it fits the location.
+func (d *Descriptor) validateName() error {
+	bad := d.refuse
 	n, err := ParseName(d.File)
 	if err != nil {
 		return bad("%v", err)
@@ -117,6 +127,18 @@ func (d Descriptor) Validate() error {
 		}
 	default:
 		return bad("unknown location %d", d.Loc)
+	}
+	return nil
+}
+
+// validateLayout checks the ranges, element type and shape.
+func (d *Descriptor) validateLayout() error {
+	bad := d.refuse
+	if d.Loc != InSegment && d.Loc != InFile {
+		return bad("unknown location %d", d.Loc)
+	}
+	if d.Loc == InFile && d.Offset != 0 {
+		return bad("offset %d into a per-tensor file (want 0)", d.Offset)
 	}
 	if d.Offset < 0 || d.Size < 0 {
 		return bad("negative offset %d or size %d", d.Offset, d.Size)

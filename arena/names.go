@@ -70,8 +70,18 @@ func ParseName(s string) (Name, error) {
 	if !ok {
 		return bad("does not start with " + namePrefix)
 	}
-	parts := strings.Split(rest, "_")
-	if len(parts) != 4 {
+	// Four fields split by underscores, without allocating: this runs for
+	// every descriptor a consumer receives.
+	var parts [4]string
+	for i := 0; i < 3; i++ {
+		j := strings.IndexByte(rest, '_')
+		if j < 0 {
+			return bad("want mstar_<arena|spill>_<entity>_<pid>_<token>")
+		}
+		parts[i], rest = rest[:j], rest[j+1:]
+	}
+	parts[3] = rest
+	if strings.IndexByte(rest, '_') >= 0 {
 		return bad("want mstar_<arena|spill>_<entity>_<pid>_<token>")
 	}
 	var n Name

@@ -80,7 +80,19 @@ func NewReader(cfg ReaderConfig) *Reader {
 // check validates a descriptor against this consumer before anything is
 // opened: its static form, and the transport setting.
 func (r *Reader) check(d *Descriptor) error {
-	if err := d.Validate(); err != nil {
+	cached := false
+	if d.Loc == InSegment {
+		// A name already mapped was validated when it was.
+		r.mu.Lock()
+		_, cached = r.maps[d.File]
+		r.mu.Unlock()
+	}
+	if !cached {
+		if err := d.validateName(); err != nil {
+			return err
+		}
+	}
+	if err := d.validateLayout(); err != nil {
 		return err
 	}
 	if d.Loc == InSegment && r.cfg.Transport == TransportFile {
@@ -96,6 +108,11 @@ func (r *Reader) View(d Descriptor) (mem []byte, release func(), err error) {
 	if err := r.check(&d); err != nil {
 		return nil, nil, err
 	}
+	return r.view(&d)
+}
+
+// view is View for a checked descriptor.
+func (r *Reader) view(d *Descriptor) (mem []byte, release func(), err error) {
 	if d.Loc != InSegment {
 		return nil, nil, fmt.Errorf("tensor %d is in file %s, not in a segment: read it with ReadInto", d.ID, d.File)
 	}
@@ -156,7 +173,7 @@ func (r *Reader) ReadInto(d Descriptor, dst []byte) error {
 	if d.Loc == InFile {
 		return r.readFile(d, dst[:d.Size])
 	}
-	mem, release, err := r.View(d)
+	mem, release, err := r.view(&d)
 	if err != nil {
 		return err
 	}
@@ -205,7 +222,7 @@ func (r *Reader) CopyToDevice(s gpu.Stream, dst gpu.Buffer, off int64, d Descrip
 		}
 		return func() { stage = nil }, nil
 	}
-	mem, release, err := r.View(d)
+	mem, release, err := r.view(&d)
 	if err != nil {
 		return nil, err
 	}

@@ -286,7 +286,7 @@ func copyResults(opt Options, points []*copyPoint) []reports.Result {
 	for _, p := range points {
 		r := reports.Result{
 			Name:   "copy",
-			Params: reports.Params{"memory": p.memory, "dir": p.dir, "size": sizeParam(p.size), "count": fmt.Sprint(p.reps)},
+			Params: reports.Params{"memory": p.memory, "dir": p.dir, "size": sizeParam(p.size)},
 		}
 		us := make([]float64, len(p.secs))
 		for i, s := range p.secs {
@@ -311,6 +311,7 @@ func copyResults(opt Options, points []*copyPoint) []reports.Result {
 			ratio(MetricPctCeiling, "%", p.gbps, ceiling[p.dir], 100, "no pinned ceiling measured"),
 			ratio(MetricPctPCIe, "%", p.gbps, pcie, 100, pcieWhy),
 			{Name: MetricWrong, Unit: "copies", Better: reports.LowerIsBetter, Samples: p.wrong},
+			countMetric("copies/sample", p.reps),
 		}
 		wrong := 0.0
 		for _, w := range p.wrong {

@@ -83,6 +83,7 @@ const (
 	MetricRegister    = "register"
 	MetricUnregister  = "unregister"
 	MetricRegPerGiB   = "register_per_gib"
+	MetricCount       = "count" // copies or tensors per sample: fixed by the size, kept out of the parameters so results of one kind pair across sizes
 )
 
 // Memory kinds of the copy mode.
@@ -227,6 +228,10 @@ func ratio(name, unit string, xs []float64, ref float64, scale float64, why stri
 }
 
 func sizeParam(n int64) string { return strconv.FormatInt(n, 10) }
+
+func countMetric(unit string, n int) reports.Metric {
+	return reports.Metric{Name: MetricCount, Unit: unit, Better: reports.HigherIsBetter, Samples: []float64{float64(n)}}
+}
 
 // pattern fills b with pseudo-random bytes from seed (xorshift64*).
 func pattern(b []byte, seed uint64) {

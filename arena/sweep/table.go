@@ -78,7 +78,7 @@ func WriteTable(w io.Writer, results []reports.Result) error {
 		section("# copy: host<->device; time per copy, medians; \"both\" is D2H and H2D at once on two streams (GB/s counts both)")
 		io.WriteString(tw, "#size(B)\tcount\tmemory\tdir\ttime(us)\tGB/s\t%pinned\t%ceil\t%PCIe\t#wrong\t\n")
 		for _, r := range rs {
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", size(r), r.Params["count"], r.Params["memory"], r.Params["dir"],
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", size(r), sum(r, MetricCount), r.Params["memory"], r.Params["dir"],
 				med(r, MetricTime), med(r, MetricBandwidth), med(r, MetricPctPinned), med(r, MetricPctCeiling), med(r, MetricPctPCIe), sum(r, MetricWrong))
 		}
 	}
@@ -95,7 +95,7 @@ func WriteTable(w io.Writer, results []reports.Result) error {
 		section("# transport: producer -> consumer through the arena or per-tensor files, next to a one-thread memcpy; time per tensor, medians")
 		io.WriteString(tw, "#size(B)\tcount\ttransport\ttime(us)\ttensors/s\tGB/s\t%memcpy\tvs file\t#wrong\t\n")
 		for _, r := range rs {
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", size(r), r.Params["count"], r.Params["transport"],
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", size(r), sum(r, MetricCount), r.Params["transport"],
 				med(r, MetricTime), med(r, MetricTensorsPerS), med(r, MetricBandwidth), med(r, MetricPctMemcpy), med(r, MetricVsFile), sum(r, MetricWrong))
 		}
 	}

@@ -269,7 +269,7 @@ func transportResults(points []*transportPoint) []reports.Result {
 		}
 		r := reports.Result{
 			Name:   "transport",
-			Params: reports.Params{"transport": p.transport, "size": sizeParam(p.size), "count": fmt.Sprint(p.count)},
+			Params: reports.Params{"transport": p.transport, "size": sizeParam(p.size)},
 			Metrics: []reports.Metric{
 				{Name: MetricTime, Unit: "us", Better: reports.LowerIsBetter, Samples: us},
 				{Name: MetricBandwidth, Unit: "GB/s", Better: reports.HigherIsBetter, Samples: bw},
@@ -283,7 +283,7 @@ func transportResults(points []*transportPoint) []reports.Result {
 			r.Metrics = append(r.Metrics, m)
 			r.Metrics = append(r.Metrics, reports.Metric{Name: MetricSpills, Unit: "tensors", Better: reports.LowerIsBetter, Samples: p.spills})
 		}
-		r.Metrics = append(r.Metrics, reports.Metric{Name: MetricWrong, Unit: "copies", Better: reports.LowerIsBetter, Samples: p.wrong})
+		r.Metrics = append(r.Metrics, reports.Metric{Name: MetricWrong, Unit: "copies", Better: reports.LowerIsBetter, Samples: p.wrong}, countMetric("tensors/sample", p.count))
 		wrong := 0.0
 		for _, w := range p.wrong {
 			wrong += w

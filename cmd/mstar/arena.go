@@ -1,0 +1,472 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/mstar-dev/mstar/arena"
+	"github.com/mstar-dev/mstar/arena/stress"
+	"github.com/mstar-dev/mstar/arena/sweep"
+	"github.com/mstar-dev/mstar/internal/envinfo"
+	"github.com/mstar-dev/mstar/internal/gpu"
+	"github.com/mstar-dev/mstar/internal/gpu/nvmlinfo"
+	"github.com/mstar-dev/mstar/internal/progress"
+	"github.com/mstar-dev/mstar/reports"
+)
+
+// arenaWorkerCmd is how `arena stress` starts its workers: this binary's
+// hidden `arena worker` command unless a test points it elsewhere.
+var arenaWorkerCmd struct {
+	Exe  string
+	Args []string
+	Env  []string
+}
+
+func init() {
+	register(func(a *app) *cobra.Command {
+		cmd := &cobra.Command{
+			Use:   "arena",
+			Short: "Measure and stress the shared-memory tensor arena",
+			Long: `arena measures the shared-memory tensor arena: producer processes stage tensors
+in persistently mapped /dev/shm segments, consumers copy straight out of them,
+and a descriptor over a Unix socket is all that travels per tensor.
+
+  sweep    copy bandwidth and latency over sizes for pageable, /dev/shm,
+           registered-arena and pinned host memory (with a GPU), and the
+           arena against per-tensor files (anywhere)
+  stress   producer and consumer processes for a duration or a count, with
+           checksummed payloads, optional SIGKILLs, and gates that fail the
+           run on corruption, leaked slots or leftover files`,
+			Example: `  mstar arena sweep --device cuda:0 --out arena-sweep.json --plot arena-sweep.png
+  mstar arena stress --duration 30s --kill-rate 0.01`,
+			Args: cobra.ArbitraryArgs,
+			RunE: func(cmd *cobra.Command, args []string) error {
+				if len(args) > 0 {
+					return usageErr("unknown command %q for %q (see 'mstar arena --help')", args[0], cmd.CommandPath())
+				}
+				return cmd.Help()
+			},
+		}
+		cmd.AddCommand(arenaSweepCmd(a), arenaStressCmd(a), arenaWorkerCommand(a), arenaCleanCmd(a))
+		return cmd
+	})
+}
+
+var arenaSizeRE = regexp.MustCompile(`(?i)^(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b)?$`)
+
+// parseArenaSize parses "4096", "4KiB", "64MiB", "1GiB" (and K/M/G/T as
+// binary units too).
+func parseArenaSize(s string) (int64, error) {
+	m := arenaSizeRE.FindStringSubmatch(strings.TrimSpace(s))
+	if m == nil {
+		return 0, fmt.Errorf("size %q: want bytes or a number with KiB, MiB, GiB or TiB", s)
+	}
+	v, err := strconv.ParseFloat(m[1], 64)
+	if err != nil {
+		return 0, fmt.Errorf("size %q: %v", s, err)
+	}
+	shift := map[string]uint{"": 0, "K": 10, "M": 20, "G": 30, "T": 40}[strings.ToUpper(m[2])]
+	n := v * float64(int64(1)<<shift)
+	if n < 1 || n > 1<<50 || n != float64(int64(n)) {
+		return 0, fmt.Errorf("size %q: want a whole number of bytes between 1 and 1 PiB", s)
+	}
+	return int64(n), nil
+}
+
+// arenaPCIe finds the link's theoretical rate from the environment NVML
+// filled in ("pcie": "gen5 x16 (max gen5 x16)"): the maximum generation and
+// width, since an idle link trains down.
+func arenaPCIe(env reports.Env) (gbps float64, note string) {
+	v, ok := env["pcie"]
+	if !ok {
+		return 0, "PCIe link unknown (NVML did not report it); pass --pcie-gbps"
+	}
+	var g, w, mg, mw int
+	if n, _ := fmt.Sscanf(v, "gen%d x%d (max gen%d x%d)", &g, &w, &mg, &mw); n < 2 {
+		return 0, fmt.Sprintf("PCIe link %q not understood; pass --pcie-gbps", v)
+	}
+	if mg > 0 && mw > 0 {
+		g, w = mg, mw
+	}
+	if r := nvmlinfo.PCIeGBps(g, w); r > 0 {
+		return r, fmt.Sprintf("PCIe gen%d x%d theoretical %.1f GB/s per direction (NVML: %s)", g, w, r, v)
+	}
+	return 0, fmt.Sprintf("PCIe generation %d unknown; pass --pcie-gbps", g)
+}
+
+func arenaSweepCmd(a *app) *cobra.Command {
+	var (
+		device, mode, minSize, maxSize, shmDir, out, plot string
+		factor                                            int64
+		samples                                           int
+		pcie                                              float64
+	)
+	cmd := &cobra.Command{
+		Use:   "sweep",
+		Short: "Copy bandwidth and latency over sizes, per kind of host memory, and arena vs file transport",
+		Long: `sweep measures, for sizes from --min-size to --max-size in steps of --factor:
+
+With a GPU (copy mode): D2H, H2D and both at once (two streams) between device
+memory and four kinds of host memory — pageable Go memory, a pageable /dev/shm
+mapping, a registered arena segment (cuMemHostRegister), and cuMemHostAlloc
+pinned memory — timed with CUDA events; and the cost of registering a fresh,
+committed /dev/shm segment of each size. Rates are given as a fraction of
+pinned memory at the same size (%pinned), of the best pinned rate of the run
+(%ceil), and of the PCIe link's theoretical rate from NVML (%PCIe; or
+--pcie-gbps; "n/a" with the reason when unknown).
+
+Anywhere (transport mode): a producer and a consumer moving tensors through
+the arena (memcpy into a slot, descriptor over a Unix socket, memcpy out,
+ACK) and through per-tensor files, next to one thread (and two threads) of
+memcpy. --mode all does both; the default is all with a GPU and transport
+without one.
+
+Every point is the median of --samples samples; every copy is verified
+(destinations poisoned before, compared after) and #wrong counts those that
+differ — any wrong copy fails the run (exit 1). The table prints to stdout;
+--out writes the results document (every sample), --plot a PNG or SVG of
+bandwidth against size (with both modes, the transport plot goes next to it
+with "-transport" added to its name).`,
+		Example: `  mstar arena sweep --device cuda:0 --out arena-sweep.json --plot arena-sweep.png
+  mstar arena sweep --device cpu --max-size 64MiB
+  mstar arena sweep --mode transport --min-size 4KiB --max-size 1GiB --samples 5`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			lo, err := parseArenaSize(minSize)
+			if err != nil {
+				return usageErr("--min-size: %v", err)
+			}
+			hi, err := parseArenaSize(maxSize)
+			if err != nil {
+				return usageErr("--max-size: %v", err)
+			}
+			m := sweep.Mode(mode)
+			switch m {
+			case "auto":
+				m = ""
+			case sweep.ModeCopy, sweep.ModeTransport, sweep.ModeAll:
+			default:
+				return usageErr("--mode %q: want auto, copy, transport or all", mode)
+			}
+			if plot != "" {
+				if _, err := reports.PlotFormat(plot); err != nil {
+					return usageErr("--plot: %v", err)
+				}
+			}
+			dev, err := a.openDevice(device)
+			if err != nil {
+				return err
+			}
+			defer dev.Close()
+			env := envinfo.Collect(dev)
+			opt := sweep.Options{Device: dev, Mode: m, MinSize: lo, MaxSize: hi, Factor: factor, Samples: samples, Dir: shmDir}
+			if pcie > 0 {
+				opt.PCIeGBps, opt.PCIeNote = pcie, fmt.Sprintf("PCIe theoretical %.1f GB/s per direction (--pcie-gbps)", pcie)
+			} else if dev.Info().Backend == gpu.CUDA {
+				opt.PCIeGBps, opt.PCIeNote = arenaPCIe(env)
+			}
+			doc := reports.NewDocument("arena sweep", a.args, env)
+			bar := progress.New(a.stderr, 0, "arena sweep")
+			opt.Progress = func(step string) { bar.Describe(step) }
+			res, err := sweep.Run(opt)
+			bar.Finish()
+			if res != nil {
+				doc.Results = res.Results
+				doc.Warnings = res.Warnings
+			}
+			if err != nil {
+				if res == nil { // the options were refused before anything ran
+					return usageErr("%v", err)
+				}
+				return err
+			}
+			if opt.PCIeNote != "" {
+				doc.Warnings = append(doc.Warnings, opt.PCIeNote)
+			}
+			doc.Finish()
+			fmt.Fprintf(a.stdout, "# arena sweep on %s (%s), %d samples per point\n", dev.Info().ID, dev.Info().Name, max(samples, 1))
+			if err := sweep.WriteTable(a.stdout, doc.Results); err != nil {
+				return err
+			}
+			for _, w := range doc.Warnings {
+				fmt.Fprintln(a.stderr, "mstar: warning: "+w)
+			}
+			if out != "" {
+				if err := reports.WriteFile(out, doc); err != nil {
+					return fmt.Errorf("writing %s: %w", out, err)
+				}
+				fmt.Fprintf(a.stderr, "mstar: wrote %s\n", out)
+			}
+			if plot != "" {
+				if err := arenaPlots(a, plot, doc); err != nil {
+					return err
+				}
+			}
+			if bad := doc.Failed(); len(bad) > 0 {
+				return failed("%d sweep points had wrong copies: %s", len(bad), strings.Join(bad, "; "))
+			}
+			return nil
+		},
+	}
+	addDeviceFlag(cmd, &device)
+	f := cmd.Flags()
+	f.StringVar(&mode, "mode", "auto", "what to measure: copy (host<->device per memory kind), transport (arena vs files), all, or auto (all with a GPU, transport without)")
+	f.StringVar(&minSize, "min-size", "4KiB", "smallest size")
+	f.StringVar(&maxSize, "max-size", "1GiB", "largest size")
+	f.Int64Var(&factor, "factor", 4, "size step: each size is this many times the last")
+	f.IntVar(&samples, "samples", 10, "timed samples per point (the table shows medians)")
+	f.StringVar(&shmDir, "shm-dir", arena.DefaultDir, "directory for segments and tensor files")
+	f.Float64Var(&pcie, "pcie-gbps", 0, "the PCIe link's theoretical GB/s per direction (default: from NVML)")
+	f.StringVarP(&out, "out", "o", "", "write the results document to `FILE`")
+	f.StringVar(&plot, "plot", "", "draw bandwidth against size into `FILE` (.png or .svg)")
+	return cmd
+}
+
+// arenaPlots draws the copy and transport results, each in its own image.
+func arenaPlots(a *app, path string, doc *reports.Document) error {
+	parts := map[string]*reports.Document{}
+	for _, r := range doc.Results {
+		if r.Name != "copy" && r.Name != "transport" {
+			continue
+		}
+		d := parts[r.Name]
+		if d == nil {
+			c := *doc
+			c.Results = nil
+			d = &c
+			parts[r.Name] = d
+		}
+		d.Results = append(d.Results, r)
+	}
+	for _, name := range []string{"copy", "transport"} {
+		d := parts[name]
+		if d == nil {
+			continue
+		}
+		p := path
+		if name == "transport" && parts["copy"] != nil {
+			ext := filepath.Ext(path)
+			p = strings.TrimSuffix(path, ext) + "-transport" + ext
+		}
+		title := "arena sweep: host<->device copy bandwidth"
+		if name == "transport" {
+			title = "arena sweep: producer->consumer bandwidth, arena vs files vs memcpy"
+		}
+		// Transport rates span decades; copy rates mostly sit within one.
+		warns, err := reports.PlotFile(p, []*reports.Document{d}, reports.PlotOptions{Metric: sweep.MetricBandwidth, X: "size", LogX: true, LogY: name == "transport", Title: title})
+		for _, w := range warns {
+			fmt.Fprintln(a.stderr, "mstar: plot: "+w)
+		}
+		if err != nil {
+			return fmt.Errorf("plotting %s: %w", p, err)
+		}
+		fmt.Fprintf(a.stderr, "mstar: wrote %s\n", p)
+	}
+	return nil
+}
+
+func arenaStressCmd(a *app) *cobra.Command {
+	var (
+		minSize, maxSize, segSize, transports, shmDir, out string
+		producers, consumers, fanout, maxSegs, inflight    int
+		duration, interval                                 time.Duration
+		count                                              int64
+		killRate                                           float64
+		seed                                               uint64
+	)
+	cmd := &cobra.Command{
+		Use:   "stress",
+		Short: "Producer and consumer processes through the arena, with fault injection and gates",
+		Long: `stress re-executes mstar as --producers producer and --consumers consumer
+processes (hidden 'arena worker' command) that talk over Unix sockets and
+share segments in a fresh directory under --shm-dir, for --duration or until
+--count tensors are delivered.
+
+Each producer draws sizes log-uniformly from --min-size to --max-size, writes
+a payload with a header and its CRC-32C (computed from the source, not the
+slot) into a slot, and sends the descriptor to --fanout consumers, which copy
+the tensor out, acknowledge it (the producer then reuses the slot), and
+verify it. With --kill-rate R, about R x (tensors delivered) workers are
+SIGKILLed at random and restarted: a restarted producer's startup sweep
+reclaims its predecessor's orphaned segments, and a producer whose consumer
+died abandons that consumer's references, so nothing leaks.
+
+A line per --interval shows progress on stderr. At the end: throughput,
+tensors/s, send->ack latency p50/p99, spills, peak fragmentation, and the
+gates — no corrupted payload, no leaked slot, no file left in the run
+directory after the final orphan sweep (and none at all when nothing was
+killed), no read error, no unexpected worker exit. A failed gate exits 1.
+--transport arena,file runs both, one after the other, and prints the
+ratio.`,
+		Example: `  mstar arena stress --duration 30s
+  mstar arena stress --duration 30s --kill-rate 0.01
+  mstar arena stress --producers 4 --consumers 4 --count 100000 --kill-rate 0.01 --out stress.json
+  mstar arena stress --duration 20s --max-size 1MiB --transport arena,file`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			lo, err := parseArenaSize(minSize)
+			if err != nil {
+				return usageErr("--min-size: %v", err)
+			}
+			hi, err := parseArenaSize(maxSize)
+			if err != nil {
+				return usageErr("--max-size: %v", err)
+			}
+			seg, err := parseArenaSize(segSize)
+			if err != nil {
+				return usageErr("--segment-size: %v", err)
+			}
+			var trs []arena.Transport
+			for _, t := range strings.Split(transports, ",") {
+				tr, err := arena.ParseTransport(strings.TrimSpace(t))
+				if err != nil {
+					return usageErr("--transport: %v", err)
+				}
+				trs = append(trs, tr)
+			}
+			if cmd.Flags().Changed("count") && !cmd.Flags().Changed("duration") {
+				duration = 0
+			}
+			exe, wargs, wenv := arenaWorkerCmd.Exe, arenaWorkerCmd.Args, arenaWorkerCmd.Env
+			if exe == "" {
+				if exe, err = os.Executable(); err != nil {
+					return fmt.Errorf("finding this executable to start workers: %w", err)
+				}
+				wargs = []string{"arena", "worker"}
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			doc := reports.NewDocument("arena stress", a.args, envinfo.Collect(nil))
+			var sums []*stress.Summary
+			for _, tr := range trs {
+				opt := stress.Options{
+					Producers: producers, Consumers: consumers, Duration: duration, Count: count,
+					MinSize: lo, MaxSize: hi, Fanout: fanout, KillRate: killRate, Transport: tr,
+					ShmDir: shmDir, SegmentSize: seg, MaxSegments: maxSegs, Inflight: inflight,
+					Interval: interval, Seed: seed, Exe: exe, Args: wargs, Env: wenv, Live: a.stderr,
+				}
+				fmt.Fprintf(a.stderr, "mstar: arena stress, transport %s\n", tr)
+				s, err := stress.Run(ctx, opt)
+				if err != nil {
+					if strings.HasPrefix(err.Error(), "stress: ") {
+						return usageErr("%v", err)
+					}
+					return err
+				}
+				sums = append(sums, s)
+				fmt.Fprintf(a.stdout, "# arena stress: transport %s\n", tr)
+				if err := s.WriteSummary(a.stdout); err != nil {
+					return err
+				}
+				doc.Results = append(doc.Results, s.Result())
+				if ctx.Err() != nil {
+					break
+				}
+			}
+			if len(sums) == 2 && sums[1].Delivered > 0 && sums[0].Elapsed > 0 && sums[1].Elapsed > 0 {
+				r0 := float64(sums[0].Delivered) / sums[0].Elapsed.Seconds()
+				r1 := float64(sums[1].Delivered) / sums[1].Elapsed.Seconds()
+				fmt.Fprintf(a.stdout, "# %s vs %s: %.2fx the tensors/s, %.2fx the GB/s\n", sums[0].Options.Transport, sums[1].Options.Transport,
+					r0/r1, (float64(sums[0].Bytes)/sums[0].Elapsed.Seconds())/(float64(sums[1].Bytes)/sums[1].Elapsed.Seconds()))
+			}
+			doc.Finish()
+			if out != "" {
+				if err := reports.WriteFile(out, doc); err != nil {
+					return fmt.Errorf("writing %s: %w", out, err)
+				}
+				fmt.Fprintf(a.stderr, "mstar: wrote %s\n", out)
+			}
+			if bad := doc.Failed(); len(bad) > 0 {
+				return failed("arena stress failed %d gate(s): %s", len(bad), strings.Join(bad, "; "))
+			}
+			if ctx.Err() != nil {
+				return failed("arena stress interrupted")
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&producers, "producers", 4, "producer processes")
+	f.IntVar(&consumers, "consumers", 4, "consumer processes")
+	f.DurationVar(&duration, "duration", 30*time.Second, "run this long (ignored when only --count is given)")
+	f.Int64Var(&count, "count", 0, "or run until this many tensors are delivered")
+	f.StringVar(&minSize, "min-size", "1KiB", "smallest payload (sizes are log-uniform)")
+	f.StringVar(&maxSize, "max-size", "64MiB", "largest payload")
+	f.IntVar(&fanout, "fanout", 2, "consumers each tensor goes to")
+	f.Float64Var(&killRate, "kill-rate", 0, "SIGKILL a random worker this often per delivered tensor (0.01 = one per hundred), and restart it")
+	f.StringVar(&transports, "transport", "arena", "arena, file, or arena,file for both one after the other")
+	f.StringVar(&shmDir, "shm-dir", arena.DefaultDir, "where the run directory of segments and files is made")
+	f.StringVar(&segSize, "segment-size", "256MiB", "producer arena segment size")
+	f.IntVar(&maxSegs, "max-segments", 4, "producer arena segment cap (then tensors spill to files)")
+	f.IntVar(&inflight, "inflight", 8, "tensors in flight per producer")
+	f.DurationVar(&interval, "interval", time.Second, "progress line interval")
+	f.Uint64Var(&seed, "seed", 0, "random seed (0: from the clock)")
+	f.StringVarP(&out, "out", "o", "", "write the results document to `FILE`")
+	return cmd
+}
+
+func arenaWorkerCommand(a *app) *cobra.Command {
+	var role string
+	var index int
+	cmd := &cobra.Command{
+		Use:     "worker --role producer|consumer --index N",
+		Short:   "A process of 'arena stress' (internal)",
+		Long:    "worker is started by 'mstar arena stress': it reads its configuration as one JSON line on stdin, works until stdin closes, and writes JSON report lines on stdout.",
+		Example: "  mstar arena worker --role producer --index 0 < config.json",
+		Hidden:  true,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return stress.RunWorker(a.stdin, a.stdout)
+		},
+	}
+	cmd.Flags().StringVar(&role, "role", "", "producer or consumer (informational: the configuration on stdin decides)")
+	cmd.Flags().IntVar(&index, "index", 0, "worker index (informational)")
+	return cmd
+}
+
+func arenaCleanCmd(a *app) *cobra.Command {
+	var dir string
+	var dry bool
+	cmd := &cobra.Command{
+		Use:   "clean",
+		Short: "Remove orphaned arena segments and spill files whose owner is dead",
+		Long: `clean runs the arena's orphan sweep on --shm-dir: a segment or spill file
+(named mstar_arena_* or mstar_spill_*) that no live process holds a lock on is
+removed. Files of other users, files whose names do not match, and young files
+whose creator is alive are left alone and listed with the reason. Every
+arena also runs this sweep when it starts.`,
+		Example: `  mstar arena clean
+  mstar arena clean --dry-run --shm-dir /dev/shm`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			rep, err := arena.SweepOrphans(dir, arena.SweepOptions{DryRun: dry})
+			if err != nil {
+				return badInput(err)
+			}
+			for _, n := range rep.Removed {
+				fmt.Fprintln(a.stdout, "removed  "+n)
+			}
+			for _, n := range rep.InUse {
+				fmt.Fprintln(a.stdout, "in use   "+n)
+			}
+			for _, l := range rep.Left {
+				fmt.Fprintf(a.stdout, "left     %s: %s\n", l.Name, l.Reason)
+			}
+			fmt.Fprintln(a.stdout, rep.String())
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&dir, "shm-dir", arena.DefaultDir, "directory to sweep")
+	cmd.Flags().BoolVar(&dry, "dry-run", false, "judge but remove nothing")
+	return cmd
+}

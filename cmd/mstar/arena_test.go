@@ -1,0 +1,198 @@
+package main
+
+import (
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/mstar-dev/mstar/arena"
+	"github.com/mstar-dev/mstar/reports"
+)
+
+const arenaWorkerEnv = "MSTAR_CMD_ARENA_WORKER"
+
+// Stress workers are this test binary re-executed into the hidden
+// 'arena worker' command.
+func init() {
+	if os.Getenv(arenaWorkerEnv) == "1" {
+		args := os.Args[1:]
+		for i, a := range args {
+			if a == "--" {
+				args = args[i+1:]
+				break
+			}
+		}
+		os.Exit(run(append([]string{"arena", "worker"}, args...), os.Stdin, os.Stdout, os.Stderr))
+	}
+	arenaWorkerCmd.Exe = os.Args[0]
+	arenaWorkerCmd.Args = []string{"-test.run=^$", "--"}
+	arenaWorkerCmd.Env = []string{arenaWorkerEnv + "=1"}
+}
+
+func arenaShmDir(t *testing.T) string {
+	t.Helper()
+	d, err := os.MkdirTemp("/dev/shm", "mstar-cmd-arena-")
+	if err != nil {
+		return t.TempDir()
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	return d
+}
+
+func TestParseArenaSize(t *testing.T) {
+	tests := []struct {
+		in   string
+		want int64
+		err  bool
+	}{
+		{"4096", 4096, false},
+		{"4KiB", 4 << 10, false},
+		{"64MiB", 64 << 20, false},
+		{"1GiB", 1 << 30, false},
+		{"1g", 1 << 30, false},
+		{"1.5KiB", 1536, false},
+		{" 2 MiB ", 2 << 20, false},
+		{"0", 0, true},
+		{"-1KiB", 0, true},
+		{"1.3B", 0, true},
+		{"lots", 0, true},
+		{"4KB2", 0, true},
+	}
+	for _, tc := range tests {
+		got, err := parseArenaSize(tc.in)
+		if (err != nil) != tc.err || got != tc.want {
+			t.Errorf("parseArenaSize(%q) = %d, %v; want %d, error %v", tc.in, got, err, tc.want, tc.err)
+		}
+	}
+}
+
+func TestArenaPCIe(t *testing.T) {
+	tests := []struct {
+		name string
+		env  reports.Env
+		want float64
+		note string
+	}{
+		{"gen5 x16 at idle downtrained", reports.Env{"pcie": "gen1 x16 (max gen5 x16)"}, 63.0, "gen5 x16"},
+		{"gen4 x8", reports.Env{"pcie": "gen4 x8 (max gen4 x8)"}, 15.75, "gen4 x8"},
+		{"not reported", reports.Env{}, 0, "--pcie-gbps"},
+		{"garbled", reports.Env{"pcie": "fast"}, 0, "not understood"},
+	}
+	for _, tc := range tests {
+		got, note := arenaPCIe(tc.env)
+		if math.Abs(got-tc.want) > 0.05 || !strings.Contains(note, tc.note) {
+			t.Errorf("%s: %.2f GB/s, %q; want %.2f and a note with %q", tc.name, got, note, tc.want, tc.note)
+		}
+	}
+}
+
+func TestArenaUsageErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"unknown subcommand", []string{"arena", "frob"}, "unknown command"},
+		{"bad size", []string{"arena", "sweep", "--max-size", "huge"}, "--max-size"},
+		{"bad plot format", []string{"arena", "sweep", "--plot", "x.gif"}, "--plot"},
+		{"bad mode", []string{"arena", "sweep", "--device", "cpu", "--mode", "fast", "--max-size", "4KiB"}, "mode"},
+		{"bad transport", []string{"arena", "stress", "--transport", "rdma"}, "--transport"},
+		{"fan-out above consumers", []string{"arena", "stress", "--consumers", "2", "--fanout", "3"}, "fan-out"},
+		{"bad device", []string{"arena", "sweep", "--device", "tpu"}, "--device"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, stderr, code := runMstar(t, tc.args...)
+			if code != exitBadUsge || !strings.Contains(stderr, tc.want) {
+				t.Errorf("exit %d, stderr %q; want exit 2 mentioning %q", code, stderr, tc.want)
+			}
+			if strings.Contains(stderr, "panic") || strings.Contains(stderr, "goroutine ") {
+				t.Errorf("stderr shows a Go panic: %s", stderr)
+			}
+		})
+	}
+}
+
+func TestArenaSweepCPU(t *testing.T) {
+	dir := t.TempDir()
+	out, plot := filepath.Join(dir, "sweep.json"), filepath.Join(dir, "sweep.png")
+	stdout, stderr, code := runMstar(t, "arena", "sweep", "--device", "cpu", "--mode", "all", "--max-size", "16KiB", "--samples", "2",
+		"--shm-dir", arenaShmDir(t), "--out", out, "--plot", plot)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for _, want := range []string{"# copy:", "# transport:", "# register:", "%pinned", "tensors/s", "vs file", "#wrong"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, stdout)
+		}
+	}
+	doc, err := reports.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if doc.Suite != "arena sweep" || len(doc.Results) == 0 || len(doc.Failed()) != 0 {
+		t.Fatalf("document: suite %q, %d results, failed %v", doc.Suite, len(doc.Results), doc.Failed())
+	}
+	for _, p := range []string{plot, filepath.Join(dir, "sweep-transport.png")} {
+		if st, err := os.Stat(p); err != nil || st.Size() == 0 {
+			t.Errorf("plot %s: %v", p, err)
+		}
+	}
+}
+
+func TestArenaStressCLI(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "stress.json")
+	stdout, stderr, code := runMstar(t, "arena", "stress", "--duration", "1500ms", "--producers", "2", "--consumers", "2",
+		"--max-size", "256KiB", "--segment-size", "1MiB", "--max-segments", "2", "--interval", "250ms", "--kill-rate", "0.002",
+		"--transport", "arena,file", "--shm-dir", arenaShmDir(t), "--seed", "7", "--out", out)
+	if code != exitOK {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	for _, want := range []string{"PASS  no corrupted payloads", "PASS  no leaked slots", "PASS  no leftover files", "send->ack latency", "arena vs file:"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, stdout)
+		}
+	}
+	if !strings.Contains(stderr, "tensors/s") {
+		t.Errorf("no live progress lines on stderr:\n%s", stderr)
+	}
+	doc, err := reports.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(doc.Results) != 2 || doc.Results[0].Params["transport"] != "arena" || doc.Results[1].Params["transport"] != "file" {
+		t.Fatalf("results: %+v", doc.Results)
+	}
+	for _, r := range doc.Results {
+		if !r.Passed() || r.Metric("latency_p99") == nil {
+			t.Errorf("%s: gates %v", r.Key(), r.Gates)
+		}
+	}
+}
+
+func TestArenaClean(t *testing.T) {
+	dir := arenaShmDir(t)
+	orphan := arena.Name{Kind: arena.KindSegment, Entity: "gone", PID: 999999999, Token: "0123456789abcdef"}.String()
+	if err := os.WriteFile(filepath.Join(dir, orphan), make([]byte, 100), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	stdout, _, code := runMstar(t, "arena", "clean", "--shm-dir", dir, "--dry-run")
+	if code != exitOK || !strings.Contains(stdout, orphan) {
+		t.Fatalf("dry run: exit %d\n%s", code, stdout)
+	}
+	if _, err := os.Stat(filepath.Join(dir, orphan)); err != nil {
+		t.Fatal("the dry run removed the orphan")
+	}
+	stdout, _, code = runMstar(t, "arena", "clean", "--shm-dir", dir)
+	if code != exitOK || !strings.Contains(stdout, "removed  "+orphan) {
+		t.Fatalf("clean: exit %d\n%s", code, stdout)
+	}
+	if _, err := os.Stat(filepath.Join(dir, orphan)); !os.IsNotExist(err) {
+		t.Fatal("the orphan is still there")
+	}
+	if _, stderr, code := runMstar(t, "arena", "clean", "--shm-dir", filepath.Join(dir, "missing")); code != exitBadUsge {
+		t.Fatalf("missing directory: exit %d, %s", code, stderr)
+	}
+}
