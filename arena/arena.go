@@ -102,6 +102,7 @@ type Arena struct {
 	warnings []string
 	lastFrag time.Time
 	pinWarn  bool
+	growFail time.Time // last failed growth: no retry for a second
 	stopTTL  chan struct{}
 	ttlDone  chan struct{}
 }
@@ -258,7 +259,7 @@ func (a *Arena) Warnings() []string {
 // without a.mu held: fallocate of a large segment takes a while.
 func (a *Arena) newSegment(size int64, dedicated bool) (*segment, error) {
 	name := Name{Kind: KindSegment, Entity: a.cfg.Entity, PID: os.Getpid(), Token: newToken()}.String()
-	f, err := createFile(a.cfg.Dir, name, size, true)
+	f, err := createSegmentFile(a.cfg.Dir, name, size, true)
 	if err != nil {
 		return nil, err
 	}
@@ -308,6 +309,9 @@ func (a *Arena) wake() {
 	a.notify = make(chan struct{})
 }
 
+// createSegmentFile is createFile; tests replace it to make growth fail.
+var createSegmentFile = createFile
+
 // ErrFull is returned by a strict arena that stayed full for FullTimeout.
 var ErrFull = errors.New("arena full")
 
@@ -338,22 +342,26 @@ func (a *Arena) reserve(ctx context.Context, n int64, stage bool) (*Slot, error)
 		if s := a.tryReserve(n); s != nil {
 			return s, nil
 		}
-		if !a.growing {
-			if size, ok := a.growthFor(n); ok {
+		if !a.growing && time.Since(a.growFail) > time.Second {
+			size, ok := a.growthFor(n)
+			if ok {
 				a.growing = true
 				a.mu.Unlock()
 				seg, err := a.newSegment(size, size > a.cfg.SegmentSize)
 				a.mu.Lock()
 				a.growing = false
-				if err != nil {
-					a.wake()
-					return nil, fmt.Errorf("reserve %d bytes: growing the arena: %w", n, err)
-				}
-				a.segs = append(a.segs, seg)
 				a.wake()
-				continue
+				if err != nil {
+					// A full file system fails here, at creation: carry on
+					// as at the cap (back-pressure, then spill or fail).
+					a.growFail = time.Now()
+					a.warn(fmt.Sprintf("growing the arena by %s failed, treating it as full: %v", fmtBytes(size), err))
+				} else {
+					a.segs = append(a.segs, seg)
+					continue
+				}
 			}
-			if a.dropIdle() {
+			if !ok && a.dropIdle() {
 				continue
 			}
 		}
@@ -668,7 +676,7 @@ type Stats struct {
 	FragFails   uint64  // reservations that failed although free space covered them
 	Acks        uint64  // consumer ACKs so far
 	Abandoned   uint64  // references dropped because a consumer went away
-	Frag        float64 // 1 - Largest/Free now
+	Frag        float64 // 1 - (sum of each segment's largest free block)/Free now
 	PeakFrag    float64 // the highest Frag seen at a Stats call
 }
 
@@ -689,17 +697,21 @@ func (a *Arena) statsLocked() Stats {
 	s := Stats{Segments: len(a.segs), Pinned: a.pinned, LiveSlots: len(a.slots), SpillFiles: int(a.counters.spillFiles),
 		Spills: a.counters.spills, TTLReclaims: a.counters.ttlReclaimed, FragFails: a.counters.fragWarnings,
 		Acks: a.counters.acked, Abandoned: a.counters.abandoned}
+	var sumLargest int64
 	for _, seg := range a.segs {
 		st := seg.alloc.Stats()
 		s.Total += st.Total
 		s.Free += st.Free
 		s.Largest = max(s.Largest, st.Largest)
+		sumLargest += st.Largest
 		if seg.dedicated {
 			s.Dedicated++
 		}
 	}
+	// Free space split across segments is not fragmentation (no tensor
+	// spans segments anyway); free space split inside one is.
 	if s.Free > 0 {
-		s.Frag = 1 - float64(s.Largest)/float64(s.Free)
+		s.Frag = 1 - float64(sumLargest)/float64(s.Free)
 	}
 	a.counters.peakFrag = max(a.counters.peakFrag, s.Frag)
 	s.PeakFrag = a.counters.peakFrag

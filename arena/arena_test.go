@@ -688,3 +688,28 @@ func ExampleArena() {
 	// hello, consumer true 1
 	// 0
 }
+
+// A full file system fails growth at segment creation; the arena then
+// behaves as at its cap (here: spills) instead of failing the tensor.
+func TestGrowthFailureSpills(t *testing.T) {
+	var warns []string
+	a := newTestArena(t, Config{SegmentSize: 64 << 10, MaxSegments: 4, Warn: func(m string) { warns = append(warns, m) }})
+	orig := createSegmentFile
+	createSegmentFile = func(dir, name string, size int64, mapped bool) (*shmFile, error) {
+		return nil, fmt.Errorf("committing %d bytes: %s is full: %w", size, dir, unix.ENOSPC)
+	}
+	defer func() { createSegmentFile = orig }()
+	if _, err := a.Put(context.Background(), pattern(60<<10, 1), Meta{}, 1); err != nil {
+		t.Fatal(err)
+	}
+	d, err := a.Put(context.Background(), pattern(10<<10, 2), Meta{}, 1)
+	if err != nil {
+		t.Fatalf("reservation after a failed growth: %v", err)
+	}
+	if d.Loc != InFile {
+		t.Fatalf("location %v, want a spill", d.Loc)
+	}
+	if len(warns) == 0 || !strings.Contains(warns[0], "is full") || !strings.Contains(warns[0], "treating it as full") {
+		t.Fatalf("warnings %q", warns)
+	}
+}
