@@ -75,7 +75,8 @@ type Cell struct {
 }
 
 // Tables groups the results of docs into one table per distinct environment
-// (Document.EnvOf), in order of first appearance, and selects columns.
+// (Document.EnvOf) and result name, in order of first appearance, and
+// selects columns.
 // Selecting a parameter or metric that no result has is an error that lists
 // what there is.
 func Tables(docs []*Document, opt TableOptions) ([]*Table, error) {
@@ -98,7 +99,10 @@ func Tables(docs []*Document, opt TableOptions) ([]*Table, error) {
 				continue
 			}
 			env := d.EnvOf(r)
-			k := env.Key()
+			// One table per environment and result name, as benchstat
+			// gives each benchmark its own table: rows of one kind share
+			// their columns.
+			k := env.Key() + "\x00" + r.Name
 			t := byEnv[k]
 			if t == nil {
 				t = &Table{Env: env}
@@ -321,6 +325,10 @@ func (c Cell) String() string {
 	case c.Unmeasured != "":
 		return "unmeasured"
 	}
+	if c.Summary.N == 1 {
+		// One sample is a value, not an estimate: no interval to show.
+		return FormatValue(c.Summary.Median)
+	}
 	return FormatValue(c.Summary.Median) + " " + formatPct(c.Summary.HalfWidthPct())
 }
 
@@ -332,6 +340,37 @@ func gateText(g *Gate) string {
 		return "PASS"
 	}
 	return "FAIL"
+}
+
+// factorParams moves the parameters that every row shares out of the
+// columns into one "k=v k=v" line, so a person's table shows only what
+// varies. Machines' formats (CSV, JSON) keep every column.
+func (t *Table) factorParams() (*Table, string) {
+	if len(t.Rows) < 2 {
+		return t, ""
+	}
+	var keep, shared []string
+	for _, p := range t.Params {
+		v, ok := t.Rows[0].Params[p]
+		same := ok
+		for _, r := range t.Rows[1:] {
+			if w, ok := r.Params[p]; !ok || w != v {
+				same = false
+				break
+			}
+		}
+		if same {
+			shared = append(shared, p+"="+v)
+		} else {
+			keep = append(keep, p)
+		}
+	}
+	if len(shared) == 0 {
+		return t, ""
+	}
+	view := *t
+	view.Params = keep
+	return &view, strings.Join(shared, " ")
 }
 
 func (t *Table) header() []string {
@@ -385,7 +424,7 @@ func (t *Table) notes() []string {
 	}
 	for _, r := range t.Rows {
 		for _, c := range r.Cells {
-			if c.Present && c.Unmeasured == "" && c.Summary.Warning != "" {
+			if c.Present && c.Unmeasured == "" && c.Summary.N > 1 && c.Summary.Warning != "" {
 				add("±∞: " + c.Summary.Warning)
 			}
 		}
@@ -429,6 +468,16 @@ func renderText(w io.Writer, tables []*Table, markdown bool) error {
 		}
 		if len(per[i]) > 0 {
 			writeEnv(per[i])
+			if markdown {
+				b.WriteString("\n")
+			}
+		}
+		t, shared := t.factorParams()
+		if shared != "" {
+			if markdown {
+				b.WriteString("- ")
+			}
+			b.WriteString(shared + "\n")
 			if markdown {
 				b.WriteString("\n")
 			}

@@ -93,7 +93,7 @@ func TestRenderProperties(t *testing.T) {
 	if err := json.Unmarshal(j.Bytes(), &tables); err != nil {
 		t.Fatal(err)
 	}
-	if len(tables) != 2 || tables[0].Env["host"] != "gpu-a" {
+	if len(tables) != 3 || tables[0].Env["host"] != "gpu-a" { // gpu-a: moe and sweep; gpu-b: moe
 		t.Fatalf("JSON tables: %d, first env %v", len(tables), tables[0].Env)
 	}
 	m := tables[0].Rows[1].Metrics[1]
@@ -111,11 +111,11 @@ func TestRenderSelection(t *testing.T) {
 		name    string
 		opt     TableOptions
 		wantErr string
-		header  []string // of the first table
+		header  []string // of the first table: the first result name's
 	}{
-		{"all", TableOptions{}, "", []string{"name", "batch", "dir", "model", "size", "latency (us)", "tflops (TFLOP/s)", "bandwidth (GB/s)", "correctness"}},
-		{"ordered", TableOptions{Params: []string{"size", "batch"}, Metrics: []string{"bandwidth", "latency"}}, "", []string{"name", "size", "batch", "bandwidth (GB/s)", "latency (us)", "correctness"}},
-		{"no params", TableOptions{Params: []string{}}, "", []string{"name", "latency (us)", "tflops (TFLOP/s)", "bandwidth (GB/s)", "correctness"}},
+		{"all", TableOptions{}, "", []string{"name", "batch", "model", "latency (us)", "tflops (TFLOP/s)", "correctness"}},
+		{"ordered", TableOptions{Params: []string{"size", "batch"}, Metrics: []string{"bandwidth", "latency"}}, "", []string{"name", "batch", "latency (us)", "correctness"}},
+		{"no params", TableOptions{Params: []string{}}, "", []string{"name", "latency (us)", "tflops (TFLOP/s)", "correctness"}},
 		{"unknown metric", TableOptions{Metrics: []string{"latencyy"}}, `no metric named "latencyy" (have: bandwidth, latency, tflops)`, nil},
 		{"unknown param", TableOptions{Params: []string{"bs"}}, `no parameter named "bs" (have: batch, dir, model, size)`, nil},
 	} {
@@ -146,8 +146,18 @@ func TestRenderMergedGroupsByEnvironment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(tables) != 2 || tables[0].Env["host"] != "gpu-a" || tables[1].Env["host"] != "gpu-b" || len(tables[1].Rows) != 2 {
-		t.Errorf("merged document: %d tables, want one per host", len(tables))
+	// One table per (host, result name); each table's rows share both.
+	rowsPerHost := map[string]int{}
+	for _, tab := range tables {
+		for _, r := range tab.Rows {
+			if r.Name != tab.Rows[0].Name {
+				t.Errorf("table on %s mixes results %q and %q", tab.Env["host"], tab.Rows[0].Name, r.Name)
+			}
+		}
+		rowsPerHost[tab.Env["host"]] += len(tab.Rows)
+	}
+	if len(rowsPerHost) != 2 || rowsPerHost["gpu-b"] != 2 || tables[0].Env["host"] != "gpu-a" {
+		t.Errorf("merged document: rows per host %v, want gpu-a first and 2 rows on gpu-b", rowsPerHost)
 	}
 	var a, b bytes.Buffer
 	if err := Render(&a, twoMachines(), FormatText, TableOptions{}); err != nil {
