@@ -52,15 +52,8 @@ func PlotSeries(docs []*Document, opt PlotOptions) (series []Series, unit string
 	if opt.Metric == "" || opt.X == "" {
 		return nil, "", nil, fmt.Errorf("plot: a metric and an x parameter are needed")
 	}
-	type item struct {
-		doc   int
-		r     *Result
-		m     *Metric
-		env   Env
-		x     float64
-		label string
-	}
-	var items []item
+	var items []plotItem
+	leftOut, leftOutOrder := map[string]int{}, []string(nil)
 	units := map[string]bool{}
 	for di, d := range docs {
 	results:
@@ -92,13 +85,25 @@ func PlotSeries(docs []*Document, opt PlotOptions) (series []Series, unit string
 				return nil, "", nil, fmt.Errorf("plot: %s: %s=%v cannot be on a log axis", r.Key(), opt.X, x)
 			}
 			if !m.Measured() {
-				warnings = append(warnings, fmt.Sprintf("%s: %s unmeasured (%s): left out", r.Key(), m.Name, m.Unmeasured))
+				who := r.Name
+				if opt.Series != "" {
+					who = opt.Series + "=" + r.Params[opt.Series]
+				}
+				k := fmt.Sprintf("%s: %s unmeasured (%s): left out", who, m.Name, m.Unmeasured)
+				if leftOut[k] == 0 {
+					leftOutOrder = append(leftOutOrder, k)
+				}
+				leftOut[k]++
 				continue
 			}
 			units[m.Unit] = true
 			unit = m.Unit
-			items = append(items, item{doc: di, r: r, m: m, env: d.EnvOf(r), x: x})
+			items = append(items, plotItem{doc: di, r: r, m: m, env: d.EnvOf(r), x: x})
 		}
+	}
+	// One warning per series and reason, not one per point.
+	for _, k := range leftOutOrder {
+		warnings = append(warnings, fmt.Sprintf("%s at %d point(s)", k, leftOut[k]))
 	}
 	if len(items) == 0 {
 		return nil, "", warnings, fmt.Errorf("plot: no result has parameter %q and metric %q", opt.X, opt.Metric)
@@ -120,33 +125,35 @@ func PlotSeries(docs []*Document, opt PlotOptions) (series []Series, unit string
 	}
 	envKeys := sortedKeys(varying)
 
+	// A document's label prefixes its lines only where the lines of two
+	// documents would otherwise read the same.
+	base := make([]string, len(items))
+	docsOf := map[string]map[int]bool{}
+	for i := range items {
+		base[i] = seriesLabel(&items[i], opt, envKeys)
+		if docsOf[base[i]] == nil {
+			docsOf[base[i]] = map[int]bool{}
+		}
+		docsOf[base[i]][items[i].doc] = true
+	}
+	prefix := false
+	for _, ds := range docsOf {
+		prefix = prefix || len(ds) > 1
+	}
+
 	byLabel := map[string]*Series{}
 	var order []string
 	for i := range items {
 		it := &items[i]
 		var parts []string
-		if len(docs) > 1 {
+		if prefix && len(docs) > 1 {
 			l := fmt.Sprintf("#%d", it.doc+1)
 			if it.doc < len(opt.Labels) {
 				l = opt.Labels[it.doc]
 			}
 			parts = append(parts, l)
 		}
-		if opt.Series != "" {
-			parts = append(parts, opt.Series+"="+it.r.Params[opt.Series])
-		} else {
-			rest := Result{Name: it.r.Name, Params: Params{}}
-			for k, v := range it.r.Params {
-				if k != opt.X {
-					rest.Params[k] = v
-				}
-			}
-			parts = append(parts, rest.Key())
-		}
-		for _, k := range envKeys {
-			parts = append(parts, k+"="+it.env[k])
-		}
-		label := strings.Join(parts, " ")
+		label := strings.Join(append(parts, base[i]), " ")
 		s := byLabel[label]
 		if s == nil {
 			s = &Series{Label: label}
@@ -222,7 +229,10 @@ func Plot(w io.Writer, format string, docs []*Document, opt PlotOptions) ([]stri
 		p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
 	}
 	p.Add(plotter.NewGrid())
+	// Latency and bandwidth both rise to the right: the top left is the
+	// corner lines leave free.
 	p.Legend.Top = true
+	p.Legend.Left = true
 	for i, s := range series {
 		pts := make(plotter.XYs, len(s.Points))
 		errs := make(plotter.YErrors, len(s.Points))
@@ -278,4 +288,35 @@ func PlotFile(path string, docs []*Document, opt PlotOptions) ([]string, error) 
 		return warnings, fmt.Errorf("writing %s: %w", path, err)
 	}
 	return warnings, nil
+}
+
+// plotItem is one result's point before it joins a line.
+type plotItem struct {
+	doc int
+	r   *Result
+	m   *Metric
+	env Env
+	x   float64
+}
+
+// seriesLabel names an item's line by the --series parameter, or by the
+// result's name and every parameter but the x axis, plus the environment
+// keys that differ between documents.
+func seriesLabel(it *plotItem, opt PlotOptions, envKeys []string) string {
+	var parts []string
+	if opt.Series != "" {
+		parts = append(parts, opt.Series+"="+it.r.Params[opt.Series])
+	} else {
+		rest := Result{Name: it.r.Name, Params: Params{}}
+		for k, v := range it.r.Params {
+			if k != opt.X {
+				rest.Params[k] = v
+			}
+		}
+		parts = append(parts, rest.Key())
+	}
+	for _, k := range envKeys {
+		parts = append(parts, k+"="+it.env[k])
+	}
+	return strings.Join(parts, " ")
 }

@@ -80,8 +80,10 @@ func TestPlotSeriesOptions(t *testing.T) {
 	}{
 		{"series by param", two[:1], PlotOptions{Metric: "latency", X: "batch", Series: "model"}, []string{"model=small", "model=large"}, 3, "", ""},
 		{"where", two[:1], PlotOptions{Metric: "latency", X: "batch", Where: Params{"model": "large"}}, []string{"moe/model=large"}, 3, "", ""},
-		{"two files labelled", two, PlotOptions{Metric: "latency", X: "batch", Series: "model", Labels: []string{"a.json", "b.json"}},
-			[]string{"a.json model=small host=a", "a.json model=large host=a", "b.json model=small host=b", "b.json model=large host=b"}, 3, "", ""},
+		{"two files told apart by environment", two, PlotOptions{Metric: "latency", X: "batch", Series: "model", Labels: []string{"a.json", "b.json"}},
+			[]string{"model=small host=a", "model=large host=a", "model=small host=b", "model=large host=b"}, 3, "", ""},
+		{"two files alike are labelled", []*Document{sweep("a"), sweep("a")}, PlotOptions{Metric: "latency", X: "batch", Series: "model", Labels: []string{"a.json", "b.json"}},
+			[]string{"a.json model=small", "a.json model=large", "b.json model=small", "b.json model=large"}, 3, "", ""},
 		{"unmeasured left out", []*Document{unmeasured}, PlotOptions{Metric: "latency", X: "batch", Series: "model"}, []string{"model=small", "model=large"}, 2, "unmeasured (timeout): left out", ""},
 		{"x not numeric", two[:1], PlotOptions{Metric: "latency", X: "model", Series: "model"}, nil, 0, "", `parameter model="small" is not a number`},
 		{"series parameter missing", two[:1], PlotOptions{Metric: "latency", X: "batch", Series: "none"}, nil, 0, "", `no result has parameter "batch" and metric "latency"`},
