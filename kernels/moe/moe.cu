@@ -10,7 +10,7 @@
 //   gemm2          y[slot, H]   = w[slot] · act[slot]·W2[e]ᵀ              (bf16 out)
 //   moe_combine    out[m, H]    = Σ_j y[m·K+j]   (fixed j order: deterministic)
 //
-// gemm1/gemm2 come in two families, both on bf16 tensor cores
+// gemm1/gemm2 come in three families, all on bf16 tensor cores
 // (mma.sync.m16n8k16, fp32 accumulation):
 //   skinny (decode, few tokens per expert): A and B swapped so 16 weight
 //     rows fill the MMA's M side and up to 8·NT tokens its N side; weights go
@@ -18,12 +18,16 @@
 //     permutation shared by both operands makes the fragment layout match
 //     contiguous memory), so every weight byte is read once per token group;
 //     the warps of a block split K and reduce through shared memory.
-//   tiled (prefill): BM tokens × BN features × BK, cp.async multi-stage
+//   tiled (v1–v3): BM tokens × BN features × BK, cp.async multi-stage
 //     pipeline into padded shared memory, ldmatrix, a WM×WN grid of warps.
+//   tc (prefill, v4): the tiled GEMM rebuilt for throughput — swizzled
+//     shared memory, addresses set up once per tile, register double
+//     buffering, shared-memory epilogue, persistent grouped tile schedule.
 //
-// Tile parameters are template arguments; the instantiations below are
-// named by their configuration, and -D overrides (TL_*) shape the "custom"
-// tiled instance for tuning runs.
+// Tile parameters are template arguments; skinny and tiled instantiations
+// below are named by their configuration, -D overrides (TL_*) shape the
+// "custom" tiled instance, and tc instances come from -DMOE_TC_LIST (one
+// small module per configuration, compiled when a plan first needs it).
 
 typedef unsigned short bf16_t;
 typedef unsigned int u32;
@@ -52,14 +56,23 @@ typedef unsigned int u32;
 
 // ---------------------------------------------------------------- helpers
 
+// MOE_EMU builds this file as C++ for the CPU emulator (kernels/moe/emu):
+// the PTX helpers below come from emu.h there, everything else is shared.
+#ifndef MOE_EMU
+#define MOE_DYNAMIC_SMEM(T, name) extern __shared__ T name[]
+#define MOE_EMU_GEMM(NAME)
+#endif
+
 __device__ __forceinline__ float bf2f(u32 bits16) { return __uint_as_float(bits16 << 16); }
 
+#ifndef MOE_EMU
 __device__ __forceinline__ u32 pack_bf16x2(float lo, float hi) {
     u32 r;
     // cvt.rn.bf16x2.f32 d, a, b puts a in the upper half and b in the lower.
     asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
     return r;
 }
+#endif
 
 __device__ __forceinline__ bf16_t f2bf(float v) {
     return (bf16_t)(pack_bf16x2(v, 0.0f) & 0xffffu);
@@ -67,6 +80,7 @@ __device__ __forceinline__ bf16_t f2bf(float v) {
 
 __device__ __forceinline__ float silu(float g) { return g / (1.0f + __expf(-g)); }
 
+#ifndef MOE_EMU
 __device__ __forceinline__ void mma_bf16(float* c, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
     asm volatile(
         "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
@@ -97,6 +111,21 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
+// Shared-memory addresses as 32-bit offsets (saddr_t): the tc kernels keep
+// them in registers and add compile-time offsets, with no generic→shared
+// conversion per access.
+typedef u32 saddr_t;
+__device__ __forceinline__ saddr_t to_saddr(const void* p) { return smem_addr(p); }
+__device__ __forceinline__ void ldsm_x4_s(u32& r0, u32& r1, u32& r2, u32& r3, saddr_t a) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(a));
+}
+// cp_async16_s copies `bytes` (16, or 0: zero-fill) from global to shared.
+__device__ __forceinline__ void cp_async16_s(saddr_t dst, const void* src, int bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
+}
+
 // Weights are streamed once: keep them out of L1 (and let L2 evict them first).
 __device__ __forceinline__ uint4 ld_stream(const bf16_t* p) {
     uint4 v;
@@ -113,6 +142,7 @@ __device__ __forceinline__ uint4 ld_act(const bf16_t* p) {
                  : "l"(p));
     return v;
 }
+#endif  // !MOE_EMU
 
 // ---------------------------------------------------------------- alignment
 
@@ -311,8 +341,11 @@ __device__ __forceinline__ void skinny(const bf16_t* __restrict__ W, const bf16_
          const float* __restrict__ wts, const int* __restrict__ sorted, const int* __restrict__ bexp,     \
          const int* __restrict__ total, int N, int K, int topk, int pad) {                                \
         skinny<MODE, NT, WARPS>(W, src, dst, wts, sorted, bexp, total, N, K, topk, pad);                  \
-    }
+    }                                                                                                    \
+    MOE_EMU_GEMM(NAME)
 
+// MOE_TC_ONLY leaves out the built-in instances (a module for one tc configuration).
+#ifndef MOE_TC_ONLY
 SKINNY_KERNEL(moe_gemm1_skinny_nt1_w4, 1, 1, 4)
 SKINNY_KERNEL(moe_gemm1_skinny_nt1_w16, 1, 1, 16)
 SKINNY_KERNEL(moe_gemm1_skinny_nt2_w4, 1, 2, 4)
@@ -321,6 +354,7 @@ SKINNY_KERNEL(moe_gemm2_skinny_nt1_w4, 2, 1, 4)
 SKINNY_KERNEL(moe_gemm2_skinny_nt1_w16, 2, 1, 16)
 SKINNY_KERNEL(moe_gemm2_skinny_nt2_w4, 2, 2, 4)
 SKINNY_KERNEL(moe_gemm2_skinny_nt4_w4, 2, 4, 4)
+#endif
 
 // ---------------------------------------------------------------- tiled GEMMs
 
@@ -385,7 +419,7 @@ __device__ __forceinline__ void tiled(const bf16_t* __restrict__ W, const bf16_t
     static_assert(WTM % 16 == 0, "warp tile rows must be a multiple of 16");
     static_assert(MODE == 1 ? WTN % 32 == 0 : WTN % 16 == 0, "warp tile columns");
     static_assert(BK % 16 == 0, "BK must be a multiple of 16");
-    extern __shared__ uint4 smem_u4[];
+    MOE_DYNAMIC_SMEM(uint4, smem_u4);
     bf16_t* sA = (bf16_t*)smem_u4;
     bf16_t* sB = sA + STAGES * BM * LDS;
     __shared__ int s_row[BM];
@@ -495,9 +529,11 @@ __device__ __forceinline__ void tiled(const bf16_t* __restrict__ W, const bf16_t
          const float* __restrict__ wts, const int* __restrict__ sorted, const int* __restrict__ bexp,     \
          const int* __restrict__ total, int N, int K, int topk, int pad) {                                \
         tiled<MODE, BM, BN, BK, WM, WN, ST>(W, src, dst, wts, sorted, bexp, total, N, K, topk, pad);      \
-    }
+    }                                                                                                    \
+    MOE_EMU_GEMM(NAME)
 
 // Built-in configurations: name = tokens per tile (BM).
+#ifndef MOE_TC_ONLY
 TILED_KERNEL(moe_gemm1_tiled_m16, 1, 16, 128, 64, 1, 4, 4)
 TILED_KERNEL(moe_gemm2_tiled_m16, 2, 16, 128, 64, 1, 4, 4)
 TILED_KERNEL(moe_gemm1_tiled_m32, 1, 32, 128, 64, 1, 4, 4)
@@ -516,6 +552,276 @@ TILED_KERNEL(moe_gemm2_tiled_w64x256, 2, 64, 256, 32, 1, 4, 4)
 // Tuning instance, shaped by -DTL_BM=… -DTL_BN=… -DTL_BK=… -DTL_WM=… -DTL_WN=… -DTL_STAGES=….
 TILED_KERNEL(moe_gemm1_tiled_custom, 1, TL_BM, TL_BN, TL_BK, TL_WM, TL_WN, TL_STAGES)
 TILED_KERNEL(moe_gemm2_tiled_custom, 2, TL_BM, TL_BN, TL_BK, TL_WM, TL_WN, TL_STAGES)
+#endif
+
+// ---------------------------------------------------------------- tc GEMMs (prefill, v4)
+
+// The "tc" family is the prefill grouped GEMM rewritten after the v3 SASS
+// audit (NOTES.md): same MODEs and outputs as `tiled`, but
+//  - shared memory rows of BK bf16 (64 or 128 bytes) swizzled by XOR of the
+//    16-byte chunk with the 128-byte line (no padding: ldmatrix and cp.async
+//    are free of bank conflicts, and smem goes to tiles and stages);
+//  - every per-element address is set up once per tile: gathered token rows
+//    and weight rows as 32-bit offsets in registers, ldmatrix addresses as
+//    one register per k-slice plus compile-time offsets;
+//  - rows past an expert's tokens or past N are not predicated: they read a
+//    valid row and their results are never stored; only the K tail is
+//    zero-filled (one src-size per thread and stage);
+//  - fragments double-buffered in registers across k-slices, one
+//    __syncthreads per BK stage;
+//  - the epilogue goes through shared memory: 16-byte coalesced stores;
+//  - a persistent grid (resident blocks only) walks the real tiles (the
+//    device's padded total, not the worst case), GM m-tiles at a time per
+//    n-tile so that the weight tile a group shares is read from L2.
+
+// swz is the byte offset of 16-byte chunk c of row r in a tile whose rows
+// are ROWB bytes: the chunk's slot within its 128-byte line is XORed with
+// the line index (mod 8). A shift of r by a multiple of 16 rows moves the
+// offset by exactly 16·ROWB·k (the XOR pattern repeats), which the kernel
+// relies on to add compile-time offsets to a per-lane base.
+template <int ROWB>
+__device__ __forceinline__ int swz(int r, int c) {
+    static_assert(ROWB == 32 || ROWB == 64 || ROWB % 128 == 0, "rows of 32, 64 or a multiple of 128 bytes");
+    if (ROWB >= 128) return r * ROWB + ((c ^ (r & 7)) << 4);
+    constexpr int RPL = ROWB >= 128 ? 1 : 128 / ROWB;  // rows per 128-byte line
+    const int line = r / RPL;
+    const int slot = (r % RPL) * (ROWB / 16) + c;
+    return line * 128 + ((slot ^ (line & 7)) << 4);
+}
+
+// tc_brow is the tile row of the warp's n-tile j (as tiled_brow): in MODE 1
+// the first NTL/2 n-tiles are gate rows, the rest the matching up rows.
+template <int MODE, int BN, int WTN>
+__device__ __forceinline__ constexpr int tc_brow_off(int j) {
+    return MODE == 1 ? (j < WTN / 16 ? 0 : BN / 2) + (j % (WTN / 16)) * 8 : j * 8;
+}
+
+template <int MODE, int BM, int BN, int BK, int WM, int WN, int ST, int GM>
+__device__ __forceinline__ void tc(const bf16_t* __restrict__ W, const bf16_t* __restrict__ src,
+                                   bf16_t* __restrict__ dst, const float* __restrict__ wts,
+                                   const int* __restrict__ sorted, const int* __restrict__ block_expert,
+                                   const int* __restrict__ total_ptr, int N, int K, int topk, int pad) {
+    constexpr int THREADS = 32 * WM * WN;
+    constexpr int ROWB = BK * 2;         // bytes per smem row
+    constexpr int CPR = BK / 8;          // 16-byte chunks per row
+    constexpr int WTM = BM / WM, WTN = BN / WN;
+    constexpr int MT = WTM / 16, NTL = WTN / 8;
+    constexpr int KS = BK / 16;          // k16 slices per stage
+    constexpr int A_BYTES = BM * ROWB, STAGE = (BM + BN) * ROWB;
+    constexpr int RSTEP = THREADS / CPR; // rows one pass of the block's loads covers
+    constexpr int ITA = BM / RSTEP, ITB = BN / RSTEP;
+    constexpr int OUTN = MODE == 1 ? BN / 2 : BN;  // output columns per tile
+    constexpr int OUTC = OUTN / 8;                 // 16-byte output chunks per row
+    constexpr int ROWC = OUTN * 2;                 // bytes per C-tile row
+    static_assert(BK == 32 || BK == 64, "BK must be 32 or 64");
+    static_assert(WTM % 16 == 0 && MT >= 1, "warp tile rows: a multiple of 16");
+    static_assert(MODE == 1 ? WTN % 32 == 0 : WTN % 16 == 0, "warp tile columns (MODE 1: gate and up halves of 16)");
+    static_assert(THREADS % CPR == 0 && BM % RSTEP == 0 && BN % RSTEP == 0, "tile rows must split evenly over the loads");
+    static_assert(MODE != 1 || (BN / 2) % RSTEP == 0, "MODE 1: gate and up halves must split evenly over the loads");
+    static_assert(RSTEP % 16 == 0, "load passes must keep the swizzle phase");
+    static_assert(ROWC == 64 || ROWC % 128 == 0, "output tile rows of 64 or a multiple of 128 bytes");
+    static_assert(ST >= 2 && KS >= 2, "at least 2 stages and 2 k-slices per stage");
+
+    MOE_DYNAMIC_SMEM(uint4, smem_u4);
+    char* smem = (char*)smem_u4;
+    const saddr_t sbase = to_saddr(smem);
+    __shared__ int s_slot[BM];
+    __shared__ float s_w[MODE == 2 ? BM : 1];  // MODE 2: the rows' routing weights
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int wm = warp / WN, wn = warp % WN;
+    const int g = lane >> 2, q = lane & 3;
+
+    const int total = *total_ptr;
+    const int mtiles = total / BM;
+    const int ntiles = (N + OUTN - 1) / OUTN;
+    const int tiles = mtiles * ntiles;
+    const int KT = (K + BK - 1) / BK;
+
+    // Loads: this thread copies chunk lc of rows lr + it·RSTEP.
+    const int lc = tid % CPR, lr = tid / CPR;
+    const int a_st = swz<ROWB>(lr, lc), b_st = A_BYTES + swz<ROWB>(lr, lc);
+    // ldmatrix: per k-slice, this lane's address in a stage (A: row
+    // wm·WTM + (lane & 15), chunk 2ks + lane/16; B: n-tile pairs, rows
+    // (lane/16)·8 + (lane & 7), chunk 2ks + (lane/8 & 1)).
+    int a_ld[KS], b_ld[KS];
+    {
+        const int ar = wm * WTM + (lane & 15);
+        const int br = (MODE == 1 ? wn * (WTN / 2) : wn * WTN) + (lane >> 4) * 8 + (lane & 7);
+#pragma unroll
+        for (int ks = 0; ks < KS; ++ks) {
+            a_ld[ks] = swz<ROWB>(ar, 2 * ks + (lane >> 4));
+            b_ld[ks] = A_BYTES + swz<ROWB>(br, 2 * ks + ((lane >> 3) & 1));
+        }
+    }
+
+    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+        // GM m-tiles per group, n-tiles of a group in turn: the blocks that
+        // run at once share weight tiles (and token tiles) through L2.
+        const int per_group = GM * ntiles;
+        const int grp = t / per_group, first_m = grp * GM;
+        const int gsz = min(mtiles - first_m, GM);
+        const int in = t - grp * per_group;
+        const int mt = first_m + in % gsz, nt = in / gsz;
+        const int row0 = mt * BM;
+        const int e = block_expert[mt];
+        const int c0 = nt * OUTN;  // first output column
+
+        for (int r = tid; r < BM; r += THREADS) {
+            const int slot = sorted[row0 + r];
+            s_slot[r] = slot;
+            if (MODE == 2) s_w[r] = slot == pad ? 0.f : wts[slot];
+        }
+        // Gathered token rows and weight rows, as element offsets. Padding
+        // rows and weight rows past N read row 0 / row N-1: their results
+        // are never stored.
+        u32 a_off[ITA], b_off[ITB];
+#pragma unroll
+        for (int it = 0; it < ITA; ++it) {
+            const int slot = sorted[row0 + lr + it * RSTEP];
+            const int srow = slot == pad ? 0 : (MODE == 1 ? slot / topk : slot);
+            a_off[it] = (u32)srow * (u32)K;
+        }
+        const bf16_t* We = W + (size_t)e * (size_t)(MODE == 1 ? 2 * N : N) * K;
+#pragma unroll
+        for (int it = 0; it < ITB; ++it) {
+            const int r = lr + it * RSTEP;
+            int col, base;
+            if (MODE == 1) {
+                const bool up = it * RSTEP >= BN / 2;  // compile-time per it
+                col = c0 + r - (up ? BN / 2 : 0);
+                base = up ? N : 0;
+            } else {
+                col = c0 + r;
+                base = 0;
+            }
+            b_off[it] = (u32)(base + min(col, N - 1)) * (u32)K;
+        }
+
+        auto load_stage = [&](int soff, int k0) {
+            const int k = k0 + lc * 8;
+            const int bytes = k < K ? 16 : 0;
+            const int kc = k < K ? k : 0;
+#pragma unroll
+            for (int it = 0; it < ITA; ++it)
+                cp_async16_s(sbase + soff + a_st + it * RSTEP * ROWB, src + a_off[it] + kc, bytes);
+#pragma unroll
+            for (int it = 0; it < ITB; ++it)
+                cp_async16_s(sbase + soff + b_st + it * RSTEP * ROWB, We + b_off[it] + kc, bytes);
+        };
+
+        float acc[MT][NTL][4];
+#pragma unroll
+        for (int i = 0; i < MT; ++i)
+#pragma unroll
+            for (int j = 0; j < NTL; ++j)
+#pragma unroll
+                for (int v = 0; v < 4; ++v) acc[i][j][v] = 0.f;
+
+#pragma unroll
+        for (int s = 0; s < ST - 1; ++s) {
+            if (s < KT) load_stage(s * STAGE, s * BK);
+            cp_async_commit();
+        }
+        cp_async_wait<ST - 2>();
+        __syncthreads();
+
+        u32 af[2][MT][4], bfr[2][NTL][2];
+        auto load_frags = [&](int buf, int soff, int ks) {
+#pragma unroll
+            for (int i = 0; i < MT; ++i)
+                ldsm_x4_s(af[buf][i][0], af[buf][i][1], af[buf][i][2], af[buf][i][3], sbase + soff + a_ld[ks] + i * 16 * ROWB);
+#pragma unroll
+            for (int j = 0; j < NTL; j += 2)
+                ldsm_x4_s(bfr[buf][j][0], bfr[buf][j][1], bfr[buf][j + 1][0], bfr[buf][j + 1][1],
+                          sbase + soff + b_ld[ks] + tc_brow_off<MODE, BN, WTN>(j) * ROWB);
+        };
+        int rd = 0, wr = (ST - 1) * STAGE;  // byte offsets of the stages read and written next
+        load_frags(0, rd, 0);
+        for (int kt = 0; kt < KT; ++kt) {
+#pragma unroll
+            for (int ks = 0; ks < KS; ++ks) {
+                if (ks == KS - 1) {
+                    // Stage kt+1 has landed for every thread, and every warp
+                    // is done reading stage kt-1 (overwritten below at ks 0).
+                    cp_async_wait<ST - 2>();
+                    __syncthreads();
+                    rd = rd + STAGE == ST * STAGE ? 0 : rd + STAGE;
+                }
+                load_frags((ks + 1) & 1, rd, (ks + 1) % KS);
+                if (ks == 0) {
+                    if (kt + ST - 1 < KT) load_stage(wr, (kt + ST - 1) * BK);
+                    cp_async_commit();
+                    wr = wr + STAGE == ST * STAGE ? 0 : wr + STAGE;
+                }
+#pragma unroll
+                for (int i = 0; i < MT; ++i)
+#pragma unroll
+                    for (int j = 0; j < NTL; ++j)
+                        mma_bf16(acc[i][j], af[ks & 1][i][0], af[ks & 1][i][1], af[ks & 1][i][2], af[ks & 1][i][3],
+                                 bfr[ks & 1][j][0], bfr[ks & 1][j][1]);
+            }
+        }
+        cp_async_wait<0>();
+        __syncthreads();  // every warp is past its last ldmatrix: smem becomes the C tile
+
+        // Epilogue 1: fragments → bf16 C tile in shared memory (swizzled
+        // rows of OUTN columns). C fragment: rows g, g+8; columns 2q, 2q+1.
+#pragma unroll
+        for (int i = 0; i < MT; ++i)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int r = wm * WTM + i * 16 + g + 8 * h;
+                if (MODE == 1) {
+#pragma unroll
+                    for (int j = 0; j < NTL / 2; ++j) {
+                        const float* gt = acc[i][j];
+                        const float* up = acc[i][j + NTL / 2];
+                        const int col = wn * (WTN / 2) + j * 8 + 2 * q;
+                        *(u32*)(smem + swz<ROWC>(r, col >> 3) + (col & 7) * 2) =
+                            pack_bf16x2(silu(gt[2 * h]) * up[2 * h], silu(gt[2 * h + 1]) * up[2 * h + 1]);
+                    }
+                } else {
+                    const float w = s_w[r];
+#pragma unroll
+                    for (int j = 0; j < NTL; ++j) {
+                        const int col = wn * WTN + j * 8 + 2 * q;
+                        *(u32*)(smem + swz<ROWC>(r, col >> 3) + (col & 7) * 2) =
+                            pack_bf16x2(acc[i][j][2 * h] * w, acc[i][j][2 * h + 1] * w);
+                    }
+                }
+            }
+        __syncthreads();
+        // Epilogue 2: 16-byte rows pieces to the slots' rows in global memory.
+#pragma unroll
+        for (int it = 0; it < (BM * OUTC + THREADS - 1) / THREADS; ++it) {
+            const int idx = tid + it * THREADS;
+            if ((BM * OUTC) % THREADS != 0 && idx >= BM * OUTC) break;
+            const int r = idx / OUTC, c = idx % OUTC;
+            const int slot = s_slot[r], col = c0 + c * 8;
+            if (slot != pad && col < N) *(uint4*)(dst + (size_t)slot * N + col) = *(const uint4*)(smem + swz<ROWC>(r, c));
+        }
+        __syncthreads();  // the C tile, s_slot and s_w are free for the next tile
+    }
+}
+
+#define TC_KERNEL(NAME, MODE, BM, BN, BK, WM, WN, ST, GM, MINB)                                           \
+    extern "C" __global__ void __launch_bounds__(32 * WM * WN, MINB)                                     \
+    NAME(const bf16_t* __restrict__ W, const bf16_t* __restrict__ src, bf16_t* __restrict__ dst,          \
+         const float* __restrict__ wts, const int* __restrict__ sorted, const int* __restrict__ bexp,     \
+         const int* __restrict__ total, int N, int K, int topk, int pad) {                                \
+        tc<MODE, BM, BN, BK, WM, WN, ST, GM>(W, src, dst, wts, sorted, bexp, total, N, K, topk, pad);     \
+    }                                                                                                    \
+    MOE_EMU_GEMM(NAME)
+
+// tc configurations come from the host as -DMOE_TC_LIST="TC(name,bm,bn,bk,wm,wn,st,gm,minb) ...":
+// kernels moe_gemm1_tc_<name> and moe_gemm2_tc_<name>.
+#define TC(name, BM, BN, BK, WM, WN, ST, GM, MINB)                                     \
+    TC_KERNEL(moe_gemm1_tc_##name, 1, BM, BN, BK, WM, WN, ST, GM, MINB)                \
+    TC_KERNEL(moe_gemm2_tc_##name, 2, BM, BN, BK, WM, WN, ST, GM, MINB)
+#ifdef MOE_TC_LIST
+MOE_TC_LIST
+#endif
 
 // ---------------------------------------------------------------- combine
 

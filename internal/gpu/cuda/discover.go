@@ -17,7 +17,7 @@ import (
 // variable that overrides the search.
 type Discovery struct {
 	Driver  Component // libcuda.so.1
-	NVRTC   Component // libnvrtc.so.13 / .12
+	NVRTC   Component // libnvrtc.so.13 / .12 / .11.2
 	CUBLAS  Component // libcublas.so.13 / .12
 	Headers Component // the folder holding cuda_bf16.h
 }
@@ -96,8 +96,8 @@ var (
 	nvrtcSpec = libSpec{
 		name:   "NVRTC",
 		env:    EnvNVRTC,
-		files:  []string{"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"},
-		byName: []string{"libnvrtc.so.13", "libnvrtc.so.12"},
+		files:  []string{"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2", "libnvrtc.so"},
+		byName: []string{"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2"},
 		wheel:  "cuda_nvrtc",
 		dirs:   toolkitLibDirs,
 	}

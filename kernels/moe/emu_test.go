@@ -1,0 +1,357 @@
+package moe
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/mstar-dev/mstar/internal/gpu/cuda"
+)
+
+// The CPU emulator (emu/emu.h, emu/emu_main.cpp) builds moe.cu as C++ and
+// runs a plan's launch list with one fiber per CUDA thread: mma.sync and
+// ldmatrix with the PTX fragment layouts, cp.async groups that land early or
+// late, warps drifting apart between barriers, shared-memory and buffer
+// bounds checked. It is how kernels are checked on a machine without a GPU;
+// the GPU tests (cuda_test.go) remain the word of the hardware.
+
+type emuBuild struct {
+	once sync.Once
+	bin  string
+	err  error
+}
+
+var emu struct {
+	mu     sync.Mutex
+	dir    string
+	builds map[string]*emuBuild
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if emu.dir != "" {
+		os.RemoveAll(emu.dir)
+	}
+	os.Exit(code)
+}
+
+// emuTestConfigs are tc configurations built into the emulator besides the
+// named ones: odd corners of the kernel (two stages, no grouping, 16-row
+// warp tiles, 64-wide n tiles, 4×1 warps).
+var emuTestConfigs = []Config{
+	tc(32, 64, 32, 1, 2, 2, 1, 1),
+	tc(64, 128, 32, 4, 1, 3, 3, 1),
+	tc(16, 128, 64, 1, 4, 2, 2, 1),
+}
+
+func emuConfigs() []Config { return append(TCConfigs(), emuTestConfigs...) }
+
+var errNoCXX = errors.New("no C++ compiler (g++) for the kernel emulator")
+
+// emuBinary builds the emulator with the given tc configurations and extra
+// defines, once per test binary, or skips saying why.
+func emuBinary(t *testing.T, configs []Config, defines ...string) string {
+	t.Helper()
+	var list []string
+	for _, c := range configs {
+		list = append(list, c.tcEntry())
+	}
+	args := append([]string{"-DMOE_TC_LIST=" + strings.Join(list, " ")}, defines...)
+	key := strings.Join(args, " ")
+	emu.mu.Lock()
+	if emu.builds == nil {
+		emu.builds = map[string]*emuBuild{}
+	}
+	b := emu.builds[key]
+	if b == nil {
+		b = &emuBuild{}
+		emu.builds[key] = b
+	}
+	if emu.dir == "" {
+		var err error
+		if emu.dir, err = os.MkdirTemp("", "mstar-moe-emu-"); err != nil {
+			emu.mu.Unlock()
+			t.Fatal(err)
+		}
+	}
+	out := filepath.Join(emu.dir, fmt.Sprintf("emu%d", len(emu.builds)))
+	emu.mu.Unlock()
+	b.once.Do(func() {
+		cxx, err := exec.LookPath("g++")
+		if err != nil {
+			b.err = fmt.Errorf("%w: %v", errNoCXX, err)
+			return
+		}
+		cmd := exec.Command(cxx, append([]string{"-std=c++20", "-O2", "-U_FORTIFY_SOURCE", "-Wall", "-Wno-unknown-pragmas",
+			"-o", out, filepath.Join("emu", "emu_main.cpp")}, args...)...)
+		if msg, err := cmd.CombinedOutput(); err != nil {
+			b.err = fmt.Errorf("building the kernel emulator: %v\n%s", err, msg)
+			return
+		}
+		b.bin = out
+	})
+	if errors.Is(b.err, errNoCXX) {
+		t.Skip(b.err.Error())
+	}
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	return b.bin
+}
+
+// emuRun is one emulated forward pass on the emulator bin: the plan's
+// layout with `resident` blocks per tc GEMM, the inputs as SetInputs
+// uploads them, the emulator's scheduling and cp.async modes in env. It
+// returns out[M,H], or the emulator's complaint.
+func emuRun(t *testing.T, bin string, l *Layer, x []float32, r Routing, c Config, resident int, env ...string) ([]float32, error) {
+	t.Helper()
+	s := l.Shape
+	lay := newPlanLayout(s, r.M, c, [2]int{resident, resident})
+	dir := t.TempDir()
+	xb := make([]uint16, len(x))
+	ToBF16(xb, x)
+	files := map[planBuf][]byte{
+		bufW1: u16bytes(l.W1), bufW2: u16bytes(l.W2), bufX: u16bytes(xb),
+		bufIDs: int32bytes(r.IDs), bufWts: float32bytes(r.Weights),
+	}
+	var script bytes.Buffer
+	for b := bufW1; b < numPlanBufs; b++ {
+		if data, ok := files[b]; ok && len(data) > 0 {
+			path := filepath.Join(dir, b.String()+".bin")
+			if err := os.WriteFile(path, data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			fmt.Fprintf(&script, "buf %d %d %s\n", b, len(data), path)
+			continue
+		}
+		fmt.Fprintf(&script, "buf %d %d\n", b, max(lay.bytes[b], 16))
+	}
+	one := func(v int) int { return max(v, 1) }
+	for _, ln := range lay.launches {
+		fmt.Fprintf(&script, "launch %s %d %d %d %d %d %d %d", ln.kernel, one(ln.grid.X), one(ln.grid.Y), one(ln.grid.Z),
+			one(ln.block.X), one(ln.block.Y), one(ln.block.Z), ln.smem)
+		for _, a := range ln.args {
+			switch v := a.(type) {
+			case planBuf:
+				fmt.Fprintf(&script, " b%d", v)
+			case int32:
+				fmt.Fprintf(&script, " i%d", v)
+			default:
+				t.Fatalf("launch %s: argument %T", ln.kernel, a)
+			}
+		}
+		script.WriteString("\n")
+	}
+	outPath := filepath.Join(dir, "out.bin")
+	fmt.Fprintf(&script, "save %d %s\n", bufOut, outPath)
+	scriptPath := filepath.Join(dir, "script")
+	if err := os.WriteFile(scriptPath, script.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, scriptPath)
+	cmd.Env = append(os.Environ(), env...)
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("emulating %v M=%d (%s): %v: %s", c, r.M, strings.Join(env, " "), err, bytes.TrimSpace(msg))
+	}
+	raw, err := os.ReadFile(outPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]float32, r.M*s.H)
+	FromBF16(out, unsafe.Slice((*uint16)(unsafe.Pointer(&raw[0])), len(raw)/2)[:len(out)])
+	return out, nil
+}
+
+func int32bytes(v []int32) []byte {
+	if len(v) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), 4*len(v))
+}
+
+func float32bytes(v []float32) []byte {
+	if len(v) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), 4*len(v))
+}
+
+// forwardError is the output's rel L2 error against the float64 reference
+// on every token, or +Inf when an element is not finite (never written).
+func forwardError(l *Layer, x []float32, r Routing, out []float32) (float64, string) {
+	for i, v := range out {
+		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+			return math.Inf(1), fmt.Sprintf("out[%d] (token %d, column %d) = %v", i, i/l.Shape.H, i%l.Shape.H, v)
+		}
+	}
+	return RelL2(out, Reference(l, x, r)), ""
+}
+
+// TestEmulatedKernels runs every kernel family through the emulator on
+// shapes with K and N tails, padding rows, dropped slots and experts
+// without tokens, under the scheduling and cp.async modes that expose
+// missing waits and barriers.
+func TestEmulatedKernels(t *testing.T) {
+	// gemm1: N = I = 96 (a partial n-tile at 64 outputs), K = H = 128;
+	// gemm2: N = 128, K = 96 (a K tail at BK 64).
+	small := Shape{E: 4, K: 2, H: 128, I: 96}
+	// More k-tiles than stages (the ring wraps), N tails of 8.
+	long := Shape{E: 6, K: 2, H: 384, I: 200}
+	type row struct {
+		name     string
+		shape    Shape
+		m        int
+		c        Config
+		ep       int
+		resident int
+		env      []string
+	}
+	early, late := []string{"EMU_CP=early", "EMU_SCHED=lowest"}, []string{"EMU_CP=late", "EMU_SCHED=highest"}
+	random := []string{"EMU_CP=late", "EMU_SCHED=random:7"}
+	rows := []row{
+		// The v1–v3 kernels, known correct on the H200: they check the emulator.
+		{name: "skinny nt1", shape: small, m: 5, c: Config{Kernel: "skinny", NT: 1}, env: early},
+		{name: "skinny nt2 w16", shape: small, m: 9, c: Config{Kernel: "skinny", NT: 1, W1: 16, W2: 16}, env: late},
+		{name: "tiled m16", shape: small, m: 40, c: tiledTable["m16"], env: late},
+		{name: "tiled w128x128", shape: small, m: 40, c: tiledTable["w128x128"], env: early},
+	}
+	for _, c := range emuConfigs() {
+		rows = append(rows,
+			row{name: "tc " + c.tcID() + " early", shape: small, m: 40, c: c, resident: 3, env: early},
+			row{name: "tc " + c.tcID() + " late", shape: long, m: 50, c: c, resident: 2, env: late},
+		)
+	}
+	rows = append(rows,
+		row{name: "tc dropped slots ep2", shape: Shape{E: 8, K: 2, H: 128, I: 96}, ep: 2, m: 30, c: tcTable["128x128k32s4b2"], resident: 1, env: random},
+		row{name: "tc one block walks every tile", shape: long, m: 33, c: tcTable["64x128k64s4b2"], resident: 1, env: random},
+		row{name: "tc one token", shape: small, m: 1, c: tcTable["32x128k64s4b2"], resident: 4, env: early},
+	)
+	for _, tt := range rows {
+		t.Run(tt.name, func(t *testing.T) {
+			if testing.Short() && strings.HasSuffix(tt.name, " late") {
+				t.Skip("-short: the early-mode rows only")
+			}
+			bin := emuBinary(t, emuConfigs())
+			t.Parallel()
+			ep := max(tt.ep, 1)
+			local := tt.shape
+			local.E /= ep
+			l := NewLayer(local, 31)
+			x := RandomInput(tt.m, local.H, 32)
+			r := UniformRouting(tt.m, tt.shape.E, tt.shape.K, 33).Localize(tt.shape.E, ep, 0)
+			out, err := emuRun(t, bin, l, x, r, tt.c, max(tt.resident, 1), tt.env...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e, bad := forwardError(l, x, r, out)
+			if bad != "" {
+				t.Fatalf("%s: never written or not finite", bad)
+			}
+			if !(e <= 1e-2) {
+				t.Errorf("rel L2 error %g > 1e-2 against the float64 reference", e)
+			}
+			t.Logf("%v M=%d: rel L2 %.3g", tt.c, tt.m, e)
+		})
+	}
+}
+
+// TestEmulatorCatchesBugs runs the tc kernels on emulators whose
+// __syncthreads or cp.async.wait_group do nothing — a kernel missing its
+// barriers or waits — and requires every run to fail (an error, an element
+// never written, or a wrong result): a pass of TestEmulatedKernels means
+// something only if these fail.
+func TestEmulatorCatchesBugs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: builds two more emulators")
+	}
+	s := Shape{E: 4, K: 2, H: 384, I: 96}
+	l := NewLayer(s, 41)
+	x := RandomInput(40, s.H, 42)
+	r := UniformRouting(40, s.E, s.K, 43)
+	configs := []Config{tcTable["128x128k64s4"], tcTable["64x128k64s4b2"]}
+	tests := []struct {
+		name, define string
+		env          []string
+	}{
+		{"waits one cp.async group short, copies land late", "-DEMU_BUG_WAIT_ONE_LESS", []string{"EMU_CP=late", "EMU_SCHED=random:3"}},
+		{"no __syncthreads, warps drift, copies land early", "-DEMU_BUG_NO_SYNC", []string{"EMU_CP=early", "EMU_SCHED=lowest"}},
+		{"no __syncthreads, warps drift backwards", "-DEMU_BUG_NO_SYNC", []string{"EMU_CP=early", "EMU_SCHED=highest"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			bin := emuBinary(t, configs, tt.define)
+			t.Parallel()
+			for _, c := range configs {
+				out, err := emuRun(t, bin, l, x, r, c, 2, tt.env...)
+				if err != nil {
+					t.Logf("%v: fails as it should: %v", c, err)
+					continue
+				}
+				e, bad := forwardError(l, x, r, out)
+				if bad == "" && e <= 1e-2 {
+					t.Errorf("%v passes (rel L2 %.3g) on an emulator with %s: the emulator would not catch that bug", c, e, tt.define)
+				} else {
+					t.Logf("%v: fails as it should: rel L2 %.3g %s", c, e, bad)
+				}
+			}
+		})
+	}
+}
+
+func TestPlanLayout(t *testing.T) {
+	s := Shape{E: 8, K: 2, H: 256, I: 200}
+	tests := []struct {
+		name         string
+		c            Config
+		m            int
+		resident     [2]int
+		grid1, grid2 cuda.Dim3
+	}{
+		{"skinny covers every 16-row tile", Config{Kernel: "skinny", NT: 1}, 3, [2]int{}, cuda.Dim3{X: 13, Y: 6}, cuda.Dim3{X: 16, Y: 6}},
+		{"tiled covers every tile", tiledTable["m64"], 100, [2]int{}, cuda.Dim3{X: 4, Y: 11}, cuda.Dim3{X: 2, Y: 11}},
+		// 20000 slots: up to 165 tiles of 128 rows, × 4 and × 2 n-tiles.
+		{"tc is persistent", tcTable["128x128k64s4"], 10000, [2]int{132, 264}, cuda.Dim3{X: 132}, cuda.Dim3{X: 264}},
+		// 20 slots: up to 9 tiles (8 experts' padding).
+		{"tc never more blocks than tiles", tcTable["128x128k64s4"], 10, [2]int{132, 264}, cuda.Dim3{X: 9 * 4}, cuda.Dim3{X: 9 * 2}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l := newPlanLayout(s, tt.m, tt.c, tt.resident)
+			if len(l.launches) != 4 {
+				t.Fatalf("%d launches, want 4", len(l.launches))
+			}
+			if g := l.launches[1].grid; g != tt.grid1 {
+				t.Errorf("gemm1 grid %+v, want %+v", g, tt.grid1)
+			}
+			if g := l.launches[2].grid; g != tt.grid2 {
+				t.Errorf("gemm2 grid %+v, want %+v", g, tt.grid2)
+			}
+			if got, want := l.launches[1].smem, tt.c.SharedBytes(); got != want {
+				t.Errorf("gemm1 shared memory %d, want %d", got, want)
+			}
+			g1, g2 := tt.c.kernelNames()
+			if l.launches[1].kernel != g1 || l.launches[2].kernel != g2 {
+				t.Errorf("kernels %s, %s; want %s, %s", l.launches[1].kernel, l.launches[2].kernel, g1, g2)
+			}
+			var sum int64
+			for b := bufX; b < numPlanBufs; b++ {
+				sum += l.bytes[b]
+			}
+			if PlanBytes(s, tt.m, tt.c) != sum {
+				t.Errorf("PlanBytes %d, want the layout's %d", PlanBytes(s, tt.m, tt.c), sum)
+			}
+		})
+	}
+}
