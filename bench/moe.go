@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"unsafe"
 
 	"github.com/mstar-dev/mstar/internal/gpu"
@@ -32,6 +33,11 @@ const (
 	MoEGate        = "correctness"
 	MoEMaxRelL2    = 1e-2
 	moeCheckTokens = 64
+	// MoETuneResult is the result of one candidate configuration of a
+	// --tune sweep (params: the batch's, plus "config").
+	MoETuneResult = "moe_tune"
+	// MoEConfigParam names the kernel configuration in tuned results.
+	MoEConfigParam = "config"
 )
 
 // DefaultGPUBatches and DefaultCPUBatches are the sweeps without --batch.
@@ -55,7 +61,14 @@ type MoEOptions struct {
 	Samples   int    // timed samples per batch (0: 20 on CUDA, 6 on the CPU)
 	Seed      uint64 // weights, inputs and routing
 	Config    moe.Config
-	Ceilings  *Ceilings // nil: measured quickly first
+	// Tune (CUDA): per batch, try every candidate configuration
+	// (moe.Candidates), reject those whose output fails the correctness
+	// check, time the others with TuneSamples samples (0: 5), and measure
+	// the batch with the fastest. Results then carry the "config" param,
+	// and one MoETuneResult per candidate.
+	Tune        bool
+	TuneSamples int
+	Ceilings    *Ceilings // nil: measured quickly first
 	// DumpDir, when set, receives out-M<batch>.bf16 (the raw bf16 output of
 	// the checked pass) per batch, for the peers' cross-check.
 	DumpDir string
@@ -82,6 +95,44 @@ type MoERow struct {
 	PctFloor          float64
 	RelL2             float64
 	Pass              bool
+	Tuned             []TuneOutcome // --tune: every candidate, in the order tried
+}
+
+// TuneOutcome is one candidate configuration's run in a --tune sweep.
+type TuneOutcome struct {
+	Config  moe.Config
+	Latency []float64 // µs per call; nil when rejected
+	RelL2   float64   // against the float64 reference; NaN when never computed
+	Reject  string    // why the candidate may not be picked ("" when it may)
+	Compile string    // how its module was made
+	Chosen  bool
+}
+
+// Median is the candidate's median latency in µs (NaN when rejected).
+func (o TuneOutcome) Median() float64 {
+	if len(o.Latency) == 0 {
+		return math.NaN()
+	}
+	return reports.Summarize(o.Latency).Median
+}
+
+// pickFastest marks and returns the eligible outcome with the lowest median
+// latency: -1 when none is eligible. A candidate that was rejected (wrong
+// output, failed to compile or launch) is never picked, however fast.
+func pickFastest(outs []TuneOutcome) int {
+	best := -1
+	for i, o := range outs {
+		if o.Reject != "" || len(o.Latency) == 0 || !(o.RelL2 <= MoEMaxRelL2) {
+			continue
+		}
+		if best < 0 || o.Median() < outs[best].Median() {
+			best = i
+		}
+	}
+	if best >= 0 {
+		outs[best].Chosen = true
+	}
+	return best
 }
 
 // MoEReport is what a sweep produced.
@@ -140,9 +191,15 @@ func PrepareMoE(opt *MoEOptions) (moe.Shape, error) {
 		return moe.Shape{}, moeInputErr("--samples %d: want a positive count", opt.Samples)
 	}
 	if opt.Config.Kernel != "" {
+		if opt.Tune {
+			return moe.Shape{}, moeInputErr("--tune tries every candidate configuration: it excludes --config %v", opt.Config)
+		}
 		if err := opt.Config.Validate(); err != nil {
 			return moe.Shape{}, &MoEInputError{err}
 		}
+	}
+	if opt.TuneSamples < 0 {
+		return moe.Shape{}, moeInputErr("--tune-samples %d: want a positive count", opt.TuneSamples)
 	}
 	return local, nil
 }
@@ -242,6 +299,13 @@ func RunMoE(dev gpu.Device, opt MoEOptions) (*MoEReport, error) {
 		}
 		opt.Ceilings = c
 	}
+	if opt.Tune && !onGPU {
+		rep.Warnings = append(rep.Warnings, "--tune: the CPU has one implementation; nothing to tune")
+		opt.Tune = false
+	}
+	if opt.TuneSamples == 0 {
+		opt.TuneSamples = 5
+	}
 	rep.Ceilings = opt.Ceilings
 	for _, c := range []*Ceiling{&opt.Ceilings.D2D, &opt.Ceilings.GEMM} {
 		if !c.Measured() {
@@ -269,12 +333,24 @@ func RunMoE(dev gpu.Device, opt MoEOptions) (*MoEReport, error) {
 		progress(fmt.Sprintf("M=%d", m))
 		r := prefix(rep.Routing, m).Localize(opt.Shape.E, opt.EP, 0)
 		x := xAll[:m*local.H]
+		tokens := checkTokens(m)
+		var want []float64
 		var out []float32
 		var us []float64
 		var cfg string
-		if onGPU {
-			out, us, cfg, err = gk.run(m, x, r, opt.Samples)
-		} else {
+		var tuned []TuneOutcome
+		switch {
+		case onGPU && opt.Tune:
+			want = moe.ReferenceTokens(layer, x, r, tokens)
+			tuned = gk.tune(m, x, r, tokens, want, opt.TuneSamples, func(s string) { progress(fmt.Sprintf("M=%d %s", m, s)) })
+			best := pickFastest(tuned)
+			if best < 0 {
+				return nil, fmt.Errorf("M=%d: --tune: no candidate configuration passed:\n  %s", m, strings.Join(rejections(tuned), "\n  "))
+			}
+			out, us, cfg, err = gk.run(m, x, r, opt.Samples, tuned[best].Config)
+		case onGPU:
+			out, us, cfg, err = gk.run(m, x, r, opt.Samples, opt.Config)
+		default:
 			out, us, cfg, err = runCPU(layer, x, r, opt.Samples)
 		}
 		if err != nil {
@@ -288,18 +364,94 @@ func RunMoE(dev gpu.Device, opt MoEOptions) (*MoEReport, error) {
 				return nil, err
 			}
 		}
-		tokens := checkTokens(m)
-		want := moe.ReferenceTokens(layer, x, r, tokens)
-		got := make([]float32, 0, len(want))
-		for _, t := range tokens {
-			got = append(got, out[t*local.H:(t+1)*local.H]...)
+		if want == nil {
+			want = moe.ReferenceTokens(layer, x, r, tokens)
 		}
-		rel := moe.RelL2(got, want)
+		rel := moe.RelL2(checkedRows(out, tokens, local.H), want)
 		res, row := moeResult(opt, local, m, r, us, rel, cfg, len(tokens))
+		if tuned != nil {
+			res, row = withTuning(opt, local, m, res, row, tuned)
+			for _, o := range tuned {
+				rep.Results = append(rep.Results, tuneResult(opt, local, m, o))
+			}
+		}
 		rep.Results = append(rep.Results, res)
 		rep.Rows = append(rep.Rows, row)
 	}
 	return rep, nil
+}
+
+// checkedRows gathers the checked tokens' output rows.
+func checkedRows(out []float32, tokens []int, h int) []float32 {
+	got := make([]float32, 0, len(tokens)*h)
+	for _, t := range tokens {
+		got = append(got, out[t*h:(t+1)*h]...)
+	}
+	return got
+}
+
+func rejections(outs []TuneOutcome) []string {
+	var lines []string
+	for _, o := range outs {
+		if o.Reject != "" {
+			lines = append(lines, fmt.Sprintf("%v: %s", o.Config, o.Reject))
+		}
+	}
+	return lines
+}
+
+// withTuning names the chosen configuration in the batch's result (param
+// "config") and says what it was chosen over.
+func withTuning(opt MoEOptions, local moe.Shape, m int, res reports.Result, row MoERow, outs []TuneOutcome) (reports.Result, MoERow) {
+	var chosen moe.Config
+	var others []string
+	for _, o := range outs {
+		switch {
+		case o.Chosen:
+			chosen = o.Config
+		case o.Reject != "":
+			others = append(others, fmt.Sprintf("%v rejected (%s)", o.Config, o.Reject))
+		default:
+			others = append(others, fmt.Sprintf("%v %.1f µs", o.Config, o.Median()))
+		}
+	}
+	res.Params[MoEConfigParam] = chosen.String()
+	static := moe.ChooseConfig(local, m)
+	res.Warnings = append(res.Warnings, fmt.Sprintf("tuned over %d candidates (static table: %v): chose %v; others: %s",
+		len(outs), static, chosen, strings.Join(others, "; ")))
+	row.Tuned = outs
+	return res, row
+}
+
+// tuneResult is one candidate's record: its latency samples (or why it was
+// rejected) and its error against the reference.
+func tuneResult(opt MoEOptions, local moe.Shape, m int, o TuneOutcome) reports.Result {
+	p := MoEParams(opt, local, m, "mstar")
+	p[MoEConfigParam] = o.Config.String()
+	lat := reports.Metric{Name: MoELatency, Unit: "µs", Better: reports.LowerIsBetter, Samples: o.Latency}
+	if len(o.Latency) == 0 {
+		lat.Samples = nil
+		lat.Unmeasured = "rejected: " + o.Reject
+	}
+	rel := reports.Metric{Name: MoERelL2, Better: reports.LowerIsBetter, Samples: []float64{o.RelL2}}
+	if math.IsNaN(o.RelL2) || math.IsInf(o.RelL2, 0) {
+		rel.Samples = nil
+		rel.Unmeasured = "no finite output"
+		if o.Reject != "" {
+			rel.Unmeasured = o.Reject
+		}
+	}
+	r := reports.Result{Name: MoETuneResult, Params: p, Metrics: []reports.Metric{lat, rel}}
+	if o.Reject != "" {
+		r.Warnings = append(r.Warnings, "rejected: "+o.Reject)
+	}
+	if o.Chosen {
+		r.Warnings = append(r.Warnings, "chosen: the fastest candidate that passed")
+	}
+	if o.Compile != "" {
+		r.Warnings = append(r.Warnings, "module: "+o.Compile)
+	}
+	return r
 }
 
 // testCorruptOutput, set by tests, alters the checked pass's output so the
@@ -316,11 +468,18 @@ func checkFits(dev gpu.Device, local moe.Shape, opt MoEOptions, maxM int) error 
 	need := local.WeightBytes()
 	slots := int64(maxM) * int64(local.K)
 	if dev.Info().Backend == gpu.CUDA {
-		cfg := opt.Config
-		if cfg.Kernel == "" {
-			cfg = moe.ChooseConfig(local, maxM)
+		cfgs := []moe.Config{opt.Config}
+		if opt.Config.Kernel == "" {
+			cfgs = []moe.Config{moe.ChooseConfig(local, maxM)}
 		}
-		need += moe.PlanBytes(local, maxM, cfg)
+		if opt.Tune {
+			cfgs = moe.Candidates(local, maxM)
+		}
+		var plan int64
+		for _, c := range cfgs {
+			plan = max(plan, moe.PlanBytes(local, maxM, c))
+		}
+		need += plan
 	} else {
 		// ForwardCPU: float32 x, act, y and out, plus the host-side inputs.
 		need += 4 * (2*int64(maxM)*int64(local.H) + slots*int64(local.I) + slots*int64(local.H))
@@ -369,7 +528,11 @@ type gpuMoE struct {
 }
 
 func newGPUMoE(ctx *cuda.Context, l *moe.Layer, opt MoEOptions, maxM int) (*gpuMoE, error) {
-	k, err := moe.CompileKernels(ctx, opt.Config.Defines())
+	var opts []string
+	if opt.Config.Kernel == "tiled" {
+		opts = opt.Config.Defines() // a custom tile is part of the base module
+	}
+	k, err := moe.CompileKernels(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -417,36 +580,107 @@ func (g *gpuMoE) ensureCopies(n int, reserve int64) int {
 	return min(n, len(g.copies))
 }
 
-func (g *gpuMoE) run(m int, x []float32, r moe.Routing, samples int) ([]float32, []float64, string, error) {
+// checkedPass makes a plan for configuration c (the empty Config: the
+// static table's pick) and runs one pass on poisoned buffers; the caller
+// frees the plan.
+func (g *gpuMoE) checkedPass(m int, x []float32, r moe.Routing, c moe.Config) (*moe.Plan, []float32, error) {
+	p, err := g.k.NewPlan(g.layer.Shape, m, c)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := p.SetInputs(x, r); err != nil {
+		p.Free()
+		return nil, nil, err
+	}
+	if err := p.Poison(g.st); err != nil {
+		p.Free()
+		return nil, nil, err
+	}
+	if err := p.Enqueue(g.st, g.copies[0]); err != nil {
+		p.Free()
+		return nil, nil, err
+	}
+	if err := g.st.Synchronize(); err != nil {
+		p.Free()
+		return nil, nil, fmt.Errorf("checked pass: %w", err)
+	}
+	out, err := p.Output()
+	if err != nil {
+		p.Free()
+		return nil, nil, err
+	}
+	return p, out, nil
+}
+
+// timePlan times a plan, rotating weight copies as the batch needs.
+func (g *gpuMoE) timePlan(p *moe.Plan, r moe.Routing, samples int) ([]float64, string, error) {
 	s := g.layer.Shape
-	p, err := g.k.NewPlan(s, m, g.opt.Config)
+	touched := int64(r.Touched(s.E)) * s.ExpertBytes()
+	n := g.ensureCopies(moe.RotationCopies(touched, g.l2, 8), moe.PlanBytes(s, p.M, p.Config)+256<<20)
+	us, calls, err := p.TimeGraph(g.st, g.copies[:n], samples)
+	if err != nil {
+		return nil, "", fmt.Errorf("timing: %w", err)
+	}
+	return us, fmt.Sprintf("%v, %d calls per graph, %d weight copies", p.Config, calls, n), nil
+}
+
+func (g *gpuMoE) run(m int, x []float32, r moe.Routing, samples int, c moe.Config) ([]float32, []float64, string, error) {
+	p, out, err := g.checkedPass(m, x, r, c)
 	if err != nil {
 		return nil, nil, "", err
 	}
 	defer p.Free()
-	if err := p.SetInputs(x, r); err != nil {
-		return nil, nil, "", err
-	}
-	if err := p.Poison(g.st); err != nil {
-		return nil, nil, "", err
-	}
-	if err := p.Enqueue(g.st, g.copies[0]); err != nil {
-		return nil, nil, "", err
-	}
-	if err := g.st.Synchronize(); err != nil {
-		return nil, nil, "", fmt.Errorf("checked pass: %w", err)
-	}
-	out, err := p.Output()
+	us, note, err := g.timePlan(p, r, samples)
 	if err != nil {
 		return nil, nil, "", err
 	}
-	touched := int64(r.Touched(s.E)) * s.ExpertBytes()
-	n := g.ensureCopies(moe.RotationCopies(touched, g.l2, 8), moe.PlanBytes(s, m, p.Config)+256<<20)
-	us, calls, err := p.TimeGraph(g.st, g.copies[:n], samples)
-	if err != nil {
-		return nil, nil, "", fmt.Errorf("timing: %w", err)
+	return out, us, note, nil
+}
+
+// tune runs every candidate configuration for one batch: a checked pass
+// (compared with want on the checked tokens) and, for those that pass,
+// `samples` timed samples.
+func (g *gpuMoE) tune(m int, x []float32, r moe.Routing, tokens []int, want []float64, samples int, progress func(string)) []TuneOutcome {
+	cands := moe.Candidates(g.layer.Shape, m)
+	outs := make([]TuneOutcome, 0, len(cands))
+	for i, c := range cands {
+		progress(fmt.Sprintf("tune %d/%d %v", i+1, len(cands), c))
+		o := TuneOutcome{Config: c, RelL2: math.NaN()}
+		if res, err := g.k.Module(c); err != nil {
+			o.Reject = "compile: " + firstLine(err.Error())
+			outs = append(outs, o)
+			continue
+		} else {
+			o.Compile = fmt.Sprintf("%s, cache hit %v, %.2f s", res.Kind, res.CacheHit, res.Seconds)
+		}
+		p, out, err := g.checkedPass(m, x, r, c)
+		if err != nil {
+			o.Reject = firstLine(err.Error())
+			outs = append(outs, o)
+			continue
+		}
+		o.RelL2 = moe.RelL2(checkedRows(out, tokens, g.layer.Shape.H), want)
+		if !(o.RelL2 <= MoEMaxRelL2) {
+			o.Reject = fmt.Sprintf("rel L2 %.3g > %g against the float64 reference", o.RelL2, MoEMaxRelL2)
+			p.Free()
+			outs = append(outs, o)
+			continue
+		}
+		us, _, err := g.timePlan(p, r, samples)
+		p.Free()
+		if err != nil {
+			o.Reject = firstLine(err.Error())
+		} else {
+			o.Latency = us
+		}
+		outs = append(outs, o)
 	}
-	return out, us, fmt.Sprintf("%v, %d calls per graph, %d weight copies", p.Config, calls, n), nil
+	return outs
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
 }
 
 func dumpBF16(path string, v []float32) error {

@@ -4,6 +4,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -117,5 +118,124 @@ func TestRunMoEBadInput(t *testing.T) {
 				t.Errorf("error %v (input error: %v), want an input error containing %q", err, IsMoEInputError(err), tt.want)
 			}
 		})
+	}
+}
+
+func TestPickFastest(t *testing.T) {
+	cfg := func(s string) moe.Config {
+		c, err := moe.ParseConfig(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	tests := []struct {
+		name string
+		outs []TuneOutcome
+		want int
+	}{
+		{"fastest correct wins", []TuneOutcome{
+			{Config: cfg("tiled:m64"), Latency: []float64{10, 11, 12}, RelL2: 3e-3},
+			{Config: cfg("tc:64x128k64s4b2"), Latency: []float64{7, 8, 9}, RelL2: 3e-3},
+			{Config: cfg("tc:128x128k64s4"), Latency: []float64{8, 9, 10}, RelL2: 3e-3},
+		}, 1},
+		{"a wrong configuration is never picked, however fast", []TuneOutcome{
+			{Config: cfg("tiled:m64"), Latency: []float64{10}, RelL2: 3e-3},
+			{Config: cfg("tc:64x128k64s4b2"), Latency: []float64{1}, RelL2: 0.5, Reject: "rel L2 0.5 > 0.01"},
+		}, 0},
+		{"rel L2 over the limit without a reject note is still not picked", []TuneOutcome{
+			{Config: cfg("tc:64x128k64s4b2"), Latency: []float64{1}, RelL2: 0.5},
+			{Config: cfg("tiled:m64"), Latency: []float64{10}, RelL2: 3e-3},
+		}, 1},
+		{"NaN error is not picked", []TuneOutcome{
+			{Config: cfg("tc:64x128k64s4b2"), Latency: []float64{1}, RelL2: math.NaN()},
+		}, -1},
+		{"nothing passes", []TuneOutcome{
+			{Config: cfg("tc:64x128k64s4b2"), RelL2: math.NaN(), Reject: "compile: error"},
+		}, -1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := pickFastest(tt.outs)
+			if got != tt.want {
+				t.Fatalf("pickFastest = %d, want %d", got, tt.want)
+			}
+			for i, o := range tt.outs {
+				if o.Chosen != (i == tt.want) {
+					t.Errorf("outcome %d chosen = %v, want %v", i, o.Chosen, i == tt.want)
+				}
+			}
+		})
+	}
+}
+
+func TestTuneResults(t *testing.T) {
+	local := moe.Shape{E: 128, K: 8, H: 2048, I: 768}
+	opt := MoEOptions{Model: "qwen3-30b-a3b", TP: 1, EP: 1, Seed: 1, Ceilings: fakeCeilings()}
+	good, _ := moe.ParseConfig("tc:128x256k64s3")
+	slow, _ := moe.ParseConfig("tiled:w128x128")
+	bad, _ := moe.ParseConfig("tc:128x128k64s4")
+	outs := []TuneOutcome{
+		{Config: slow, Latency: []float64{640, 642, 650}, RelL2: 2.9e-3, Compile: "cubin, cache hit true, 0.01 s"},
+		{Config: good, Latency: []float64{400, 401, 405}, RelL2: 2.9e-3},
+		{Config: bad, RelL2: 0.7, Reject: "rel L2 0.7 > 0.01 against the float64 reference"},
+	}
+	if pickFastest(outs) != 1 {
+		t.Fatal("want the tc candidate chosen")
+	}
+	r := moe.UniformRouting(1024, 128, 8, 1)
+	res, row := moeResult(opt, local, 1024, r, []float64{401, 402}, 2.9e-3, good.String(), 64)
+	res, row = withTuning(opt, local, 1024, res, row, outs)
+	if res.Params[MoEConfigParam] != good.String() {
+		t.Errorf("config param %q, want %q", res.Params[MoEConfigParam], good.String())
+	}
+	if len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0], "chose "+good.String()) ||
+		!strings.Contains(res.Warnings[0], bad.String()+" rejected (rel L2 0.7") || !strings.Contains(res.Warnings[0], slow.String()+" 642.0 µs") {
+		t.Errorf("warnings %q", res.Warnings)
+	}
+	if len(row.Tuned) != 3 {
+		t.Errorf("row carries %d outcomes, want 3", len(row.Tuned))
+	}
+	for i, o := range outs {
+		tr := tuneResult(opt, local, 1024, o)
+		if tr.Name != MoETuneResult || tr.Params[MoEConfigParam] != o.Config.String() || tr.Params["batch"] != "1024" {
+			t.Errorf("candidate %d: result %s %v", i, tr.Name, tr.Params)
+		}
+		lat := tr.Metric(MoELatency)
+		if o.Reject != "" {
+			if lat.Measured() || !strings.Contains(lat.Unmeasured, "rejected: rel L2 0.7") {
+				t.Errorf("rejected candidate's latency %+v, want unmeasured with the reason", lat)
+			}
+			if rel := tr.Metric(MoERelL2); rel.Samples[0] != 0.7 {
+				t.Errorf("rejected candidate's rel_l2 %+v, want 0.7", rel)
+			}
+		} else if len(lat.Samples) != 3 {
+			t.Errorf("candidate %d: %d latency samples, want 3", i, len(lat.Samples))
+		}
+		if got := slices.Contains(tr.Warnings, "chosen: the fastest candidate that passed"); got != o.Chosen {
+			t.Errorf("candidate %d: chosen warning %v, want %v", i, got, o.Chosen)
+		}
+		if len(tr.Gates) != 0 {
+			t.Errorf("candidate %d has gates %+v: a rejected candidate is not a failed run", i, tr.Gates)
+		}
+	}
+}
+
+func TestRunMoETuneOptions(t *testing.T) {
+	c, _ := moe.ParseConfig("tc:128x128k64s4")
+	_, err := RunMoE(gpu.NewCPU(), MoEOptions{Shape: moe.Shape{E: 4, K: 2, H: 16, I: 8}, Tune: true, Config: c, Batches: []int{1}})
+	if !IsMoEInputError(err) || !strings.Contains(err.Error(), "excludes --config") {
+		t.Errorf("--tune with --config: %v, want an input error", err)
+	}
+	// On the CPU there is nothing to tune: a warning, and the sweep runs.
+	rep, err := RunMoE(gpu.NewCPU(), MoEOptions{Shape: moe.Shape{E: 4, K: 2, H: 16, I: 8}, Tune: true, Batches: []int{3}, Samples: 1, Ceilings: fakeCeilings()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Results) != 1 || !slices.ContainsFunc(rep.Warnings, func(w string) bool { return strings.Contains(w, "nothing to tune") }) {
+		t.Errorf("%d results, warnings %q; want 1 result and a nothing-to-tune warning", len(rep.Results), rep.Warnings)
+	}
+	if _, ok := rep.Results[0].Params[MoEConfigParam]; ok {
+		t.Errorf("untuned result has a config param: %v", rep.Results[0].Params)
 	}
 }

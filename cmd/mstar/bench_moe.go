@@ -25,8 +25,9 @@ func init() {
 func newBenchMoE(a *app) *cobra.Command {
 	var (
 		model, device, out, batches, routing, traceIn, traceOut, config, ceilings, dumpDir string
-		experts, topk, hidden, inter, tp, ep, samples                                      int
+		experts, topk, hidden, inter, tp, ep, samples, tuneSamples                         int
 		seed                                                                               uint64
+		tune                                                                               bool
 	)
 	names := []string{}
 	for _, p := range moe.Presets() {
@@ -44,7 +45,8 @@ for the device): token-to-expert alignment, a grouped GEMM for W1 with SiLU·mul
 fused, a grouped GEMM for W2 with the routing weight fused, and a
 deterministic top-k combine, on bf16 tensor cores (mma.sync); a decode kernel
 streams the touched experts' weights through registers for small M, tiled
-kernels with a cp.async pipeline serve larger M. The timed region is all four
+kernels with a cp.async pipeline serve larger M (--config picks one; the
+default is a static table by tokens per expert). The timed region is all four
 launches (alignment included), replayed from a CUDA graph; weights rotate
 among copies when the touched experts would fit in L2. On the CPU the layer
 is moe.ForwardCPU (float32 on all cores), timed by the wall clock.
@@ -53,6 +55,17 @@ Every batch first runs once on NaN-poisoned buffers and is compared with the
 float64 reference (all tokens up to 64, else 64 spread over the batch); a
 relative L2 error above 1e-2 fails the batch's correctness gate and the
 command exits 1 (after writing --out).
+
+--tune (CUDA) tunes each batch instead of using the static table: every
+candidate configuration that applies at that many tokens per expert (decode
+kernels, 16- to 256-token tiles of the tiled and tc families) runs once on
+poisoned buffers and is checked against the reference as above — a wrong
+configuration is rejected with the reason and never picked — the others are
+timed (--tune-samples each), and the batch is measured with the fastest.
+The batch's result then has a "config" param naming it and a warning listing
+what it was chosen over, and every candidate gets a "moe_tune" result (its
+latency samples, or why it was rejected):
+  mstar report show --params batch,config --metrics latency,rel_l2 tuned.json
 
 Per batch: latency (µs, median and 95% CI), TFLOP/s, GB/s, each as % of the
 device's ceilings (measured quickly first, or read from --ceilings FILE), and
@@ -81,11 +94,14 @@ Models:
   mstar bench moe --model deepseek-v3 --tp 8 --device cuda:0 --out ds-tp8.json
   mstar bench moe --model qwen3-30b-a3b --routing zipf:1.2 --batch 64,1024 --out zipf.json
   mstar bench moe --experts 64 --topk 4 --hidden 1024 --inter 512 --routing-trace routing.json
-  mstar bench moe --model mixtral-8x7b --batch 4096 --config tiled:bm=128,bn=128,bk=32,wm=2,wn=4,stages=4`,
+  mstar bench moe --model mixtral-8x7b --batch 4096 --config tiled:bm=128,bn=128,bk=32,wm=2,wn=4,stages=4
+  mstar bench moe --model qwen3-30b-a3b --batch 256,1024,4096 --config tc:128x256k64s3 --device cuda:0
+  mstar bench moe --model qwen3-235b-a22b --batch 1,64,1024,4096 --tune --device cuda:0 --out tuned.json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			f := cmd.Flags()
-			opt := bench.MoEOptions{Model: model, TP: tp, EP: ep, Routing: routing, Samples: samples, Seed: seed, DumpDir: dumpDir}
+			opt := bench.MoEOptions{Model: model, TP: tp, EP: ep, Routing: routing, Samples: samples, Seed: seed, DumpDir: dumpDir,
+				Tune: tune, TuneSamples: tuneSamples}
 			if model != "" {
 				p, err := moe.LookupPreset(model)
 				if err != nil {
@@ -120,6 +136,9 @@ Models:
 					return usageErr("--config: %v", err)
 				}
 				opt.Config = c
+			}
+			if tune && opt.Config.Kernel != "" {
+				return usageErr("--tune tries every candidate configuration: leave --config out (or auto)")
 			}
 			if traceIn != "" {
 				if f.Changed("routing") {
@@ -227,7 +246,9 @@ Models:
 	f.StringVar(&traceOut, "routing-out", "", "write the routing used to `FILE`")
 	f.IntVar(&samples, "samples", 0, "timed samples per batch (0: 20 on CUDA, 6 on the CPU)")
 	f.Uint64Var(&seed, "seed", 1, "seed of weights, inputs and routing")
-	f.StringVar(&config, "config", "auto", "kernels: auto, skinny:nt=1|2|4, tiled:m16|m32|m64|m128, or tiled:bm=…,bn=…,bk=…,wm=…,wn=…,stages=…")
+	f.StringVar(&config, "config", "auto", "kernels: auto, skinny:nt=1|2|4, tiled:NAME|bm=…,bn=…,bk=…,wm=…,wn=…,stages=…, or tc:NAME|bm=…,…,gm=…,minb=…")
+	f.BoolVar(&tune, "tune", false, "CUDA: per batch, check and time every candidate configuration and measure with the fastest correct one")
+	f.IntVar(&tuneSamples, "tune-samples", 5, "timed samples per candidate under --tune")
 	f.StringVar(&ceilings, "ceilings", "", "read the device's ceilings from a results `FILE` of 'mstar bench ceilings' instead of measuring them")
 	f.StringVar(&dumpDir, "dump-dir", "", "write each batch's output as raw bf16 to `DIR`/out-M<batch>.bf16 (for the peers' cross-check)")
 	return cmd
@@ -292,6 +313,24 @@ func printMoE(a *app, id, name string, opt bench.MoEOptions, rep *bench.MoERepor
 	fmt.Fprintln(w, "#")
 	for _, r := range rep.Rows {
 		fmt.Fprintf(w, "# M=%d kernels: %s\n", r.M, r.Config)
+	}
+	for _, r := range rep.Rows {
+		if len(r.Tuned) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "#\n# M=%d tuned (static table: %v):\n", r.M, moe.ChooseConfig(rep.Local, r.M))
+		for _, o := range r.Tuned {
+			switch {
+			case o.Reject != "":
+				fmt.Fprintf(w, "#   %-58s rejected: %s\n", o.Config, o.Reject)
+			default:
+				mark := ""
+				if o.Chosen {
+					mark = "  <- chosen"
+				}
+				fmt.Fprintf(w, "#   %-58s %9.1f us  rel_l2 %.2g%s\n", o.Config, o.Median(), o.RelL2, mark)
+			}
+		}
 	}
 }
 

@@ -70,6 +70,9 @@ func TestBenchMoEBadInput(t *testing.T) {
 		{"bad batch", small("--batch", "1,x"), "--batch"},
 		{"bad routing", small("--batch", "1", "--routing", "pareto"), "want uniform or zipf"},
 		{"bad config", small("--batch", "1", "--config", "tiled:bm=3"), "bm must be a multiple"},
+		{"bad tc config", small("--batch", "1", "--config", "tc:bk=48"), "bk must be 32 or 64"},
+		{"tune with a config", small("--batch", "1", "--tune", "--config", "tc:128x256k64s3"), "--tune tries every candidate"},
+		{"bad tune samples", small("--batch", "1", "--tune", "--tune-samples", "-1"), "--tune-samples -1"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, stderr, code := runMstar(t, append([]string{"bench", "moe"}, tt.args...)...)
@@ -77,5 +80,16 @@ func TestBenchMoEBadInput(t *testing.T) {
 				t.Errorf("exit %d, stderr %q; want exit 2 mentioning %q", code, stderr, tt.want)
 			}
 		})
+	}
+}
+
+func TestBenchMoETuneOnCPU(t *testing.T) {
+	stdout, stderr, code := runMstar(t, "bench", "moe", "--experts", "8", "--topk", "2", "--hidden", "64", "--inter", "32",
+		"--batch", "5", "--device", "cpu", "--samples", "1", "--tune")
+	if code != exitOK {
+		t.Fatalf("exit %d; stderr: %s", code, stderr)
+	}
+	if !strings.Contains(stdout, "# warning: --tune: the CPU has one implementation; nothing to tune") {
+		t.Errorf("stdout lacks the nothing-to-tune warning:\n%s", stdout)
 	}
 }

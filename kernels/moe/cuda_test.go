@@ -91,6 +91,7 @@ func TestCUDAAlign(t *testing.T) {
 		{"all on one expert block 64", Routing{IDs: repeat(5, 2*300), Weights: ones(2 * 300), M: 300, K: 2}, tiledTable["m64"]},
 		{"experts without tokens block 16", Routing{IDs: []int32{3, 9, 9, 3, 3, 0}, Weights: ones(6), M: 3, K: 2}, Config{Kernel: "skinny", NT: 2}},
 		{"dropped slots", Routing{IDs: []int32{Dropped, 4, 4, Dropped}, Weights: ones(4), M: 2, K: 2}, Config{Kernel: "skinny", NT: 1}},
+		{"tc block 128", UniformRouting(300, 16, 2, 4), tcTable["128x256k64s3"]},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -153,14 +154,21 @@ func TestCUDAForward(t *testing.T) {
 	for _, m := range []int{1, 3001} {
 		tests = append(tests, row{name: fmt.Sprintf("odd auto M=%d", m), shape: odd, m: m})
 	}
-	for _, c := range []Config{
+	configs := []Config{
 		{Kernel: "skinny", NT: 1}, {Kernel: "skinny", NT: 2}, {Kernel: "skinny", NT: 4}, {Kernel: "skinny", NT: 1, W1: 16, W2: 16},
 		tiledTable["m16"], tiledTable["m32"], tiledTable["m64"], tiledTable["m128"],
 		tiledTable["w128x128"], tiledTable["w128x256"], tiledTable["w64x256"],
-	} {
+	}
+	configs = append(configs, TCConfigs()...)
+	for _, c := range configs {
 		tests = append(tests, row{name: "odd " + c.String() + " M=77", shape: odd, m: 77, c: c})
 		tests = append(tests, row{name: "qwen3-30b " + c.String() + " M=200", shape: qwen, m: 200, c: c})
 	}
+	// Thousands of tokens: every tc block walks many tiles.
+	tests = append(tests,
+		row{name: "qwen3-30b tc:128x256k64s3 M=3000", shape: qwen, m: 3000, c: tcTable["128x256k64s3"]},
+		row{name: "odd tc:64x128k64s4b2 zipf M=2000", shape: odd, m: 2000, c: tcTable["64x128k64s4b2"], routing: "zipf:1.2"},
+	)
 	tests = append(tests,
 		row{name: "qwen3-30b zipf M=512", shape: qwen, m: 512, routing: "zipf:1.2"},
 		row{name: "qwen3-30b ep4 M=64", shape: qwen, m: 64, ep: 4},
@@ -182,6 +190,9 @@ func TestCUDAForward(t *testing.T) {
 			}
 			r = r.Localize(tt.shape.E, ep, 0)
 			got, p := runGPU(t, k, l, x, r, tt.c)
+			if p.Config.Kernel == "tc" {
+				t.Logf("tc resident blocks: gemm1 %d, gemm2 %d", p.Resident[0], p.Resident[1])
+			}
 			tokens := sampleTokens(tt.m, 64)
 			want := ReferenceTokens(l, x, r, tokens)
 			sub := make([]float32, 0, len(want))
@@ -255,9 +266,10 @@ func diagnose(t *testing.T, p *Plan, l *Layer, x []float32, r Routing, tokens []
 	}
 }
 
-// TestCUDASpeedProbe times every kernel configuration on the four reference
-// shapes (MSTAR_MOE_PROBE=1; MSTAR_MOE_PROBE_OUT=FILE appends a table). It
-// asserts only correctness; the times are for tuning ChooseConfig.
+// TestCUDASpeedProbe times every candidate configuration (Candidates) on
+// the four reference shapes (MSTAR_MOE_PROBE=1; MSTAR_MOE_PROBE_OUT=FILE
+// appends a table). It asserts only correctness; the times are for tuning
+// ChooseConfig (`mstar bench moe --tune` does the same per batch).
 func TestCUDASpeedProbe(t *testing.T) {
 	if os.Getenv("MSTAR_MOE_PROBE") == "" {
 		t.Skip("set MSTAR_MOE_PROBE=1 to time the kernels")
@@ -281,20 +293,7 @@ func TestCUDASpeedProbe(t *testing.T) {
 		{"deepseek-v3-tp8", Shape{E: 256, K: 8, H: 7168, I: 256}},
 		{"mixtral-8x7b", Shape{E: 8, K: 2, H: 4096, I: 14336}},
 	}
-	configs := func(m int, s Shape) []Config {
-		per := float64(m*s.K) / float64(min(s.E, m*s.K))
-		var out []Config
-		if per <= 24 {
-			out = append(out, Config{Kernel: "skinny", NT: 1}, Config{Kernel: "skinny", NT: 2}, Config{Kernel: "skinny", NT: 4})
-		}
-		if per >= 4 {
-			out = append(out, tiledTable["m16"], tiledTable["m32"])
-		}
-		if per >= 16 {
-			out = append(out, tiledTable["m64"], tiledTable["m128"])
-		}
-		return out
-	}
+	configs := Candidates
 	st, err := ctx.NewStream()
 	if err != nil {
 		t.Fatal(err)
@@ -318,7 +317,7 @@ func TestCUDASpeedProbe(t *testing.T) {
 			x := RandomInput(m, sh.s.H, 2)
 			r := UniformRouting(m, sh.s.E, sh.s.K, 3)
 			floor := math.Max(sh.s.Bytes(m, r.Touched(sh.s.E), r.Slots())/4.0e12, sh.s.Flops(r.Slots())/799e12) * 1e6
-			for _, c := range configs(m, sh.s) {
+			for _, c := range configs(sh.s, m) {
 				p, err := k.NewPlan(sh.s, m, c)
 				if err != nil {
 					t.Fatal(err)
