@@ -23,6 +23,22 @@ func Percentile(xs []float64, p float64) float64 {
 	return s[min(max(i, 0), len(s)-1)]
 }
 
+// MaxLatencySamples bounds the latency samples a result keeps: a long run
+// measures hundreds of thousands. Beyond it an evenly strided subset (in
+// time order) is kept; latency_p50 and latency_p99 come from all of them.
+const MaxLatencySamples = 20000
+
+func thin(xs []float64, n int) []float64 {
+	if len(xs) <= n {
+		return xs
+	}
+	out := make([]float64, 0, n)
+	for i := range n {
+		out = append(out, xs[i*len(xs)/n])
+	}
+	return out
+}
+
 // Gates are the run's pass/fail checks.
 func (s *Summary) Gates() []reports.Gate {
 	gate := func(name string, pass bool, format string, a ...any) reports.Gate {
@@ -78,7 +94,7 @@ func (s *Summary) Result() reports.Result {
 	metrics := []reports.Metric{
 		{Name: "throughput", Unit: "GB/s", Better: higher, Samples: gbps},
 		{Name: "tensors_per_s", Unit: "tensors/s", Better: higher, Samples: rate},
-		{Name: "latency", Unit: "us", Better: lower, Samples: s.Latencies},
+		{Name: "latency", Unit: "us", Better: lower, Samples: thin(s.Latencies, MaxLatencySamples)},
 	}
 	if len(s.Latencies) > 0 {
 		metrics = append(metrics,

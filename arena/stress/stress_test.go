@@ -163,6 +163,20 @@ func TestOptionsRejected(t *testing.T) {
 	}
 }
 
+func TestThin(t *testing.T) {
+	xs := make([]float64, 100)
+	for i := range xs {
+		xs[i] = float64(i)
+	}
+	got := thin(xs, 10)
+	if len(got) != 10 || got[0] != 0 || got[9] != 90 {
+		t.Fatalf("thin 100 to 10: %v", got)
+	}
+	if got := thin(xs[:5], 10); len(got) != 5 {
+		t.Fatalf("thin below the bound changed the samples: %v", got)
+	}
+}
+
 func TestPercentile(t *testing.T) {
 	xs := []float64{5, 1, 4, 2, 3}
 	for _, tc := range []struct {
