@@ -361,8 +361,10 @@ func (l *Link) recv() (descs []Descriptor, acks []uint64, err error) {
 	return descs, acks, nil
 }
 
-// peerGone reports whether a read error only means that the other end
+// PeerGone reports whether a link error only means that the other end
 // closed or died (a reset: it died with data we had sent still unread).
+func PeerGone(err error) bool { return peerGone(err) }
+
 func peerGone(err error) bool {
 	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
 		errors.Is(err, unix.ECONNRESET) || errors.Is(err, unix.EPIPE)

@@ -433,7 +433,9 @@ func (w *worker) consume(ctx context.Context) error {
 				if ctx.Err() != nil || errors.Is(err, os.ErrClosed) || strings.Contains(err.Error(), "use of closed") {
 					return
 				}
-				w.errorf("%v", err)
+				if !arena.PeerGone(err) { // a producer killed mid-handshake is not news
+					w.errorf("%v", err)
+				}
 				continue
 			}
 			rc := arena.NewReceiver(lk, rd)
