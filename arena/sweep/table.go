@@ -139,7 +139,7 @@ func formatNum(v float64) string {
 		return strconv.FormatFloat(v, 'f', 0, 64)
 	case a >= 100:
 		return strconv.FormatFloat(v, 'f', 1, 64)
-	case a >= 1:
+	case a >= 0.995: // rounds to 1.00, not "1"
 		return strconv.FormatFloat(v, 'f', 2, 64)
 	default:
 		return strconv.FormatFloat(v, 'g', 3, 64)
