@@ -38,6 +38,10 @@ const (
 	MoETuneResult = "moe_tune"
 	// MoEConfigParam names the kernel configuration in tuned results.
 	MoEConfigParam = "config"
+	// MoETuneLatency is a candidate's latency (µs) in its MoETuneResult: a
+	// name of its own, so that tables of "latency" show the measured
+	// batches and tables of "tune_latency" the candidates.
+	MoETuneLatency = "tune_latency"
 )
 
 // DefaultGPUBatches and DefaultCPUBatches are the sweeps without --batch.
@@ -63,7 +67,7 @@ type MoEOptions struct {
 	Config    moe.Config
 	// Tune (CUDA): per batch, try every candidate configuration
 	// (moe.Candidates), reject those whose output fails the correctness
-	// check, time the others with TuneSamples samples (0: 5), and measure
+	// check, time the others with TuneSamples samples (0: 6), and measure
 	// the batch with the fastest. Results then carry the "config" param,
 	// and one MoETuneResult per candidate.
 	Tune        bool
@@ -304,7 +308,7 @@ func RunMoE(dev gpu.Device, opt MoEOptions) (*MoEReport, error) {
 		opt.Tune = false
 	}
 	if opt.TuneSamples == 0 {
-		opt.TuneSamples = 5
+		opt.TuneSamples = 6
 	}
 	rep.Ceilings = opt.Ceilings
 	for _, c := range []*Ceiling{&opt.Ceilings.D2D, &opt.Ceilings.GEMM} {
@@ -428,7 +432,7 @@ func withTuning(opt MoEOptions, local moe.Shape, m int, res reports.Result, row 
 func tuneResult(opt MoEOptions, local moe.Shape, m int, o TuneOutcome) reports.Result {
 	p := MoEParams(opt, local, m, "mstar")
 	p[MoEConfigParam] = o.Config.String()
-	lat := reports.Metric{Name: MoELatency, Unit: "µs", Better: reports.LowerIsBetter, Samples: o.Latency}
+	lat := reports.Metric{Name: MoETuneLatency, Unit: "µs", Better: reports.LowerIsBetter, Samples: o.Latency}
 	if len(o.Latency) == 0 {
 		lat.Samples = nil
 		lat.Unmeasured = "rejected: " + o.Reject

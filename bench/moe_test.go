@@ -201,7 +201,7 @@ func TestTuneResults(t *testing.T) {
 		if tr.Name != MoETuneResult || tr.Params[MoEConfigParam] != o.Config.String() || tr.Params["batch"] != "1024" {
 			t.Errorf("candidate %d: result %s %v", i, tr.Name, tr.Params)
 		}
-		lat := tr.Metric(MoELatency)
+		lat := tr.Metric(MoETuneLatency)
 		if o.Reject != "" {
 			if lat.Measured() || !strings.Contains(lat.Unmeasured, "rejected: rel L2 0.7") {
 				t.Errorf("rejected candidate's latency %+v, want unmeasured with the reason", lat)

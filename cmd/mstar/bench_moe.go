@@ -64,8 +64,9 @@ configuration is rejected with the reason and never picked — the others are
 timed (--tune-samples each), and the batch is measured with the fastest.
 The batch's result then has a "config" param naming it and a warning listing
 what it was chosen over, and every candidate gets a "moe_tune" result (its
-latency samples, or why it was rejected):
-  mstar report show --params batch,config --metrics latency,rel_l2 tuned.json
+tune_latency samples, or why it was rejected, and its rel_l2):
+  mstar report show --params batch,config --metrics latency,pct_floor tuned.json
+  mstar report show --params batch,config --metrics tune_latency,rel_l2 tuned.json
 
 Per batch: latency (µs, median and 95% CI), TFLOP/s, GB/s, each as % of the
 device's ceilings (measured quickly first, or read from --ceilings FILE), and
@@ -248,7 +249,7 @@ Models:
 	f.Uint64Var(&seed, "seed", 1, "seed of weights, inputs and routing")
 	f.StringVar(&config, "config", "auto", "kernels: auto, skinny:nt=1|2|4, tiled:NAME|bm=…,bn=…,bk=…,wm=…,wn=…,stages=…, or tc:NAME|bm=…,…,gm=…,minb=…")
 	f.BoolVar(&tune, "tune", false, "CUDA: per batch, check and time every candidate configuration and measure with the fastest correct one")
-	f.IntVar(&tuneSamples, "tune-samples", 5, "timed samples per candidate under --tune")
+	f.IntVar(&tuneSamples, "tune-samples", 6, "timed samples per candidate under --tune (6: the fewest that give a 95% interval)")
 	f.StringVar(&ceilings, "ceilings", "", "read the device's ceilings from a results `FILE` of 'mstar bench ceilings' instead of measuring them")
 	f.StringVar(&dumpDir, "dump-dir", "", "write each batch's output as raw bf16 to `DIR`/out-M<batch>.bf16 (for the peers' cross-check)")
 	return cmd

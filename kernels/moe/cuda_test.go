@@ -5,7 +5,9 @@ import (
 	"io"
 	"math"
 	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -40,15 +42,50 @@ func gpuKernels(t *testing.T) (*cuda.Context, *Kernels) {
 	return cudaCtx, cudaKern
 }
 
-// runGPU runs one forward pass on poisoned buffers and returns the output.
-func runGPU(t *testing.T, k *Kernels, l *Layer, x []float32, r Routing, c Config) ([]float32, *Plan) {
+// layerCache keeps one layer and its device weights per shape for a test's
+// rows (a qwen3-sized layer takes seconds to generate and upload).
+type layerCache struct {
+	k       *Kernels
+	layers  map[Shape]*Layer
+	weights map[Shape]*DeviceWeights
+}
+
+func newLayerCache(t *testing.T, k *Kernels) *layerCache {
+	c := &layerCache{k: k, layers: map[Shape]*Layer{}, weights: map[Shape]*DeviceWeights{}}
+	t.Cleanup(func() {
+		for _, w := range c.weights {
+			w.Free()
+		}
+	})
+	return c
+}
+
+func (c *layerCache) get(t *testing.T, s Shape) (*Layer, *DeviceWeights) {
 	t.Helper()
-	ctx := k.ctx
-	w, err := UploadWeights(ctx, l)
+	if l, ok := c.layers[s]; ok {
+		return l, c.weights[s]
+	}
+	l := NewLayer(s, 21)
+	w, err := UploadWeights(c.k.ctx, l)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { w.Free() })
+	c.layers[s], c.weights[s] = l, w
+	return l, w
+}
+
+// runGPU runs one forward pass on poisoned buffers and returns the output
+// (w: l's weights on the device, or nil to upload them for this pass).
+func runGPU(t *testing.T, k *Kernels, l *Layer, w *DeviceWeights, x []float32, r Routing, c Config) ([]float32, *Plan) {
+	t.Helper()
+	ctx := k.ctx
+	if w == nil {
+		var err error
+		if w, err = UploadWeights(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { w.Free() })
+	}
 	p, err := k.NewPlan(l.Shape, r.M, c)
 	if err != nil {
 		t.Fatal(err)
@@ -96,7 +133,7 @@ func TestCUDAAlign(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			x := RandomInput(tt.r.M, s.H, 2)
-			_, p := runGPU(t, k, l, x, tt.r, tt.c)
+			_, p := runGPU(t, k, l, nil, x, tt.r, tt.c)
 			sorted, bexp, total, err := p.AlignmentOut()
 			if err != nil {
 				t.Fatal(err)
@@ -174,12 +211,13 @@ func TestCUDAForward(t *testing.T) {
 		row{name: "qwen3-30b ep4 M=64", shape: qwen, m: 64, ep: 4},
 		row{name: "tiny M=5", shape: Shape{E: 4, K: 2, H: 64, I: 16}, m: 5},
 	)
+	cache := newLayerCache(t, k)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			shape := tt.shape
 			ep := max(tt.ep, 1)
 			shape.E /= ep
-			l := NewLayer(shape, 21)
+			l, w := cache.get(t, shape)
 			x := RandomInput(tt.m, shape.H, 22)
 			var r Routing
 			if tt.routing != "" {
@@ -189,7 +227,7 @@ func TestCUDAForward(t *testing.T) {
 				r = UniformRouting(tt.m, tt.shape.E, shape.K, 23)
 			}
 			r = r.Localize(tt.shape.E, ep, 0)
-			got, p := runGPU(t, k, l, x, r, tt.c)
+			got, p := runGPU(t, k, l, w, x, r, tt.c)
 			if p.Config.Kernel == "tc" {
 				t.Logf("tc resident blocks: gemm1 %d, gemm2 %d", p.Resident[0], p.Resident[1])
 			}
@@ -212,11 +250,58 @@ func TestCUDAForward(t *testing.T) {
 				}
 			}
 			// Deterministic: a second pass gives the same bits.
-			again, _ := runGPU(t, k, l, x, r, tt.c)
+			again, _ := runGPU(t, k, l, w, x, r, tt.c)
 			if !slices.Equal(got, again) {
 				t.Errorf("two passes over the same inputs differ")
 			}
 		})
+	}
+}
+
+// TestCUDATCResources loads every tc configuration's module and reports
+// what the device's compiler made of it: registers, local memory,
+// occupancy. A configuration that does not fit one block on a
+// multiprocessor fails. MSTAR_MOE_CUBIN_DIR=DIR also writes each module's
+// image there (for cuobjdump -res-usage / -sass).
+func TestCUDATCResources(t *testing.T) {
+	_, k := gpuKernels(t)
+	dir := os.Getenv("MSTAR_MOE_CUBIN_DIR")
+	for _, c := range TCConfigs() {
+		res, err := k.Module(c)
+		if err != nil {
+			t.Errorf("%v: %v", c, err)
+			continue
+		}
+		if dir != "" {
+			name := strings.NewReplacer(":", "_", ",", "_", "=", "").Replace(c.String())
+			if err := os.WriteFile(filepath.Join(dir, name+"."+res.Kind), res.Image, 0o644); err != nil {
+				t.Error(err)
+			}
+		}
+		m, _ := k.module(c)
+		g1, g2 := c.kernelNames()
+		for i, name := range []string{g1, g2} {
+			f, err := m.fn(name, c.SharedBytes())
+			if err != nil {
+				t.Fatalf("%v: %v", c, err)
+			}
+			regs, err := f.NumRegs()
+			if err != nil {
+				t.Fatal(err)
+			}
+			occ, err := f.MaxActiveBlocksPerSM(c.Threads(i+1), c.SharedBytes())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%-60v %s: %3d registers, %6d B dynamic smem, %d blocks/SM (%d warps), compiled in %.2f s (cache hit %v)",
+				c, name[:9], regs, c.SharedBytes(), occ, occ*c.WM*c.WN, res.Seconds, res.CacheHit)
+			if occ < 1 {
+				t.Errorf("%v %s: no block fits on a multiprocessor", c, name)
+			}
+			if occ < c.MinBlocks {
+				t.Errorf("%v %s: %d blocks per multiprocessor, the configuration asks for %d", c, name, occ, c.MinBlocks)
+			}
+		}
 	}
 }
 
