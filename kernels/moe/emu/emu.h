@@ -316,6 +316,7 @@ inline float __uint_as_float(u32 u) {
     return f;
 }
 inline float __expf(float x) { return std::exp(x); }
+inline float __fdividef(float x, float y) { return y > 8.5070592e37f ? 0.f * x : x / y; }  // 2^126: what the device returns
 
 inline int atomicAdd(int* p, int v) {
     int old = *p;
