@@ -372,6 +372,12 @@ func RunMoE(dev gpu.Device, opt MoEOptions) (*MoEReport, error) {
 			want = moe.ReferenceTokens(layer, x, r, tokens)
 		}
 		rel := moe.RelL2(checkedRows(out, tokens, local.H), want)
+		if i := firstNonFinite(out); i >= 0 {
+			// The pass ran on NaN-poisoned buffers: an element no kernel
+			// wrote fails the gate even outside the checked tokens.
+			rel = math.NaN()
+			cfg += fmt.Sprintf("; out[%d] (token %d) is %v", i, i/local.H, out[i])
+		}
 		res, row := moeResult(opt, local, m, r, us, rel, cfg, len(tokens))
 		if tuned != nil {
 			res, row = withTuning(opt, local, m, res, row, tuned)
@@ -383,6 +389,16 @@ func RunMoE(dev gpu.Device, opt MoEOptions) (*MoEReport, error) {
 		rep.Rows = append(rep.Rows, row)
 	}
 	return rep, nil
+}
+
+// firstNonFinite is the index of the first NaN or infinite element, or -1.
+func firstNonFinite(v []float32) int {
+	for i, x := range v {
+		if x != x || x > math.MaxFloat32 || x < -math.MaxFloat32 {
+			return i
+		}
+	}
+	return -1
 }
 
 // checkedRows gathers the checked tokens' output rows.
@@ -664,6 +680,12 @@ func (g *gpuMoE) tune(m int, x []float32, r moe.Routing, tokens []int, want []fl
 			continue
 		}
 		o.RelL2 = moe.RelL2(checkedRows(out, tokens, g.layer.Shape.H), want)
+		if i := firstNonFinite(out); i >= 0 {
+			o.Reject = fmt.Sprintf("out[%d] (token %d, column %d) is %v: never written or not finite", i, i/g.layer.Shape.H, i%g.layer.Shape.H, out[i])
+			p.Free()
+			outs = append(outs, o)
+			continue
+		}
 		if !(o.RelL2 <= MoEMaxRelL2) {
 			o.Reject = fmt.Sprintf("rel L2 %.3g > %g against the float64 reference", o.RelL2, MoEMaxRelL2)
 			p.Free()

@@ -239,3 +239,24 @@ func TestRunMoETuneOptions(t *testing.T) {
 		t.Errorf("untuned result has a config param: %v", rep.Results[0].Params)
 	}
 }
+
+func TestRunMoEGateSeesUncheckedTokens(t *testing.T) {
+	// 200 tokens: 64 are checked against the reference; a NaN in token 1
+	// (not among them) still fails the gate.
+	if slices.Contains(checkTokens(200), 1) {
+		t.Fatal("token 1 is checked; pick another")
+	}
+	h := 16
+	testCorruptOutput = func(out []float32) { out[1*h+3] = float32(math.Inf(1)) }
+	defer func() { testCorruptOutput = nil }()
+	rep, err := RunMoE(gpu.NewCPU(), MoEOptions{Shape: moe.Shape{E: 4, K: 2, H: h, I: 8}, Batches: []int{200}, Samples: 1, Ceilings: fakeCeilings()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Failed() || !strings.Contains(rep.Results[0].Gates[0].Reason, "(token 1) is +Inf") {
+		t.Errorf("gate %+v, want a failure naming token 1", rep.Results[0].Gates)
+	}
+	if firstNonFinite([]float32{1, 2, float32(math.NaN())}) != 2 || firstNonFinite([]float32{1, -3e38}) != -1 {
+		t.Error("firstNonFinite")
+	}
+}
