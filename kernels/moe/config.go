@@ -352,25 +352,30 @@ func perExpert(s Shape, m int) float64 {
 	return float64(slots) / float64(touched)
 }
 
-// ChooseConfig is the configuration table, from the H200 sweeps in
-// testdata/h200/moe-probe-v1.txt and moe-tune-v2.txt (kernels/moe/NOTES.md),
+// ChooseConfig is the configuration table, from the H200 tuning sweep of
+// the four reference shapes (testdata/h200/moe-tune-v4.txt, kernels/moe/NOTES.md),
 // by the mean number of slots per touched expert under uniform routing: the
-// decode kernel up to ~6 (fastest at every M ≤ 64 of the four reference
-// shapes, 85–97% of the floor from M=8), 32-token tiles up to ~40, 64-token
-// tiles up to ~80 when I is moderate, 128×128 tiles with 64×64 warp tiles
-// beyond. `mstar bench moe --tune` measures the alternatives (Candidates).
+// decode kernel up to ~6 (fastest at every M ≤ 64 there, 85–98% of the
+// floor from M=16), the tc kernel with 32×256 tiles up to 64 (fastest or
+// within 3% at every such point), and 128×256 tiles beyond (fastest
+// everywhere but deepseek-v3 tp8 at M=4096, where 64×128 tiles are 3.5%
+// faster). `mstar bench moe --tune` measures the alternatives (Candidates).
 func ChooseConfig(s Shape, m int) Config {
 	per := perExpert(s, m)
 	switch {
 	case per <= 6:
 		touched := max(1, min(s.E, m*s.K))
 		return Config{Kernel: "skinny", NT: 1, W1: skinnyWarps(s.I, s.H, touched), W2: skinnyWarps(s.H, s.I, touched)}
-	case per <= 40:
-		return tiledTable["m32"]
-	case per <= 80 && s.I <= 4096:
-		return tiledTable["m64"]
 	}
-	return tiledTable["w128x128"]
+	c := tcTable["128x256k64s3"]
+	if per <= 64 {
+		c = tcTable["32x256k64s3"]
+	}
+	if CheckConfigShape(c, s, m) != nil {
+		// Past the tc kernels' 32-bit offsets: the tiled kernel's 64-bit ones.
+		return tiledTable["w128x128"]
+	}
+	return c
 }
 
 // Candidates are the configurations the tuner tries for a shape and batch:
