@@ -3,7 +3,6 @@ package bench
 import (
 	"testing"
 
-	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/mstar-dev/mstar/kernels/moe"
 	"github.com/mstar-dev/mstar/kernels/router"
 )
@@ -12,21 +11,11 @@ import (
 // Build for the GPU machine with go test -c -o bin/bench.test ./bench and run
 // bin/bench.test -test.run CUDAAblation there.
 
-func ablationCUDA(t *testing.T) gpu.Device {
-	t.Helper()
-	d, _, err := gpu.Open(gpu.Spec{Backend: gpu.CUDA})
-	if err != nil {
-		t.Skipf("no CUDA device: %v", err)
-	}
-	t.Cleanup(func() { d.Close() })
-	return d
-}
-
 // The CUDA path and moe.ForwardCPU agree under the routings the ablation
 // hands them: plain top-k, capacity drops (-1 slots), and expert choice's
 // wider, ragged rows.
 func TestCUDAAblationKernelMatchesCPU(t *testing.T) {
-	dev := ablationCUDA(t)
+	dev := openCUDA(t)
 	shape := moe.Shape{E: 16, K: 2, H: 64, I: 32}
 	l := moe.NewLayer(shape, 5)
 	gk, err := NewCUDAKernel(dev, l)
@@ -74,7 +63,7 @@ func TestCUDAAblationKernelMatchesCPU(t *testing.T) {
 }
 
 func TestCUDAAblationRun(t *testing.T) {
-	dev := ablationCUDA(t)
+	dev := openCUDA(t)
 	m := router.Model{Name: "small", E: 32, K: 4, H: 128, I: 64, Router: "softmax-topk-norm"}
 	k, note, release := KernelFor(dev, moe.Shape{E: m.E, K: m.K, H: m.H, I: m.I}, 1)
 	defer release()
