@@ -33,7 +33,6 @@ import (
 	"time"
 
 	"github.com/mstar-dev/mstar/internal/gpu"
-	"golang.org/x/sys/unix"
 )
 
 // Config configures an Arena. The zero value of every field is a sensible
@@ -67,6 +66,11 @@ type Config struct {
 	Device    gpu.Device
 	PinBudget int64
 
+	// CopyThreads is how many threads copy one large tensor into its slot
+	// (or write its file); default half the cores, at most 8. Tensors below
+	// 1 MiB are always copied by one.
+	CopyThreads int
+
 	// NoStartupSweep skips removing orphaned segments in Dir at New.
 	NoStartupSweep bool
 	// NoSignalHandler leaves SIGINT/SIGTERM alone; the program must then
@@ -95,6 +99,7 @@ type Arena struct {
 	slots    map[uint64]*Slot
 	nextID   uint64
 	notify   chan struct{} // closed and replaced whenever space frees or a segment appears
+	waiters  int           // reservers waiting on notify: no waiter, no channel to replace
 	growing  bool
 	pinned   int64
 	closed   bool
@@ -191,6 +196,7 @@ func New(cfg Config) (*Arena, error) {
 	if cfg.PinBudget == 0 {
 		cfg.PinBudget = DefaultPinBudget
 	}
+	cfg.CopyThreads = resolveThreads(cfg.CopyThreads)
 	a := &Arena{cfg: cfg, slots: make(map[uint64]*Slot), notify: make(chan struct{}), nextID: 1}
 	fs, err := StatFS(cfg.Dir)
 	if err != nil {
@@ -304,7 +310,12 @@ func (a *Arena) dropSegment(seg *segment) error {
 }
 
 // wake tells waiting reservers that space freed or a segment appeared.
+// Without a waiter it costs nothing: a free on the hot path (one per ACK)
+// would otherwise allocate a channel.
 func (a *Arena) wake() {
+	if a.waiters == 0 {
+		return
+	}
 	close(a.notify)
 	a.notify = make(chan struct{})
 }
@@ -393,6 +404,7 @@ func (a *Arena) reserve(ctx context.Context, n int64, stage bool) (*Slot, error)
 			}
 		}
 		ch := a.notify
+		a.waiters++
 		a.mu.Unlock()
 		t := time.NewTimer(time.Until(deadline))
 		select {
@@ -402,6 +414,7 @@ func (a *Arena) reserve(ctx context.Context, n int64, stage bool) (*Slot, error)
 		}
 		t.Stop()
 		a.mu.Lock()
+		a.waiters--
 	}
 }
 
@@ -501,7 +514,7 @@ func (a *Arena) Put(ctx context.Context, data []byte, m Meta, fanout int) (Descr
 		return Descriptor{}, err
 	}
 	if !s.spilled {
-		copy(s.buf, data)
+		pcopy(s.buf, data, a.cfg.CopyThreads)
 	}
 	return a.publish(s, data, m, fanout)
 }
@@ -517,7 +530,7 @@ func (a *Arena) publish(s *Slot, data []byte, m Meta, fanout int) (Descriptor, e
 	d := Descriptor{ID: s.id, Size: s.size, DType: m.DType, Shape: m.Shape, Checksum: m.Checksum, HasChecksum: m.HasChecksum}
 	if s.spilled {
 		name := Name{Kind: KindSpill, Entity: a.cfg.Entity, PID: os.Getpid(), Token: newToken()}.String()
-		f, err := writeSpill(a.cfg.Dir, name, data)
+		f, err := writeSpill(a.cfg.Dir, name, data, a.cfg.CopyThreads)
 		if err != nil {
 			a.Release(s)
 			return Descriptor{}, fmt.Errorf("publish tensor %d: spilling: %w", s.id, err)
@@ -544,19 +557,15 @@ func (a *Arena) publish(s *Slot, data []byte, m Meta, fanout int) (Descriptor, e
 	return d, nil
 }
 
-func writeSpill(dir, name string, data []byte) (*shmFile, error) {
+func writeSpill(dir, name string, data []byte, threads int) (*shmFile, error) {
 	f, err := createFile(dir, name, int64(len(data)), false)
 	if err != nil {
 		return nil, err
 	}
-	for off := 0; off < len(data); {
-		n, err := unix.Pwrite(f.fd, data[off:], int64(off))
-		if err != nil {
-			_ = f.unlink()
-			_ = f.close()
-			return nil, fmt.Errorf("writing %s: %w", f.path, err)
-		}
-		off += n
+	if err := ppwrite(f.fd, data, threads); err != nil {
+		_ = f.unlink()
+		_ = f.close()
+		return nil, fmt.Errorf("writing %s: %w", f.path, err)
 	}
 	return f, nil
 }
@@ -567,6 +576,25 @@ func writeSpill(dir, name string, data []byte) (*shmFile, error) {
 // consumer may still be reading.
 func (a *Arena) Ack(id uint64) error { return a.unref(id, false) }
 
+// AckBatch is Ack for several tensors under one lock (one ACK frame's
+// worth). ok[i] says whether ids[i] was live and counted; err is the first
+// refusal.
+func (a *Arena) AckBatch(ids []uint64, ok []bool) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var first error
+	for i, id := range ids {
+		err := a.unrefLocked(id, false)
+		if ok != nil {
+			ok[i] = err == nil
+		}
+		if err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
 // Abandon drops one consumer's reference without a delivery: the consumer
 // is gone (its connection closed), so it will never ACK.
 func (a *Arena) Abandon(id uint64) error { return a.unref(id, true) }
@@ -574,6 +602,10 @@ func (a *Arena) Abandon(id uint64) error { return a.unref(id, true) }
 func (a *Arena) unref(id uint64, abandoned bool) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	return a.unrefLocked(id, abandoned)
+}
+
+func (a *Arena) unrefLocked(id uint64, abandoned bool) error {
 	s, ok := a.slots[id]
 	if !ok || s.refs == 0 {
 		return fmt.Errorf("ack for tensor %d, which is not live (acknowledged twice, never published, or reclaimed)", id)

@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mstar-dev/mstar/internal/gpu"
@@ -71,6 +72,8 @@ type Link struct {
 	c             *net.UnixConn
 	Local, Remote Hello
 	br            *bufio.Reader
+
+	framesOut, writes, framesIn atomic.Uint64
 
 	wmu      sync.Mutex
 	wcond    *sync.Cond
@@ -243,7 +246,32 @@ func (l *Link) readFrame() (byte, []byte, error) {
 	if _, err := io.ReadFull(l.br, buf); err != nil {
 		return 0, nil, fmt.Errorf("reading frame: %w", err)
 	}
+	l.framesIn.Add(1)
 	return buf[0], buf[1:], nil
+}
+
+// frameBuffered reports whether a whole frame is already in the read
+// buffer, so reading it will not block.
+func (l *Link) frameBuffered() bool {
+	if l.br.Buffered() < 4 {
+		return false
+	}
+	hdr, _ := l.br.Peek(4)
+	n := binary.LittleEndian.Uint32(hdr)
+	return n > 0 && n <= maxFrame && l.br.Buffered() >= 4+int(n)
+}
+
+// LinkStats counts a link's traffic: frames against write syscalls shows
+// how much the writer coalesced.
+type LinkStats struct {
+	FramesOut uint64 // frames queued
+	Writes    uint64 // write syscalls that carried them
+	FramesIn  uint64 // frames read
+}
+
+// Stats returns the link's traffic counts.
+func (l *Link) Stats() LinkStats {
+	return LinkStats{FramesOut: l.framesOut.Load(), Writes: l.writes.Load(), FramesIn: l.framesIn.Load()}
 }
 
 // queue appends a frame for the writer goroutine.
@@ -257,6 +285,7 @@ func (l *Link) queue(typ byte, build func([]byte) []byte) error {
 	l.wbuf = append(l.wbuf, 0, 0, 0, 0, typ)
 	l.wbuf = build(l.wbuf)
 	binary.LittleEndian.PutUint32(l.wbuf[start:], uint32(len(l.wbuf)-start-4))
+	l.framesOut.Add(1)
 	l.wcond.Signal()
 	return nil
 }
@@ -276,6 +305,7 @@ func (l *Link) writer() {
 		out, l.wbuf = l.wbuf, out[:0]
 		l.wmu.Unlock()
 		_, err := l.c.Write(out)
+		l.writes.Add(1)
 		l.wmu.Lock()
 		if err != nil {
 			if l.werr == nil {
@@ -440,6 +470,7 @@ func (s *Sender) Send(ds ...Descriptor) error {
 func (s *Sender) loop() {
 	defer close(s.done)
 	var err error
+	var okb []bool
 	for {
 		var descs []Descriptor
 		var acks []uint64
@@ -451,19 +482,25 @@ func (s *Sender) loop() {
 			err = fmt.Errorf("protocol: consumer %s sent descriptors", s.link.Remote)
 			break
 		}
+		// One lock of each for the whole frame, not per id.
+		ours := acks[:0]
+		s.mu.Lock()
 		for _, id := range acks {
-			s.mu.Lock()
-			_, ok := s.pending[id]
-			delete(s.pending, id)
-			if !ok {
+			if _, ok := s.pending[id]; !ok {
 				s.bogus++
-			}
-			s.mu.Unlock()
-			if !ok {
 				continue // not ours to count: it could free another consumer's reference
 			}
-			if e := s.arena.Ack(id); e == nil && s.onAck != nil {
-				s.onAck(id, false)
+			delete(s.pending, id)
+			ours = append(ours, id)
+		}
+		s.mu.Unlock()
+		okb = append(okb[:0], make([]bool, len(ours))...)
+		_ = s.arena.AckBatch(ours, okb)
+		if s.onAck != nil {
+			for i, id := range ours {
+				if okb[i] {
+					s.onAck(id, false)
+				}
 			}
 		}
 	}
@@ -574,6 +611,22 @@ func (rc *Receiver) loop() {
 			rc.err = fmt.Errorf("protocol: producer %s sent acks", rc.link.Remote)
 			break
 		}
+		// Frames that arrived together are handed over together: one wake-up
+		// of the consumer, one batch.
+		for len(descs) < maxPerFrame && rc.link.frameBuffered() {
+			more, acks, err := rc.link.recv()
+			if err == nil && len(acks) > 0 {
+				err = fmt.Errorf("protocol: producer %s sent acks", rc.link.Remote)
+			}
+			if err != nil {
+				rc.err = err
+				break
+			}
+			descs = append(descs, more...)
+		}
+		if rc.err != nil {
+			break
+		}
 		select {
 		case rc.in <- descs:
 		case <-rc.quit:
@@ -590,6 +643,20 @@ func (rc *Receiver) Next(ctx context.Context) ([]Descriptor, error) {
 	select {
 	case ds, ok := <-rc.in:
 		if ok {
+			// Take whatever else is already waiting: a busy consumer gets
+			// bigger batches (and ACKs them in one frame).
+			for len(ds) < maxPerFrame {
+				select {
+				case more, ok := <-rc.in:
+					if !ok {
+						return ds, nil // the next call reports the close
+					}
+					ds = append(ds, more...)
+					continue
+				default:
+				}
+				break
+			}
 			return ds, nil
 		}
 		<-rc.done
@@ -609,12 +676,17 @@ func (rc *Receiver) Ack(ids ...uint64) error { return rc.link.SendAcks(ids) }
 // and acknowledges those that were read. It returns the first error; the
 // tensors that failed are not acknowledged.
 func (rc *Receiver) ReadBatch(ds []Descriptor, dst [][]byte) error {
+	if len(dst) < len(ds) {
+		return fmt.Errorf("read batch: %d destinations for %d tensors", len(dst), len(ds))
+	}
 	ids := make([]uint64, 0, len(ds))
+	errs := make([]error, len(ds))
+	rc.reader.ReadBatchInto(ds, dst, errs)
 	var first error
 	for i, d := range ds {
-		if err := rc.reader.ReadInto(d, dst[i]); err != nil {
+		if errs[i] != nil {
 			if first == nil {
-				first = err
+				first = errs[i]
 			}
 			continue
 		}
@@ -654,7 +726,9 @@ func (rc *Receiver) CopyBatchToDevice(s gpu.Stream, ds []Descriptor, dst []gpu.B
 		rel = append(rel, f)
 		ids = append(ids, d.ID)
 	}
-	ev, err := s.Record()
+	// A blocking-sync event: the watcher sleeps on it rather than spinning
+	// a core for as long as the copies take.
+	ev, err := gpu.RecordBlocking(s)
 	if err != nil {
 		_ = s.Sync()
 		releaseAll()

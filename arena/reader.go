@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/mstar-dev/mstar/internal/gpu"
-	"golang.org/x/sys/unix"
 )
 
 // ReaderConfig configures a Reader.
@@ -27,6 +26,9 @@ type ReaderConfig struct {
 	// EvictEvery bounds how often reads look for mappings to drop (default
 	// 100ms), keeping the stat calls off the hot path.
 	EvictEvery time.Duration
+	// CopyThreads is how many threads copy one large tensor out (or read
+	// its file); default half the cores, at most 8.
+	CopyThreads int
 }
 
 // Reader is the consumer side: it maps each producer segment once, caches
@@ -70,6 +72,7 @@ func NewReader(cfg ReaderConfig) *Reader {
 	if cfg.EvictEvery == 0 {
 		cfg.EvictEvery = 100 * time.Millisecond
 	}
+	cfg.CopyThreads = resolveThreads(cfg.CopyThreads)
 	uid := os.Getuid()
 	if cfg.UID != nil {
 		uid = *cfg.UID
@@ -80,12 +83,16 @@ func NewReader(cfg ReaderConfig) *Reader {
 // check validates a descriptor against this consumer before anything is
 // opened: its static form, and the transport setting.
 func (r *Reader) check(d *Descriptor) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.checkLocked(d)
+}
+
+func (r *Reader) checkLocked(d *Descriptor) error {
 	cached := false
 	if d.Loc == InSegment {
 		// A name already mapped was validated when it was.
-		r.mu.Lock()
 		_, cached = r.maps[d.File]
-		r.mu.Unlock()
 	}
 	if !cached {
 		if err := d.validateName(); err != nil {
@@ -177,9 +184,58 @@ func (r *Reader) ReadInto(d Descriptor, dst []byte) error {
 	if err != nil {
 		return err
 	}
-	copy(dst, mem)
+	pcopy(dst, mem, r.cfg.CopyThreads)
 	release()
 	return nil
+}
+
+// ReadBatchInto is ReadInto for a batch, with the cache looked up and the
+// in-flight counts taken and dropped once for the whole batch rather than
+// per tensor. errs[i] is tensor i's outcome.
+func (r *Reader) ReadBatchInto(ds []Descriptor, dst [][]byte, errs []error) {
+	r.maybeEvict()
+	segs := make([]*peerSeg, len(ds))
+	r.mu.Lock()
+	for i := range ds {
+		d := &ds[i]
+		errs[i] = nil
+		if int64(len(dst[i])) < d.Size {
+			errs[i] = fmt.Errorf("tensor %d: destination of %d bytes is smaller than its %d", d.ID, len(dst[i]), d.Size)
+			continue
+		}
+		if errs[i] = r.checkLocked(d); errs[i] != nil || d.Loc != InSegment {
+			continue
+		}
+		ps, err := r.mapLocked(d.File)
+		if err != nil {
+			errs[i] = fmt.Errorf("tensor %d: %w", d.ID, err)
+			continue
+		}
+		if end := d.Offset + d.Size; end > int64(len(ps.f.mem)) {
+			errs[i] = fmt.Errorf("descriptor for tensor %d refused: [%d, %d) is past the end of segment %s (%d bytes)", d.ID, d.Offset, end, d.File, len(ps.f.mem))
+			continue
+		}
+		ps.inflight++
+		segs[i] = ps
+	}
+	r.mu.Unlock()
+	for i := range ds {
+		d := &ds[i]
+		switch {
+		case errs[i] != nil:
+		case segs[i] != nil:
+			pcopy(dst[i], segs[i].f.mem[d.Offset:d.Offset+d.Size], r.cfg.CopyThreads)
+		default:
+			errs[i] = r.readFile(*d, dst[i][:d.Size])
+		}
+	}
+	r.mu.Lock()
+	for _, ps := range segs {
+		if ps != nil {
+			ps.inflight--
+		}
+	}
+	r.mu.Unlock()
 }
 
 func (r *Reader) readFile(d Descriptor, dst []byte) error {
@@ -191,15 +247,12 @@ func (r *Reader) readFile(d Descriptor, dst []byte) error {
 	if f.size < d.Size {
 		return fmt.Errorf("descriptor for tensor %d refused: %d bytes, but file %s has %d", d.ID, d.Size, d.File, f.size)
 	}
-	for off := 0; off < len(dst); {
-		n, err := unix.Pread(f.fd, dst[off:], int64(off))
-		if err != nil {
-			return fmt.Errorf("tensor %d: reading %s: %w", d.ID, f.path, err)
-		}
-		if n == 0 {
-			return fmt.Errorf("tensor %d: reading %s: file shrank to %d bytes", d.ID, f.path, off)
-		}
-		off += n
+	short, err := ppread(f.fd, dst, r.cfg.CopyThreads)
+	if err != nil {
+		return fmt.Errorf("tensor %d: reading %s: %w", d.ID, f.path, err)
+	}
+	if short {
+		return fmt.Errorf("tensor %d: reading %s: file shrank below %d bytes", d.ID, f.path, len(dst))
 	}
 	return nil
 }

@@ -124,6 +124,11 @@ func measureMemcpy(opt Options, src []byte, dst [][]byte, p *transportPoint, thr
 	return nil
 }
 
+// sendBatchBytes bounds a descriptor batch by the bytes it describes:
+// small tensors share a frame (and the consumer's ACK frame), a tensor of
+// this size or more goes out alone at once.
+const sendBatchBytes = 256 << 10
+
 // measurePipe moves count tensors per sample from a producer goroutine to a
 // consumer goroutine through the transport, as two processes would: Put
 // (one copy in, or one file write), descriptor over a Unix socket, one copy
@@ -131,7 +136,10 @@ func measureMemcpy(opt Options, src []byte, dst [][]byte, p *transportPoint, thr
 // producer has the last ACK.
 func measurePipe(opt Options, tr arena.Transport, src []byte, dst [][]byte, p *transportPoint) error {
 	size, count := p.size, len(dst)
-	window := min(count, int(max(2, (256<<20)/size)))
+	// In flight at most ~32 MiB (at least two tensors): enough to keep both
+	// ends busy, little enough that a slot is read back soon after it was
+	// written. The file transport gets the same window.
+	window := min(count, int(max(2, (32<<20)/size)))
 	segSize := max(int64(256<<20), roundUp(size, 4096))
 	maxSegs := int((int64(window)*roundUp(size, arena.Align)+segSize-1)/segSize) + 1
 	a, err := arena.New(arena.Config{
@@ -168,6 +176,7 @@ func measurePipe(opt Options, tr arena.Transport, src []byte, dst [][]byte, p *t
 	defer func() { rcv.Close(); rd.Close() }()
 
 	ctx := context.Background()
+	var batch []arena.Descriptor
 	for s := -opt.Warmup; s < opt.Samples; s++ {
 		poison(dst)
 		sample := s + opt.Warmup
@@ -193,16 +202,43 @@ func measurePipe(opt Options, tr arena.Transport, src []byte, dst [][]byte, p *t
 			consumerErr <- nil
 		}()
 		t0 := time.Now()
+		// Descriptors go out in batches, as a server sends them: a batch
+		// leaves when it holds sendBatchBytes, or when the producer would
+		// otherwise wait for a free slot (so the consumer never waits on a
+		// batch the producer is sitting on).
+		batch = batch[:0]
+		var batchBytes int64
+		flush := func() error {
+			if len(batch) == 0 {
+				return nil
+			}
+			err := snd.Send(batch...)
+			batch, batchBytes = batch[:0], 0
+			return err
+		}
 		for i := 0; i < count; i++ {
-			tokens <- struct{}{}
+			select {
+			case tokens <- struct{}{}:
+			default:
+				if err := flush(); err != nil {
+					return err
+				}
+				tokens <- struct{}{}
+			}
 			stamp(src, sample, i)
 			d, err := a.Put(ctx, src, arena.Meta{}, 1)
 			if err != nil {
 				return err
 			}
-			if err := snd.Send(d); err != nil {
-				return err
+			batch = append(batch, d)
+			if batchBytes += size; batchBytes >= sendBatchBytes {
+				if err := flush(); err != nil {
+					return err
+				}
 			}
+		}
+		if err := flush(); err != nil {
+			return err
 		}
 		// The sample ends with the last ACK at the producer; the consumer
 		// finishing first (its ACKs in flight) is the normal case.

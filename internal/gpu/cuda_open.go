@@ -232,6 +232,37 @@ func (s *cudaStream) Record() (Event, error) {
 	return &cudaEvent{ev: ev}, nil
 }
 
+// RecordBlocking is Record with an event that cannot time but whose Sync
+// sleeps instead of spinning (CU_EVENT_BLOCKING_SYNC): for goroutines that
+// wait on completions, like the arena's ACK watcher.
+func (s *cudaStream) RecordBlocking() (Event, error) {
+	ev, err := s.s.Context().NewBlockingEvent()
+	if err != nil {
+		return nil, err
+	}
+	if err := s.s.Record(ev); err != nil {
+		ev.Destroy()
+		return nil, err
+	}
+	return &cudaEvent{ev: ev}, nil
+}
+
+// BlockingRecorder is a Stream whose RecordBlocking returns an event whose
+// Sync blocks without spinning a core (CUDA). Streams without it (the CPU
+// backend, whose events complete at once) use Record.
+type BlockingRecorder interface {
+	RecordBlocking() (Event, error)
+}
+
+// RecordBlocking records a completion event to wait on: a blocking-sync
+// event where the stream has one, else a plain Record.
+func RecordBlocking(s Stream) (Event, error) {
+	if b, ok := s.(BlockingRecorder); ok {
+		return b.RecordBlocking()
+	}
+	return s.Record()
+}
+
 func (s *cudaStream) WaitEvent(ev Event) error {
 	e, ok := ev.(*cudaEvent)
 	if !ok {

@@ -72,6 +72,7 @@ const (
 	streamNonBlocking  = 0x1
 	eventDefault       = 0x0
 	eventDisableTiming = 0x2
+	eventBlockingSync  = 0x1 // CU_EVENT_BLOCKING_SYNC: Synchronize sleeps instead of spinning
 
 	funcAttrMaxDynamicShared = 8 // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 	funcAttrNumRegs          = 4

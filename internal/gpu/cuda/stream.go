@@ -137,6 +137,19 @@ func (c *Context) NewEvent(timing bool) (*Event, error) {
 	return e, nil
 }
 
+// NewBlockingEvent creates a non-timing event whose Synchronize blocks the
+// calling thread in the driver instead of spinning on a core: for a thread
+// that waits on events for a living (an ACK watcher), where a default event
+// would burn a core per waiter.
+func (c *Context) NewBlockingEvent() (*Event, error) {
+	e := &Event{c: c}
+	flags := uint32(eventBlockingSync | eventDisableTiming)
+	if err := c.Do(func() error { return check(drv.cuEventCreate(&e.h, flags), "cuEventCreate") }); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
 // Handle is the raw CUevent.
 func (e *Event) Handle() uintptr { return e.h }
 
