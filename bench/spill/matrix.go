@@ -112,6 +112,8 @@ func (m *Matrix) WriteText(w io.Writer) error {
 			fmt.Fprintf(tw, "\t%s", k)
 		}
 		fmt.Fprintln(tw)
+		var na []string // "why: cells", in order of first appearance
+		naCells := map[string][]string{}
 		for _, sc := range Scenarios {
 			if !scUsed[sc] {
 				continue
@@ -120,12 +122,19 @@ func (m *Matrix) WriteText(w io.Writer) error {
 			for _, k := range tiers {
 				c := Cell{sc, k, size}
 				txt := cellText(at[c])
-				if ok, _ := c.Applicable(); !ok {
+				if ok, why := c.Applicable(); !ok {
 					txt = "n/a"
+					if naCells[why] == nil {
+						na = append(na, why)
+					}
+					naCells[why] = append(naCells[why], string(sc)+"/"+string(k))
 				}
 				fmt.Fprintf(tw, "\t%s", txt)
 			}
 			fmt.Fprintln(tw)
+		}
+		for _, why := range na {
+			fmt.Fprintf(tw, "n/a: %s: %s\n", strings.Join(naCells[why], ", "), why)
 		}
 		fmt.Fprintln(tw)
 	}

@@ -47,18 +47,25 @@ func allocSlots(t tier.Tier, p *tier.Pool, idx []int) ([]tier.Slot, error) {
 	return slots, nil
 }
 
-// spillInto spills the blocks idx of p into their slots.
+// spillInto spills the blocks idx of p into their slots as one batch: every
+// copy queued on s, one wait (tier.Batch). The timed region is the queueing
+// and that wait, what a serving process waits for; hashing is outside it.
 func spillInto(ctx context.Context, s gpu.Stream, slots []tier.Slot, p *tier.Pool, idx []int) (int64, time.Duration, error) {
-	var moved int64
+	b := tier.NewBatch(s)
 	start := time.Now()
 	for _, i := range idx {
-		n, err := slots[i].Spill(ctx, s, p.Buffer(), p.Blocks()[i].Off)
-		moved += n
-		if err != nil {
-			return moved, time.Since(start), fmt.Errorf("spilling block %d: %w", i, err)
-		}
+		b.Spill(ctx, slots[i], p.Buffer(), p.Blocks()[i].Off)
 	}
-	return moved, time.Since(start), nil
+	got, err := b.Wait()
+	dt := time.Since(start)
+	var moved int64
+	for _, n := range got {
+		moved += n
+	}
+	if err != nil {
+		return moved, dt, fmt.Errorf("spilling blocks %v: %w", idx, err)
+	}
+	return moved, dt, nil
 }
 
 // spillBlocks reserves fresh slots and spills the blocks idx of p to t. On
@@ -84,22 +91,26 @@ func spillBlocks(ctx context.Context, s gpu.Stream, t tier.Tier, p *tier.Pool, i
 	return slots, moved, time.Since(start), nil
 }
 
-// restoreBlocks restores blocks idx from their slots; reported[i] is what the
-// tier said it copied.
+// restoreBlocks restores blocks idx from their slots as one batch, like
+// spillInto; reported[i] is what the tier said it copied.
 func restoreBlocks(ctx context.Context, s gpu.Stream, p *tier.Pool, idx []int, slots []tier.Slot) ([]int64, int64, time.Duration, error) {
 	reported := make([]int64, len(p.Blocks()))
-	var moved int64
+	b := tier.NewBatch(s)
 	start := time.Now()
 	for _, i := range idx {
-		b := p.Blocks()[i]
-		n, err := slots[i].Restore(ctx, s, p.Buffer(), b.Off, slots[i].Filled())
-		reported[i] = n
-		moved += n
-		if err != nil {
-			return reported, moved, time.Since(start), fmt.Errorf("restoring block %d: %w", i, err)
-		}
+		b.Restore(ctx, slots[i], p.Buffer(), p.Blocks()[i].Off, slots[i].Filled())
 	}
-	return reported, moved, time.Since(start), nil
+	got, err := b.Wait()
+	dt := time.Since(start)
+	var moved int64
+	for k, i := range idx {
+		reported[i] = got[k]
+		moved += got[k]
+	}
+	if err != nil {
+		return reported, moved, dt, fmt.Errorf("restoring blocks %v: %w", idx, err)
+	}
+	return reported, moved, dt, nil
 }
 
 // checkBlocks reads the blocks back: hashes of all of them, and the reach of

@@ -325,7 +325,7 @@ func TestMatrixText(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := b.String()
-	for _, want := range []string{"PASS 1.0/2.0 GB/s", "FAIL reached", "FAIL error", "n/a", "hibernate/file/64MiB: reached: block 2 short", "ladder/file/64MiB: error: holder died"} {
+	for _, want := range []string{"PASS 1.0/2.0 GB/s", "FAIL reached", "FAIL error", "n/a", "n/a: ladder/pinned: the ladder spills to pinned first", "hibernate/file/64MiB: reached: block 2 short", "ladder/file/64MiB: error: holder died"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("matrix lacks %q:\n%s", want, out)
 		}

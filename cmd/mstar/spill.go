@@ -72,7 +72,9 @@ blocks out to a tier and back and checks, with gates that fail with a reason:
   stranded     no tier holds bytes at the end of the cell
   unmeasured   every figure is measured or says why not; never a silent zero
   bandwidth    spill and restore reach --floor of the tier's ceiling, measured
-               in the same run as one contiguous transfer through the tier
+               in the same run as one contiguous transfer through the tier;
+               a cell queues all its blocks' copies on one stream and waits
+               once, as a real spill does (hashing is outside the timing)
 
 Scenarios (rows): hibernate (the whole pool out and back, device memory freed
 in between), partial (25/50/75% of the blocks, the freed memory overwritten
@@ -80,7 +82,9 @@ by another tenant), restore-gate (compute waits for a verified restore; a
 deliberately short restore must be caught with the bytes that arrived),
 uneven (shards of unequal size at once), ping-pong (two models take turns on
 a budget that holds one; each move priced max(0, transfer − overlapped
-compute), predicted against measured), multi-session (random interleavings
+compute) plus the measured fixed cost of a turn, predicted against measured;
+turns last at least 4 ms, each layer's moves repeated when a tier is that
+fast), multi-session (random interleavings
 through one tier), ladder (the memory-pressure regulator on ramp, spike and
 oscillating demand, pinned first and then this tier; --trace records it),
 abort (a spill cancelled mid-flight: stranded bytes, measured, until a TTL

@@ -54,28 +54,30 @@ func (d *deviceSlot) Size() int64   { return d.buf.Size() }
 func (d *deviceSlot) Filled() int64 { return d.filled }
 
 func (d *deviceSlot) Spill(ctx context.Context, s gpu.Stream, src gpu.Buffer, off int64) (int64, error) {
-	d.filled = 0
-	n, err := chunks(ctx, d.buf.Size(), d.chunk, func(o, c int64) (int64, error) {
-		if err := s.CopyDtoD(d.buf, o, src, off+o, c); err != nil {
-			return 0, err
-		}
-		return c, s.Sync()
-	})
-	d.filled = n
-	return n, err
+	return spillNow(ctx, d, s, src, off)
 }
 
 func (d *deviceSlot) Restore(ctx context.Context, s gpu.Stream, dst gpu.Buffer, off, n int64) (int64, error) {
+	return restoreNow(ctx, d, s, dst, off, n)
+}
+
+func (d *deviceSlot) queueSpill(ctx context.Context, s gpu.Stream, src gpu.Buffer, off int64) (int64, error) {
+	d.filled = 0
+	return chunks(ctx, d.buf.Size(), d.chunk, func(o, c int64) (int64, error) {
+		return queued(c, s.CopyDtoD(d.buf, o, src, off+o, c))
+	})
+}
+
+func (d *deviceSlot) queueRestore(ctx context.Context, s gpu.Stream, dst gpu.Buffer, off, n int64) (int64, error) {
 	if n > d.filled {
 		return 0, fmt.Errorf("restore of %d bytes from a slot holding %d", n, d.filled)
 	}
 	return chunks(ctx, n, d.chunk, func(o, c int64) (int64, error) {
-		if err := s.CopyDtoD(dst, off+o, d.buf, o, c); err != nil {
-			return 0, err
-		}
-		return c, s.Sync()
+		return queued(c, s.CopyDtoD(dst, off+o, d.buf, o, c))
 	})
 }
+
+func (d *deviceSlot) settleSpill(n int64) { d.filled = n }
 
 func (d *deviceSlot) Free() error {
 	if d.buf == nil {

@@ -205,34 +205,49 @@ func (h *hostSlot) Size() int64   { return int64(len(h.mem)) }
 func (h *hostSlot) Filled() int64 { return h.filled }
 
 func (h *hostSlot) Spill(ctx context.Context, s gpu.Stream, src gpu.Buffer, off int64) (int64, error) {
-	h.filled = 0
-	n, err := chunks(ctx, int64(len(h.mem)), h.chunk, func(o, c int64) (int64, error) {
-		if err := s.CopyDtoH(h.mem[o:o+c], src, off+o); err != nil {
-			return 0, err
-		}
-		// Synced per chunk: a byte counts as delivered only once it is there.
-		if err := s.Sync(); err != nil {
-			return 0, err
-		}
-		return c, nil
-	})
-	h.filled = n
-	return n, err
+	return spillNow(ctx, h, s, src, off)
 }
 
 func (h *hostSlot) Restore(ctx context.Context, s gpu.Stream, dst gpu.Buffer, off, n int64) (int64, error) {
+	return restoreNow(ctx, h, s, dst, off, n)
+}
+
+func (h *hostSlot) queueSpill(ctx context.Context, s gpu.Stream, src gpu.Buffer, off int64) (int64, error) {
+	h.filled = 0
+	return chunks(ctx, int64(len(h.mem)), h.chunk, func(o, c int64) (int64, error) {
+		return queued(c, s.CopyDtoH(h.mem[o:o+c], src, off+o))
+	})
+}
+
+func (h *hostSlot) queueRestore(ctx context.Context, s gpu.Stream, dst gpu.Buffer, off, n int64) (int64, error) {
 	if n > h.filled {
 		return 0, fmt.Errorf("restore of %d bytes from a slot holding %d", n, h.filled)
 	}
 	return chunks(ctx, n, h.chunk, func(o, c int64) (int64, error) {
-		if err := s.CopyHtoD(dst, off+o, h.mem[o:o+c]); err != nil {
-			return 0, err
-		}
-		if err := s.Sync(); err != nil {
-			return 0, err
-		}
-		return c, nil
+		return queued(c, s.CopyHtoD(dst, off+o, h.mem[o:o+c]))
 	})
+}
+
+func (h *hostSlot) settleSpill(n int64) { h.filled = n }
+
+// spillNow is a queued spill waited for at once: the bytes queued before a
+// cancellation or a failed copy count once the stream has delivered them.
+func spillNow(ctx context.Context, q queuer, s gpu.Stream, src gpu.Buffer, off int64) (int64, error) {
+	n, err := q.queueSpill(ctx, s, src, off)
+	if serr := s.Sync(); serr != nil {
+		q.settleSpill(0)
+		return 0, errors.Join(err, serr)
+	}
+	q.settleSpill(n)
+	return n, err
+}
+
+func restoreNow(ctx context.Context, q queuer, s gpu.Stream, dst gpu.Buffer, off, n int64) (int64, error) {
+	got, err := q.queueRestore(ctx, s, dst, off, n)
+	if serr := s.Sync(); serr != nil {
+		return 0, errors.Join(err, serr)
+	}
+	return got, err
 }
 
 func (h *hostSlot) Free() error {

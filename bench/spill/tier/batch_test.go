@@ -1,0 +1,229 @@
+package tier
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/mstar-dev/mstar/internal/gpu"
+)
+
+// lazyStream stands in for an asynchronous CUDA stream on the CPU backend:
+// copies and memsets only happen when the stream is synced, so a slot that
+// trusted a byte before its wait would see stale memory.
+type lazyStream struct {
+	gpu.Stream
+	pending  []func() error
+	syncs    int
+	failSync error
+}
+
+func (l *lazyStream) CopyHtoD(dst gpu.Buffer, off int64, src []byte) error {
+	l.pending = append(l.pending, func() error { return l.Stream.CopyHtoD(dst, off, src) })
+	return nil
+}
+
+func (l *lazyStream) CopyDtoH(dst []byte, src gpu.Buffer, off int64) error {
+	l.pending = append(l.pending, func() error { return l.Stream.CopyDtoH(dst, src, off) })
+	return nil
+}
+
+func (l *lazyStream) CopyDtoD(dst gpu.Buffer, dstOff int64, src gpu.Buffer, srcOff, n int64) error {
+	l.pending = append(l.pending, func() error { return l.Stream.CopyDtoD(dst, dstOff, src, srcOff, n) })
+	return nil
+}
+
+func (l *lazyStream) Memset(dst gpu.Buffer, off, n int64, v byte) error {
+	l.pending = append(l.pending, func() error { return l.Stream.Memset(dst, off, n, v) })
+	return nil
+}
+
+func (l *lazyStream) Sync() error {
+	l.syncs++
+	if l.failSync != nil {
+		l.pending = nil
+		return l.failSync
+	}
+	for _, f := range l.pending {
+		if err := f(); err != nil {
+			return err
+		}
+	}
+	l.pending = nil
+	return nil
+}
+
+func batchFixture(t *testing.T, k Kind, f Faults) (*lazyStream, *Pool, []Slot, []uint64) {
+	t.Helper()
+	lens := []int64{64 << 10, 100 << 10, 64 << 10, 3 << 20} // the last one spans chunks
+	dev, tr := open(t, k, 8<<20)
+	tr = Inject(tr, f)
+	s, err := dev.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls := &lazyStream{Stream: s}
+	p, err := NewPool(dev, lens)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	if err := p.FillAll(ls, 42); err != nil {
+		t.Fatal(err)
+	}
+	want, err := p.Hashes(ls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var slots []Slot
+	for _, n := range lens {
+		sl, err := tr.Alloc(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { sl.Free() })
+		slots = append(slots, sl)
+	}
+	return ls, p, slots, want
+}
+
+// A batch queues every copy and waits once; the bytes count, and the
+// restored blocks hash as before, only after that wait.
+func TestBatchWaitsOnce(t *testing.T) {
+	ctx := context.Background()
+	for _, k := range Kinds {
+		t.Run(string(k), func(t *testing.T) {
+			ls, p, slots, want := batchFixture(t, k, Faults{})
+			_, queues := asQueuer(slots[0])
+			ls.syncs = 0
+			b := NewBatch(ls)
+			for i, sl := range slots {
+				b.Spill(ctx, sl, p.Buffer(), p.Blocks()[i].Off)
+			}
+			if queues {
+				if ls.syncs != 0 || len(ls.pending) == 0 {
+					t.Errorf("before Wait: %d syncs, %d copies pending; want 0 syncs and the copies queued", ls.syncs, len(ls.pending))
+				}
+				for i, sl := range slots {
+					if sl.Filled() != 0 {
+						t.Errorf("slot %d claims %d bytes before the wait", i, sl.Filled())
+					}
+				}
+			}
+			got, err := b.Wait()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, sl := range slots {
+				if l := p.Blocks()[i].Len; got[i] != l || sl.Filled() != l {
+					t.Errorf("spill %d: got %d, filled %d, want %d", i, got[i], sl.Filled(), l)
+				}
+			}
+			if queues && ls.syncs != 1 {
+				t.Errorf("spill batch synced %d times, want 1", ls.syncs)
+			}
+			for i := range slots {
+				if err := p.Poison(ls, i); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ls.syncs = 0
+			for i, sl := range slots {
+				b.Restore(ctx, sl, p.Buffer(), p.Blocks()[i].Off, sl.Filled())
+			}
+			if _, err := b.Wait(); err != nil {
+				t.Fatal(err)
+			}
+			if queues && ls.syncs != 1 {
+				t.Errorf("restore batch synced %d times, want 1", ls.syncs)
+			}
+			after, err := p.Hashes(ls)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range want {
+				if after[i] != want[i] {
+					t.Errorf("block %d: hash %016x after the round trip, want %016x", i, after[i], want[i])
+				}
+			}
+		})
+	}
+}
+
+func TestBatchQueuePaths(t *testing.T) {
+	tests := []struct {
+		kind   Kind
+		faults Faults
+		queues bool
+	}{
+		{Device, Faults{}, true},
+		{Pinned, Faults{}, true},
+		{Pageable, Faults{}, true},
+		{Peer, Faults{}, true},
+		{File, Faults{}, false},
+		{Device, Faults{ShortRestore: 7}, true},
+		{Pinned, Faults{Corrupt: true}, false},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("%s %+v", tt.kind, tt.faults), func(t *testing.T) {
+			_, _, slots, _ := batchFixture(t, tt.kind, tt.faults)
+			if _, ok := asQueuer(slots[0]); ok != tt.queues {
+				t.Errorf("queues = %v, want %v", ok, tt.queues)
+			}
+		})
+	}
+}
+
+// A failed wait delivers nothing: no byte counts, no slot claims to hold any.
+func TestBatchFailedWait(t *testing.T) {
+	ctx := context.Background()
+	ls, p, slots, _ := batchFixture(t, Device, Faults{})
+	ls.failSync = errors.New("device lost")
+	b := NewBatch(ls)
+	for i, sl := range slots {
+		b.Spill(ctx, sl, p.Buffer(), p.Blocks()[i].Off)
+	}
+	got, err := b.Wait()
+	if err == nil || !errors.Is(err, ls.failSync) {
+		t.Fatalf("Wait: %v, want the sync's error", err)
+	}
+	for i, sl := range slots {
+		if got[i] != 0 || sl.Filled() != 0 {
+			t.Errorf("slot %d: got %d, filled %d after a failed wait, want 0", i, got[i], sl.Filled())
+		}
+	}
+}
+
+// Faults hold on the queue path: a short restore arrives short.
+func TestBatchShortRestore(t *testing.T) {
+	ctx := context.Background()
+	ls, p, slots, _ := batchFixture(t, Device, Faults{ShortRestore: 4109})
+	b := NewBatch(ls)
+	for i, sl := range slots {
+		b.Spill(ctx, sl, p.Buffer(), p.Blocks()[i].Off)
+	}
+	if _, err := b.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range slots {
+		p.Poison(ls, i)
+	}
+	for i, sl := range slots {
+		b.Restore(ctx, sl, p.Buffer(), p.Blocks()[i].Off, sl.Filled())
+	}
+	got, err := b.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range slots {
+		c, err := p.Check(ls, i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := p.Blocks()[i].Len - 4109
+		if got[i] != want || c.Reached != want {
+			t.Errorf("block %d: reported %d, reached %d, want %d", i, got[i], c.Reached, want)
+		}
+	}
+}
