@@ -54,6 +54,7 @@ func (c Ceiling) Fraction(v float64) (f float64, ok bool) {
 type Ceilings struct {
 	Device  string      // "cuda:0", "cpu"
 	Backend gpu.Backend //
+	Name    string      // the device's name ("NVIDIA H200", the CPU model); "" when unknown
 	D2D     Ceiling     // device memory copy, GB/s counting bytes read + written
 	H2D     Ceiling     // page-locked host to device, GB/s
 	D2H     Ceiling     // device to page-locked host, GB/s
@@ -460,8 +461,12 @@ func (c *Ceilings) Results() []reports.Result {
 // rows (as `mstar bench ceilings --out` writes them), for suites given
 // --ceilings FILE. Kinds the document lacks are Unmeasured, saying so.
 func CeilingsFrom(d *reports.Document) (*Ceilings, error) {
-	c := &Ceilings{Device: d.Env["device"], Backend: gpu.Backend(d.Env["backend"])}
+	c := &Ceilings{Device: d.Env["device"], Backend: gpu.Backend(d.Env["backend"]), Name: d.Env["gpu"]}
+	if c.Backend == gpu.CPU {
+		c.Name = d.Env["cpu"]
+	}
 	found := 0
+	seen := map[string]bool{}
 	for _, k := range ceilingKinds {
 		ce := c.byKind(k)
 		ce.Unmeasured = fmt.Sprintf("no %s ceiling in the document", k)
@@ -474,6 +479,11 @@ func CeilingsFrom(d *reports.Document) (*Ceilings, error) {
 		if ce == nil || len(r.Metrics) != 1 {
 			return nil, fmt.Errorf("ceiling result %q: want what=d2d|h2d|d2h|gemm and one metric", r.Key())
 		}
+		if seen[r.Params["what"]] {
+			// A merged document: which machine's ceiling would be meant?
+			return nil, fmt.Errorf("two %s ceilings in one document: give the ceilings of one device", r.Params["what"])
+		}
+		seen[r.Params["what"]] = true
 		m := r.Metrics[0]
 		*ce = Ceiling{Unit: m.Unit, Size: r.Params["size"], Method: r.Params["method"], Unmeasured: m.Unmeasured}
 		want := UnitGBps
@@ -495,6 +505,19 @@ func CeilingsFrom(d *reports.Document) (*Ceilings, error) {
 		return nil, errors.New("no ceiling results in the document (write one with 'mstar bench ceilings --out FILE')")
 	}
 	return c, nil
+}
+
+// Matches says whether ceilings measured on one device may stand for
+// another: the same backend and, where both are named, the same device name.
+// Percentages against another machine's ceilings would mislead.
+func (c *Ceilings) Matches(info gpu.Info) error {
+	if c.Backend != "" && c.Backend != info.Backend {
+		return fmt.Errorf("ceilings of a %s device (%s), but this run is on %s (%s)", c.Backend, c.Name, info.Backend, info.Name)
+	}
+	if c.Name != "" && info.Name != "" && c.Name != info.Name {
+		return fmt.Errorf("ceilings of %q, but this run is on %q", c.Name, info.Name)
+	}
+	return nil
 }
 
 // ReadCeilings reads ceilings from a results document file.

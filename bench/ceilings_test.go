@@ -204,3 +204,24 @@ func TestReadH200Ceilings(t *testing.T) {
 		t.Errorf("units %q %q", c.GEMM.Unit, c.D2D.Unit)
 	}
 }
+
+func TestCeilingsMatches(t *testing.T) {
+	h200 := &Ceilings{Backend: gpu.CUDA, Name: "NVIDIA H200"}
+	for _, tc := range []struct {
+		name string
+		c    *Ceilings
+		info gpu.Info
+		ok   bool
+	}{
+		{"same GPU", h200, gpu.Info{Backend: gpu.CUDA, Name: "NVIDIA H200"}, true},
+		{"other GPU", h200, gpu.Info{Backend: gpu.CUDA, Name: "NVIDIA H100 80GB HBM3"}, false},
+		{"GPU ceilings on the CPU", h200, gpu.Info{Backend: gpu.CPU, Name: "AMD EPYC"}, false},
+		{"unnamed document", &Ceilings{Backend: gpu.CUDA}, gpu.Info{Backend: gpu.CUDA, Name: "NVIDIA H200"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := tc.c.Matches(tc.info); (err == nil) != tc.ok {
+				t.Errorf("Matches = %v, want ok=%v", err, tc.ok)
+			}
+		})
+	}
+}

@@ -240,7 +240,13 @@ func Plot(w io.Writer, format string, docs []*Document, opt PlotOptions) ([]stri
 			pts[j] = plotter.XY{X: pt.X, Y: pt.Median}
 			// An unbounded interval (too few samples) gets no bar.
 			if !math.IsInf(pt.Lo, 0) && !math.IsInf(pt.Hi, 0) {
-				errs[j] = struct{ Low, High float64 }{pt.Median - pt.Lo, pt.Hi - pt.Median}
+				lo := pt.Lo
+				if opt.LogY && lo <= 0 {
+					// A log axis cannot show an interval reaching 0: cut
+					// the bar just under the median rather than fail.
+					lo = pt.Median * (1 - 1e-9)
+				}
+				errs[j] = struct{ Low, High float64 }{pt.Median - lo, pt.Hi - pt.Median}
 			}
 		}
 		line, points, err := plotter.NewLinePoints(pts)
@@ -264,7 +270,7 @@ func Plot(w io.Writer, format string, docs []*Document, opt PlotOptions) ([]stri
 		p.Add(line, points, bars)
 		p.Legend.Add(s.Label, line, points)
 	}
-	wt, err := p.WriterTo(8*vg.Inch, 5*vg.Inch, format)
+	wt, err := writerTo(p, format)
 	if err != nil {
 		return warnings, fmt.Errorf("plot: %w", err)
 	}
@@ -319,4 +325,15 @@ func seriesLabel(it *plotItem, opt PlotOptions, envKeys []string) string {
 		parts = append(parts, k+"="+it.env[k])
 	}
 	return strings.Join(parts, " ")
+}
+
+// writerTo renders the plot; gonum panics on some degenerate data (a log
+// axis given a value <= 0), which becomes an error here.
+func writerTo(p *plot.Plot, format string) (wt io.WriterTo, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			wt, err = nil, fmt.Errorf("plot: %v", r)
+		}
+	}()
+	return p.WriterTo(8*vg.Inch, 5*vg.Inch, format)
 }

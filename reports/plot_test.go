@@ -156,3 +156,16 @@ func TestPlotFile(t *testing.T) {
 		t.Errorf("zero on a log axis: %v", err)
 	}
 }
+
+// An interval reaching 0 on a log y axis is drawn cut short, never a panic.
+func TestPlotLogYIntervalReachingZero(t *testing.T) {
+	d := sweep("a")
+	d.Results[0].Metrics[0].Samples = []float64{0, 0, 0, 5, 5, 5, 5, 5, 5}
+	var b bytes.Buffer
+	if _, err := Plot(&b, "png", []*Document{d}, PlotOptions{Metric: "latency", X: "batch", LogY: true}); err != nil {
+		t.Fatalf("log-y plot with an interval down to 0: %v", err)
+	}
+	if b.Len() == 0 {
+		t.Error("no image written")
+	}
+}

@@ -101,6 +101,9 @@ Models:
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			f := cmd.Flags()
+			if tp < 1 || ep < 1 {
+				return usageErr("--tp %d --ep %d: each must be at least 1", tp, ep)
+			}
 			opt := bench.MoEOptions{Model: model, TP: tp, EP: ep, Routing: routing, Samples: samples, Seed: seed, DumpDir: dumpDir,
 				Tune: tune, TuneSamples: tuneSamples}
 			if model != "" {
@@ -172,6 +175,12 @@ Models:
 			dev, err := a.openDevice(device)
 			if err != nil {
 				return err
+			}
+			if opt.Ceilings != nil {
+				if err := opt.Ceilings.Matches(dev.Info()); err != nil {
+					dev.Close()
+					return badInput(fmt.Errorf("--ceilings %s: %w", ceilings, err))
+				}
 			}
 			defer dev.Close()
 			if len(opt.Batches) == 0 && dev.Info().Backend != "cuda" {

@@ -73,7 +73,7 @@ with --ceilings FILE.`,
 				printCeilings(a, dev.Info().ID, dev.Info().Name, c)
 				if out != "" {
 					if err := reports.WriteFile(out, doc); err != nil {
-						return fmt.Errorf("writing %s: %w", out, err)
+						return err
 					}
 					fmt.Fprintf(a.stderr, "mstar: wrote %s\n", out)
 				}

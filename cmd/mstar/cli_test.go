@@ -63,11 +63,25 @@ func TestDoctorWithoutGPUExitsZero(t *testing.T) {
 	if len(rep.Checks) == 0 {
 		t.Fatalf("doctor printed no checks")
 	}
-	if rep.Status == "FAIL" {
-		t.Skipf("this machine fails a doctor check (exit %d): %s", code, stderr)
+	// Without a GPU the GPU and CUDA checks may warn, never fail; only the
+	// host's own limits (shm, say) may fail on a badly set up machine.
+	hostFailed := false
+	for _, c := range rep.Checks {
+		if c.Status != "FAIL" {
+			continue
+		}
+		switch c.Name {
+		case "shm", "memlock", "cgroup memory", "hugepages":
+			hostFailed = true
+		default:
+			t.Errorf("check %q FAILs on a machine without a GPU: %s", c.Name, c.Detail)
+		}
 	}
-	if code != exitOK {
-		t.Errorf("doctor exit %d with status %s, want 0", code, rep.Status)
+	if want := exitOK; !hostFailed && code != want {
+		t.Errorf("doctor exit %d with status %s, want %d; stderr %s", code, rep.Status, want, stderr)
+	}
+	if hostFailed && code != exitFailed {
+		t.Errorf("doctor exit %d with a failing host check, want %d", code, exitFailed)
 	}
 	names := map[string]bool{}
 	for _, c := range rep.Checks {

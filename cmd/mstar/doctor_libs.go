@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+
 	"github.com/mstar-dev/mstar/internal/doctor"
 	"github.com/mstar-dev/mstar/internal/gpu/cuda"
 )
@@ -11,7 +13,7 @@ func libraryFindings() []doctor.Library {
 	var out []doctor.Library
 	for _, c := range cuda.Discover().Components() {
 		out = append(out, doctor.Library{Name: c.Name, Path: c.Path, EnvVar: c.EnvVar,
-			Searched: c.Searched, Version: c.Version, Err: c.Err})
+			Searched: c.Searched, Version: c.Version, Err: c.Err, Override: os.Getenv(c.EnvVar)})
 	}
 	return out
 }

@@ -155,7 +155,9 @@ A metric regressed when all four hold, and the verdict column says which did:
   enough       there are enough samples to tell at all (at alpha 0.05 the
                U test needs at least 4 a side; fewer can never be significant)
 diff exits 1 when any metric regressed, naming each metric and why. With too
-few samples it says it cannot tell, on stderr, and exits 0.`,
+few samples it says it cannot tell, on stderr, and exits 0. When no metric
+is measured on both sides (renamed parameters, say) there is nothing to
+compare: exit 2, so a CI gate never passes by comparing nothing.`,
 		Example: `  mstar report diff base.json new.json
   mstar report diff --threshold 2 --alpha 0.01 base.json new.json
   mstar report diff --format markdown base.json new.json > comment.md`,
@@ -184,6 +186,17 @@ few samples it says it cannot tell, on stderr, and exits 0.`,
 					names = append(names, m.Key+": "+m.Metric+fmt.Sprintf(" (n=%d+%d)", m.Base.N, m.New.N))
 				}
 				fmt.Fprintf(a.stderr, "mstar: warning: cannot tell whether %d metric(s) changed: too few samples: %s\n", len(ct), strings.Join(names, "; "))
+			}
+			compared := 0
+			for _, m := range c.Metrics {
+				if m.Unmeasured == "" {
+					compared++
+				}
+			}
+			if compared == 0 {
+				// A CI gate that compared nothing must not pass quietly.
+				return usageErr("nothing to compare: no metric is measured on both sides (%d result(s) only in base, %d only in new, %d metric(s) unmeasured on a side)",
+					len(c.OnlyBase), len(c.OnlyNew), len(c.Metrics))
 			}
 			if regs := c.Regressions(); len(regs) > 0 {
 				var why []string

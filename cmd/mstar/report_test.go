@@ -246,3 +246,24 @@ func TestReportMergeExportPlot(t *testing.T) {
 		t.Errorf("plot of a missing metric: exit %d: %s", code, stderr)
 	}
 }
+
+// A diff whose sides share no result compared nothing: exit 2, not a pass.
+func TestReportDiffNothingCompared(t *testing.T) {
+	dir := t.TempDir()
+	base := latencyDoc(t, dir, "base.json", 1, 10, 50, 0.01)
+	doc, err := reports.ReadFile(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range doc.Results {
+		doc.Results[i].Params["batch"] += "0" // renamed parameter values
+	}
+	renamed := filepath.Join(dir, "renamed.json")
+	if err := reports.WriteFile(renamed, doc); err != nil {
+		t.Fatal(err)
+	}
+	_, stderr, code := runMstar(t, "report", "diff", base, renamed)
+	if code != exitBadUsge || !strings.Contains(stderr, "nothing to compare") {
+		t.Errorf("exit %d, stderr %q; want exit 2 saying nothing to compare", code, stderr)
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -14,6 +16,7 @@ const (
 	exitOK      = 0 // everything ran and every gate passed
 	exitFailed  = 1 // a gate, a correctness check or a regression failed
 	exitBadUsge = 2 // bad usage or bad input
+	exitBroken  = 3 // the run could not complete: I/O, device or internal error
 )
 
 // app carries what every command shares: where to write, and the command
@@ -72,7 +75,8 @@ turns results documents into tables, diffs them with statistics for CI, and
 plots them.
 
 Exit codes: 0 ok; 1 a gate, a correctness check or a regression failed;
-2 bad usage or bad input.`,
+2 bad usage or bad input; 3 the run could not complete (an I/O, device or
+internal error), so a CI job can tell a failed gate from a broken run.`,
 		Example: `  mstar doctor                       # is this machine ready, and what are its ceilings?
   mstar report show results.json     # tables from results documents
   mstar report diff base.json new.json --threshold 5   # exit 1 on a significant regression`,
@@ -85,6 +89,11 @@ Exit codes: 0 ok; 1 a gate, a correctness check or a regression failed;
 	root.CompletionOptions.HiddenDefaultCmd = false
 	for _, f := range commandFactories {
 		root.AddCommand(f(a))
+	}
+	// An output path that cannot be written is bad input, found before a
+	// long run rather than after it.
+	root.PersistentPreRunE = func(cmd *cobra.Command, args []string) error {
+		return checkOutputFlags(cmd)
 	}
 	// Flag parse errors are usage errors: exit 2.
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
@@ -113,5 +122,28 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		strings.Contains(err.Error(), "unknown flag") || strings.Contains(err.Error(), "required flag") {
 		return exitBadUsge
 	}
-	return exitFailed
+	// Exit 1 means a gate or a regression failed, and only that.
+	return exitBroken
+}
+
+// outputFlags are the flags that name a file mstar writes, in every command.
+var outputFlags = []string{"out", "plot", "heatmap", "routing-out", "record-trace"}
+
+// checkOutputFlags checks that each output file a command was given can be
+// created: its folder exists and is writable.
+func checkOutputFlags(cmd *cobra.Command) error {
+	for _, name := range outputFlags {
+		f := cmd.Flags().Lookup(name)
+		if f == nil || !f.Changed || f.Value.String() == "" {
+			continue
+		}
+		dir := filepath.Dir(f.Value.String())
+		tmp, err := os.CreateTemp(dir, ".mstar-check-*")
+		if err != nil {
+			return usageErr("--%s %s: cannot write there: %v", name, f.Value.String(), errors.Unwrap(err))
+		}
+		tmp.Close()
+		os.Remove(tmp.Name())
+	}
+	return nil
 }

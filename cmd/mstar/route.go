@@ -138,9 +138,12 @@ func (rf *routerFlags) config(cmd *cobra.Command) (router.Config, error) {
 		v    float64
 	}{{"n-group", float64(rf.nGroup)}, {"topk-group", float64(rf.topkGroup)}, {"scaling", rf.scaling},
 		{"capacity-factor", rf.cf}, {"bias-rate", rf.rate}, {"mix", rf.mix}, {"skew", rf.skew}} {
-		if c.v < 0 || math.IsNaN(c.v) {
-			return router.Config{}, usageErr("--%s %v: must not be negative", c.name, c.v)
+		if c.v < 0 || math.IsNaN(c.v) || math.IsInf(c.v, 0) {
+			return router.Config{}, usageErr("--%s %v: want a finite number, not negative", c.name, c.v)
 		}
+	}
+	if rf.mix > 1 {
+		return router.Config{}, usageErr("--mix %v: a weight between 0 and 1", rf.mix)
 	}
 	cfg := router.Config{NGroup: rf.nGroup, TopKGroup: rf.topkGroup, Scaling: rf.scaling, CapacityFactor: rf.cf,
 		Seed: rf.seed, BiasUpdateRate: rf.rate, Mix: rf.mix, Skew: rf.skew}

@@ -41,7 +41,8 @@ type Library struct {
 	EnvVar   string   // the environment variable that overrides the search
 	Searched []string // every place looked, in order
 	Version  string   // when known
-	Err      string   // why it is unusable, when found but broken
+	Err      string   // why it is unusable: not found, or found but broken
+	Override string   // the value of EnvVar, when the user set it
 }
 
 // Sources are the facts the checks judge. Tests fill them by hand; Gather
@@ -167,6 +168,14 @@ func libraryCheck(l Library, haveGPU bool) Check {
 		c.Status = Fail
 		c.Detail = l.Path + ": " + l.Err
 		c.Fix = fmt.Sprintf("point %s at a working copy", l.EnvVar)
+	case l.Override != "":
+		// The user named a place and it did not work: say why, and fail.
+		c.Status = Fail
+		c.Detail = l.Err
+		if !strings.Contains(l.Err, l.EnvVar) {
+			c.Detail = fmt.Sprintf("%s=%s: %s", l.EnvVar, l.Override, l.Err)
+		}
+		c.Fix = fmt.Sprintf("point %s at the library (or its folder), or unset it to search the usual places", l.EnvVar)
 	default:
 		// Without a GPU the CUDA libraries are not expected: WARN, not FAIL.
 		c.Status = Warn

@@ -49,6 +49,9 @@ func TestChecks(t *testing.T) {
 		{"library found", func(s *Sources) { s.Libraries = []Library{found} }, "NVRTC", OK, "libnvrtc.so.13"},
 		{"library missing without GPU warns and lists where it looked", func(s *Sources) { s.Libraries = []Library{missing} }, "NVRTC", Warn, "/usr/local/cuda/lib64"},
 		{"library missing with a GPU fails", func(s *Sources) { s.NVML = h200(); s.Libraries = []Library{missing} }, "NVRTC", Fail, "not found"},
+		{"a broken override fails and says why", func(s *Sources) {
+			s.Libraries = []Library{{Name: "NVRTC", EnvVar: "MSTAR_NVRTC", Override: "/bogus", Err: "no libnvrtc.so* in /bogus"}}
+		}, "NVRTC", Fail, "MSTAR_NVRTC=/bogus: no libnvrtc.so* in /bogus"},
 		{"no /dev/shm fails", func(s *Sources) { s.Shm = nil; s.ShmErr = errors.New("no such file") }, "shm", Fail, "no such file"},
 		{"full /dev/shm warns", func(s *Sources) { s.Shm.Free = 10 << 20 }, "shm", Warn, "0.0 GiB free"},
 		{"small memlock warns", func(s *Sources) { s.MemlockKB = 64 }, "memlock", Warn, "64 KiB"},

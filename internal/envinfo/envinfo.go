@@ -63,13 +63,9 @@ func Collect(dev gpu.Device) reports.Env {
 	if r, err := nvmlinfo.Query(); err == nil {
 		set("driver", r.Driver)
 		set("cuda.driver", r.CUDADriver)
-		var idx int
-		fmt.Sscanf(info.ID, "cuda:%d", &idx)
-		// NVML and CUDA enumerate in the same order unless CUDA_VISIBLE_DEVICES
-		// or CUDA_DEVICE_ORDER say otherwise; record the link only when the
-		// names agree.
-		if idx < len(r.GPUs) && r.GPUs[idx].Name == info.Name {
-			g := r.GPUs[idx]
+		// Match NVML's GPU to this device by PCI bus id: CUDA_VISIBLE_DEVICES
+		// and CUDA_DEVICE_ORDER renumber CUDA's devices, not NVML's.
+		if g, ok := nvmlGPU(r, info); ok {
 			set("pcie", fmt.Sprintf("gen%d x%d (max gen%d x%d)", g.PCIeGen, g.PCIeWidth, g.PCIeMaxGen, g.PCIeMaxWidth))
 			if g.SMMaxMHz > 0 {
 				set("gpu.sm_clock_max", fmt.Sprintf("%d MHz", g.SMMaxMHz))
@@ -89,4 +85,27 @@ func firstLine(path string) string {
 	}
 	line, _, _ := strings.Cut(string(b), "\n")
 	return line
+}
+
+// nvmlGPU finds the NVML entry of a CUDA device by PCI bus id; without bus
+// ids, only a machine's single GPU of the same name is taken for it.
+func nvmlGPU(r *nvmlinfo.Report, info gpu.Info) (nvmlinfo.GPU, bool) {
+	if want, ok := busKey(info.PCIBusID); ok {
+		for _, g := range r.GPUs {
+			if k, ok := busKey(g.BusID); ok && k == want {
+				return g, true
+			}
+		}
+	}
+	if len(r.GPUs) == 1 && r.GPUs[0].Name == info.Name {
+		return r.GPUs[0], true
+	}
+	return nvmlinfo.GPU{}, false
+}
+
+// busKey normalises "0000:19:00.0" and "00000000:19:00.0" alike.
+func busKey(id string) ([4]uint64, bool) {
+	var k [4]uint64
+	n, err := fmt.Sscanf(strings.ToLower(strings.TrimSpace(id)), "%x:%x:%x.%x", &k[0], &k[1], &k[2], &k[3])
+	return k, err == nil && n == 4
 }

@@ -30,6 +30,7 @@ func openCUDA(n int) (Device, error) {
 		Driver:    p.DriverAPI,
 		ClockMHz:  p.ClockMHz,
 		MemBusBit: p.MemBusBits,
+		PCIBusID:  p.PCIBusID,
 	}}, nil
 }
 

@@ -34,6 +34,7 @@ type Info struct {
 	Driver    string  `json:"driver"`    // CUDA driver API version, "13.0"
 	ClockMHz  int     `json:"clock_mhz"` //
 	MemBusBit int     `json:"mem_bus_bits"`
+	PCIBusID  string  `json:"pci_bus_id,omitempty"` // "0000:19:00.0": how NVML's view is matched to this device
 }
 
 // Device is what the suites need of a GPU, or of the CPU standing in for one.

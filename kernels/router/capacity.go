@@ -8,8 +8,12 @@ import (
 
 // capacity is ⌈factor · T · K / E⌉, at least 1 and at most limit.
 func capacity(factor float64, T, K, E, limit int) int {
-	c := int(math.Ceil(factor * float64(T) * float64(K) / float64(E)))
-	return max(1, min(c, limit))
+	// Clamp in floating point: a huge factor would overflow int.
+	f := math.Ceil(factor * float64(T) * float64(K) / float64(E))
+	if !(f < float64(limit)) {
+		return max(1, limit)
+	}
+	return max(1, int(f))
 }
 
 // Switch is the Switch Transformer router (Fedus et al. 2021) with expert
