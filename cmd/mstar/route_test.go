@@ -135,7 +135,7 @@ func TestRouteBadInput(t *testing.T) {
 		{"unknown router", []string{"--router", "nope", "--logits", logits}, `unknown router "nope"`},
 		{"no router", []string{"--logits", logits}, "--router is required"},
 		{"missing file", []string{"--router", "mixtral", "--logits", filepath.Join(dir, "none.json")}, "no such file"},
-		{"negative scaling", []string{"--router", "mixtral", "--logits", logits, "--scaling", "-1"}, "--scaling -1: must not be negative"},
+		{"negative scaling", []string{"--router", "mixtral", "--logits", logits, "--scaling", "-1"}, "--scaling -1: want a finite number, not negative"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
