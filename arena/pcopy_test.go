@@ -210,4 +210,3 @@ func TestRecordBlockingCPU(t *testing.T) {
 		t.Fatal(err)
 	}
 }
-
