@@ -284,7 +284,6 @@ func runHibernate(ctx context.Context, e *cellEnv) error {
 
 func runPartial(ctx context.Context, e *cellEnv) error {
 	lens := tier.EvenBlocks(e.cell.Size, e.cfg.Blocks)
-	c := e.ceil(ctx)
 	t, err := e.openTier(e.cell.Tier, capFor(lens), 0)
 	if err != nil {
 		return err
@@ -304,6 +303,11 @@ func runPartial(ctx context.Context, e *cellEnv) error {
 		k := max(1, len(lens)*pct/100)
 		idx := rng.Perm(len(lens))[:k]
 		sort.Ints(idx)
+		var moved int64
+		for _, i := range idx {
+			moved += lens[i]
+		}
+		c := e.ceilAt(ctx, moved)
 		var spillS, restoreS []float64
 		var reaches []Reach
 		var ident, over firstFail

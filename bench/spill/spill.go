@@ -500,12 +500,18 @@ func (e *cellEnv) add(r reports.Result) {
 }
 
 // ceil measures (once per run) the tier's ceiling at the cell's size.
-func (e *cellEnv) ceil(ctx context.Context) *Ceiling {
-	k := ceilKey{e.cell.Tier, e.cell.Size}
+func (e *cellEnv) ceil(ctx context.Context) *Ceiling { return e.ceilAt(ctx, e.cell.Size) }
+
+// ceilAt is the cell tier's ceiling for a move of size bytes. A move of part
+// of the pool is held to what one copy of its own size achieves: on device
+// memory (about 2 TB/s) a copy's fixed costs weigh far more on 64 MiB than
+// on 256 MiB, and that is the link, not the cell's design.
+func (e *cellEnv) ceilAt(ctx context.Context, size int64) *Ceiling {
+	k := ceilKey{e.cell.Tier, size}
 	if c, ok := e.r.ceilings[k]; ok {
 		return c
 	}
-	c := measureCeiling(ctx, e.r.cfg, e.cell.Tier, e.cell.Size)
+	c := measureCeiling(ctx, e.r.cfg, e.cell.Tier, size)
 	e.r.ceilings[k] = &c
 	e.r.order = append(e.r.order, k)
 	return &c

