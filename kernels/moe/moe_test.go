@@ -548,6 +548,15 @@ func TestParseConfig(t *testing.T) {
 		{in: "tiled:stages=20", wantErr: "shared memory"},
 		{in: "tiled:bq=1", wantErr: "unknown key"},
 		{in: "wgmma", wantErr: "want auto"},
+		{in: "tc:128x256k64s3", want: "tc:bm=128,bn=256,bk=64,wm=2,wn=4,stages=3,gm=8,minb=1"},
+		{in: "tc:bm=64,minb=2", want: "tc:bm=64,bn=128,bk=64,wm=2,wn=2,stages=4,gm=8,minb=2"},
+		{in: "tc:bk=48", wantErr: "bk must be 32 or 64"},
+		{in: "tc:bn=96,wn=1", wantErr: "bn must be 64 or a multiple of 128"},
+		{in: "tc:bm=48", wantErr: "bm must be a multiple of 16·wm"},
+		{in: "tc:wm=1,wn=1,bm=16,bn=64", wantErr: "loads cover 4 rows"},
+		{in: "tc:stages=8,bm=256,wm=4", wantErr: "shared memory"},
+		{in: "tc:gm=0", wantErr: "not key=positive integer"},
+		{in: "tc:wgmma=1", wantErr: "unknown key"},
 	} {
 		t.Run(tt.in, func(t *testing.T) {
 			c, err := ParseConfig(tt.in)
@@ -557,8 +566,13 @@ func TestParseConfig(t *testing.T) {
 				}
 				return
 			}
-			if err != nil || !strings.HasPrefix(c.String(), tt.want) {
-				t.Errorf("ParseConfig = %v, %v; want %s", c, err, tt.want)
+			if err != nil || c.String() != tt.want {
+				t.Fatalf("ParseConfig = %v, %v; want %s", c, err, tt.want)
+			}
+			// What a tuned result names parses back to the same configuration.
+			again, err := ParseConfig(c.String())
+			if err != nil || again != c {
+				t.Errorf("ParseConfig(%q) = %+v, %v; want %+v", c.String(), again, err, c)
 			}
 		})
 	}
