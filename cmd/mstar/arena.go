@@ -83,6 +83,18 @@ func parseArenaSize(s string) (int64, error) {
 	return int64(n), nil
 }
 
+// parseSizeBounds parses --min-size and --max-size; a bad one is a usage
+// error naming its flag.
+func parseSizeBounds(minSize, maxSize string) (lo, hi int64, err error) {
+	if lo, err = parseArenaSize(minSize); err != nil {
+		return 0, 0, usageErr("--min-size: %v", err)
+	}
+	if hi, err = parseArenaSize(maxSize); err != nil {
+		return 0, 0, usageErr("--max-size: %v", err)
+	}
+	return lo, hi, nil
+}
+
 // arenaPCIe finds the link's theoretical rate from the environment NVML
 // filled in ("pcie": "gen5 x16 (max gen5 x16)"): the maximum generation and
 // width, since an idle link trains down.
@@ -142,13 +154,9 @@ with "-transport" added to its name).`,
   mstar arena sweep --mode transport --min-size 4KiB --max-size 1GiB --samples 5`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			lo, err := parseArenaSize(minSize)
+			lo, hi, err := parseSizeBounds(minSize, maxSize)
 			if err != nil {
-				return usageErr("--min-size: %v", err)
-			}
-			hi, err := parseArenaSize(maxSize)
-			if err != nil {
-				return usageErr("--max-size: %v", err)
+				return err
 			}
 			m := sweep.Mode(mode)
 			switch m {
@@ -314,13 +322,9 @@ ratio.`,
   mstar arena stress --duration 20s --max-size 1MiB --transport arena,file`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			lo, err := parseArenaSize(minSize)
+			lo, hi, err := parseSizeBounds(minSize, maxSize)
 			if err != nil {
-				return usageErr("--min-size: %v", err)
-			}
-			hi, err := parseArenaSize(maxSize)
-			if err != nil {
-				return usageErr("--max-size: %v", err)
+				return err
 			}
 			seg, err := parseArenaSize(segSize)
 			if err != nil {
