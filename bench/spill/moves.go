@@ -146,6 +146,24 @@ func freeSlots(slots []tier.Slot) error {
 	return errors.Join(errs...)
 }
 
+// evenSlots sets up a move of the whole pool: the cell's size cut into even
+// blocks, the cell's tier with room for all of them, a pool filled with them
+// (before holds their hashes), and a slot for each. The caller frees the
+// slots.
+func (e *cellEnv) evenSlots() (lens []int64, t tier.Tier, p *tier.Pool, before []uint64, slots []tier.Slot, err error) {
+	lens = tier.EvenBlocks(e.cell.Size, e.cfg.Blocks)
+	if t, err = e.openTier(e.cell.Tier, capFor(lens), 0); err != nil {
+		return nil, nil, nil, nil, nil, err
+	}
+	if p, before, err = e.pool(lens, e.cfg.Seed); err != nil {
+		return nil, nil, nil, nil, nil, err
+	}
+	if slots, err = allocSlots(t, p, all(len(lens))); err != nil {
+		return nil, nil, nil, nil, nil, err
+	}
+	return lens, t, p, before, slots, nil
+}
+
 func poisonBlocks(s gpu.Stream, p *tier.Pool, idx []int) error {
 	for _, i := range idx {
 		if err := p.Poison(s, i); err != nil {
@@ -203,24 +221,15 @@ func pctFigure(c *Ceiling, spill, restore []float64) string {
 // ---- hibernate ----
 
 func runHibernate(ctx context.Context, e *cellEnv) error {
-	lens := tier.EvenBlocks(e.cell.Size, e.cfg.Blocks)
 	c := e.ceil(ctx)
-	t, err := e.openTier(e.cell.Tier, capFor(lens), 0)
-	if err != nil {
-		return err
-	}
-	p, before, err := e.pool(lens, e.cfg.Seed)
-	if err != nil {
-		return err
-	}
-	var spillS, restoreS []float64
-	var reaches []Reach
-	var ident firstFail
-	slots, err := allocSlots(t, p, all(len(lens)))
+	lens, t, p, before, slots, err := e.evenSlots()
 	if err != nil {
 		return err
 	}
 	defer freeSlots(slots)
+	var spillS, restoreS []float64
+	var reaches []Reach
+	var ident firstFail
 	for round := 0; round <= e.cfg.Samples; round++ {
 		n, dt, err := spillInto(ctx, e.s, slots, p, all(len(lens)))
 		if err != nil {
@@ -283,21 +292,12 @@ func runHibernate(ctx context.Context, e *cellEnv) error {
 // ---- partial ----
 
 func runPartial(ctx context.Context, e *cellEnv) error {
-	lens := tier.EvenBlocks(e.cell.Size, e.cfg.Blocks)
-	t, err := e.openTier(e.cell.Tier, capFor(lens), 0)
-	if err != nil {
-		return err
-	}
-	p, before, err := e.pool(lens, e.cfg.Seed)
-	if err != nil {
-		return err
-	}
-	rng := rand.New(rand.NewPCG(e.cfg.Seed, 1))
-	slots, err := allocSlots(t, p, all(len(lens)))
+	lens, t, p, before, slots, err := e.evenSlots()
 	if err != nil {
 		return err
 	}
 	defer freeSlots(slots)
+	rng := rand.New(rand.NewPCG(e.cfg.Seed, 1))
 	var figs []string
 	for _, pct := range []int{25, 50, 75} {
 		k := max(1, len(lens)*pct/100)
@@ -423,25 +423,16 @@ func (g *restoreGate) compute() error {
 }
 
 func runRestoreGate(ctx context.Context, e *cellEnv) error {
-	lens := tier.EvenBlocks(e.cell.Size, e.cfg.Blocks)
 	c := e.ceil(ctx)
-	t, err := e.openTier(e.cell.Tier, capFor(lens), 0)
-	if err != nil {
-		return err
-	}
-	p, before, err := e.pool(lens, e.cfg.Seed)
-	if err != nil {
-		return err
-	}
-	idx := all(len(lens))
-	var spillS, restoreS, verifyMS []float64
-	var reaches []Reach
-	var ident, gated firstFail
-	slots, err := allocSlots(t, p, idx)
+	lens, t, p, before, slots, err := e.evenSlots()
 	if err != nil {
 		return err
 	}
 	defer freeSlots(slots)
+	idx := all(len(lens))
+	var spillS, restoreS, verifyMS []float64
+	var reaches []Reach
+	var ident, gated firstFail
 	for round := 0; round <= e.cfg.Samples; round++ {
 		n, dt, err := spillInto(ctx, e.s, slots, p, idx)
 		if err != nil {
