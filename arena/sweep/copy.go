@@ -313,18 +313,25 @@ func copyResults(opt Options, points []*copyPoint) []reports.Result {
 			{Name: MetricWrong, Unit: "copies", Better: reports.LowerIsBetter, Samples: p.wrong},
 			countMetric("copies/sample", p.reps),
 		}
-		wrong := 0.0
-		for _, w := range p.wrong {
-			wrong += w
-		}
-		g := reports.Gate{Name: "every copy verified", Pass: wrong == 0}
-		if wrong > 0 {
-			g.Reason = fmt.Sprintf("%.0f of %d copies differ from their source", wrong, len(p.wrong)*p.reps)
-		}
-		r.Gates = []reports.Gate{g}
+		r.Gates = []reports.Gate{verifiedGate(p.wrong, p.reps, "copies")}
 		rs = append(rs, r)
 	}
 	return rs
+}
+
+// verifiedGate passes when no copy in any sample differed from its source;
+// wrong holds each sample's count of differing copies (of perSample, each a
+// unit named noun).
+func verifiedGate(wrong []float64, perSample int, noun string) reports.Gate {
+	total := 0.0
+	for _, w := range wrong {
+		total += w
+	}
+	g := reports.Gate{Name: "every copy verified", Pass: total == 0}
+	if total > 0 {
+		g.Reason = fmt.Sprintf("%.0f of %d %s differ from their source", total, len(wrong)*perSample, noun)
+	}
+	return g
 }
 
 // runRegister times registering (page-locking) a fresh, committed but

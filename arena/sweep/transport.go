@@ -320,15 +320,7 @@ func transportResults(points []*transportPoint) []reports.Result {
 			r.Metrics = append(r.Metrics, reports.Metric{Name: MetricSpills, Unit: "tensors", Better: reports.LowerIsBetter, Samples: p.spills})
 		}
 		r.Metrics = append(r.Metrics, reports.Metric{Name: MetricWrong, Unit: "copies", Better: reports.LowerIsBetter, Samples: p.wrong}, countMetric("tensors/sample", p.count))
-		wrong := 0.0
-		for _, w := range p.wrong {
-			wrong += w
-		}
-		g := reports.Gate{Name: "every copy verified", Pass: wrong == 0}
-		if wrong > 0 {
-			g.Reason = fmt.Sprintf("%.0f of %d tensors differ from their source", wrong, len(p.wrong)*p.count)
-		}
-		r.Gates = []reports.Gate{g}
+		r.Gates = []reports.Gate{verifiedGate(p.wrong, p.count, "tensors")}
 		rs = append(rs, r)
 	}
 	return rs
