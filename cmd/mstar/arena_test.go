@@ -17,14 +17,7 @@ const arenaWorkerEnv = "MSTAR_CMD_ARENA_WORKER"
 // 'arena worker' command.
 func init() {
 	if os.Getenv(arenaWorkerEnv) == "1" {
-		args := os.Args[1:]
-		for i, a := range args {
-			if a == "--" {
-				args = args[i+1:]
-				break
-			}
-		}
-		os.Exit(run(append([]string{"arena", "worker"}, args...), os.Stdin, os.Stdout, os.Stderr))
+		os.Exit(run(append([]string{"arena", "worker"}, afterDashes(os.Args[1:])...), os.Stdin, os.Stdout, os.Stderr))
 	}
 	arenaWorkerCmd.Exe = os.Args[0]
 	arenaWorkerCmd.Args = []string{"-test.run=^$", "--"}

@@ -16,6 +16,18 @@ func runMstar(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	return out.String(), errb.String(), code
 }
 
+// afterDashes is what follows the first "--" in args (all of args when there
+// is none): a test binary re-executed as a worker or holder gets its own
+// arguments after the test flags.
+func afterDashes(args []string) []string {
+	for i, a := range args {
+		if a == "--" {
+			return args[i+1:]
+		}
+	}
+	return args
+}
+
 func TestRootExitCodes(t *testing.T) {
 	for _, tc := range []struct {
 		name     string

@@ -19,14 +19,7 @@ const spillHolderEnv = "MSTAR_CMD_SPILL_HOLDER"
 // spill-holder command.
 func init() {
 	if os.Getenv(spillHolderEnv) == "1" {
-		args := os.Args[1:]
-		for i, a := range args {
-			if a == "--" {
-				args = args[i+1:]
-				break
-			}
-		}
-		os.Exit(run(append([]string{"spill-holder"}, args...), os.Stdin, os.Stdout, os.Stderr))
+		os.Exit(run(append([]string{"spill-holder"}, afterDashes(os.Args[1:])...), os.Stdin, os.Stdout, os.Stderr))
 	}
 	spillHolder = tier.Holder{Argv: []string{os.Args[0], "-test.run=^$", "--"}, Env: []string{spillHolderEnv + "=1"}}
 }
