@@ -84,14 +84,7 @@ func TestCUDAArenaDeviceRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Fatal(err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Fatal("device batch never completed")
-		}
+		waitBatch(t, done, 30*time.Second)
 		select {
 		case id := <-acked:
 			if id != d.ID {

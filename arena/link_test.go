@@ -16,6 +16,20 @@ import (
 	"github.com/mstar-dev/mstar/internal/gpu"
 )
 
+// waitBatch waits for a CopyBatchToDevice to complete and fails the test
+// on its error or after timeout.
+func waitBatch(t *testing.T, done <-chan error, timeout time.Duration) {
+	t.Helper()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(timeout):
+		t.Fatal("device batch never completed")
+	}
+}
+
 func hello(role Role, tr Transport, entity string) Hello {
 	return Hello{Role: role, Transport: tr, Entity: entity}
 }
@@ -301,14 +315,7 @@ func TestCopyBatchToDeviceAcksAfterEvent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("device batch never completed")
-	}
+	waitBatch(t, done, 10*time.Second)
 	p.waitAcks(t, 2)
 	if !bytes.Equal(b0.(*gpu.HostBuffer).Bytes()[100:], pattern(60<<10, 0)) || !bytes.Equal(b1.(*gpu.HostBuffer).Bytes(), pattern(8<<10, 1)) {
 		t.Fatal("device buffers differ from the tensors")
