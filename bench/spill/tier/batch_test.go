@@ -6,55 +6,10 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/mstar-dev/mstar/internal/gpu"
+	"github.com/mstar-dev/mstar/internal/gpu/gputest"
 )
 
-// lazyStream stands in for an asynchronous CUDA stream on the CPU backend:
-// copies and memsets only happen when the stream is synced, so a slot that
-// trusted a byte before its wait would see stale memory.
-type lazyStream struct {
-	gpu.Stream
-	pending  []func() error
-	syncs    int
-	failSync error
-}
-
-func (l *lazyStream) CopyHtoD(dst gpu.Buffer, off int64, src []byte) error {
-	l.pending = append(l.pending, func() error { return l.Stream.CopyHtoD(dst, off, src) })
-	return nil
-}
-
-func (l *lazyStream) CopyDtoH(dst []byte, src gpu.Buffer, off int64) error {
-	l.pending = append(l.pending, func() error { return l.Stream.CopyDtoH(dst, src, off) })
-	return nil
-}
-
-func (l *lazyStream) CopyDtoD(dst gpu.Buffer, dstOff int64, src gpu.Buffer, srcOff, n int64) error {
-	l.pending = append(l.pending, func() error { return l.Stream.CopyDtoD(dst, dstOff, src, srcOff, n) })
-	return nil
-}
-
-func (l *lazyStream) Memset(dst gpu.Buffer, off, n int64, v byte) error {
-	l.pending = append(l.pending, func() error { return l.Stream.Memset(dst, off, n, v) })
-	return nil
-}
-
-func (l *lazyStream) Sync() error {
-	l.syncs++
-	if l.failSync != nil {
-		l.pending = nil
-		return l.failSync
-	}
-	for _, f := range l.pending {
-		if err := f(); err != nil {
-			return err
-		}
-	}
-	l.pending = nil
-	return nil
-}
-
-func batchFixture(t *testing.T, k Kind, f Faults) (*lazyStream, *Pool, []Slot, []uint64) {
+func batchFixture(t *testing.T, k Kind, f Faults) (*gputest.LazyStream, *Pool, []Slot, []uint64) {
 	t.Helper()
 	lens := []int64{64 << 10, 100 << 10, 64 << 10, 3 << 20} // the last one spans chunks
 	dev, tr := open(t, k, 8<<20)
@@ -63,7 +18,7 @@ func batchFixture(t *testing.T, k Kind, f Faults) (*lazyStream, *Pool, []Slot, [
 	if err != nil {
 		t.Fatal(err)
 	}
-	ls := &lazyStream{Stream: s}
+	ls := &gputest.LazyStream{Stream: s}
 	p, err := NewPool(dev, lens)
 	if err != nil {
 		t.Fatal(err)
@@ -96,14 +51,14 @@ func TestBatchWaitsOnce(t *testing.T) {
 		t.Run(string(k), func(t *testing.T) {
 			ls, p, slots, want := batchFixture(t, k, Faults{})
 			_, queues := asQueuer(slots[0])
-			ls.syncs = 0
+			ls.Syncs = 0
 			b := NewBatch(ls)
 			for i, sl := range slots {
 				b.Spill(ctx, sl, p.Buffer(), p.Blocks()[i].Off)
 			}
 			if queues {
-				if ls.syncs != 0 || len(ls.pending) == 0 {
-					t.Errorf("before Wait: %d syncs, %d copies pending; want 0 syncs and the copies queued", ls.syncs, len(ls.pending))
+				if ls.Syncs != 0 || ls.Pending() == 0 {
+					t.Errorf("before Wait: %d syncs, %d copies pending; want 0 syncs and the copies queued", ls.Syncs, ls.Pending())
 				}
 				for i, sl := range slots {
 					if sl.Filled() != 0 {
@@ -120,23 +75,23 @@ func TestBatchWaitsOnce(t *testing.T) {
 					t.Errorf("spill %d: got %d, filled %d, want %d", i, got[i], sl.Filled(), l)
 				}
 			}
-			if queues && ls.syncs != 1 {
-				t.Errorf("spill batch synced %d times, want 1", ls.syncs)
+			if queues && ls.Syncs != 1 {
+				t.Errorf("spill batch synced %d times, want 1", ls.Syncs)
 			}
 			for i := range slots {
 				if err := p.Poison(ls, i); err != nil {
 					t.Fatal(err)
 				}
 			}
-			ls.syncs = 0
+			ls.Syncs = 0
 			for i, sl := range slots {
 				b.Restore(ctx, sl, p.Buffer(), p.Blocks()[i].Off, sl.Filled())
 			}
 			if _, err := b.Wait(); err != nil {
 				t.Fatal(err)
 			}
-			if queues && ls.syncs != 1 {
-				t.Errorf("restore batch synced %d times, want 1", ls.syncs)
+			if queues && ls.Syncs != 1 {
+				t.Errorf("restore batch synced %d times, want 1", ls.Syncs)
 			}
 			after, err := p.Hashes(ls)
 			if err != nil {
@@ -179,13 +134,13 @@ func TestBatchQueuePaths(t *testing.T) {
 func TestBatchFailedWait(t *testing.T) {
 	ctx := context.Background()
 	ls, p, slots, _ := batchFixture(t, Device, Faults{})
-	ls.failSync = errors.New("device lost")
+	ls.FailSync = errors.New("device lost")
 	b := NewBatch(ls)
 	for i, sl := range slots {
 		b.Spill(ctx, sl, p.Buffer(), p.Blocks()[i].Off)
 	}
 	got, err := b.Wait()
-	if err == nil || !errors.Is(err, ls.failSync) {
+	if err == nil || !errors.Is(err, ls.FailSync) {
 		t.Fatalf("Wait: %v, want the sync's error", err)
 	}
 	for i, sl := range slots {

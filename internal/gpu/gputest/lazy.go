@@ -1,0 +1,67 @@
+// Package gputest holds test doubles for the gpu layer.
+package gputest
+
+import "github.com/mstar-dev/mstar/internal/gpu"
+
+// LazyDevice is a device whose streams are LazyStreams: the CPU backend
+// with CUDA's ordering and nothing more.
+type LazyDevice struct{ gpu.Device }
+
+// NewStream wraps the device's stream in a LazyStream.
+func (d LazyDevice) NewStream() (gpu.Stream, error) {
+	s, err := d.Device.NewStream()
+	return &LazyStream{Stream: s}, err
+}
+
+// LazyStream stands in for an asynchronous CUDA stream on the CPU backend:
+// copies and memsets run only when the stream is synced, in the order
+// queued. Code that reads a byte before waiting for the copy that writes
+// it, or lets a copy overwrite a slot another copy has yet to read, sees
+// wrong bytes here, as it would on a GPU.
+type LazyStream struct {
+	gpu.Stream
+	// Syncs counts the calls to Sync.
+	Syncs int
+	// FailSync, when set, is what Sync returns, dropping the queued work.
+	FailSync error
+	pending  []func() error
+}
+
+// Pending is how many copies and memsets wait for the next Sync.
+func (l *LazyStream) Pending() int { return len(l.pending) }
+
+func (l *LazyStream) CopyHtoD(dst gpu.Buffer, off int64, src []byte) error {
+	l.pending = append(l.pending, func() error { return l.Stream.CopyHtoD(dst, off, src) })
+	return nil
+}
+
+func (l *LazyStream) CopyDtoH(dst []byte, src gpu.Buffer, off int64) error {
+	l.pending = append(l.pending, func() error { return l.Stream.CopyDtoH(dst, src, off) })
+	return nil
+}
+
+func (l *LazyStream) CopyDtoD(dst gpu.Buffer, dstOff int64, src gpu.Buffer, srcOff, n int64) error {
+	l.pending = append(l.pending, func() error { return l.Stream.CopyDtoD(dst, dstOff, src, srcOff, n) })
+	return nil
+}
+
+func (l *LazyStream) Memset(dst gpu.Buffer, off, n int64, v byte) error {
+	l.pending = append(l.pending, func() error { return l.Stream.Memset(dst, off, n, v) })
+	return nil
+}
+
+// Sync runs the queued work in order and returns the first error.
+func (l *LazyStream) Sync() error {
+	l.Syncs++
+	p := l.pending
+	l.pending = nil
+	if l.FailSync != nil {
+		return l.FailSync
+	}
+	for _, f := range p {
+		if err := f(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
