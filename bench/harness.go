@@ -39,14 +39,9 @@ func (t Timing) check() (Timing, error) {
 // queue its work on s (or on streams that s waits for). On the CPU backend
 // stream operations complete before they return, so it is wall time.
 func Time(s gpu.Stream, t Timing, fn func() error) ([]float64, error) {
-	t, err := t.check()
+	t, err := t.warmUp(fn)
 	if err != nil {
 		return nil, err
-	}
-	for i := 0; i < t.Warmup; i++ {
-		if err := fn(); err != nil {
-			return nil, fmt.Errorf("warm-up: %w", err)
-		}
 	}
 	if err := s.Sync(); err != nil {
 		return nil, err
@@ -60,6 +55,20 @@ func Time(s gpu.Stream, t Timing, fn func() error) ([]float64, error) {
 		out = append(out, sec)
 	}
 	return out, nil
+}
+
+// warmUp checks t and makes its warm-up calls of fn.
+func (t Timing) warmUp(fn func() error) (Timing, error) {
+	t, err := t.check()
+	if err != nil {
+		return t, err
+	}
+	for i := 0; i < t.Warmup; i++ {
+		if err := fn(); err != nil {
+			return t, fmt.Errorf("warm-up: %w", err)
+		}
+	}
+	return t, nil
 }
 
 func timeOnce(s gpu.Stream, reps int, fn func() error) (float64, error) {
@@ -90,14 +99,9 @@ func timeOnce(s gpu.Stream, reps int, fn func() error) (float64, error) {
 
 // TimeWall times host-side work by the wall clock, as Time does.
 func TimeWall(t Timing, fn func() error) ([]float64, error) {
-	t, err := t.check()
+	t, err := t.warmUp(fn)
 	if err != nil {
 		return nil, err
-	}
-	for i := 0; i < t.Warmup; i++ {
-		if err := fn(); err != nil {
-			return nil, fmt.Errorf("warm-up: %w", err)
-		}
 	}
 	out := make([]float64, 0, t.Samples)
 	for i := 0; i < t.Samples; i++ {
