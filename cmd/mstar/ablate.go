@@ -278,10 +278,9 @@ out-of-range expert id.`,
 				fmt.Fprintf(a.stderr, "mstar: wrote %s (%s's routing)\n", recordPath, name)
 			}
 			if out != "" {
-				if err := reports.WriteFile(out, doc); err != nil {
+				if err := a.writeResults(out, doc); err != nil {
 					return err
 				}
-				fmt.Fprintf(a.stderr, "mstar: wrote %s\n", out)
 			}
 			return nil
 		},

@@ -210,10 +210,9 @@ with "-transport" added to its name).`,
 				fmt.Fprintln(a.stderr, "mstar: warning: "+w)
 			}
 			if out != "" {
-				if err := reports.WriteFile(out, doc); err != nil {
-					return fmt.Errorf("writing %s: %w", out, err)
+				if err := a.writeResults(out, doc); err != nil {
+					return err
 				}
-				fmt.Fprintf(a.stderr, "mstar: wrote %s\n", out)
 			}
 			if plot != "" {
 				if err := arenaPlots(a, plot, doc); err != nil {
@@ -385,10 +384,9 @@ ratio.`,
 			}
 			doc.Finish()
 			if out != "" {
-				if err := reports.WriteFile(out, doc); err != nil {
-					return fmt.Errorf("writing %s: %w", out, err)
+				if err := a.writeResults(out, doc); err != nil {
+					return err
 				}
-				fmt.Fprintf(a.stderr, "mstar: wrote %s\n", out)
 			}
 			if bad := doc.Failed(); len(bad) > 0 {
 				return failed("arena stress failed %d gate(s): %s", len(bad), strings.Join(bad, "; "))

@@ -225,10 +225,9 @@ Models:
 				}
 			}
 			if out != "" {
-				if err := reports.WriteFile(out, doc); err != nil {
-					return fmt.Errorf("writing %s: %w", out, err)
+				if err := a.writeResults(out, doc); err != nil {
+					return err
 				}
-				fmt.Fprintf(a.stderr, "mstar: wrote %s\n", out)
 			}
 			if rep.Failed() {
 				var bad []string

@@ -72,10 +72,9 @@ with --ceilings FILE.`,
 				doc.Finish()
 				printCeilings(a, dev.Info().ID, dev.Info().Name, c)
 				if out != "" {
-					if err := reports.WriteFile(out, doc); err != nil {
+					if err := a.writeResults(out, doc); err != nil {
 						return err
 					}
-					fmt.Fprintf(a.stderr, "mstar: wrote %s\n", out)
 				}
 				return nil
 			},

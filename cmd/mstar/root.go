@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/mstar-dev/mstar/reports"
 	"github.com/spf13/cobra"
 )
 
@@ -124,6 +125,15 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	// Exit 1 means a gate or a regression failed, and only that.
 	return exitBroken
+}
+
+// writeResults writes a results document atomically and says where.
+func (a *app) writeResults(path string, doc *reports.Document) error {
+	if err := reports.WriteFile(path, doc); err != nil {
+		return err
+	}
+	fmt.Fprintf(a.stderr, "mstar: wrote %s\n", path)
+	return nil
 }
 
 // outputFlags are the flags that name a file mstar writes, in every command.
