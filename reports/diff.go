@@ -415,10 +415,21 @@ func RenderDiff(w io.Writer, c *Comparison, format string) error {
 			b.WriteString("\n")
 		}
 		heading(fmt.Sprintf("%s (%s is better)", g.col.Header(), g.col.Better))
+		keys := make([]string, len(g.rows))
+		for j, m := range g.rows {
+			keys[j] = m.Key
+		}
+		shared, short := factorKeys(keys)
+		if shared != "" {
+			item("every result has " + shared)
+			if markdown {
+				b.WriteString("\n")
+			}
+		}
 		tab := newTableWriter(&b, markdown)
 		tab.Header([]string{"result", "base", "new", "delta", "p", "n", "verdict"})
-		for _, m := range g.rows {
-			row := []string{m.Key, "", "", m.deltaCell(), "", "", m.Verdict(c.Options)}
+		for j, m := range g.rows {
+			row := []string{short[j], "", "", m.deltaCell(), "", "", m.Verdict(c.Options)}
 			if m.Unmeasured == "" {
 				row[1], row[2] = summaryCell(m.Base), summaryCell(m.New)
 				row[4], row[5] = formatP(m.P), fmt.Sprintf("%d+%d", m.Base.N, m.New.N)
@@ -476,4 +487,46 @@ func RenderDiff(w io.Writer, c *Comparison, format string) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// factorKeys takes the parameters ("/"-separated parts after the result
+// name) that every key shares out into one line, so a table's rows show the
+// name and what tells them apart. With one key, or nothing shared, the keys
+// stay whole.
+func factorKeys(keys []string) (shared string, short []string) {
+	if len(keys) < 2 {
+		return "", keys
+	}
+	parts := make([][]string, len(keys))
+	count := map[string]int{}
+	for i, k := range keys {
+		parts[i] = strings.Split(k, "/")
+		seen := map[string]bool{}
+		for _, p := range parts[i] {
+			if !seen[p] {
+				seen[p] = true
+				count[p]++
+			}
+		}
+	}
+	var common []string
+	for _, p := range parts[0][1:] {
+		if count[p] == len(keys) {
+			common = append(common, p)
+		}
+	}
+	if len(common) == 0 {
+		return "", keys
+	}
+	short = make([]string, len(keys))
+	for i, ps := range parts {
+		rest := ps[:1:1] // the result's name always stays
+		for _, p := range ps[1:] {
+			if count[p] != len(keys) {
+				rest = append(rest, p)
+			}
+		}
+		short[i] = strings.Join(rest, "/")
+	}
+	return strings.Join(common, "/"), short
 }

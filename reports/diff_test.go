@@ -169,3 +169,24 @@ func TestRenderDiffGolden(t *testing.T) {
 		t.Error("RenderDiff accepted csv")
 	}
 }
+
+func TestFactorKeys(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		keys   []string
+		shared string
+		short  []string
+	}{
+		{"shared parameters move out", []string{"moe/batch=1/model=m", "moe/batch=16/model=m"}, "model=m", []string{"moe/batch=1", "moe/batch=16"}},
+		{"one key stays whole", []string{"moe/batch=1"}, "", []string{"moe/batch=1"}},
+		{"nothing shared", []string{"a/x=1", "b/x=2"}, "", []string{"a/x=1", "b/x=2"}},
+		{"a shared name alone stays", []string{"moe/x=1", "moe/x=2"}, "", []string{"moe/x=1", "moe/x=2"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			shared, short := factorKeys(tc.keys)
+			if shared != tc.shared || strings.Join(short, "|") != strings.Join(tc.short, "|") {
+				t.Errorf("factorKeys(%q) = %q, %q; want %q, %q", tc.keys, shared, short, tc.shared, tc.short)
+			}
+		})
+	}
+}
