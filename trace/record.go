@@ -74,8 +74,18 @@ type Record struct {
 // Overrun reports whether the tick's cost exceeded its target interval.
 func (r *Record) Overrun() bool { return r.TargetUS > 0 && r.CostUS > r.TargetUS }
 
+// Bounds of a plausible record: beyond them a summary's sums, durations and
+// plot axes would overflow, so such a record is refused as garbled.
+const (
+	maxUS       = 1e12    // about 11.6 days, in microseconds
+	maxHeadroom = 1e6     // headroom is a ratio of free to budget
+	maxBytes    = 1 << 60 // any byte count
+	maxRecords  = 1 << 40 // records suppressed before one record
+)
+
 // Validate checks what a summary relies on.
 func (r *Record) Validate() error {
+	badUS := func(v float64) bool { return v < 0 || v > maxUS || math.IsNaN(v) }
 	switch {
 	case r.Session == "":
 		return errors.New("no session")
@@ -85,14 +95,27 @@ func (r *Record) Validate() error {
 		return errors.New("no time")
 	case r.Rung < 0 || r.Rung >= NumRungs:
 		return fmt.Errorf("rung %d outside 0..%d", r.Rung, NumRungs-1)
-	case r.CostUS < 0 || math.IsNaN(r.CostUS) || math.IsInf(r.CostUS, 0):
+	case badUS(r.CostUS):
 		return fmt.Errorf("bad cost_us %v", r.CostUS)
-	case r.IntervalUS != nil && (*r.IntervalUS < 0 || math.IsNaN(*r.IntervalUS) || math.IsInf(*r.IntervalUS, 0)):
+	case r.IntervalUS != nil && badUS(*r.IntervalUS):
 		return fmt.Errorf("bad interval_us %v", *r.IntervalUS)
-	case math.IsNaN(r.Headroom) || math.IsInf(r.Headroom, 0):
+	case badUS(r.TargetUS):
+		return fmt.Errorf("bad target_us %v", r.TargetUS)
+	case badUS(r.CooldownUS):
+		return fmt.Errorf("bad cooldown_us %v", r.CooldownUS)
+	case math.IsNaN(r.Headroom) || math.Abs(r.Headroom) > maxHeadroom:
 		return fmt.Errorf("bad headroom %v", r.Headroom)
-	case r.HostTail < 0 || r.Moved < 0 || r.Suppressed < 0:
-		return errors.New("negative byte or record count")
+	case r.Suppressed < 0 || r.Suppressed > maxRecords:
+		return fmt.Errorf("bad suppressed count %d", r.Suppressed)
+	}
+	for _, b := range []struct {
+		name string
+		v    int64
+	}{{"host_tail_bytes", r.HostTail}, {"bytes_moved", r.Moved}, {"demand_bytes", r.Demand},
+		{"resident_bytes", r.Resident}, {"budget_bytes", r.Budget}, {"refused_bytes", r.Refused}} {
+		if b.v < 0 || b.v > maxBytes {
+			return fmt.Errorf("bad %s %d", b.name, b.v)
+		}
 	}
 	return nil
 }

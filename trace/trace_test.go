@@ -326,3 +326,32 @@ func TestCommittedTrace(t *testing.T) {
 		}
 	}
 }
+
+// Values whose sums, durations or plot axes would overflow are refused as
+// garbled records, so summaries and plots never print nonsense or hang.
+func TestValidateRefusesOverflowingValues(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		mod  func(*Record)
+		want string
+	}{
+		{"huge headroom", func(r *Record) { r.Headroom = 1e308 }, "headroom"},
+		{"negative target", func(r *Record) { r.TargetUS = -5 }, "target_us"},
+		{"huge target", func(r *Record) { r.TargetUS = 1e300 }, "target_us"},
+		{"huge cooldown", func(r *Record) { r.CooldownUS = 1e300 }, "cooldown_us"},
+		{"huge suppressed count", func(r *Record) { r.Suppressed = 1 << 62 }, "suppressed"},
+		{"negative demand", func(r *Record) { r.Demand = -1 }, "demand_bytes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := tick("s", 0, 0)
+			tc.mod(&r)
+			if err := r.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Validate = %v, want an error naming %s", err, tc.want)
+			}
+		})
+	}
+	ok := tick("s", 0, 0)
+	if err := ok.Validate(); err != nil {
+		t.Errorf("a plain record refused: %v", err)
+	}
+}

@@ -150,6 +150,11 @@ func GateBandwidth(what string, samples []float64, ceiling []float64, ceilingWhy
 		return fail(name, "the tier's %s ceiling is unmeasured (%s), so the floor cannot be checked", what, ceilingWhy)
 	}
 	got, ceil := best(samples), best(ceiling)
+	// A non-finite sample (a zero-length timing, NaN) or a ceiling of 0 is a
+	// broken measurement: it must fail, not slip past the comparison.
+	if finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }; !finite(got) || !finite(ceil) || ceil <= 0 {
+		return fail(name, "%s bandwidth %v against a ceiling of %v GB/s cannot be judged: a measurement is broken", what, got, ceil)
+	}
 	if got < floor*ceil {
 		return fail(name, "%s %.2f GB/s is %.0f%% of the tier's ceiling %.2f GB/s, below the floor of %.0f%%", what, got, 100*got/ceil, ceil, 100*floor)
 	}

@@ -223,6 +223,9 @@ func TestGateFunctions(t *testing.T) {
 		{"bandwidth, below", GateBandwidth("spill", []float64{4.9}, []float64{10}, "", 0.5), false, "below the floor of 50%"},
 		{"bandwidth, ceiling unmeasured", GateBandwidth("restore", []float64{4.9}, nil, "no holder", 0.5), false, "unmeasured (no holder)"},
 		{"bandwidth, no samples", GateBandwidth("restore", nil, []float64{10}, "", 0.5), false, "bandwidth unmeasured"},
+		{"bandwidth, a NaN sample", GateBandwidth("spill", []float64{4, math.NaN()}, []float64{10}, "", 0.5), false, "a measurement is broken"},
+		{"bandwidth, an infinite sample", GateBandwidth("spill", []float64{math.Inf(1)}, []float64{10}, "", 0.5), false, "a measurement is broken"},
+		{"bandwidth, a zero ceiling", GateBandwidth("spill", []float64{4}, []float64{0}, "", 0.5), false, "a measurement is broken"},
 	}
 	for _, tt := range tests {
 		if tt.g.Pass != tt.pass || !strings.Contains(tt.g.Reason, tt.reason) {
