@@ -27,6 +27,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"strings"
 	"sync"
@@ -96,6 +97,7 @@ type Arena struct {
 
 	mu       sync.Mutex
 	segs     []*segment
+	retired  []*segment // closed, unlinked, still mapped: slots in them are being filled
 	slots    map[uint64]*Slot
 	nextID   uint64
 	notify   chan struct{} // closed and replaced whenever space frees or a segment appears
@@ -103,6 +105,7 @@ type Arena struct {
 	growing  bool
 	pinned   int64
 	closed   bool
+	maxSize  int64 // the largest tensor that could ever be staged
 	counters counters
 	warnings []string
 	lastFrag time.Time
@@ -122,6 +125,7 @@ type segment struct {
 	alloc     Allocator
 	dedicated bool
 	unpin     func() error
+	filling   int // slots reserved here whose payload is still being written
 }
 
 // Slot is one reserved tensor: a region of a segment or, spilled, a
@@ -137,6 +141,7 @@ type Slot struct {
 	refs      int
 	published time.Time
 	done      bool
+	filling   bool // reserved in a segment, not yet published or released
 }
 
 // ID is the tensor's key: descriptors carry it and ACKs name it.
@@ -201,6 +206,12 @@ func New(cfg Config) (*Arena, error) {
 	fs, err := StatFS(cfg.Dir)
 	if err != nil {
 		return nil, fmt.Errorf("arena: %w", err)
+	}
+	// A tensor larger than the file system fits neither a segment nor a
+	// spill file there; the page of headroom keeps size arithmetic exact.
+	a.maxSize = math.MaxInt64 - pageSize
+	if fs.Total > 0 {
+		a.maxSize = min(a.maxSize, fs.Total)
 	}
 	warns, err := CheckCeilings(cfg, fs, hostMemTotal())
 	if err != nil {
@@ -337,6 +348,12 @@ func (a *Arena) reserve(ctx context.Context, n int64, stage bool) (*Slot, error)
 	if n < 0 {
 		return nil, fmt.Errorf("reserve: negative size %d", n)
 	}
+	if n > a.maxSize {
+		return nil, fmt.Errorf("reserve %d bytes: too large: more than the %s file system of %s can hold", n, fmtBytes(a.maxSize), a.cfg.Dir)
+	}
+	if capBytes := int64(a.cfg.MaxSegments) * a.cfg.SegmentSize; a.cfg.Strict && a.cfg.Transport != TransportFile && n > capBytes {
+		return nil, fmt.Errorf("reserve %d bytes: too large: more than the arena's cap of %d x %s segments, and strict mode never spills", n, a.cfg.MaxSegments, fmtBytes(a.cfg.SegmentSize))
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	var spillAt, failAt time.Time
@@ -367,6 +384,12 @@ func (a *Arena) reserve(ctx context.Context, n int64, stage bool) (*Slot, error)
 					// as at the cap (back-pressure, then spill or fail).
 					a.growFail = time.Now()
 					a.warn(fmt.Sprintf("growing the arena by %s failed, treating it as full: %v", fmtBytes(size), err))
+				} else if a.closed {
+					// Closed while we grew: the segment is nobody's.
+					if err := a.dropSegment(seg); err != nil {
+						a.warn(err.Error())
+					}
+					continue
 				} else {
 					a.segs = append(a.segs, seg)
 					continue
@@ -426,7 +449,8 @@ func (a *Arena) tryReserve(n int64) *Slot {
 			continue
 		}
 		if blk, ok := seg.alloc.Reserve(n); ok {
-			s := &Slot{id: a.nextID, size: n, seg: seg, blk: blk, buf: seg.file.mem[blk.Off : blk.Off+n : blk.Off+n]}
+			s := &Slot{id: a.nextID, size: n, seg: seg, blk: blk, buf: seg.file.mem[blk.Off : blk.Off+n : blk.Off+n], filling: true}
+			seg.filling++
 			a.nextID++
 			a.slots[s.id] = s
 			return s
@@ -442,7 +466,7 @@ func (a *Arena) growthFor(n int64) (int64, bool) {
 	if n > size {
 		size = roundUp(n, pageSize)
 	}
-	return size, a.segmentBytes()+size <= capBytes
+	return size, size <= capBytes-a.segmentBytes()
 }
 
 func (a *Arena) segmentBytes() int64 {
@@ -459,7 +483,7 @@ func (a *Arena) segmentBytes() int64 {
 func (a *Arena) dropIdle() bool {
 	for _, dedicated := range []bool{true, false} {
 		for i, seg := range a.segs {
-			if seg.dedicated == dedicated && seg.alloc.Stats().Live == 0 {
+			if seg.dedicated == dedicated && seg.alloc.Stats().Live == 0 && seg.filling == 0 {
 				a.segs = append(a.segs[:i], a.segs[i+1:]...)
 				if err := a.dropSegment(seg); err != nil {
 					a.warn(err.Error())
@@ -528,15 +552,10 @@ func (a *Arena) publish(s *Slot, data []byte, m Meta, fanout int) (Descriptor, e
 		m.DType = "uint8"
 	}
 	d := Descriptor{ID: s.id, Size: s.size, DType: m.DType, Shape: m.Shape, Checksum: m.Checksum, HasChecksum: m.HasChecksum}
+	var spillName string
 	if s.spilled {
-		name := Name{Kind: KindSpill, Entity: a.cfg.Entity, PID: os.Getpid(), Token: newToken()}.String()
-		f, err := writeSpill(a.cfg.Dir, name, data, a.cfg.CopyThreads)
-		if err != nil {
-			a.Release(s)
-			return Descriptor{}, fmt.Errorf("publish tensor %d: spilling: %w", s.id, err)
-		}
-		s.spill, s.buf = f, nil
-		d.Loc, d.File = InFile, name
+		spillName = Name{Kind: KindSpill, Entity: a.cfg.Entity, PID: os.Getpid(), Token: newToken()}.String()
+		d.Loc, d.File = InFile, spillName
 	} else {
 		d.Loc, d.File, d.Offset = InSegment, s.seg.file.name, s.blk.Off
 	}
@@ -545,15 +564,32 @@ func (a *Arena) publish(s *Slot, data []byte, m Meta, fanout int) (Descriptor, e
 		a.Release(s)
 		return Descriptor{}, fmt.Errorf("publish: %w", err)
 	}
+	var spill *shmFile
+	if s.spilled {
+		f, err := writeSpill(a.cfg.Dir, spillName, data, a.cfg.CopyThreads)
+		if err != nil {
+			a.Release(s)
+			return Descriptor{}, fmt.Errorf("publish tensor %d: spilling: %w", s.id, err)
+		}
+		spill = f
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.endFillLocked(s)
 	if s.done {
+		// Released or closed meanwhile: nobody will free the new file.
+		if spill != nil {
+			if err := errors.Join(spill.unlink(), spill.close()); err != nil {
+				a.warn(err.Error())
+			}
+		}
 		return Descriptor{}, fmt.Errorf("publish tensor %d: slot was already released", s.id)
 	}
-	s.refs, s.published = fanout, time.Now()
-	if s.spill != nil {
+	if spill != nil {
+		s.spill, s.buf = spill, nil
 		a.counters.spillFiles++
 	}
+	s.refs, s.published = fanout, time.Now()
 	return d, nil
 }
 
@@ -630,9 +666,34 @@ func (a *Arena) Release(s *Slot) {
 	if !s.done {
 		a.freeLocked(s)
 	}
+	a.endFillLocked(s)
+}
+
+// endFillLocked notes that nothing writes into s's region any more; the
+// last such slot of a segment retired by Close unmaps it.
+func (a *Arena) endFillLocked(s *Slot) {
+	if !s.filling {
+		return
+	}
+	s.filling = false
+	seg := s.seg
+	seg.filling--
+	if seg.filling > 0 {
+		return
+	}
+	for i, r := range a.retired {
+		if r == seg {
+			a.retired = append(a.retired[:i], a.retired[i+1:]...)
+			if err := a.dropSegment(seg); err != nil {
+				a.warn(err.Error())
+			}
+			return
+		}
+	}
 }
 
 func (a *Arena) freeLocked(s *Slot) {
+	a.endFillLocked(s)
 	s.done = true
 	delete(a.slots, s.id)
 	if s.seg != nil {
@@ -762,7 +823,11 @@ func (a *Arena) SegmentNames() []string {
 }
 
 // Close unregisters, unmaps and unlinks every segment and spill file. Slots
-// still live are gone with them.
+// still live are gone with them. A segment holding a reserved slot whose
+// payload is still being written (a Put in progress, or Bytes handed out
+// and not yet published or released) is unlinked now and unmapped once
+// the last such slot is published (which then fails) or released, so the
+// writer never faults.
 func (a *Arena) Close() error {
 	a.mu.Lock()
 	if a.closed {
@@ -779,6 +844,11 @@ func (a *Arena) Close() error {
 		s.done = true
 	}
 	for _, seg := range a.segs {
+		if seg.filling > 0 {
+			errs = append(errs, seg.file.unlink())
+			a.retired = append(a.retired, seg)
+			continue
+		}
 		errs = append(errs, a.dropSegment(seg))
 	}
 	a.segs = nil

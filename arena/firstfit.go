@@ -23,6 +23,9 @@ func newFirstFit(size int64) *firstFit {
 }
 
 func (f *firstFit) Reserve(n int64) (Block, bool) {
+	if n > f.total {
+		return Block{}, false // and granules(n) could overflow
+	}
 	need := granules(n) * Align
 	for i := range f.free {
 		e := &f.free[i]

@@ -152,6 +152,9 @@ func (t *tlsf) find(size int64) int32 {
 }
 
 func (t *tlsf) Reserve(n int64) (Block, bool) {
+	if n > t.total*Align {
+		return Block{}, false // and granules(n) could overflow
+	}
 	size := granules(n)
 	id := t.find(size)
 	if id == nilBlk {
