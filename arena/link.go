@@ -698,11 +698,30 @@ func (rc *Receiver) ReadBatch(ds []Descriptor, dst [][]byte) error {
 	return first
 }
 
+// BatchError is CopyBatchToDevice's error when the batch could not be
+// queued: the tensors ds[:Acked] were copied and acknowledged, and ds[Acked:]
+// were not — they are still the caller's to read again, ACK or drop.
+type BatchError struct {
+	Acked int
+	Err   error
+}
+
+func (e *BatchError) Error() string {
+	if e.Acked == 0 {
+		return e.Err.Error()
+	}
+	return fmt.Sprintf("%v (the %d tensors before it were copied and acknowledged)", e.Err, e.Acked)
+}
+
+func (e *BatchError) Unwrap() error { return e.Err }
+
 // CopyBatchToDevice queues each tensor's copy into dst[i] at off[i] on the
 // stream, records one event after them, and returns at once: a watcher
 // acknowledges the batch when the event completes, without blocking the
-// caller. The returned channel yields the outcome (nil once ACKed). On an
-// error nothing of the batch is acknowledged.
+// caller. The returned channel yields the outcome (nil once ACKed; on an
+// error there nothing was acknowledged). An error returned at once is a
+// *BatchError: the copies queued before the failing tensor are waited for
+// and acknowledged, so the caller owns only ds[Acked:].
 func (rc *Receiver) CopyBatchToDevice(s gpu.Stream, ds []Descriptor, dst []gpu.Buffer, off []int64) (<-chan error, error) {
 	var rel []func()
 	releaseAll := func() {
@@ -715,13 +734,21 @@ func (rc *Receiver) CopyBatchToDevice(s gpu.Stream, ds []Descriptor, dst []gpu.B
 		f, err := rc.reader.CopyToDevice(s, dst[i], off[i], d)
 		if err != nil {
 			// Copies already queued still read the slots: wait for them
-			// before letting the views go.
+			// before letting the views go, then acknowledge them — the
+			// producer would otherwise hold those slots until its TTL.
+			synced := false
 			if ev, e := s.Record(); e == nil {
-				_ = ev.Sync()
+				synced = ev.Sync() == nil
 				_ = ev.Close()
 			}
 			releaseAll()
-			return nil, err
+			if !synced || len(ids) == 0 {
+				return nil, &BatchError{Err: err}
+			}
+			if e := rc.Ack(ids...); e != nil {
+				return nil, &BatchError{Err: errors.Join(err, e)}
+			}
+			return nil, &BatchError{Acked: len(ids), Err: err}
 		}
 		rel = append(rel, f)
 		ids = append(ids, d.ID)
@@ -732,7 +759,7 @@ func (rc *Receiver) CopyBatchToDevice(s gpu.Stream, ds []Descriptor, dst []gpu.B
 	if err != nil {
 		_ = s.Sync()
 		releaseAll()
-		return nil, fmt.Errorf("recording the copy event: %w", err)
+		return nil, &BatchError{Err: fmt.Errorf("recording the copy event: %w", err)}
 	}
 	done := make(chan error, 1)
 	rc.wmu.Lock()
@@ -740,7 +767,7 @@ func (rc *Receiver) CopyBatchToDevice(s gpu.Stream, ds []Descriptor, dst []gpu.B
 		rc.wmu.Unlock()
 		_ = ev.Sync()
 		releaseAll()
-		return nil, errors.New("receiver is closed")
+		return nil, &BatchError{Err: errors.New("receiver is closed")}
 	}
 	rc.waiting = append(rc.waiting, pendingCopy{ev: ev, release: rel, ids: ids, done: done})
 	rc.wcond.Signal()

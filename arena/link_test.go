@@ -387,3 +387,55 @@ func FuzzRecvFrame(f *testing.F) {
 }
 
 func bufioReader(r io.Reader) *bufio.Reader { return bufio.NewReader(r) }
+
+// A batch failing at tensor k acknowledges the copies queued before it and
+// leaves the rest to the caller, instead of stranding them until the TTL.
+func TestCopyBatchToDevicePartialFailure(t *testing.T) {
+	dev := gpu.NewCPU()
+	p := newPipeline(t, Config{SegmentSize: 64 << 10, MaxSegments: 1})
+	ctx := context.Background()
+	var ds []Descriptor
+	for i := range 3 {
+		d, err := p.a.Put(ctx, pattern(4<<10, byte(i)), Meta{}, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds = append(ds, d)
+	}
+	_ = p.snd.Send(ds...)
+	got, err := p.rcv.Next(ctx)
+	if err != nil || len(got) != 3 {
+		t.Fatalf("next: %d descriptors, %v", len(got), err)
+	}
+	bad := append([]Descriptor(nil), got...)
+	bad[1].Offset = 1 << 40 // outside the segment: refused by the reader
+	s, _ := dev.NewStream()
+	var bufs []gpu.Buffer
+	for range 3 {
+		b, _ := dev.Alloc(4 << 10)
+		bufs = append(bufs, b)
+	}
+	_, err = p.rcv.CopyBatchToDevice(s, bad, bufs, []int64{0, 0, 0})
+	var be *BatchError
+	if !errors.As(err, &be) || be.Acked != 1 {
+		t.Fatalf("error %v, want a *BatchError with 1 acknowledged", err)
+	}
+	p.waitAcks(t, 1)
+	p.mu.Lock()
+	acked := append([]uint64(nil), p.acked...)
+	p.mu.Unlock()
+	if len(acked) != 1 || acked[0] != got[0].ID {
+		t.Fatalf("acked %v, want [%d]", acked, got[0].ID)
+	}
+	// The rest are still the caller's: it reads them again and ACKs them.
+	if err := p.rcv.ReadBatch(got[be.Acked:], [][]byte{make([]byte, 4<<10), make([]byte, 4<<10)}); err != nil {
+		t.Fatal(err)
+	}
+	p.waitAcks(t, 2)
+	if st := p.a.Stats(); st.LiveSlots != 0 {
+		t.Fatalf("live slots after the batch: %d", st.LiveSlots)
+	}
+	if st := p.r.Stats(); st.InFlight != 0 {
+		t.Fatalf("views in flight: %d", st.InFlight)
+	}
+}
