@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -111,11 +112,28 @@ func (o *Options) defaults() error {
 		return errors.New("stress: no worker executable")
 	case o.Inflight < 1:
 		return fmt.Errorf("stress: in-flight %d: want at least 1", o.Inflight)
+	case o.SegmentSize < 4096:
+		return fmt.Errorf("stress: segment size %d: want at least one page (4096 bytes)", o.SegmentSize)
+	case o.MaxSegments < 1:
+		return fmt.Errorf("stress: max segments %d: want at least 1", o.MaxSegments)
+	}
+	if _, ok := o.arenaBytes(); !ok {
+		return fmt.Errorf("stress: %d producers x %d segments x %d bytes overflows", o.Producers, o.MaxSegments, o.SegmentSize)
 	}
 	if _, err := arena.ParseTransport(string(o.Transport)); err != nil {
 		return fmt.Errorf("stress: %w", err)
 	}
 	return nil
+}
+
+// arenaBytes is the segment space all producers may hold, and whether it
+// fits an int64.
+func (o *Options) arenaBytes() (int64, bool) {
+	p, m, z := int64(o.Producers), int64(o.MaxSegments), o.SegmentSize
+	if p <= 0 || m <= 0 || z <= 0 || p > math.MaxInt64/m || p*m > math.MaxInt64/z {
+		return 0, false
+	}
+	return p * m * z, true
 }
 
 // Summary is what a run measured.
@@ -167,6 +185,7 @@ type slot struct {
 	base    Report // sums of earlier generations
 	cur     Report // the latest report of this generation
 	final   bool   // this generation sent its final report
+	started bool   // this generation sent a report: it got past its setup
 	killed  bool   // we SIGKILLed this generation
 	tail    *tailBuf
 	exited  chan struct{}
@@ -198,7 +217,7 @@ func Run(ctx context.Context, opt Options) (*Summary, error) {
 	}
 	defer os.RemoveAll(sockDir)
 	if fs, err := arena.StatFS(runDir); err == nil {
-		need := int64(opt.Producers) * opt.SegmentSize * int64(opt.MaxSegments)
+		need, _ := opt.arenaBytes()
 		if opt.Transport == arena.TransportArena && need > fs.Total {
 			return nil, fmt.Errorf("stress: %d producers x %d segments x %d bytes = %d bytes exceeds %s (%d bytes)", opt.Producers, opt.MaxSegments, opt.SegmentSize, need, opt.ShmDir, fs.Total)
 		}
@@ -214,6 +233,7 @@ type runner struct {
 	events          chan event
 	rng             *rand.Rand
 	sum             Summary
+	broken          bool // a worker failed before its first report
 }
 
 func (r *runner) config(s *slot) WorkerConfig {
@@ -248,7 +268,7 @@ func (r *runner) start(s *slot) error {
 		return fmt.Errorf("configuring %s %d: %w", s.role, s.index, err)
 	}
 	s.cmd, s.stdin, s.pid = cmd, stdin, cmd.Process.Pid
-	s.cur, s.final, s.killed = Report{}, false, false
+	s.cur, s.final, s.killed, s.started = Report{}, false, false, false
 	s.exited = make(chan struct{})
 	gen := s.gen
 	go func() {
@@ -300,6 +320,10 @@ loop:
 		select {
 		case ev := <-r.events:
 			r.handle(ev, true)
+			if r.broken {
+				r.sum.Stopped = "a worker failed at startup"
+				break loop
+			}
 		case <-deadline:
 			r.sum.Stopped = "duration"
 			break loop
@@ -347,6 +371,7 @@ func (r *runner) handle(ev event, restart bool) {
 		return // a report from an earlier generation, already accounted
 	}
 	if ev.rep != nil {
+		s.started = true
 		s.cur = *ev.rep
 		if ev.rep.Final {
 			s.final = true
@@ -366,6 +391,13 @@ func (r *runner) handle(ev event, restart bool) {
 		r.sum.Unexpected = append(r.sum.Unexpected, fmt.Sprintf("%s %d (pid %d) exited on its own: %v; stderr: %s", s.role, s.index, s.pid, ev.exitErr, strings.TrimSpace(s.tail.String())))
 	}
 	if !restart || s.final {
+		return
+	}
+	if !s.killed && !s.started {
+		// It failed during its setup, and so would every restart: a broken
+		// configuration must not turn into a fork loop. End the run.
+		r.sum.Unexpected = append(r.sum.Unexpected, fmt.Sprintf("%s %d not restarted: it exited before its first report", s.role, s.index))
+		r.broken = true
 		return
 	}
 	// Fold this generation into the base and start the next.

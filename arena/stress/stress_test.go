@@ -12,11 +12,18 @@ import (
 	"github.com/mstar-dev/mstar/arena"
 )
 
-const workerEnv = "MSTAR_STRESS_TEST_WORKER"
+const (
+	workerEnv = "MSTAR_STRESS_TEST_WORKER"
+	failEnv   = "MSTAR_STRESS_TEST_FAIL_AT_START"
+)
 
 // TestMain turns this test binary into a stress worker when re-executed.
 func TestMain(m *testing.M) {
 	if os.Getenv(workerEnv) == "1" {
+		if os.Getenv(failEnv) == "1" {
+			fmt.Fprintln(os.Stderr, "worker: failing at startup, as told")
+			os.Exit(1)
+		}
 		if err := RunWorker(os.Stdin, os.Stdout); err != nil {
 			fmt.Fprintln(os.Stderr, "worker:", err)
 			os.Exit(1)
@@ -153,6 +160,11 @@ func TestOptionsRejected(t *testing.T) {
 		{"inverted sizes", func(o *Options) { o.MinSize = 10; o.MaxSize = 5 }, "sizes"},
 		{"no executable", func(o *Options) { o.Exe = "" }, "executable"},
 		{"bad transport", func(o *Options) { o.Transport = "rdma" }, "transport"},
+		{"segment below a page", func(o *Options) { o.SegmentSize = 100 }, "segment size"},
+		{"negative segment size", func(o *Options) { o.SegmentSize = -1 }, "segment size"},
+		{"negative max segments", func(o *Options) { o.MaxSegments = -1 }, "max segments"},
+		{"negative producers", func(o *Options) { o.Producers = -1 }, "producers"},
+		{"arena bytes overflow", func(o *Options) { o.Producers = 1 << 20; o.MaxSegments = 1 << 20; o.SegmentSize = 1 << 40 }, "overflows"},
 	}
 	for _, tc := range tests {
 		opt := testOptions(t)
@@ -185,5 +197,23 @@ func TestPercentile(t *testing.T) {
 		if got := Percentile(xs, tc.p); got != tc.want {
 			t.Errorf("p%v = %v, want %v", tc.p, got, tc.want)
 		}
+	}
+}
+
+// A worker that fails before its first report is not restarted: a broken
+// configuration would otherwise respawn it as fast as it dies.
+func TestWorkerFailingAtStartupIsNotRestarted(t *testing.T) {
+	opt := testOptions(t)
+	opt.Duration = time.Minute // ended by the failure, not by this
+	opt.Env = append(opt.Env, failEnv+"=1")
+	s, _ := run(t, opt)
+	if s.Restarts != 0 {
+		t.Errorf("%d restarts of workers that never started", s.Restarts)
+	}
+	if s.Stopped != "a worker failed at startup" {
+		t.Errorf("stopped: %q", s.Stopped)
+	}
+	if s.Result().Passed() {
+		t.Error("the result passed")
 	}
 }
