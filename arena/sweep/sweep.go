@@ -174,10 +174,17 @@ func (o Options) Sizes() []int64 {
 	return out
 }
 
+// OptionsError is Run's error for options it refuses before measuring
+// anything: bad input, where other errors are failures of the run.
+type OptionsError struct{ Err error }
+
+func (e *OptionsError) Error() string { return e.Err.Error() }
+func (e *OptionsError) Unwrap() error { return e.Err }
+
 // Run runs the sweep.
 func Run(opt Options) (*Outcome, error) {
 	if err := opt.defaults(); err != nil {
-		return nil, err
+		return nil, &OptionsError{Err: err}
 	}
 	out := &Outcome{}
 	if opt.Mode == ModeCopy || opt.Mode == ModeAll {

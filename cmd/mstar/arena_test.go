@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"math"
 	"os"
 	"path/filepath"
@@ -94,6 +95,13 @@ func TestArenaUsageErrors(t *testing.T) {
 		{"bad transport", []string{"arena", "stress", "--transport", "rdma"}, "--transport"},
 		{"fan-out above consumers", []string{"arena", "stress", "--consumers", "2", "--fanout", "3"}, "fan-out"},
 		{"bad device", []string{"arena", "sweep", "--device", "tpu"}, "--device"},
+		{"segment below a page", []string{"arena", "stress", "--segment-size", "100"}, "--segment-size"},
+		{"no segments", []string{"arena", "stress", "--max-segments", "0"}, "--max-segments"},
+		{"negative segments", []string{"arena", "stress", "--max-segments", "-3"}, "--max-segments"},
+		{"no producers", []string{"arena", "stress", "--producers", "0"}, "--producers"},
+		{"no consumers", []string{"arena", "stress", "--consumers", "0"}, "--consumers"},
+		{"arena bytes overflow", []string{"arena", "stress", "--producers", "1048576", "--max-segments", "1048576", "--segment-size", "1TiB"}, "overflows"},
+		{"too few samples", []string{"arena", "sweep", "--device", "cpu", "--samples", "-1"}, "samples"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, stderr, code := runMstar(t, tc.args...)
@@ -187,5 +195,21 @@ func TestArenaClean(t *testing.T) {
 	}
 	if _, stderr, code := runMstar(t, "arena", "clean", "--shm-dir", filepath.Join(dir, "missing")); code != exitBadUsge {
 		t.Fatalf("missing directory: exit %d, %s", code, stderr)
+	}
+}
+
+// An interrupted stress run could not complete: exit 3, not a failed gate.
+func TestArenaStressInterrupted(t *testing.T) {
+	orig := arenaStressContext
+	defer func() { arenaStressContext = orig }()
+	arenaStressContext = func() (context.Context, context.CancelFunc) {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel() // as if SIGINT came at once
+		return ctx, cancel
+	}
+	_, stderr, code := runMstar(t, "arena", "stress", "--duration", "1m", "--producers", "1", "--consumers", "1", "--fanout", "1",
+		"--max-size", "64KiB", "--segment-size", "1MiB", "--max-segments", "2", "--shm-dir", arenaShmDir(t))
+	if code != exitBroken || !strings.Contains(stderr, "interrupted") {
+		t.Fatalf("exit %d, stderr %q; want exit 3 saying it was interrupted", code, stderr)
 	}
 }
