@@ -562,6 +562,7 @@ type Receiver struct {
 	link   *Link
 	reader *Reader
 	in     chan []Descriptor
+	queued atomic.Int64 // descriptors handed to in so far (tests wait on it)
 	err    error
 	done   chan struct{}
 	quit   chan struct{}
@@ -629,6 +630,7 @@ func (rc *Receiver) loop() {
 		}
 		select {
 		case rc.in <- descs:
+			rc.queued.Add(int64(len(descs)))
 		case <-rc.quit:
 		}
 	}
