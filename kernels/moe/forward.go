@@ -55,6 +55,20 @@ func ForwardCPU(l *Layer, x []float32, r Routing, out []float32) {
 		it := items1[n]
 		rows := it.hi - it.lo
 		w1 := l.W1[it.e*2*s.I*s.H:]
+		if slots := slotsOf(it.e); len(slots) == 1 {
+			// One token: widening the tile first would read and write it
+			// once more for a single use; read the bf16 rows directly.
+			st := int(slots[0])
+			xv := xb[st/k*s.H : (st/k+1)*s.H]
+			row := func(j int) []uint16 { return w1[j*s.H : (j+1)*s.H] }
+			for i := 0; i < rows; i += 2 {
+				i1 := min(i+1, rows-1)
+				g0, u0, g1, u1 := dot4bf16(row(it.lo+i), row(s.I+it.lo+i), row(it.lo+i1), row(s.I+it.lo+i1), xv)
+				act[st*s.I+it.lo+i] = silu(g0) * u0
+				act[st*s.I+it.lo+i1] = silu(g1) * u1
+			}
+			return
+		}
 		gate := scratch[:rows*s.H]
 		up := scratch[rows*s.H : 2*rows*s.H]
 		FromBF16(gate, w1[it.lo*s.H:it.hi*s.H])
@@ -82,6 +96,20 @@ func ForwardCPU(l *Layer, x []float32, r Routing, out []float32) {
 	parallel(len(items2), cpuRowsW2*s.I, func(n int, scratch []float32) {
 		it := items2[n]
 		rows := it.hi - it.lo
+		if slots := slotsOf(it.e); len(slots) == 1 {
+			st := int(slots[0])
+			av := act[st*s.I : (st+1)*s.I]
+			w := r.Weights[st]
+			row := func(j int) []uint16 { return l.W2[(it.e*s.H+j)*s.I : (it.e*s.H+j+1)*s.I] }
+			for i := 0; i < rows; i += 4 {
+				j := [4]int{i, min(i+1, rows-1), min(i+2, rows-1), min(i+3, rows-1)}
+				a0, a1, a2, a3 := dot4bf16(row(it.lo+j[0]), row(it.lo+j[1]), row(it.lo+j[2]), row(it.lo+j[3]), av)
+				for t, v := range [4]float32{a0, a1, a2, a3} {
+					y[st*s.H+it.lo+j[t]] = w * v
+				}
+			}
+			return
+		}
 		w2 := scratch[:rows*s.I]
 		FromBF16(w2, l.W2[(it.e*s.H+it.lo)*s.I:(it.e*s.H+it.hi)*s.I])
 		slots := slotsOf(it.e)
@@ -174,4 +202,20 @@ func dot2x4(a0, a1, b0, b1, b2, b3 []float32) (r0, r1 [4]float32) {
 		s13 += w1 * x3
 	}
 	return [4]float32{s00, s01, s02, s03}, [4]float32{s10, s11, s12, s13}
+}
+
+// dot4bf16 returns the dot products of four bf16 weight rows with one
+// vector, widening each weight as it is loaded: the decode case, where a
+// tile is used by a single token.
+func dot4bf16(a0, a1, a2, a3 []uint16, x []float32) (r0, r1, r2, r3 float32) {
+	n := len(x)
+	a0, a1, a2, a3 = a0[:n], a1[:n], a2[:n], a3[:n]
+	for i := 0; i < n; i++ {
+		xi := x[i]
+		r0 += BF16ToF32(a0[i]) * xi
+		r1 += BF16ToF32(a1[i]) * xi
+		r2 += BF16ToF32(a2[i]) * xi
+		r3 += BF16ToF32(a3[i]) * xi
+	}
+	return
 }
