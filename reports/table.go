@@ -72,6 +72,7 @@ type Cell struct {
 	Present    bool   // the result has this metric
 	Unmeasured string // why not, when it was not measured
 	Summary    Summary
+	Constant   bool // every sample is the same value (a count, say): no interval to show
 }
 
 // Tables groups the results of docs into one table per distinct environment
@@ -176,6 +177,7 @@ func Tables(docs []*Document, opt TableOptions) ([]*Table, error) {
 					cell.Present = true
 					if m.Measured() {
 						cell.Summary = Summarize(m.Samples)
+						cell.Constant = !slices.ContainsFunc(m.Samples, func(v float64) bool { return v != m.Samples[0] })
 					} else {
 						cell.Unmeasured = m.Unmeasured
 						if cell.Unmeasured == "" {
@@ -325,8 +327,8 @@ func (c Cell) String() string {
 	case c.Unmeasured != "":
 		return "unmeasured"
 	}
-	if c.Summary.N == 1 {
-		// One sample is a value, not an estimate: no interval to show.
+	if c.Summary.N == 1 || c.Constant {
+		// One sample, or samples all alike, is a value, not an estimate.
 		return FormatValue(c.Summary.Median)
 	}
 	return FormatValue(c.Summary.Median) + " " + formatPct(c.Summary.HalfWidthPct())
@@ -424,7 +426,7 @@ func (t *Table) notes() []string {
 	}
 	for _, r := range t.Rows {
 		for _, c := range r.Cells {
-			if c.Present && c.Unmeasured == "" && c.Summary.N > 1 && c.Summary.Warning != "" {
+			if c.Present && c.Unmeasured == "" && c.Summary.N > 1 && !c.Constant && c.Summary.Warning != "" {
 				add("±∞: " + c.Summary.Warning)
 			}
 		}

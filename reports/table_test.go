@@ -191,3 +191,24 @@ func TestRenderUnknownFormat(t *testing.T) {
 		t.Errorf("error %v", err)
 	}
 }
+
+// Samples that are all alike (a count of wrong copies, say) show as a value:
+// an interval of ±∞ from too few samples would only be noise there.
+func TestRenderConstantSamples(t *testing.T) {
+	d := &Document{Format: Format, Schema: SchemaVersion, Suite: "arena sweep", Env: Env{"host": "h"},
+		Results: []Result{{Name: "copy", Params: Params{"size": "4096"}, Metrics: []Metric{
+			{Name: "wrong", Unit: "copies", Better: LowerIsBetter, Samples: []float64{0, 0, 0}},
+			{Name: "bandwidth", Unit: "GB/s", Better: HigherIsBetter, Samples: []float64{1, 2, 3}},
+		}}}}
+	var b bytes.Buffer
+	if err := Render(&b, []*Document{d}, FormatText, TableOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	if !strings.Contains(out, "│ 0 ") || strings.Contains(out, "0 ±∞") {
+		t.Errorf("constant samples not shown as a plain value:\n%s", out)
+	}
+	if !strings.Contains(out, "2 ±∞") {
+		t.Errorf("varying samples lost their interval:\n%s", out)
+	}
+}
