@@ -54,6 +54,9 @@ type Options struct {
 	// SampleBytes is how many bytes a sample moves at small sizes (a sample
 	// of small copies repeats them); default 64 MiB.
 	SampleBytes int64
+	// Tensors is how many tensors a transport sample moves; 0 picks by size
+	// (transportCount).
+	Tensors int
 	// PCIeGBps is the link's theoretical one-direction rate, 0 if unknown;
 	// PCIeNote says where it came from or why it is unknown.
 	PCIeGBps float64
@@ -155,6 +158,8 @@ func (o *Options) defaults() error {
 		return fmt.Errorf("sweep: size factor %d: want at least 2", o.Factor)
 	case o.Samples < 1:
 		return fmt.Errorf("sweep: %d samples: want at least 1", o.Samples)
+	case o.Tensors < 0:
+		return fmt.Errorf("sweep: %d tensors per sample: want at least 1 (or 0 for the default)", o.Tensors)
 	}
 	if o.Progress == nil {
 		o.Progress = func(string) {}

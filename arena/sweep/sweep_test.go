@@ -80,11 +80,34 @@ func TestOptionsRejected(t *testing.T) {
 		{"inverted range", Options{MinSize: 1 << 20, MaxSize: 4096}, "below min size"},
 		{"factor one", Options{Factor: 1}, "factor"},
 		{"no samples", Options{Samples: -1}, "samples"},
+		{"negative tensors", Options{Tensors: -3}, "tensors per sample"},
 	}
 	for _, tc := range tests {
 		if _, err := Run(tc.opt); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: error %v, want one mentioning %q", tc.name, err, tc.want)
 		}
+	}
+}
+
+// A transport sample streams enough tensors that fill and drain do not
+// dominate: thousands of small ones, at least 16 large ones, within 4 GiB;
+// --tensors overrides.
+func TestTransportCount(t *testing.T) {
+	opt := Options{}
+	if err := opt.defaults(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		size int64
+		want int
+	}{{4 << 10, 4096}, {64 << 10, 1024}, {1 << 20, 64}, {64 << 20, 16}, {1 << 30, 4}} {
+		if got := transportCount(tc.size, opt); got != tc.want {
+			t.Errorf("transportCount(%d) = %d, want %d", tc.size, got, tc.want)
+		}
+	}
+	opt.Tensors = 100
+	if got := transportCount(4<<10, opt); got != 100 {
+		t.Errorf("with Tensors 100: %d tensors", got)
 	}
 }
 

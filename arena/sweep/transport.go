@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"runtime/pprof"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mstar-dev/mstar/arena"
@@ -35,9 +37,7 @@ type transportPoint struct {
 func runTransport(opt Options, out *Outcome) error {
 	var points []*transportPoint
 	for _, size := range opt.Sizes() {
-		// Enough tensors that pipeline fill and drain do not dominate, within
-		// 4 GiB of destinations.
-		count := max(repeats(size, opt.SampleBytes), int(min(max((4<<30)/size, 4), 16)))
+		count := transportCount(size, opt)
 		src := make([]byte, size)
 		pattern(src, uint64(size))
 		dst := make([][]byte, count)
@@ -48,14 +48,19 @@ func runTransport(opt Options, out *Outcome) error {
 			opt.Progress(fmt.Sprintf("transport %s %s", tr, fmtSize(size)))
 			p := &transportPoint{transport: tr, size: size, count: count}
 			var err error
-			switch tr {
-			case TrMemcpy:
-				err = measureMemcpy(opt, src, dst, p, 1)
-			case TrMemcpy2:
-				err = measureMemcpy(opt, src, dst, p, 2)
-			default:
-				err = measurePipe(opt, arena.Transport(tr), src, dst, p)
-			}
+			// Labelled, so a --cpuprofile can be split by transport and size
+			// (the goroutines a measurement starts inherit the labels).
+			labels := pprof.Labels("transport", tr, "size", fmtSize(size))
+			pprof.Do(context.Background(), labels, func(context.Context) {
+				switch tr {
+				case TrMemcpy:
+					err = measureMemcpy(opt, src, dst, p, 1)
+				case TrMemcpy2:
+					err = measureMemcpy(opt, src, dst, p, 2)
+				default:
+					err = measurePipe(opt, arena.Transport(tr), src, dst, p)
+				}
+			})
 			if err != nil {
 				return fmt.Errorf("transport sweep: %s at %d bytes: %w", tr, size, err)
 			}
@@ -64,6 +69,19 @@ func runTransport(opt Options, out *Outcome) error {
 	}
 	out.Results = append(out.Results, transportResults(points)...)
 	return nil
+}
+
+// transportCount is how many tensors one transport sample moves: the
+// caller's Tensors, or enough that pipeline fill and drain do not dominate.
+// A sample of 256 small tensors is a handful of descriptor batches, so on a
+// many-core host it timed mostly wake-up latency; up to 4096 tensors (or
+// SampleBytes of them) it times the stream. At least 16 tensors, within
+// 4 GiB of destinations.
+func transportCount(size int64, opt Options) int {
+	if opt.Tensors > 0 {
+		return opt.Tensors
+	}
+	return max(int(min(max(opt.SampleBytes/size, 1), 4096)), int(min(max((4<<30)/size, 4), 16)))
 }
 
 // stamp writes the sample and tensor index into a payload's first 16
@@ -156,17 +174,20 @@ func measurePipe(opt Options, tr arena.Transport, src []byte, dst [][]byte, p *t
 	if err != nil {
 		return err
 	}
-	tokens := make(chan struct{}, window)
-	var mu sync.Mutex
-	acked := 0
+	// Flow control costs the harness as little as it can: the ACK side
+	// bumps a counter, and signals only when the producer sleeps on a full
+	// window (a channel op per tensor on both ends bounced a lock between
+	// cores, time charged to the transport).
+	var acked atomic.Int64
+	var producerWaits atomic.Bool
+	wake := make(chan struct{}, 1)
 	allAcked := make(chan struct{}, 1)
 	snd := arena.NewSender(pl, a, func(id uint64, abandoned bool) {
-		<-tokens
-		mu.Lock()
-		acked++
-		done := acked == count
-		mu.Unlock()
-		if done {
+		n := acked.Add(1)
+		if producerWaits.Load() && producerWaits.CompareAndSwap(true, false) {
+			wake <- struct{}{}
+		}
+		if n == int64(count) {
 			allAcked <- struct{}{}
 		}
 	})
@@ -180,9 +201,7 @@ func measurePipe(opt Options, tr arena.Transport, src []byte, dst [][]byte, p *t
 	for s := -opt.Warmup; s < opt.Samples; s++ {
 		poison(dst)
 		sample := s + opt.Warmup
-		mu.Lock()
-		acked = 0
-		mu.Unlock()
+		acked.Store(0)
 		spills0 := a.Stats().Spills
 		consumerErr := make(chan error, 1)
 		go func() {
@@ -217,13 +236,19 @@ func measurePipe(opt Options, tr arena.Transport, src []byte, dst [][]byte, p *t
 			return err
 		}
 		for i := 0; i < count; i++ {
-			select {
-			case tokens <- struct{}{}:
-			default:
+			if int64(i)-acked.Load() >= int64(window) {
 				if err := flush(); err != nil {
 					return err
 				}
-				tokens <- struct{}{}
+				for int64(i)-acked.Load() >= int64(window) {
+					producerWaits.Store(true)
+					if int64(i)-acked.Load() < int64(window) { // an ACK landed before the flag was seen
+						if producerWaits.CompareAndSwap(true, false) {
+							break
+						}
+					}
+					<-wake
+				}
 			}
 			stamp(src, sample, i)
 			d, err := a.Put(ctx, src, arena.Meta{}, 1)

@@ -121,7 +121,7 @@ func arenaSweepCmd(a *app) *cobra.Command {
 	var (
 		device, mode, minSize, maxSize, shmDir, out, plot string
 		factor                                            int64
-		samples                                           int
+		samples, tensors                                  int
 		pcie                                              float64
 	)
 	cmd := &cobra.Command{
@@ -178,7 +178,7 @@ with "-transport" added to its name).`,
 			}
 			defer dev.Close()
 			env := envinfo.Collect(dev)
-			opt := sweep.Options{Device: dev, Mode: m, MinSize: lo, MaxSize: hi, Factor: factor, Samples: samples, Dir: shmDir}
+			opt := sweep.Options{Device: dev, Mode: m, MinSize: lo, MaxSize: hi, Factor: factor, Samples: samples, Tensors: tensors, Dir: shmDir}
 			if pcie > 0 {
 				opt.PCIeGBps, opt.PCIeNote = pcie, fmt.Sprintf("PCIe theoretical %.1f GB/s per direction (--pcie-gbps)", pcie)
 			} else if dev.Info().Backend == gpu.CUDA {
@@ -234,6 +234,7 @@ with "-transport" added to its name).`,
 	f.StringVar(&maxSize, "max-size", "1GiB", "largest size")
 	f.Int64Var(&factor, "factor", 4, "size step: each size is this many times the last")
 	f.IntVar(&samples, "samples", 10, "timed samples per point (the table shows medians)")
+	f.IntVar(&tensors, "tensors", 0, "tensors per transport sample (default: up to 4096 small tensors, 64 MiB's worth, at least 16)")
 	f.StringVar(&shmDir, "shm-dir", arena.DefaultDir, "directory for segments and tensor files")
 	f.Float64Var(&pcie, "pcie-gbps", 0, "the PCIe link's theoretical GB/s per direction (default: from NVML)")
 	f.StringVarP(&out, "out", "o", "", "write the results document to `FILE`")

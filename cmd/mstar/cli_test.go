@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -110,5 +112,26 @@ func TestCompletion(t *testing.T) {
 	out, stderr, code := runMstar(t, "completion", "bash")
 	if code != exitOK || !strings.Contains(out, "mstar") {
 		t.Errorf("completion bash: exit %d, stderr %q, %d bytes", code, stderr, len(out))
+	}
+}
+
+// --cpuprofile writes a pprof profile (gzip-compressed protobuf) of any
+// command, and an unwritable profile path is refused before the run.
+func TestCPUProfileFlag(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cpu.pprof")
+	_, stderr, code := runMstar(t, "--cpuprofile", path, "version")
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+		t.Fatalf("profile %s: %d bytes (err %v), want a gzip stream", path, len(b), err)
+	}
+	if !strings.Contains(stderr, "wrote "+path) {
+		t.Errorf("stderr %q does not say where the profile went", stderr)
+	}
+	_, stderr, code = runMstar(t, "--cpuprofile", "/nonexistent/dir/cpu.pprof", "version")
+	if code != exitBadUsge || !strings.Contains(stderr, "--cpuprofile") {
+		t.Errorf("unwritable profile: exit %d, stderr %q; want 2 naming --cpuprofile", code, stderr)
 	}
 }

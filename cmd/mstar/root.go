@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 
 	"github.com/mstar-dev/mstar/reports"
@@ -26,6 +27,8 @@ type app struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
 	args           []string
+	cpuProfile     string   // --cpuprofile: where the CPU profile goes
+	profileFile    *os.File // open while the profile is being taken
 }
 
 // commandFactories holds one constructor per top-level command. Each command
@@ -94,8 +97,12 @@ internal error), so a CI job can tell a failed gate from a broken run.`,
 	// An output path that cannot be written is bad input, found before a
 	// long run rather than after it.
 	root.PersistentPreRunE = func(cmd *cobra.Command, args []string) error {
-		return checkOutputFlags(cmd)
+		if err := checkOutputFlags(cmd); err != nil {
+			return err
+		}
+		return a.startProfile()
 	}
+	root.PersistentFlags().StringVar(&a.cpuProfile, "cpuprofile", "", "write a CPU profile of the run to `FILE` (read it with 'go tool pprof mstar FILE')")
 	// Flag parse errors are usage errors: exit 2.
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return &exitError{code: exitBadUsge, err: fmt.Errorf("%s: %w (see '%s --help')", c.CommandPath(), err, c.CommandPath())}
@@ -110,6 +117,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	root := newRoot(a)
 	root.SetArgs(args)
 	err := root.Execute()
+	if perr := a.stopProfile(); err == nil {
+		err = perr
+	}
 	if err == nil {
 		return exitOK
 	}
@@ -137,7 +147,39 @@ func (a *app) writeResults(path string, doc *reports.Document) error {
 }
 
 // outputFlags are the flags that name a file mstar writes, in every command.
-var outputFlags = []string{"out", "plot", "heatmap", "routing-out", "record-trace"}
+var outputFlags = []string{"out", "plot", "heatmap", "routing-out", "record-trace", "cpuprofile"}
+
+// startProfile starts the CPU profile that --cpuprofile asked for.
+func (a *app) startProfile() error {
+	if a.cpuProfile == "" {
+		return nil
+	}
+	f, err := os.Create(a.cpuProfile)
+	if err != nil {
+		return usageErr("--cpuprofile: %v", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return fmt.Errorf("--cpuprofile: %w", err)
+	}
+	a.profileFile = f
+	return nil
+}
+
+// stopProfile ends a CPU profile, if one is being taken, and says where it is.
+func (a *app) stopProfile() error {
+	if a.profileFile == nil {
+		return nil
+	}
+	pprof.StopCPUProfile()
+	err := a.profileFile.Close()
+	a.profileFile = nil
+	if err != nil {
+		return fmt.Errorf("--cpuprofile: %w", err)
+	}
+	fmt.Fprintf(a.stderr, "mstar: wrote %s\n", a.cpuProfile)
+	return nil
+}
 
 // checkOutputFlags checks that each output file a command was given can be
 // created: its folder exists and is writable.
