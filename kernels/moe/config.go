@@ -24,6 +24,9 @@ type Config struct {
 	// GM (tc): m-tiles per group of the tile order; MinBlocks (tc): blocks
 	// per multiprocessor the compiler must allow (registers ≤ 64K/threads/MinBlocks).
 	GM, MinBlocks int
+	// OV (tc): 1 issues the next tile's first loads before this tile's
+	// epilogue, which then stores from registers (no shared C tile).
+	OV int
 }
 
 // tiledTable mirrors the TILED_KERNEL instantiations in moe.cu.
@@ -61,6 +64,19 @@ func tc(bm, bn, bk, wm, wn, st, gm, minb int) Config {
 	return Config{Kernel: "tc", BM: bm, BN: bn, BK: bk, WM: wm, WN: wn, Stages: st, GM: gm, MinBlocks: minb}
 }
 
+// Every named tc configuration also comes with the prologue overlap: the
+// same name with "ov" appended.
+func init() {
+	for _, n := range tableNames(tcTable) {
+		tcTable[n+"ov"] = ov(tcTable[n])
+	}
+}
+
+func ov(c Config) Config {
+	c.OV = 1
+	return c
+}
+
 func warpsOr4(w int) int {
 	if w == 0 {
 		return 4
@@ -80,7 +96,11 @@ func (c Config) String() string {
 	case "tc":
 		// Always the full spelling: a tuned result names exactly what ran,
 		// and ParseConfig reads it back.
-		return fmt.Sprintf("tc:bm=%d,bn=%d,bk=%d,wm=%d,wn=%d,stages=%d,gm=%d,minb=%d", c.BM, c.BN, c.BK, c.WM, c.WN, c.Stages, c.GM, c.MinBlocks)
+		s := fmt.Sprintf("tc:bm=%d,bn=%d,bk=%d,wm=%d,wn=%d,stages=%d,gm=%d,minb=%d", c.BM, c.BN, c.BK, c.WM, c.WN, c.Stages, c.GM, c.MinBlocks)
+		if c.OV != 0 {
+			s += ",ov=1"
+		}
+		return s
 	}
 	if c.Tile == "custom" {
 		return fmt.Sprintf("tiled:bm=%d,bn=%d,bk=%d,wm=%d,wn=%d,stages=%d", c.BM, c.BN, c.BK, c.WM, c.WN, c.Stages)
@@ -108,23 +128,26 @@ func (c Config) Threads(which int) int {
 }
 
 // SharedBytes is the GEMM kernels' dynamic shared memory: the pipeline's
-// stages, and for tc also the bf16 output tile the epilogue stages through
-// the same memory.
+// stages, and for tc without OV also the bf16 output tile the epilogue
+// stages through the same memory.
 func (c Config) SharedBytes() int {
 	switch c.Kernel {
 	case "tiled":
 		return c.Stages * (c.BM + c.BN) * (c.BK + 8) * 2
 	case "tc":
+		if c.OV != 0 {
+			return c.Stages * (c.BM + c.BN) * c.BK * 2
+		}
 		return max(c.Stages*(c.BM+c.BN)*c.BK*2, c.BM*c.BN*2)
 	}
 	return 0
 }
 
 // staticShared is what the GEMM kernels declare as __shared__ arrays (tc:
-// the tile's slots and routing weights).
+// the tile's slots and routing weights, two sets with OV).
 func (c Config) staticShared() int {
 	if c.Kernel == "tc" {
-		return 8 * c.BM
+		return 8 * c.BM * (1 + c.OV)
 	}
 	return 0
 }
@@ -147,12 +170,16 @@ func (c Config) Defines() []string {
 
 // tcID names a tc instance in kernel names: its parameters.
 func (c Config) tcID() string {
-	return fmt.Sprintf("%d_%d_%d_%d_%d_%d_%d_%d", c.BM, c.BN, c.BK, c.WM, c.WN, c.Stages, c.GM, c.MinBlocks)
+	id := fmt.Sprintf("%d_%d_%d_%d_%d_%d_%d_%d", c.BM, c.BN, c.BK, c.WM, c.WN, c.Stages, c.GM, c.MinBlocks)
+	if c.OV != 0 {
+		id += "_ov"
+	}
+	return id
 }
 
 // tcEntry is the configuration as one TC(...) entry of MOE_TC_LIST.
 func (c Config) tcEntry() string {
-	return fmt.Sprintf("TC(%s,%d,%d,%d,%d,%d,%d,%d,%d)", c.tcID(), c.BM, c.BN, c.BK, c.WM, c.WN, c.Stages, c.GM, c.MinBlocks)
+	return fmt.Sprintf("TC(%s,%d,%d,%d,%d,%d,%d,%d,%d,%d)", c.tcID(), c.BM, c.BN, c.BK, c.WM, c.WN, c.Stages, c.GM, c.MinBlocks, c.OV)
 }
 
 func (c Config) kernelNames() (g1, g2 string) {
@@ -203,8 +230,8 @@ func (c Config) Validate() error {
 }
 
 func (c Config) validateTC() error {
-	if c.WM < 1 || c.WN < 1 || c.WM*c.WN > 16 || c.Stages < 2 || c.GM < 1 || c.MinBlocks < 1 || c.MinBlocks > 4 {
-		return fmt.Errorf("config %v: want wm, wn ≥ 1 with wm·wn ≤ 16 warps, stages ≥ 2, gm ≥ 1, minb 1–4", c)
+	if c.WM < 1 || c.WN < 1 || c.WM*c.WN > 16 || c.Stages < 2 || c.GM < 1 || c.MinBlocks < 1 || c.MinBlocks > 4 || c.OV < 0 || c.OV > 1 {
+		return fmt.Errorf("config %v: want wm, wn ≥ 1 with wm·wn ≤ 16 warps, stages ≥ 2, gm ≥ 1, minb 1–4, ov 0 or 1", c)
 	}
 	if c.BK != 32 && c.BK != 64 {
 		return fmt.Errorf("config %v: bk must be 32 or 64 (swizzled rows of 64 or 128 bytes)", c)
@@ -248,8 +275,8 @@ func CheckConfigShape(c Config, s Shape, m int) error {
 // ParseConfig parses --config: "auto" (empty Config), "skinny:nt=N[,w1=W,w2=W]",
 // "tiled:NAME" or "tiled:bm=…,bn=…,bk=…,wm=…,wn=…,stages=…" (a custom tile,
 // compiled with -D options; unset keys default to m64's), "tc:NAME" or
-// "tc:bm=…,bn=…,bk=…,wm=…,wn=…,stages=…,gm=…,minb=…" (unset keys default to
-// 128x128k64s4's).
+// "tc:bm=…,bn=…,bk=…,wm=…,wn=…,stages=…,gm=…,minb=…[,ov=0|1]" (unset keys
+// default to 128x128k64s4's).
 func ParseConfig(s string) (Config, error) {
 	s = strings.TrimSpace(strings.ToLower(s))
 	if s == "" || s == "auto" {
@@ -295,7 +322,7 @@ func ParseConfig(s string) (Config, error) {
 			return c, nil
 		}
 		c := tcTable["128x128k64s4"]
-		if err := parseKeys(s, rest, &c, []string{"bm", "bn", "bk", "wm", "wn", "stages", "gm", "minb"}); err != nil {
+		if err := parseKeys(s, rest, &c, []string{"bm", "bn", "bk", "wm", "wn", "stages", "gm", "minb", "ov"}); err != nil {
 			return Config{}, err
 		}
 		return c, c.Validate()
@@ -305,11 +332,11 @@ func ParseConfig(s string) (Config, error) {
 }
 
 func parseKeys(s, rest string, c *Config, keys []string) error {
-	fields := map[string]*int{"bm": &c.BM, "bn": &c.BN, "bk": &c.BK, "wm": &c.WM, "wn": &c.WN, "stages": &c.Stages, "gm": &c.GM, "minb": &c.MinBlocks}
+	fields := map[string]*int{"bm": &c.BM, "bn": &c.BN, "bk": &c.BK, "wm": &c.WM, "wn": &c.WN, "stages": &c.Stages, "gm": &c.GM, "minb": &c.MinBlocks, "ov": &c.OV}
 	for _, kv := range strings.Split(rest, ",") {
 		k, v, ok := strings.Cut(kv, "=")
 		n, err := strconv.Atoi(v)
-		if !ok || err != nil || n <= 0 {
+		if !ok || err != nil || n < 0 || (n == 0 && k != "ov") {
 			return fmt.Errorf("bad config %q: %q is not key=positive integer", s, kv)
 		}
 		known := false
@@ -387,7 +414,14 @@ func Candidates(s Shape, m int) []Config {
 	per := perExpert(s, m)
 	touched := max(1, min(s.E, m*s.K))
 	out := []Config{ChooseConfig(s, m)}
-	add := func(cs ...Config) {
+	add := func(base ...Config) {
+		var cs []Config
+		for _, c := range base {
+			cs = append(cs, c)
+			if c.Kernel == "tc" && c.OV == 0 {
+				cs = append(cs, ov(c)) // each tc candidate with and without the prologue overlap
+			}
+		}
 		for _, c := range cs {
 			dup := false
 			for _, o := range out {

@@ -236,6 +236,10 @@ func TestEmulatedKernels(t *testing.T) {
 	rows = append(rows,
 		row{name: "tc dropped slots ep2", shape: Shape{E: 8, K: 2, H: 128, I: 96}, ep: 2, m: 30, c: tcTable["128x128k32s4b2"], resident: 1, env: random},
 		row{name: "tc one block walks every tile", shape: long, m: 33, c: tcTable["64x128k64s4b2"], resident: 1, env: random},
+		// ov: the next tile's loads and slot set are written while this
+		// tile's epilogue reads its own.
+		row{name: "tc ov one block walks every tile", shape: long, m: 33, c: tcTable["64x128k64s4b2ov"], resident: 1, env: random},
+		row{name: "tc ov dropped slots ep2", shape: Shape{E: 8, K: 2, H: 128, I: 96}, ep: 2, m: 30, c: tcTable["128x128k32s4b2ov"], resident: 1, env: random},
 		row{name: "tc one token", shape: small, m: 1, c: tcTable["32x128k64s4b2"], resident: 4, env: early},
 	)
 	for _, tt := range rows {
@@ -280,7 +284,7 @@ func TestEmulatorCatchesBugs(t *testing.T) {
 	l := NewLayer(s, 41)
 	x := RandomInput(40, s.H, 42)
 	r := UniformRouting(40, s.E, s.K, 43)
-	configs := []Config{tcTable["128x128k64s4"], tcTable["64x128k64s4b2"]}
+	configs := []Config{tcTable["128x128k64s4"], tcTable["64x128k64s4b2"], tcTable["64x128k64s4b2ov"]}
 	tests := []struct {
 		name, define string
 		env          []string

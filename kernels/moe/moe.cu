@@ -574,7 +574,9 @@ TILED_KERNEL(moe_gemm2_tiled_custom, 2, TL_BM, TL_BN, TL_BK, TL_WM, TL_WN, TL_ST
 //    zero-filled (one src-size per thread and stage);
 //  - fragments double-buffered in registers across k-slices, one
 //    __syncthreads per BK stage;
-//  - the epilogue goes through shared memory: 16-byte coalesced stores;
+//  - the epilogue goes through shared memory: 16-byte coalesced stores; or,
+//    with OV, the next tile's first stages are loaded first and the
+//    epilogue stores from registers while they land (prologue overlap);
 //  - a persistent grid (resident blocks only) walks the real tiles (the
 //    device's padded total, not the worst case), GM m-tiles at a time per
 //    n-tile so that the weight tile a group shares is read from L2.
@@ -601,7 +603,7 @@ __device__ __forceinline__ constexpr int tc_brow_off(int j) {
     return MODE == 1 ? (j < WTN / 16 ? 0 : BN / 2) + (j % (WTN / 16)) * 8 : j * 8;
 }
 
-template <int MODE, int BM, int BN, int BK, int WM, int WN, int ST, int GM>
+template <int MODE, int BM, int BN, int BK, int WM, int WN, int ST, int GM, int OV>
 __device__ __forceinline__ void tc(const bf16_t* __restrict__ W, const bf16_t* __restrict__ src,
                                    bf16_t* __restrict__ dst, const float* __restrict__ wts,
                                    const int* __restrict__ sorted, const int* __restrict__ block_expert,
@@ -630,8 +632,9 @@ __device__ __forceinline__ void tc(const bf16_t* __restrict__ W, const bf16_t* _
     MOE_DYNAMIC_SMEM(uint4, smem_u4);
     char* smem = (char*)smem_u4;
     const saddr_t sbase = to_saddr(smem);
-    __shared__ int s_slot[BM];
-    __shared__ float s_w[MODE == 2 ? BM : 1];  // MODE 2: the rows' routing weights
+    // OV: two sets, the next tile's written while this tile's epilogue reads.
+    __shared__ int s_slot[OV ? 2 * BM : BM];
+    __shared__ float s_w[MODE == 2 ? (OV ? 2 * BM : BM) : 1];  // MODE 2: the rows' routing weights
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wm = warp / WN, wn = warp % WN;
@@ -660,7 +663,14 @@ __device__ __forceinline__ void tc(const bf16_t* __restrict__ W, const bf16_t* _
         }
     }
 
-    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+    // Gathered token rows and weight rows of the current tile, as element
+    // offsets. Padding rows and weight rows past N read row 0 / row N-1:
+    // their results are never stored.
+    u32 a_off[ITA], b_off[ITB];
+    const bf16_t* We = W;
+    // setup makes tile t current for the loads, fills slot set sb (s_slot,
+    // s_w) and returns the tile's first output column.
+    auto setup = [&](int t, int sb) {
         // GM m-tiles per group, n-tiles of a group in turn: the blocks that
         // run at once share weight tiles (and token tiles) through L2.
         const int per_group = GM * ntiles;
@@ -674,20 +684,16 @@ __device__ __forceinline__ void tc(const bf16_t* __restrict__ W, const bf16_t* _
 
         for (int r = tid; r < BM; r += THREADS) {
             const int slot = sorted[row0 + r];
-            s_slot[r] = slot;
-            if (MODE == 2) s_w[r] = slot == pad ? 0.f : wts[slot];
+            s_slot[sb * BM + r] = slot;
+            if (MODE == 2) s_w[sb * BM + r] = slot == pad ? 0.f : wts[slot];
         }
-        // Gathered token rows and weight rows, as element offsets. Padding
-        // rows and weight rows past N read row 0 / row N-1: their results
-        // are never stored.
-        u32 a_off[ITA], b_off[ITB];
 #pragma unroll
         for (int it = 0; it < ITA; ++it) {
             const int slot = sorted[row0 + lr + it * RSTEP];
             const int srow = slot == pad ? 0 : (MODE == 1 ? slot / topk : slot);
             a_off[it] = (u32)srow * (u32)K;
         }
-        const bf16_t* We = W + (size_t)e * (size_t)(MODE == 1 ? 2 * N : N) * K;
+        We = W + (size_t)e * (size_t)(MODE == 1 ? 2 * N : N) * K;
 #pragma unroll
         for (int it = 0; it < ITB; ++it) {
             const int r = lr + it * RSTEP;
@@ -702,19 +708,35 @@ __device__ __forceinline__ void tc(const bf16_t* __restrict__ W, const bf16_t* _
             }
             b_off[it] = (u32)(base + min(col, N - 1)) * (u32)K;
         }
+        return c0;
+    };
 
-        auto load_stage = [&](int soff, int k0) {
-            const int k = k0 + lc * 8;
-            const int bytes = k < K ? 16 : 0;
-            const int kc = k < K ? k : 0;
+    auto load_stage = [&](int soff, int k0) {
+        const int k = k0 + lc * 8;
+        const int bytes = k < K ? 16 : 0;
+        const int kc = k < K ? k : 0;
 #pragma unroll
-            for (int it = 0; it < ITA; ++it)
-                cp_async16_s(sbase + soff + a_st + it * RSTEP * ROWB, src + a_off[it] + kc, bytes);
+        for (int it = 0; it < ITA; ++it)
+            cp_async16_s(sbase + soff + a_st + it * RSTEP * ROWB, src + a_off[it] + kc, bytes);
 #pragma unroll
-            for (int it = 0; it < ITB; ++it)
-                cp_async16_s(sbase + soff + b_st + it * RSTEP * ROWB, We + b_off[it] + kc, bytes);
-        };
+        for (int it = 0; it < ITB; ++it)
+            cp_async16_s(sbase + soff + b_st + it * RSTEP * ROWB, We + b_off[it] + kc, bytes);
+    };
 
+    auto prologue = [&]() {
+#pragma unroll
+        for (int s = 0; s < ST - 1; ++s) {
+            if (s < KT) load_stage(s * STAGE, s * BK);
+            cp_async_commit();
+        }
+    };
+
+    int t = blockIdx.x;
+    if (t >= tiles) return;
+    int sb = 0;
+    int c0 = setup(t, 0);
+    prologue();
+    for (;;) {
         float acc[MT][NTL][4];
 #pragma unroll
         for (int i = 0; i < MT; ++i)
@@ -723,11 +745,6 @@ __device__ __forceinline__ void tc(const bf16_t* __restrict__ W, const bf16_t* _
 #pragma unroll
                 for (int v = 0; v < 4; ++v) acc[i][j][v] = 0.f;
 
-#pragma unroll
-        for (int s = 0; s < ST - 1; ++s) {
-            if (s < KT) load_stage(s * STAGE, s * BK);
-            cp_async_commit();
-        }
         cp_async_wait<ST - 2>();
         __syncthreads();
 
@@ -768,62 +785,112 @@ __device__ __forceinline__ void tc(const bf16_t* __restrict__ W, const bf16_t* _
             }
         }
         cp_async_wait<0>();
-        __syncthreads();  // every warp is past its last ldmatrix: smem becomes the C tile
+        __syncthreads();  // every warp is past its last ldmatrix: the stages are free
 
-        // Epilogue 1: fragments → bf16 C tile in shared memory (swizzled
-        // rows of OUTN columns). C fragment: rows g, g+8; columns 2q, 2q+1.
+        const int c0_cur = c0;
+        const int tn = t + gridDim.x;
+        if constexpr (OV != 0) {
+            const int sb_cur = sb;
+            // The next tile's loads go out before this tile's epilogue, so
+            // their latency hides behind its stores (the epilogue then
+            // stores from registers: the stages are taken).
+            if (tn < tiles) {
+                sb ^= 1;
+                c0 = setup(tn, sb);
+                prologue();
+            }
+            // C fragment: rows g, g+8; columns 2q, 2q+1.
 #pragma unroll
-        for (int i = 0; i < MT; ++i)
+            for (int i = 0; i < MT; ++i)
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int r = wm * WTM + i * 16 + g + 8 * h;
-                if (MODE == 1) {
+                for (int h = 0; h < 2; ++h) {
+                    const int r = wm * WTM + i * 16 + g + 8 * h;
+                    const int slot = s_slot[sb_cur * BM + r];
+                    if (slot == pad) continue;
+                    bf16_t* row = dst + (size_t)slot * N + c0_cur;
+                    if (MODE == 1) {
 #pragma unroll
-                    for (int j = 0; j < NTL / 2; ++j) {
-                        const float* gt = acc[i][j];
-                        const float* up = acc[i][j + NTL / 2];
-                        const int col = wn * (WTN / 2) + j * 8 + 2 * q;
-                        *(u32*)(smem + swz<ROWC>(r, col >> 3) + (col & 7) * 2) =
-                            pack_bf16x2(silu_fast(gt[2 * h]) * up[2 * h], silu_fast(gt[2 * h + 1]) * up[2 * h + 1]);
-                    }
-                } else {
-                    const float w = s_w[r];
+                        for (int j = 0; j < NTL / 2; ++j) {
+                            const float* gt = acc[i][j];
+                            const float* up = acc[i][j + NTL / 2];
+                            const int col = wn * (WTN / 2) + j * 8 + 2 * q;
+                            if (c0_cur + col < N)
+                                *(u32*)(row + col) = pack_bf16x2(silu_fast(gt[2 * h]) * up[2 * h],
+                                                                 silu_fast(gt[2 * h + 1]) * up[2 * h + 1]);
+                        }
+                    } else {
+                        const float w = s_w[sb_cur * BM + r];
 #pragma unroll
-                    for (int j = 0; j < NTL; ++j) {
-                        const int col = wn * WTN + j * 8 + 2 * q;
-                        *(u32*)(smem + swz<ROWC>(r, col >> 3) + (col & 7) * 2) =
-                            pack_bf16x2(acc[i][j][2 * h] * w, acc[i][j][2 * h + 1] * w);
+                        for (int j = 0; j < NTL; ++j) {
+                            const int col = wn * WTN + j * 8 + 2 * q;
+                            if (c0_cur + col < N)
+                                *(u32*)(row + col) = pack_bf16x2(acc[i][j][2 * h] * w, acc[i][j][2 * h + 1] * w);
+                        }
                     }
                 }
-            }
-        __syncthreads();
-        // Epilogue 2: 16-byte rows pieces to the slots' rows in global memory.
+            if (tn >= tiles) break;
+            t = tn;
+        } else {
+            // Epilogue 1: fragments → bf16 C tile in shared memory (swizzled
+            // rows of OUTN columns). C fragment: rows g, g+8; columns 2q, 2q+1.
 #pragma unroll
-        for (int it = 0; it < (BM * OUTC + THREADS - 1) / THREADS; ++it) {
-            const int idx = tid + it * THREADS;
-            if ((BM * OUTC) % THREADS != 0 && idx >= BM * OUTC) break;
-            const int r = idx / OUTC, c = idx % OUTC;
-            const int slot = s_slot[r], col = c0 + c * 8;
-            if (slot != pad && col < N) *(uint4*)(dst + (size_t)slot * N + col) = *(const uint4*)(smem + swz<ROWC>(r, c));
+            for (int i = 0; i < MT; ++i)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int r = wm * WTM + i * 16 + g + 8 * h;
+                    if (MODE == 1) {
+#pragma unroll
+                        for (int j = 0; j < NTL / 2; ++j) {
+                            const float* gt = acc[i][j];
+                            const float* up = acc[i][j + NTL / 2];
+                            const int col = wn * (WTN / 2) + j * 8 + 2 * q;
+                            *(u32*)(smem + swz<ROWC>(r, col >> 3) + (col & 7) * 2) =
+                                pack_bf16x2(silu_fast(gt[2 * h]) * up[2 * h], silu_fast(gt[2 * h + 1]) * up[2 * h + 1]);
+                        }
+                    } else {
+                        const float w = s_w[r];
+#pragma unroll
+                        for (int j = 0; j < NTL; ++j) {
+                            const int col = wn * WTN + j * 8 + 2 * q;
+                            *(u32*)(smem + swz<ROWC>(r, col >> 3) + (col & 7) * 2) =
+                                pack_bf16x2(acc[i][j][2 * h] * w, acc[i][j][2 * h + 1] * w);
+                        }
+                    }
+                }
+            __syncthreads();
+            // Epilogue 2: 16-byte rows pieces to the slots' rows in global memory.
+#pragma unroll
+            for (int it = 0; it < (BM * OUTC + THREADS - 1) / THREADS; ++it) {
+                const int idx = tid + it * THREADS;
+                if ((BM * OUTC) % THREADS != 0 && idx >= BM * OUTC) break;
+                const int r = idx / OUTC, c = idx % OUTC;
+                const int slot = s_slot[r], col = c0_cur + c * 8;
+                if (slot != pad && col < N) *(uint4*)(dst + (size_t)slot * N + col) = *(const uint4*)(smem + swz<ROWC>(r, c));
+            }
+            __syncthreads();  // the C tile, s_slot and s_w are free for the next tile
+            if (tn >= tiles) break;
+            t = tn;
+            c0 = setup(t, 0);
+            prologue();
         }
-        __syncthreads();  // the C tile, s_slot and s_w are free for the next tile
     }
 }
 
-#define TC_KERNEL(NAME, MODE, BM, BN, BK, WM, WN, ST, GM, MINB)                                           \
+#define TC_KERNEL(NAME, MODE, BM, BN, BK, WM, WN, ST, GM, MINB, OV)                                       \
     extern "C" __global__ void __launch_bounds__(32 * WM * WN, MINB)                                     \
     NAME(const bf16_t* __restrict__ W, const bf16_t* __restrict__ src, bf16_t* __restrict__ dst,          \
          const float* __restrict__ wts, const int* __restrict__ sorted, const int* __restrict__ bexp,     \
          const int* __restrict__ total, int N, int K, int topk, int pad) {                                \
-        tc<MODE, BM, BN, BK, WM, WN, ST, GM>(W, src, dst, wts, sorted, bexp, total, N, K, topk, pad);     \
+        tc<MODE, BM, BN, BK, WM, WN, ST, GM, OV>(W, src, dst, wts, sorted, bexp, total, N, K, topk, pad); \
     }                                                                                                    \
     MOE_EMU_GEMM(NAME)
 
-// tc configurations come from the host as -DMOE_TC_LIST="TC(name,bm,bn,bk,wm,wn,st,gm,minb) ...":
-// kernels moe_gemm1_tc_<name> and moe_gemm2_tc_<name>.
-#define TC(name, BM, BN, BK, WM, WN, ST, GM, MINB)                                     \
-    TC_KERNEL(moe_gemm1_tc_##name, 1, BM, BN, BK, WM, WN, ST, GM, MINB)                \
-    TC_KERNEL(moe_gemm2_tc_##name, 2, BM, BN, BK, WM, WN, ST, GM, MINB)
+// tc configurations come from the host as -DMOE_TC_LIST="TC(name,bm,bn,bk,wm,wn,st,gm,minb,ov) ...":
+// kernels moe_gemm1_tc_<name> and moe_gemm2_tc_<name>. ov=1: the next tile's
+// loads are issued before this tile's epilogue, which stores from registers.
+#define TC(name, BM, BN, BK, WM, WN, ST, GM, MINB, OV)                                 \
+    TC_KERNEL(moe_gemm1_tc_##name, 1, BM, BN, BK, WM, WN, ST, GM, MINB, OV)            \
+    TC_KERNEL(moe_gemm2_tc_##name, 2, BM, BN, BK, WM, WN, ST, GM, MINB, OV)
 #ifdef MOE_TC_LIST
 MOE_TC_LIST
 #endif
