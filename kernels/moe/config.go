@@ -43,7 +43,8 @@ var tiledTable = map[string]Config{
 
 // tcTable is the v4 prefill GEMM's named configurations: the candidates the
 // tuner tries (each is its own small module, compiled when first used).
-// Names read BMxBN, then k = BK, s = stages, b = blocks per SM when 2.
+// Names read BMxBN, then k = BK, s = stages, w8 = 8 warps where the tile
+// also comes with 4, b = blocks per SM when 2.
 var tcTable = map[string]Config{
 	// 64×64 warp tiles: 32 MMAs per 8 ldmatrix.x4 per k-slice.
 	"128x128k64s4":   tc(128, 128, 64, 2, 2, 4, 8, 1),
@@ -58,6 +59,12 @@ var tcTable = map[string]Config{
 	"64x128k64s4b2": tc(64, 128, 64, 2, 2, 4, 8, 2),
 	"32x128k64s4b2": tc(32, 128, 64, 1, 4, 4, 8, 2),
 	"32x256k64s3":   tc(32, 256, 64, 1, 4, 3, 8, 1),
+	// 8 warps on 64- and 128-row tiles: twice the loads in flight and the
+	// MMAs split finer, for the weight-bound middle (mixtral M=256 sat at
+	// 69% of the floor with 4-warp 64-row tiles or 2×-padded 128-row ones).
+	"64x256k64s4w8":   tc(64, 256, 64, 2, 4, 4, 8, 1),
+	"64x128k64s4w8b2": tc(64, 128, 64, 2, 4, 4, 8, 2),
+	"128x128k64s4w8":  tc(128, 128, 64, 2, 4, 4, 8, 1),
 }
 
 func tc(bm, bn, bk, wm, wn, st, gm, minb int) Config {
@@ -448,11 +455,11 @@ func Candidates(s Shape, m int) []Config {
 		add(tiledTable["m16"], tiledTable["m32"], tcTable["32x128k64s4b2"], tcTable["32x256k64s3"])
 	}
 	if per >= 16 && per <= 256 {
-		add(tiledTable["m64"], tcTable["64x128k64s4b2"], tcTable["64x256k64s3"])
+		add(tiledTable["m64"], tcTable["64x128k64s4b2"], tcTable["64x256k64s3"], tcTable["64x256k64s4w8"], tcTable["64x128k64s4w8b2"])
 	}
 	if per >= 48 {
 		add(tiledTable["w128x128"], tcTable["128x128k64s4"], tcTable["128x128k64s3b2"], tcTable["128x128k32s4b2"],
-			tcTable["128x256k64s3"], tcTable["128x256k32s4"])
+			tcTable["128x128k64s4w8"], tcTable["128x256k64s3"], tcTable["128x256k32s4"])
 	}
 	if per >= 128 {
 		add(tcTable["256x128k64s3"])
