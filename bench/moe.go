@@ -72,7 +72,10 @@ type MoEOptions struct {
 	// and one MoETuneResult per candidate.
 	Tune        bool
 	TuneSamples int
-	Ceilings    *Ceilings // nil: measured quickly first
+	// Stages (CUDA): also time each kernel of the pass alone (align, gemm1,
+	// gemm2, combine), as MoEStageResult results: where a pass's time goes.
+	Stages   bool
+	Ceilings *Ceilings // nil: measured quickly first
 	// DumpDir, when set, receives out-M<batch>.bf16 (the raw bf16 output of
 	// the checked pass) per batch, for the peers' cross-check.
 	DumpDir string
@@ -100,6 +103,7 @@ type MoERow struct {
 	RelL2             float64
 	Pass              bool
 	Tuned             []TuneOutcome // --tune: every candidate, in the order tried
+	Stages            []StageRow    // --stages: each kernel timed alone
 }
 
 // TuneOutcome is one candidate configuration's run in a --tune sweep.
@@ -310,6 +314,10 @@ func RunMoE(dev gpu.Device, opt MoEOptions) (*MoEReport, error) {
 	if opt.TuneSamples == 0 {
 		opt.TuneSamples = 6
 	}
+	if opt.Stages && !onGPU {
+		rep.Warnings = append(rep.Warnings, "--stages: the CPU pass is one function; stages are timed on CUDA only")
+		opt.Stages = false
+	}
 	rep.Ceilings = opt.Ceilings
 	for _, c := range []*Ceiling{&opt.Ceilings.D2D, &opt.Ceilings.GEMM} {
 		if !c.Measured() {
@@ -343,6 +351,7 @@ func RunMoE(dev gpu.Device, opt MoEOptions) (*MoEReport, error) {
 		var us []float64
 		var cfg string
 		var tuned []TuneOutcome
+		var stages []moe.StageTime
 		switch {
 		case onGPU && opt.Tune:
 			want = moe.ReferenceTokens(layer, x, r, tokens)
@@ -351,9 +360,9 @@ func RunMoE(dev gpu.Device, opt MoEOptions) (*MoEReport, error) {
 			if best < 0 {
 				return nil, fmt.Errorf("M=%d: --tune: no candidate configuration passed:\n  %s", m, strings.Join(rejections(tuned), "\n  "))
 			}
-			out, us, cfg, err = gk.run(m, x, r, opt.Samples, tuned[best].Config)
+			out, us, stages, cfg, err = gk.run(m, x, r, opt.Samples, tuned[best].Config, opt.Stages)
 		case onGPU:
-			out, us, cfg, err = gk.run(m, x, r, opt.Samples, opt.Config)
+			out, us, stages, cfg, err = gk.run(m, x, r, opt.Samples, opt.Config, opt.Stages)
 		default:
 			out, us, cfg, err = runCPU(layer, x, r, opt.Samples)
 		}
@@ -384,6 +393,11 @@ func RunMoE(dev gpu.Device, opt MoEOptions) (*MoEReport, error) {
 			for _, o := range tuned {
 				rep.Results = append(rep.Results, tuneResult(opt, local, m, o))
 			}
+		}
+		if stages != nil {
+			sres, srows := stageResults(opt, local, m, r, stages)
+			rep.Results = append(rep.Results, sres...)
+			row.Stages = srows
 		}
 		rep.Results = append(rep.Results, res)
 		rep.Rows = append(rep.Rows, row)
@@ -634,27 +648,48 @@ func (g *gpuMoE) checkedPass(m int, x []float32, r moe.Routing, c moe.Config) (*
 
 // timePlan times a plan, rotating weight copies as the batch needs.
 func (g *gpuMoE) timePlan(p *moe.Plan, r moe.Routing, samples int) ([]float64, string, error) {
-	s := g.layer.Shape
-	touched := int64(r.Touched(s.E)) * s.ExpertBytes()
-	n := g.ensureCopies(moe.RotationCopies(touched, g.l2, 8), moe.PlanBytes(s, p.M, p.Config)+256<<20)
-	us, calls, err := p.TimeGraph(g.st, g.copies[:n], samples)
+	us, calls, n, err := g.timeWith(p, r, func(copies []*moe.DeviceWeights) ([]float64, int, error) {
+		return p.TimeGraph(g.st, copies, samples)
+	})
 	if err != nil {
 		return nil, "", fmt.Errorf("timing: %w", err)
 	}
 	return us, fmt.Sprintf("%v, %d calls per graph, %d weight copies", p.Config, calls, n), nil
 }
 
-func (g *gpuMoE) run(m int, x []float32, r moe.Routing, samples int, c moe.Config) ([]float32, []float64, string, error) {
+// timeWith runs a timing function over as many weight copies as the batch
+// needs to keep its experts out of L2.
+func (g *gpuMoE) timeWith(p *moe.Plan, r moe.Routing, f func([]*moe.DeviceWeights) ([]float64, int, error)) ([]float64, int, int, error) {
+	s := g.layer.Shape
+	touched := int64(r.Touched(s.E)) * s.ExpertBytes()
+	n := g.ensureCopies(moe.RotationCopies(touched, g.l2, 8), moe.PlanBytes(s, p.M, p.Config)+256<<20)
+	us, calls, err := f(g.copies[:n])
+	return us, calls, n, err
+}
+
+// run makes a checked pass with configuration c and times it; with stages,
+// each of its kernels is then timed alone as well.
+func (g *gpuMoE) run(m int, x []float32, r moe.Routing, samples int, c moe.Config, stages bool) ([]float32, []float64, []moe.StageTime, string, error) {
 	p, out, err := g.checkedPass(m, x, r, c)
 	if err != nil {
-		return nil, nil, "", err
+		return nil, nil, nil, "", err
 	}
 	defer p.Free()
 	us, note, err := g.timePlan(p, r, samples)
 	if err != nil {
-		return nil, nil, "", err
+		return nil, nil, nil, "", err
 	}
-	return out, us, note, nil
+	var st []moe.StageTime
+	if stages {
+		_, _, _, err = g.timeWith(p, r, func(copies []*moe.DeviceWeights) ([]float64, int, error) {
+			st, err = p.TimeStages(g.st, copies, samples)
+			return nil, 0, err
+		})
+		if err != nil {
+			return nil, nil, nil, "", fmt.Errorf("timing stages: %w", err)
+		}
+	}
+	return out, us, st, note, nil
 }
 
 // tune runs every candidate configuration for one batch: a checked pass

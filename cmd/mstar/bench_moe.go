@@ -27,7 +27,7 @@ func newBenchMoE(a *app) *cobra.Command {
 		model, device, out, batches, routing, traceIn, traceOut, config, ceilings, dumpDir string
 		experts, topk, hidden, inter, tp, ep, samples, tuneSamples                         int
 		seed                                                                               uint64
-		tune                                                                               bool
+		tune, stages                                                                       bool
 	)
 	names := []string{}
 	for _, p := range moe.Presets() {
@@ -68,6 +68,14 @@ tune_latency samples, or why it was rejected, and its rel_l2):
   mstar report show --params batch,config --metrics latency,pct_floor tuned.json
   mstar report show --params batch,config --metrics tune_latency,rel_l2 tuned.json
 
+--stages (CUDA) also times each kernel of the chosen pass alone — alignment,
+gemm1 (W1 with SiLU·mul), gemm2 (W2 with the routing weight), combine — the
+same way (a graph of back-to-back calls, weights rotated), as "moe_stage"
+results with a "stage" param: each one's latency, its share of the pass, and
+for the GEMMs TFLOP/s, GB/s and % of its own floor (its weights and
+activations at the d2d ceiling, its flops at the gemm ceiling): which kernel
+leaves time on the table.
+
 Per batch: latency (µs, median and 95% CI), TFLOP/s, GB/s, each as % of the
 device's ceilings (measured quickly first, or read from --ceilings FILE), and
 % of floor = max(bytes / d2d ceiling, flops / gemm ceiling) / latency.
@@ -97,7 +105,8 @@ Models:
   mstar bench moe --experts 64 --topk 4 --hidden 1024 --inter 512 --routing-trace routing.json
   mstar bench moe --model mixtral-8x7b --batch 4096 --config tiled:bm=128,bn=128,bk=32,wm=2,wn=4,stages=4
   mstar bench moe --model qwen3-30b-a3b --batch 256,1024,4096 --config tc:128x256k64s3 --device cuda:0
-  mstar bench moe --model qwen3-235b-a22b --batch 1,64,1024,4096 --tune --device cuda:0 --out tuned.json`,
+  mstar bench moe --model qwen3-235b-a22b --batch 1,64,1024,4096 --tune --device cuda:0 --out tuned.json
+  mstar bench moe --model mixtral-8x7b --batch 256,4096 --stages --device cuda:0`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			f := cmd.Flags()
@@ -105,7 +114,7 @@ Models:
 				return usageErr("--tp %d --ep %d: each must be at least 1", tp, ep)
 			}
 			opt := bench.MoEOptions{Model: model, TP: tp, EP: ep, Routing: routing, Samples: samples, Seed: seed, DumpDir: dumpDir,
-				Tune: tune, TuneSamples: tuneSamples}
+				Tune: tune, TuneSamples: tuneSamples, Stages: stages}
 			if model != "" {
 				p, err := moe.LookupPreset(model)
 				if err != nil {
@@ -257,6 +266,7 @@ Models:
 	f.Uint64Var(&seed, "seed", 1, "seed of weights, inputs and routing")
 	f.StringVar(&config, "config", "auto", "kernels: auto, skinny:nt=1|2|4, tiled:NAME|bm=…,bn=…,bk=…,wm=…,wn=…,stages=…, or tc:NAME|bm=…,…,gm=…,minb=…")
 	f.BoolVar(&tune, "tune", false, "CUDA: per batch, check and time every candidate configuration and measure with the fastest correct one")
+	f.BoolVar(&stages, "stages", false, "CUDA: also time each kernel of the pass alone (align, gemm1, gemm2, combine), each GEMM against its own floor")
 	f.IntVar(&tuneSamples, "tune-samples", 6, "timed samples per candidate under --tune (6: the fewest that give a 95% interval)")
 	f.StringVar(&ceilings, "ceilings", "", "read the device's ceilings from a results `FILE` of 'mstar bench ceilings' instead of measuring them")
 	f.StringVar(&dumpDir, "dump-dir", "", "write each batch's output as raw bf16 to `DIR`/out-M<batch>.bf16 (for the peers' cross-check)")
@@ -324,6 +334,23 @@ func printMoE(a *app, id, name string, opt bench.MoEOptions, rep *bench.MoERepor
 		fmt.Fprintf(w, "# M=%d kernels: %s\n", r.M, r.Config)
 	}
 	for _, r := range rep.Rows {
+		if len(r.Stages) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "#\n# M=%d stages, each kernel timed alone (a GEMM's %%floor is of its own bytes and flops):\n", r.M)
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+		io.WriteString(tw, "#\tstage\tlatency(us)\t±95%\tshare\tTFLOP/s\tGB/s\t%floor\tkernel\t\n")
+		for _, s := range r.Stages {
+			ci := "±?"
+			if !math.IsNaN(s.HalfWidthPct) && !math.IsInf(s.HalfWidthPct, 0) {
+				ci = fmt.Sprintf("±%.1f%%", s.HalfWidthPct)
+			}
+			fmt.Fprintf(tw, "\t%s\t%.1f\t%s\t%.0f%%\t%s\t%s\t%s\t%s\t\n", s.Stage, s.US, ci, s.Share,
+				dashIfNaN(s.TFLOPs), dashIfNaN(s.GBps), pctText(s.PctFloor), s.Kernel)
+		}
+		tw.Flush()
+	}
+	for _, r := range rep.Rows {
 		if len(r.Tuned) == 0 {
 			continue
 		}
@@ -355,6 +382,14 @@ func ceilingText(c bench.Ceiling) string {
 		return "unmeasured (" + c.Unmeasured + ")"
 	}
 	return fmt.Sprintf("%s %s", reports.FormatValue(c.Value), c.Unit)
+}
+
+// dashIfNaN formats a value, "-" where it does not apply.
+func dashIfNaN(v float64) string {
+	if math.IsNaN(v) {
+		return "-"
+	}
+	return reports.FormatValue(v)
 }
 
 func pctText(p float64) string {

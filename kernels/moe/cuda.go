@@ -294,28 +294,34 @@ func (p *Plan) Poison(st *cuda.Stream) error {
 
 // Enqueue queues one forward pass (alignment included) on st with weights w.
 func (p *Plan) Enqueue(st *cuda.Stream, w *DeviceWeights) error {
-	for i, l := range p.layout.launches {
-		args := make([]any, len(l.args))
-		for j, a := range l.args {
-			switch b := a.(type) {
-			case planBuf:
-				switch b {
-				case bufW1:
-					args[j] = w.W1
-				case bufW2:
-					args[j] = w.W2
-				default:
-					args[j] = p.bufs[b]
-				}
-			default:
-				args[j] = a
-			}
-		}
-		if err := p.fns[i].Launch(st, l.grid, l.block, l.smem, args...); err != nil {
+	for i := range p.layout.launches {
+		if err := p.enqueueLaunch(st, i, w); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// enqueueLaunch queues launch i of a pass alone.
+func (p *Plan) enqueueLaunch(st *cuda.Stream, i int, w *DeviceWeights) error {
+	l := p.layout.launches[i]
+	args := make([]any, len(l.args))
+	for j, a := range l.args {
+		switch b := a.(type) {
+		case planBuf:
+			switch b {
+			case bufW1:
+				args[j] = w.W1
+			case bufW2:
+				args[j] = w.W2
+			default:
+				args[j] = p.bufs[b]
+			}
+		default:
+			args[j] = a
+		}
+	}
+	return p.fns[i].Launch(st, l.grid, l.block, l.smem, args...)
 }
 
 // Output downloads out[M,H] as float32.
@@ -368,6 +374,49 @@ func (p *Plan) AlignmentOut() (sorted, blockExpert []int32, total int, err error
 // replay to warm the graph up; then `samples` replays, each between two
 // events. A sample is a replay's device time divided by its passes, in µs.
 func (p *Plan) TimeGraph(st *cuda.Stream, copies []*DeviceWeights, samples int) (perCall []float64, calls int, err error) {
+	return p.timeCalls(st, copies, samples, p.Enqueue)
+}
+
+// StageTime is one kernel of a pass timed alone.
+type StageTime struct {
+	Stage  string    // align, gemm1, gemm2 or combine
+	Kernel string    // the kernel's name
+	US     []float64 // µs per call, one per sample
+}
+
+// StageName is the pass stage a kernel runs: align, gemm1, gemm2, combine.
+func StageName(kernel string) string {
+	for _, s := range []string{"align", "gemm1", "gemm2", "combine"} {
+		if strings.HasPrefix(kernel, "moe_"+s) {
+			return s
+		}
+	}
+	return kernel
+}
+
+// TimeStages times each kernel of the pass on its own, the way TimeGraph
+// times the pass (a graph of back-to-back calls, weight copies rotated):
+// where a pass's time goes. Run it after a full pass, so that every
+// kernel's inputs (the alignment, the intermediates) are in place; each
+// kernel rewrites only its own outputs, so repeating it alone is the same
+// work as in the pass.
+func (p *Plan) TimeStages(st *cuda.Stream, copies []*DeviceWeights, samples int) ([]StageTime, error) {
+	var out []StageTime
+	for i, l := range p.layout.launches {
+		us, _, err := p.timeCalls(st, copies, samples, func(st *cuda.Stream, w *DeviceWeights) error {
+			return p.enqueueLaunch(st, i, w)
+		})
+		if err != nil {
+			return nil, fmt.Errorf("timing %s: %w", l.kernel, err)
+		}
+		out = append(out, StageTime{Stage: StageName(l.kernel), Kernel: l.kernel, US: us})
+	}
+	return out, nil
+}
+
+// timeCalls is TimeGraph for any call: one eager call per weight copy to
+// warm up and estimate, then graphs of enough calls to run ≥ ~3 ms.
+func (p *Plan) timeCalls(st *cuda.Stream, copies []*DeviceWeights, samples int, call func(*cuda.Stream, *DeviceWeights) error) (perCall []float64, calls int, err error) {
 	if len(copies) == 0 {
 		return nil, 0, errors.New("timing: no weights")
 	}
@@ -400,7 +449,7 @@ func (p *Plan) TimeGraph(st *cuda.Stream, copies []*DeviceWeights, samples int) 
 	}
 	warm := func() error {
 		for i := range copies {
-			if err := p.Enqueue(st, copies[i]); err != nil {
+			if err := call(st, copies[i]); err != nil {
 				return err
 			}
 		}
@@ -415,7 +464,7 @@ func (p *Plan) TimeGraph(st *cuda.Stream, copies []*DeviceWeights, samples int) 
 	calls = min(max(calls, 8), 256)
 	graph, err := st.Capture(func() error {
 		for i := 0; i < calls; i++ {
-			if err := p.Enqueue(st, copies[i%len(copies)]); err != nil {
+			if err := call(st, copies[i%len(copies)]); err != nil {
 				return err
 			}
 		}

@@ -450,3 +450,51 @@ func TestCUDASpeedProbe(t *testing.T) {
 		}
 	}
 }
+
+// TimeStages times each kernel of a pass alone and leaves the pass's output
+// as it was: the kernels only rewrite their own outputs.
+func TestCUDATimeStages(t *testing.T) {
+	ctx, k := gpuKernels(t)
+	s := Shape{E: 16, K: 4, H: 512, I: 256}
+	l := NewLayer(s, 5)
+	x := RandomInput(300, s.H, 6)
+	r := UniformRouting(300, s.E, s.K, 7)
+	w, err := UploadWeights(ctx, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Free()
+	before, p := runGPU(t, k, l, w, x, r, tcTable["64x128k64s4b2"])
+	st, err := ctx.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Destroy()
+	stages, err := p.TimeStages(st, []*DeviceWeights{w}, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, sg := range stages {
+		names = append(names, sg.Stage)
+		if len(sg.US) != 3 {
+			t.Errorf("%s: %d samples, want 3", sg.Stage, len(sg.US))
+		}
+		for _, u := range sg.US {
+			if !(u > 0) {
+				t.Errorf("%s (%s): sample %v µs", sg.Stage, sg.Kernel, u)
+			}
+		}
+		t.Logf("%s %s: %.1f µs", sg.Stage, sg.Kernel, sg.US[0])
+	}
+	if !slices.Equal(names, []string{"align", "gemm1", "gemm2", "combine"}) {
+		t.Errorf("stages %v", names)
+	}
+	after, err := p.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(before, after) {
+		t.Errorf("timing the stages changed the pass's output")
+	}
+}

@@ -603,3 +603,25 @@ func TestRotationCopies(t *testing.T) {
 		}
 	}
 }
+
+func TestStageName(t *testing.T) {
+	for kernel, want := range map[string]string{
+		"moe_align": "align", "moe_gemm1_tc_128_256_64_2_4_3_8_1": "gemm1", "moe_gemm2_skinny_nt1_w4": "gemm2",
+		"moe_combine": "combine", "other": "other",
+	} {
+		if got := StageName(kernel); got != want {
+			t.Errorf("StageName(%q) = %q, want %q", kernel, got, want)
+		}
+	}
+	// Every kernel of every plan maps to one of the four stages.
+	for _, c := range append(TCConfigs(), Config{Kernel: "skinny", NT: 1}, tiledTable["m64"]) {
+		l := newPlanLayout(Shape{E: 8, K: 2, H: 256, I: 128}, 40, c, [2]int{4, 4})
+		var got []string
+		for _, ln := range l.launches {
+			got = append(got, StageName(ln.kernel))
+		}
+		if strings.Join(got, ",") != "align,gemm1,gemm2,combine" {
+			t.Errorf("%v: stages %v", c, got)
+		}
+	}
+}

@@ -1,0 +1,80 @@
+package bench
+
+import (
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/mstar-dev/mstar/internal/gpu"
+	"github.com/mstar-dev/mstar/kernels/moe"
+)
+
+// Stage results: shares, and each GEMM's throughput, bandwidth and floor
+// from its own work, by hand for round numbers.
+func TestStageResults(t *testing.T) {
+	s := moe.Shape{E: 4, K: 2, H: 100, I: 50}
+	r := moe.Routing{M: 2, K: 2, IDs: []int32{0, 1, 0, 2}, Weights: []float32{.5, .5, .5, .5}}
+	opt := MoEOptions{Model: "tiny", TP: 1, EP: 1, Ceilings: fakeCeilings()} // d2d 10 GB/s, gemm 0.01 TFLOP/s
+	stages := []moe.StageTime{
+		{Stage: "align", Kernel: "moe_align", US: []float64{10, 10, 10}},
+		{Stage: "gemm1", Kernel: "moe_gemm1_x", US: []float64{40, 40, 40}},
+		{Stage: "gemm2", Kernel: "moe_gemm2_x", US: []float64{40, 40, 40}},
+		{Stage: "combine", Kernel: "moe_combine", US: []float64{10, 10, 10}},
+	}
+	res, rows := stageResults(opt, s, 2, r, stages)
+	if len(res) != 4 || len(rows) != 4 {
+		t.Fatalf("%d results, %d rows; want 4 each", len(res), len(rows))
+	}
+	// 4 slots over 3 touched experts.
+	g1Flops := 4.0 * 2 * 100 * 2 * 50                      // 80 000
+	g1Bytes := 3.0*2*50*100*2 + 4*100*2 + 4*50*2           // 61 200
+	g1Floor := math.Max(g1Bytes/10e9, g1Flops/(0.01*1e12)) // 8 µs (flops)
+	want := map[string][3]float64{                         // share %, TFLOP/s, % of floor
+		"align":   {10, math.NaN(), math.NaN()},
+		"gemm1":   {40, g1Flops / 40e-6 / 1e12, 100 * g1Floor / 40e-6},
+		"combine": {10, math.NaN(), math.NaN()},
+	}
+	for i, row := range rows {
+		if res[i].Name != MoEStageResult || res[i].Params["stage"] != row.Stage || res[i].Params["batch"] != "2" {
+			t.Errorf("result %d: %s %v", i, res[i].Name, res[i].Params)
+		}
+		w, ok := want[row.Stage]
+		if !ok {
+			continue
+		}
+		close := func(a, b float64) bool {
+			return math.IsNaN(a) && math.IsNaN(b) || math.Abs(a-b) <= 1e-9*math.Max(1, math.Abs(b))
+		}
+		if !close(row.Share, w[0]) || !close(row.TFLOPs, w[1]) || !close(row.PctFloor, w[2]) {
+			t.Errorf("%s: share %v TFLOP/s %v %%floor %v; want %v", row.Stage, row.Share, row.TFLOPs, row.PctFloor, w)
+		}
+		hasFloor := res[i].Metric(MoEPctFloor) != nil
+		if hasFloor != (row.Stage == "gemm1" || row.Stage == "gemm2") {
+			t.Errorf("%s: %% of floor metric present = %v", row.Stage, hasFloor)
+		}
+	}
+	// Without a gemm ceiling the floor is unmeasured, not zero.
+	opt.Ceilings.GEMM = Ceiling{Unmeasured: "no GPU"}
+	res, rows = stageResults(opt, s, 2, r, stages)
+	if m := res[1].Metric(MoEPctFloor); m == nil || m.Measured() || !math.IsNaN(rows[1].PctFloor) {
+		t.Errorf("gemm1 floor without a gemm ceiling: %+v, row %v", m, rows[1].PctFloor)
+	}
+}
+
+// --stages on the CPU says it does nothing there, and the run goes on.
+func TestRunMoEStagesOnCPU(t *testing.T) {
+	opt := MoEOptions{Model: "tiny", Shape: moe.Shape{E: 4, K: 2, H: 32, I: 16}, Batches: []int{3}, Samples: 2, Seed: 1,
+		Ceilings: fakeCeilings(), Stages: true}
+	rep, err := RunMoE(gpu.NewCPU(), opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(strings.Join(rep.Warnings, "\n"), "--stages") || len(rep.Rows[0].Stages) != 0 {
+		t.Errorf("warnings %q, stages %v", rep.Warnings, rep.Rows[0].Stages)
+	}
+	for _, r := range rep.Results {
+		if r.Name == MoEStageResult {
+			t.Errorf("a stage result on the CPU: %v", r.Params)
+		}
+	}
+}
