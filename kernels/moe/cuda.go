@@ -380,7 +380,7 @@ func (p *Plan) TimeGraph(st *cuda.Stream, copies []*DeviceWeights, samples int) 
 // StageTime is one kernel of a pass timed alone.
 type StageTime struct {
 	Stage  string    // align, gemm1, gemm2 or combine
-	Kernel string    // the kernel's name
+	Kernel string    // the kernels' names, joined by "+"
 	US     []float64 // µs per call, one per sample
 }
 
@@ -402,14 +402,32 @@ func StageName(kernel string) string {
 // work as in the pass.
 func (p *Plan) TimeStages(st *cuda.Stream, copies []*DeviceWeights, samples int) ([]StageTime, error) {
 	var out []StageTime
-	for i, l := range p.layout.launches {
+	launches := p.layout.launches
+	for i := 0; i < len(launches); {
+		// Consecutive launches of one stage (the multi-block alignment's
+		// three kernels) are timed together.
+		j, stage := i+1, StageName(launches[i].kernel)
+		for j < len(launches) && StageName(launches[j].kernel) == stage {
+			j++
+		}
+		var names []string
+		for _, l := range launches[i:j] {
+			names = append(names, l.kernel)
+		}
+		first, last := i, j
 		us, _, err := p.timeCalls(st, copies, samples, func(st *cuda.Stream, w *DeviceWeights) error {
-			return p.enqueueLaunch(st, i, w)
+			for k := first; k < last; k++ {
+				if err := p.enqueueLaunch(st, k, w); err != nil {
+					return err
+				}
+			}
+			return nil
 		})
 		if err != nil {
-			return nil, fmt.Errorf("timing %s: %w", l.kernel, err)
+			return nil, fmt.Errorf("timing %s: %w", stage, err)
 		}
-		out = append(out, StageTime{Stage: StageName(l.kernel), Kernel: l.kernel, US: us})
+		out = append(out, StageTime{Stage: stage, Kernel: strings.Join(names, "+"), US: us})
+		i = j
 	}
 	return out, nil
 }

@@ -129,6 +129,10 @@ func TestCUDAAlign(t *testing.T) {
 		{"experts without tokens block 16", Routing{IDs: []int32{3, 9, 9, 3, 3, 0}, Weights: ones(6), M: 3, K: 2}, Config{Kernel: "skinny", NT: 2}},
 		{"dropped slots", Routing{IDs: []int32{Dropped, 4, 4, Dropped}, Weights: ones(4), M: 2, K: 2}, Config{Kernel: "skinny", NT: 1}},
 		{"tc block 128", UniformRouting(300, 16, 2, 4), tcTable["128x256k64s3"]},
+		// Past 4096 slots: count, scan and scatter over several blocks.
+		{"multi-block uniform", UniformRouting(3000, 16, 2, 5), tcTable["64x128k64s4b2"]},
+		{"multi-block all on one expert", Routing{IDs: repeat(7, 2*2500), Weights: ones(2 * 2500), M: 2500, K: 2}, tcTable["128x256k64s3"]},
+		{"multi-block dropped slots", UniformRouting(4000, 32, 2, 6).Localize(32, 2, 0), Config{Kernel: "skinny", NT: 1}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -241,6 +241,10 @@ func TestEmulatedKernels(t *testing.T) {
 		row{name: "tc ov one block walks every tile", shape: long, m: 33, c: tcTable["64x128k64s4b2ov"], resident: 1, env: random},
 		row{name: "tc ov dropped slots ep2", shape: Shape{E: 8, K: 2, H: 128, I: 96}, ep: 2, m: 30, c: tcTable["128x128k32s4b2ov"], resident: 1, env: random},
 		row{name: "tc one token", shape: small, m: 1, c: tcTable["32x128k64s4b2"], resident: 4, env: early},
+		// Past 4096 slots the alignment runs over several blocks (count,
+		// scan, scatter); with expert parallelism half the slots are dropped.
+		row{name: "multi-block alignment", shape: Shape{E: 8, K: 4, H: 64, I: 32}, m: 1100, c: tcTable["64x128k64s4b2"], resident: 8, env: random},
+		row{name: "multi-block alignment ep2", shape: Shape{E: 16, K: 4, H: 64, I: 32}, ep: 2, m: 2100, c: Config{Kernel: "skinny", NT: 1}, env: random},
 	)
 	for _, tt := range rows {
 		t.Run(tt.name, func(t *testing.T) {
@@ -333,9 +337,15 @@ func TestPlanLayout(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			l := newPlanLayout(s, tt.m, tt.c, tt.resident)
-			if len(l.launches) != 4 {
-				t.Fatalf("%d launches, want 4", len(l.launches))
+			// The alignment is one launch up to 4096 slots, three beyond.
+			wantAlign := 1
+			if tt.m*s.K > 2*alignChunk {
+				wantAlign = 3
 			}
+			if len(l.launches) != wantAlign+3 {
+				t.Fatalf("%d launches, want %d", len(l.launches), wantAlign+3)
+			}
+			l.launches = l.launches[wantAlign-1:] // gemm1 at 1, gemm2 at 2
 			if g := l.launches[1].grid; g != tt.grid1 {
 				t.Errorf("gemm1 grid %+v, want %+v", g, tt.grid1)
 			}

@@ -21,6 +21,7 @@ const (
 	bufTotal
 	bufAct
 	bufY
+	bufAlignCounts
 	numPlanBufs
 )
 
@@ -60,6 +61,10 @@ func newPlanLayout(s Shape, m int, c Config, resident [2]int) planLayout {
 	b[bufTotal] = 4
 	b[bufAct] = int64(l.slots) * int64(s.I) * 2
 	b[bufY] = int64(l.slots) * int64(s.H) * 2
+	groups := alignBlocks(l.slots)
+	if groups > 1 {
+		b[bufAlignCounts] = int64(groups) * int64(s.E) * 4
+	}
 
 	tiles := l.maxRows / c.Block()
 	var grid1, grid2 cuda.Dim3
@@ -79,17 +84,42 @@ func newPlanLayout(s Shape, m int, c Config, resident [2]int) planLayout {
 	}
 	g1, g2 := c.kernelNames()
 	pad, topk := int32(l.slots), int32(s.K)
-	l.launches = []launchSpec{
-		{kernel: "moe_align", grid: cuda.Dim3{X: 1}, block: cuda.Dim3{X: 1024},
-			args: []any{bufIDs, int32(l.slots), int32(s.E), int32(c.Block()), bufSorted, bufBlockExpert, bufTotal, int32(l.maxRows)}},
-		{kernel: g1, grid: grid1, block: cuda.Dim3{X: c.Threads(1)}, smem: c.SharedBytes(),
-			args: []any{bufW1, bufX, bufAct, bufWts, bufSorted, bufBlockExpert, bufTotal, int32(s.I), int32(s.H), topk, pad}},
-		{kernel: g2, grid: grid2, block: cuda.Dim3{X: c.Threads(2)}, smem: c.SharedBytes(),
-			args: []any{bufW2, bufAct, bufY, bufWts, bufSorted, bufBlockExpert, bufTotal, int32(s.H), int32(s.I), topk, pad}},
-		{kernel: "moe_combine", grid: cuda.Dim3{X: (m*s.H/8 + 255) / 256}, block: cuda.Dim3{X: 256},
-			args: []any{bufY, bufIDs, bufOut, int32(m), int32(s.H), topk}},
+	align := []launchSpec{{kernel: "moe_align", grid: cuda.Dim3{X: 1}, block: cuda.Dim3{X: 1024},
+		args: []any{bufIDs, int32(l.slots), int32(s.E), int32(c.Block()), bufSorted, bufBlockExpert, bufTotal, int32(l.maxRows)}}}
+	if groups > 1 {
+		align = []launchSpec{
+			{kernel: "moe_align_count", grid: cuda.Dim3{X: groups}, block: cuda.Dim3{X: 1024},
+				args: []any{bufIDs, int32(l.slots), int32(s.E), bufAlignCounts}},
+			{kernel: "moe_align_scan", grid: cuda.Dim3{X: 1}, block: cuda.Dim3{X: 1024},
+				args: []any{int32(groups), int32(l.slots), int32(s.E), int32(c.Block()), bufAlignCounts, bufSorted, bufBlockExpert, bufTotal, int32(l.maxRows)}},
+			{kernel: "moe_align_scatter", grid: cuda.Dim3{X: groups}, block: cuda.Dim3{X: 1024},
+				args: []any{bufIDs, int32(l.slots), int32(s.E), bufAlignCounts, bufSorted}},
+		}
 	}
+	l.launches = append(align,
+		launchSpec{kernel: g1, grid: grid1, block: cuda.Dim3{X: c.Threads(1)}, smem: c.SharedBytes(),
+			args: []any{bufW1, bufX, bufAct, bufWts, bufSorted, bufBlockExpert, bufTotal, int32(s.I), int32(s.H), topk, pad}},
+		launchSpec{kernel: g2, grid: grid2, block: cuda.Dim3{X: c.Threads(2)}, smem: c.SharedBytes(),
+			args: []any{bufW2, bufAct, bufY, bufWts, bufSorted, bufBlockExpert, bufTotal, int32(s.H), int32(s.I), topk, pad}},
+		launchSpec{kernel: "moe_combine", grid: cuda.Dim3{X: (m*s.H/8 + 255) / 256}, block: cuda.Dim3{X: 256},
+			args: []any{bufY, bufIDs, bufOut, int32(m), int32(s.H), topk}},
+	)
 	return l
+}
+
+// alignChunk is ALIGN_CHUNK in moe.cu: slots per block of the multi-block
+// alignment.
+const alignChunk = 2048
+
+// alignBlocks is how many blocks align `slots` slots: 1 (the single-block
+// moe_align) up to two chunks' worth, where one block is as fast as three
+// launches; beyond, one block per chunk.
+func alignBlocks(slots int) int {
+	g := (slots + alignChunk - 1) / alignChunk
+	if g <= 2 {
+		return 1
+	}
+	return g
 }
 
 // PlanBytes is the device memory a plan for m tokens allocates (inputs,
@@ -104,7 +134,7 @@ func PlanBytes(s Shape, m int, c Config) int64 {
 }
 
 func (b planBuf) String() string {
-	names := [...]string{"w1", "w2", "x", "out", "ids", "wts", "sorted", "block_expert", "total", "act", "y"}
+	names := [...]string{"w1", "w2", "x", "out", "ids", "wts", "sorted", "block_expert", "total", "act", "y", "align_counts"}
 	if b >= 0 && int(b) < len(names) {
 		return names[b]
 	}

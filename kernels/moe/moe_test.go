@@ -624,4 +624,13 @@ func TestStageName(t *testing.T) {
 			t.Errorf("%v: stages %v", c, got)
 		}
 	}
+	// Many slots: the alignment's three kernels are one stage.
+	l := newPlanLayout(Shape{E: 8, K: 8, H: 256, I: 128}, 4096, tcTable["128x256k64s3"], [2]int{4, 4})
+	var got []string
+	for _, ln := range l.launches {
+		got = append(got, StageName(ln.kernel))
+	}
+	if strings.Join(got, ",") != "align,align,align,gemm1,gemm2,combine" {
+		t.Errorf("M=4096 k=8: stages %v", got)
+	}
 }

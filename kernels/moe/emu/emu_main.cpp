@@ -23,6 +23,16 @@ static emu::Reg reg_align("moe_align", [](void** a) {
     moe_align(*(const int**)a[0], *(int*)a[1], *(int*)a[2], *(int*)a[3], *(int**)a[4], *(int**)a[5], *(int**)a[6],
               *(int*)a[7]);
 });
+static emu::Reg reg_align_count("moe_align_count", [](void** a) {
+    moe_align_count(*(const int**)a[0], *(int*)a[1], *(int*)a[2], *(int**)a[3]);
+});
+static emu::Reg reg_align_scan("moe_align_scan", [](void** a) {
+    moe_align_scan(*(int*)a[0], *(int*)a[1], *(int*)a[2], *(int*)a[3], *(int**)a[4], *(int**)a[5], *(int**)a[6],
+                   *(int**)a[7], *(int*)a[8]);
+});
+static emu::Reg reg_align_scatter("moe_align_scatter", [](void** a) {
+    moe_align_scatter(*(const int**)a[0], *(int*)a[1], *(int*)a[2], *(const int**)a[3], *(int**)a[4]);
+});
 static emu::Reg reg_combine("moe_combine", [](void** a) {
     moe_combine(*(const bf16_t**)a[0], *(const int**)a[1], *(bf16_t**)a[2], *(int*)a[3], *(int*)a[4], *(int*)a[5]);
 });
