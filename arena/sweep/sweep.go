@@ -57,6 +57,8 @@ type Options struct {
 	// Tensors is how many tensors a transport sample moves; 0 picks by size
 	// (transportCount).
 	Tensors int
+	// window (tests): tensors in flight; 0 is about 32 MiB's worth.
+	window int
 	// PCIeGBps is the link's theoretical one-direction rate, 0 if unknown;
 	// PCIeNote says where it came from or why it is unknown.
 	PCIeGBps float64
@@ -160,6 +162,8 @@ func (o *Options) defaults() error {
 		return fmt.Errorf("sweep: %d samples: want at least 1", o.Samples)
 	case o.Tensors < 0:
 		return fmt.Errorf("sweep: %d tensors per sample: want at least 1 (or 0 for the default)", o.Tensors)
+	case o.Tensors > 0 && int64(o.Tensors) > (4<<30)/o.MaxSize:
+		return fmt.Errorf("sweep: %d tensors per sample of up to %d bytes need more than 4 GiB of destinations: lower --tensors or --max-size", o.Tensors, o.MaxSize)
 	}
 	if o.Progress == nil {
 		o.Progress = func(string) {}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -81,6 +82,7 @@ func TestOptionsRejected(t *testing.T) {
 		{"factor one", Options{Factor: 1}, "factor"},
 		{"no samples", Options{Samples: -1}, "samples"},
 		{"negative tensors", Options{Tensors: -3}, "tensors per sample"},
+		{"destinations past 4 GiB", Options{Tensors: 10, MaxSize: 1 << 30}, "4 GiB"},
 	}
 	for _, tc := range tests {
 		if _, err := Run(tc.opt); err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -108,6 +110,33 @@ func TestTransportCount(t *testing.T) {
 	opt.Tensors = 100
 	if got := transportCount(4<<10, opt); got != 100 {
 		t.Errorf("with Tensors 100: %d tensors", got)
+	}
+}
+
+// A window smaller than the sample: the producer sleeps on a full window
+// and the ACKs wake it; every tensor still arrives intact.
+func TestTransportSweepSmallWindow(t *testing.T) {
+	opt := small(t.TempDir(), ModeTransport)
+	opt.MaxSize, opt.Tensors, opt.window = 16<<10, 64, 2
+	out, err := Run(opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, r := range out.Results {
+		if tr := r.Params["transport"]; tr != TrArena && tr != TrFile {
+			continue
+		}
+		n++
+		if m := r.Metric(MetricWrong); m == nil || slices.Max(m.Samples) != 0 {
+			t.Errorf("%v: wrong copies %v", r.Params, m)
+		}
+		if c := r.Metric(MetricCount); c == nil || c.Samples[0] != 64 {
+			t.Errorf("%v: tensors per sample %v, want 64", r.Params, c)
+		}
+	}
+	if n != 4 {
+		t.Errorf("%d arena and file results, want 4 (2 sizes × 2 transports)", n)
 	}
 }
 

@@ -158,6 +158,9 @@ func measurePipe(opt Options, tr arena.Transport, src []byte, dst [][]byte, p *t
 	// ends busy, little enough that a slot is read back soon after it was
 	// written. The file transport gets the same window.
 	window := min(count, int(max(2, (32<<20)/size)))
+	if opt.window > 0 {
+		window = min(count, opt.window)
+	}
 	segSize := max(int64(256<<20), roundUp(size, 4096))
 	maxSegs := int((int64(window)*roundUp(size, arena.Align)+segSize-1)/segSize) + 1
 	a, err := arena.New(arena.Config{
@@ -204,22 +207,27 @@ func measurePipe(opt Options, tr arena.Transport, src []byte, dst [][]byte, p *t
 		acked.Store(0)
 		spills0 := a.Stats().Spills
 		consumerErr := make(chan error, 1)
+		// A consumer that fails cancels the sample, so a producer waiting
+		// for a slot or an ACK stops waiting.
+		sctx, cancel := context.WithCancel(ctx)
+		defer cancel()
 		go func() {
 			got := 0
 			for got < count {
 				ds, err := rcv.Next(ctx)
+				if err == nil {
+					err = rcv.ReadBatch(ds, dst[got:got+len(ds)])
+				}
 				if err != nil {
 					consumerErr <- err
-					return
-				}
-				if err := rcv.ReadBatch(ds, dst[got:got+len(ds)]); err != nil {
-					consumerErr <- err
+					cancel()
 					return
 				}
 				got += len(ds)
 			}
 			consumerErr <- nil
 		}()
+		failed := func() error { return fmt.Errorf("consumer: %w", <-consumerErr) }
 		t0 := time.Now()
 		// Descriptors go out in batches, as a server sends them: a batch
 		// leaves when it holds sendBatchBytes, or when the producer would
@@ -247,12 +255,19 @@ func measurePipe(opt Options, tr arena.Transport, src []byte, dst [][]byte, p *t
 							break
 						}
 					}
-					<-wake
+					select {
+					case <-wake:
+					case <-sctx.Done():
+						return failed()
+					}
 				}
 			}
 			stamp(src, sample, i)
-			d, err := a.Put(ctx, src, arena.Meta{}, 1)
+			d, err := a.Put(sctx, src, arena.Meta{}, 1)
 			if err != nil {
+				if sctx.Err() != nil {
+					return failed()
+				}
 				return err
 			}
 			batch = append(batch, d)
@@ -282,6 +297,7 @@ func measurePipe(opt Options, tr arena.Transport, src []byte, dst [][]byte, p *t
 			}
 		}
 		d := time.Since(t0)
+		cancel()
 		if !consumerDone {
 			if cerr = <-consumerErr; cerr != nil {
 				return fmt.Errorf("consumer: %w", cerr)

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"flag"
 	"os"
 	"path/filepath"
 	"strings"
@@ -118,6 +119,9 @@ func TestCompletion(t *testing.T) {
 // --cpuprofile writes a pprof profile (gzip-compressed protobuf) of any
 // command, and an unwritable profile path is refused before the run.
 func TestCPUProfileFlag(t *testing.T) {
+	if f := flag.Lookup("test.cpuprofile"); f != nil && f.Value.String() != "" {
+		t.Skip("the test binary is being profiled: one CPU profile per process")
+	}
 	path := filepath.Join(t.TempDir(), "cpu.pprof")
 	_, stderr, code := runMstar(t, "--cpuprofile", path, "version")
 	if code != exitOK {

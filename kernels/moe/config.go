@@ -105,7 +105,7 @@ func (c Config) String() string {
 		// and ParseConfig reads it back.
 		s := fmt.Sprintf("tc:bm=%d,bn=%d,bk=%d,wm=%d,wn=%d,stages=%d,gm=%d,minb=%d", c.BM, c.BN, c.BK, c.WM, c.WN, c.Stages, c.GM, c.MinBlocks)
 		if c.OV != 0 {
-			s += ",ov=1"
+			s += fmt.Sprintf(",ov=%d", c.OV)
 		}
 		return s
 	}
@@ -344,7 +344,7 @@ func parseKeys(s, rest string, c *Config, keys []string) error {
 		k, v, ok := strings.Cut(kv, "=")
 		n, err := strconv.Atoi(v)
 		if !ok || err != nil || n < 0 || (n == 0 && k != "ov") {
-			return fmt.Errorf("bad config %q: %q is not key=positive integer", s, kv)
+			return fmt.Errorf("bad config %q: %q is not key=positive integer (ov: 0 or 1)", s, kv)
 		}
 		known := false
 		for _, name := range keys {

@@ -255,6 +255,7 @@ extern "C" __global__ void __launch_bounds__(1024)
 moe_align_scan(int G, int slots, int E, int block, int* __restrict__ counts, int* __restrict__ sorted,
                int* __restrict__ block_expert, int* __restrict__ total_out, int max_rows) {
     __shared__ int offs[1025];
+    __shared__ int cnt[1024];
     __shared__ int warp_sum[32];
     const int t = threadIdx.x, lane = t & 31, w = t >> 5;
     int c = 0;
@@ -284,19 +285,24 @@ moe_align_scan(int G, int slots, int E, int block, int* __restrict__ counts, int
     if (t < E) {
         const int first = incl - v;
         offs[t] = first;
+        cnt[t] = c;
         int row = first;
         for (int b = 0; b < G; ++b) {
             const int n = counts[b * E + t];
             counts[b * E + t] = row;
             row += n;
         }
-        for (; row < first + v; ++row) sorted[row] = slots;  // the group's padding
     }
     if (t == 0) {
         offs[E] = total;
         *total_out = total;
     }
     __syncthreads();
+    // Each group's padding rows get `slots`: one warp per expert at a time,
+    // its lanes on consecutive rows (a thread per expert looping over up to
+    // block-1 rows was the scan's slowest part).
+    for (int e = w; e < E; e += 32)
+        for (int r = offs[e] + cnt[e] + lane; r < offs[e + 1]; r += 32) sorted[r] = slots;
     const int nblocks = total / block, maxblocks = max_rows / block;
     for (int b = t; b < maxblocks; b += 1024) {
         int ex = -1;
