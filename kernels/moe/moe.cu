@@ -152,28 +152,11 @@ __device__ __forceinline__ uint4 ld_act(const bf16_t* p) {
 
 // ---------------------------------------------------------------- alignment
 
-// moe_align groups `slots` routing slots (ids[s] = expert, or -1 for a slot
-// dropped under expert parallelism) by expert, each group padded to a
-// multiple of `block` rows. Outputs: sorted[row] = slot index or `slots`
-// (padding), block_expert[b] = expert of tile b (-1 past the end, up to
-// max_rows/block), *total = padded row count. One block of 1024 threads;
-// requires E <= 1024.
-extern "C" __global__ void __launch_bounds__(1024)
-moe_align(const int* __restrict__ ids, int slots, int E, int block, int* __restrict__ sorted,
-          int* __restrict__ block_expert, int* __restrict__ total_out, int max_rows) {
-    __shared__ int cnt[1024];
-    __shared__ int offs[1025];
-    __shared__ int cursor[1024];
-    __shared__ int warp_sum[32];
+// align_scan: an exclusive scan of v over the 1024 threads of a block
+// (every thread calls it); *total gets the sum. warp_sum: 32 ints of
+// shared memory.
+__device__ __forceinline__ int align_scan(int v, int* warp_sum, int* total) {
     const int t = threadIdx.x, lane = t & 31, w = t >> 5;
-    if (t < E) cnt[t] = 0;
-    __syncthreads();
-    for (int s = t; s < slots; s += 1024) {
-        int id = ids[s];
-        if (id >= 0) atomicAdd(&cnt[id], 1);
-    }
-    __syncthreads();
-    int v = t < E ? (cnt[t] + block - 1) / block * block : 0;
     int x = v;
 #pragma unroll
     for (int o = 1; o < 32; o <<= 1) {
@@ -192,20 +175,16 @@ moe_align(const int* __restrict__ ids, int slots, int E, int block, int* __restr
         warp_sum[lane] = s;  // inclusive
     }
     __syncthreads();
-    const int incl = x + (w > 0 ? warp_sum[w - 1] : 0);
-    const int total = warp_sum[31];
-    if (t < E) {
-        offs[t] = incl - v;
-        cursor[t] = incl - v;
-    }
-    if (t == 0) {
-        offs[E] = total;
-        *total_out = total;
-    }
-    __syncthreads();
-    // Tile → expert: binary search of the group offsets, one tile per thread.
+    *total = warp_sum[31];
+    return x + (w > 0 ? warp_sum[w - 1] : 0) - v;
+}
+
+// align_tile_experts: block_expert[b] = the expert whose group holds tile
+// b (offs: the E+1 group offsets in shared memory), -1 past the end.
+__device__ __forceinline__ void align_tile_experts(const int* offs, int E, int total, int block, int max_rows,
+                                                   int* __restrict__ block_expert) {
     const int nblocks = total / block, maxblocks = max_rows / block;
-    for (int b = t; b < maxblocks; b += 1024) {
+    for (int b = threadIdx.x; b < maxblocks; b += 1024) {
         int ex = -1;
         if (b < nblocks) {
             int row = b * block, lo = 0, hi = E;  // find last e with offs[e] <= row
@@ -217,6 +196,42 @@ moe_align(const int* __restrict__ ids, int slots, int E, int block, int* __restr
         }
         block_expert[b] = ex;
     }
+}
+
+// moe_align groups `slots` routing slots (ids[s] = expert, or -1 for a slot
+// dropped under expert parallelism) by expert, each group padded to a
+// multiple of `block` rows. Outputs: sorted[row] = slot index or `slots`
+// (padding), block_expert[b] = expert of tile b (-1 past the end, up to
+// max_rows/block), *total = padded row count. One block of 1024 threads;
+// requires E <= 1024.
+extern "C" __global__ void __launch_bounds__(1024)
+moe_align(const int* __restrict__ ids, int slots, int E, int block, int* __restrict__ sorted,
+          int* __restrict__ block_expert, int* __restrict__ total_out, int max_rows) {
+    __shared__ int cnt[1024];
+    __shared__ int offs[1025];
+    __shared__ int cursor[1024];
+    __shared__ int warp_sum[32];
+    const int t = threadIdx.x;
+    if (t < E) cnt[t] = 0;
+    __syncthreads();
+    for (int s = t; s < slots; s += 1024) {
+        int id = ids[s];
+        if (id >= 0) atomicAdd(&cnt[id], 1);
+    }
+    __syncthreads();
+    const int v = t < E ? (cnt[t] + block - 1) / block * block : 0;
+    int total;
+    const int first = align_scan(v, warp_sum, &total);
+    if (t < E) {
+        offs[t] = first;
+        cursor[t] = first;
+    }
+    if (t == 0) {
+        offs[E] = total;
+        *total_out = total;
+    }
+    __syncthreads();
+    align_tile_experts(offs, E, total, block, max_rows, block_expert);
     for (int i = t; i < total; i += 1024) sorted[i] = slots;
     __syncthreads();
     for (int s = t; s < slots; s += 1024) {
@@ -262,28 +277,9 @@ moe_align_scan(int G, int slots, int E, int block, int* __restrict__ counts, int
     if (t < E)
         for (int b = 0; b < G; ++b) c += counts[b * E + t];
     const int v = t < E ? (c + block - 1) / block * block : 0;
-    int x = v;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-        int y = __shfl_up_sync(0xffffffffu, x, o);
-        if (lane >= o) x += y;
-    }
-    if (lane == 31) warp_sum[w] = x;
-    __syncthreads();
-    if (w == 0) {
-        int s = warp_sum[lane];
-#pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {
-            int y = __shfl_up_sync(0xffffffffu, s, o);
-            if (lane >= o) s += y;
-        }
-        warp_sum[lane] = s;  // inclusive
-    }
-    __syncthreads();
-    const int incl = x + (w > 0 ? warp_sum[w - 1] : 0);
-    const int total = warp_sum[31];
+    int total;
+    const int first = align_scan(v, warp_sum, &total);
     if (t < E) {
-        const int first = incl - v;
         offs[t] = first;
         cnt[t] = c;
         int row = first;
@@ -303,19 +299,7 @@ moe_align_scan(int G, int slots, int E, int block, int* __restrict__ counts, int
     // block-1 rows was the scan's slowest part).
     for (int e = w; e < E; e += 32)
         for (int r = offs[e] + cnt[e] + lane; r < offs[e + 1]; r += 32) sorted[r] = slots;
-    const int nblocks = total / block, maxblocks = max_rows / block;
-    for (int b = t; b < maxblocks; b += 1024) {
-        int ex = -1;
-        if (b < nblocks) {
-            int row = b * block, lo = 0, hi = E;  // find last e with offs[e] <= row
-            while (hi - lo > 1) {
-                int mid = (lo + hi) >> 1;
-                if (offs[mid] <= row) lo = mid; else hi = mid;
-            }
-            ex = lo;
-        }
-        block_expert[b] = ex;
-    }
+    align_tile_experts(offs, E, total, block, max_rows, block_expert);
 }
 
 // moe_align_scatter: each block writes its slots from its first rows.
@@ -712,6 +696,15 @@ __device__ __forceinline__ constexpr int tc_brow_off(int j) {
     return MODE == 1 ? (j < WTN / 16 ? 0 : BN / 2) + (j % (WTN / 16)) * 8 : j * 8;
 }
 
+// The epilogue's bf16 pairs from a C fragment's half h (columns 2q, 2q+1):
+// MODE 1 silu(gate)·up, MODE 2 the routing weight times the sum.
+__device__ __forceinline__ u32 act_pair(const float* gt, const float* up, int h) {
+    return pack_bf16x2(silu_fast(gt[2 * h]) * up[2 * h], silu_fast(gt[2 * h + 1]) * up[2 * h + 1]);
+}
+__device__ __forceinline__ u32 scaled_pair(const float* acc, float w, int h) {
+    return pack_bf16x2(acc[2 * h] * w, acc[2 * h + 1] * w);
+}
+
 template <int MODE, int BM, int BN, int BK, int WM, int WN, int ST, int GM, int OV>
 __device__ __forceinline__ void tc(const bf16_t* __restrict__ W, const bf16_t* __restrict__ src,
                                    bf16_t* __restrict__ dst, const float* __restrict__ wts,
@@ -923,17 +916,14 @@ __device__ __forceinline__ void tc(const bf16_t* __restrict__ W, const bf16_t* _
                             const float* gt = acc[i][j];
                             const float* up = acc[i][j + NTL / 2];
                             const int col = wn * (WTN / 2) + j * 8 + 2 * q;
-                            if (c0_cur + col < N)
-                                *(u32*)(row + col) = pack_bf16x2(silu_fast(gt[2 * h]) * up[2 * h],
-                                                                 silu_fast(gt[2 * h + 1]) * up[2 * h + 1]);
+                            if (c0_cur + col < N) *(u32*)(row + col) = act_pair(gt, up, h);
                         }
                     } else {
                         const float w = s_w[sb_cur * BM + r];
 #pragma unroll
                         for (int j = 0; j < NTL; ++j) {
                             const int col = wn * WTN + j * 8 + 2 * q;
-                            if (c0_cur + col < N)
-                                *(u32*)(row + col) = pack_bf16x2(acc[i][j][2 * h] * w, acc[i][j][2 * h + 1] * w);
+                            if (c0_cur + col < N) *(u32*)(row + col) = scaled_pair(acc[i][j], w, h);
                         }
                     }
                 }
@@ -953,16 +943,14 @@ __device__ __forceinline__ void tc(const bf16_t* __restrict__ W, const bf16_t* _
                             const float* gt = acc[i][j];
                             const float* up = acc[i][j + NTL / 2];
                             const int col = wn * (WTN / 2) + j * 8 + 2 * q;
-                            *(u32*)(smem + swz<ROWC>(r, col >> 3) + (col & 7) * 2) =
-                                pack_bf16x2(silu_fast(gt[2 * h]) * up[2 * h], silu_fast(gt[2 * h + 1]) * up[2 * h + 1]);
+                            *(u32*)(smem + swz<ROWC>(r, col >> 3) + (col & 7) * 2) = act_pair(gt, up, h);
                         }
                     } else {
                         const float w = s_w[r];
 #pragma unroll
                         for (int j = 0; j < NTL; ++j) {
                             const int col = wn * WTN + j * 8 + 2 * q;
-                            *(u32*)(smem + swz<ROWC>(r, col >> 3) + (col & 7) * 2) =
-                                pack_bf16x2(acc[i][j][2 * h] * w, acc[i][j][2 * h + 1] * w);
+                            *(u32*)(smem + swz<ROWC>(r, col >> 3) + (col & 7) * 2) = scaled_pair(acc[i][j], w, h);
                         }
                     }
                 }
