@@ -55,17 +55,29 @@ func ForwardCPU(l *Layer, x []float32, r Routing, out []float32) {
 		it := items1[n]
 		rows := it.hi - it.lo
 		w1 := l.W1[it.e*2*s.I*s.H:]
-		if slots := slotsOf(it.e); len(slots) == 1 {
+		row := func(j int) []uint16 { return w1[j*s.H : (j+1)*s.H] }
+		switch slots := slotsOf(it.e); len(slots) {
+		case 1:
 			// One token: widening the tile first would read and write it
 			// once more for a single use; read the bf16 rows directly.
 			st := int(slots[0])
 			xv := xb[st/k*s.H : (st/k+1)*s.H]
-			row := func(j int) []uint16 { return w1[j*s.H : (j+1)*s.H] }
 			for i := 0; i < rows; i += 2 {
 				i1 := min(i+1, rows-1)
 				g0, u0, g1, u1 := dot4bf16(row(it.lo+i), row(s.I+it.lo+i), row(it.lo+i1), row(s.I+it.lo+i1), xv)
 				act[st*s.I+it.lo+i] = silu(g0) * u0
 				act[st*s.I+it.lo+i1] = silu(g1) * u1
+			}
+			return
+		case 2:
+			// Two tokens: still one use of each weight per token, and the
+			// four-token kernel would spend half its multiplies on copies.
+			s0, s1 := int(slots[0]), int(slots[1])
+			x0, x1 := xb[s0/k*s.H:(s0/k+1)*s.H], xb[s1/k*s.H:(s1/k+1)*s.H]
+			for i := 0; i < rows; i++ {
+				g, u := dot2x2bf16(row(it.lo+i), row(s.I+it.lo+i), x0, x1)
+				act[s0*s.I+it.lo+i] = silu(g[0]) * u[0]
+				act[s1*s.I+it.lo+i] = silu(g[1]) * u[1]
 			}
 			return
 		}
@@ -85,7 +97,13 @@ func ForwardCPU(l *Layer, x []float32, r Routing, out []float32) {
 			}
 			nt := min(4, len(slots)-c)
 			for i := 0; i < rows; i++ {
-				g, u := dot2x4(gate[i*s.H:(i+1)*s.H], up[i*s.H:(i+1)*s.H], xs[0], xs[1], xs[2], xs[3])
+				var g, u [4]float32
+				if nt <= 2 { // a remainder of one or two tokens: no multiplies on copies
+					g2, u2 := dot2x2(gate[i*s.H:(i+1)*s.H], up[i*s.H:(i+1)*s.H], xs[0], xs[1])
+					g[0], g[1], u[0], u[1] = g2[0], g2[1], u2[0], u2[1]
+				} else {
+					g, u = dot2x4(gate[i*s.H:(i+1)*s.H], up[i*s.H:(i+1)*s.H], xs[0], xs[1], xs[2], xs[3])
+				}
 				for t := 0; t < nt; t++ {
 					act[sl[t]*s.I+it.lo+i] = silu(g[t]) * u[t]
 				}
@@ -96,17 +114,29 @@ func ForwardCPU(l *Layer, x []float32, r Routing, out []float32) {
 	parallel(len(items2), cpuRowsW2*s.I, func(n int, scratch []float32) {
 		it := items2[n]
 		rows := it.hi - it.lo
-		if slots := slotsOf(it.e); len(slots) == 1 {
+		row := func(j int) []uint16 { return l.W2[(it.e*s.H+j)*s.I : (it.e*s.H+j+1)*s.I] }
+		switch slots := slotsOf(it.e); len(slots) {
+		case 1:
 			st := int(slots[0])
 			av := act[st*s.I : (st+1)*s.I]
 			w := r.Weights[st]
-			row := func(j int) []uint16 { return l.W2[(it.e*s.H+j)*s.I : (it.e*s.H+j+1)*s.I] }
 			for i := 0; i < rows; i += 4 {
 				j := [4]int{i, min(i+1, rows-1), min(i+2, rows-1), min(i+3, rows-1)}
 				a0, a1, a2, a3 := dot4bf16(row(it.lo+j[0]), row(it.lo+j[1]), row(it.lo+j[2]), row(it.lo+j[3]), av)
 				for t, v := range [4]float32{a0, a1, a2, a3} {
 					y[st*s.H+it.lo+j[t]] = w * v
 				}
+			}
+			return
+		case 2:
+			s0, s1 := int(slots[0]), int(slots[1])
+			a0, a1 := act[s0*s.I:(s0+1)*s.I], act[s1*s.I:(s1+1)*s.I]
+			w0, w1 := r.Weights[s0], r.Weights[s1]
+			for i := 0; i < rows; i += 2 {
+				i1 := min(i+1, rows-1)
+				p, q := dot2x2bf16(row(it.lo+i), row(it.lo+i1), a0, a1)
+				y[s0*s.H+it.lo+i], y[s1*s.H+it.lo+i] = w0*p[0], w1*p[1]
+				y[s0*s.H+it.lo+i1], y[s1*s.H+it.lo+i1] = w0*q[0], w1*q[1]
 			}
 			return
 		}
@@ -124,7 +154,13 @@ func ForwardCPU(l *Layer, x []float32, r Routing, out []float32) {
 			nt := min(4, len(slots)-c)
 			i := 0
 			for ; i+1 < rows; i += 2 {
-				a, b := dot2x4(w2[i*s.I:(i+1)*s.I], w2[(i+1)*s.I:(i+2)*s.I], as[0], as[1], as[2], as[3])
+				var a, b [4]float32
+				if nt <= 2 {
+					a2, b2 := dot2x2(w2[i*s.I:(i+1)*s.I], w2[(i+1)*s.I:(i+2)*s.I], as[0], as[1])
+					a[0], a[1], b[0], b[1] = a2[0], a2[1], b2[0], b2[1]
+				} else {
+					a, b = dot2x4(w2[i*s.I:(i+1)*s.I], w2[(i+1)*s.I:(i+2)*s.I], as[0], as[1], as[2], as[3])
+				}
 				for t := 0; t < nt; t++ {
 					w := r.Weights[sl[t]]
 					y[sl[t]*s.H+it.lo+i] = w * a[t]
@@ -202,6 +238,40 @@ func dot2x4(a0, a1, b0, b1, b2, b3 []float32) (r0, r1 [4]float32) {
 		s13 += w1 * x3
 	}
 	return [4]float32{s00, s01, s02, s03}, [4]float32{s10, s11, s12, s13}
+}
+
+// dot2x2 is dot2x4 for two vectors.
+func dot2x2(a0, a1, b0, b1 []float32) (r0, r1 [2]float32) {
+	n := len(a0)
+	a1, b0, b1 = a1[:n], b0[:n], b1[:n]
+	var s00, s01, s10, s11 float32
+	for i := 0; i < n; i++ {
+		w0, w1 := a0[i], a1[i]
+		x0, x1 := b0[i], b1[i]
+		s00 += w0 * x0
+		s01 += w0 * x1
+		s10 += w1 * x0
+		s11 += w1 * x1
+	}
+	return [2]float32{s00, s01}, [2]float32{s10, s11}
+}
+
+// dot2x2bf16 is dot2x2 on two bf16 weight rows, widened as they are
+// loaded: an expert with two tokens uses each weight twice, too few to pay
+// for widening the tile first.
+func dot2x2bf16(a0, a1 []uint16, b0, b1 []float32) (r0, r1 [2]float32) {
+	n := len(b0)
+	a0, a1, b1 = a0[:n], a1[:n], b1[:n]
+	var s00, s01, s10, s11 float32
+	for i := 0; i < n; i++ {
+		w0, w1 := BF16ToF32(a0[i]), BF16ToF32(a1[i])
+		x0, x1 := b0[i], b1[i]
+		s00 += w0 * x0
+		s01 += w0 * x1
+		s10 += w1 * x0
+		s11 += w1 * x1
+	}
+	return [2]float32{s00, s01}, [2]float32{s10, s11}
 }
 
 // dot4bf16 returns the dot products of four bf16 weight rows with one

@@ -634,3 +634,36 @@ func TestStageName(t *testing.T) {
 		t.Errorf("M=4096 k=8: stages %v", got)
 	}
 }
+
+// Expert e gets e+1 tokens (1 to 9): every kernel of the CPU path runs —
+// one and two tokens read bf16 directly, more widen the tile, and the
+// remainders of 1, 2 and 3 after groups of four take their own kernels.
+func TestForwardCPUTokensPerExpert(t *testing.T) {
+	s := Shape{E: 9, K: 1, H: 72, I: 40}
+	var ids []int32
+	for e := 0; e < s.E; e++ {
+		for range e + 1 {
+			ids = append(ids, int32(e))
+		}
+	}
+	m := len(ids)
+	r := Routing{IDs: ids, Weights: make([]float32, m), M: m, K: 1}
+	for i := range r.Weights {
+		r.Weights[i] = 0.5 + float32(i%3)/4
+	}
+	l := NewLayer(s, 21)
+	x := RandomInput(m, s.H, 22)
+	got := make([]float32, m*s.H)
+	ForwardCPU(l, x, r, got)
+	tokens := make([]int, m)
+	for i := range tokens {
+		tokens[i] = i
+	}
+	want := ReferenceTokens(l, x, r, tokens)
+	for e, first := 0, 0; e < s.E; first, e = first+e+1, e+1 {
+		lo, hi := first*s.H, (first+e+1)*s.H
+		if err := RelL2(got[lo:hi], want[lo:hi]); !(err < 1e-5) {
+			t.Errorf("expert %d (%d tokens): rel L2 %g against the reference", e, e+1, err)
+		}
+	}
+}
