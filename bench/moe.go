@@ -396,6 +396,11 @@ func RunMoE(dev gpu.Device, opt MoEOptions) (*MoEReport, error) {
 		}
 		if stages != nil {
 			sres, srows := stageResults(opt, local, m, r, stages)
+			if cfg, ok := res.Params[MoEConfigParam]; ok {
+				for i := range sres {
+					sres[i].Params[MoEConfigParam] = cfg // tuned: the configuration that ran
+				}
+			}
 			rep.Results = append(rep.Results, sres...)
 			row.Stages = srows
 		}

@@ -26,23 +26,39 @@ type StageRow struct {
 
 // stageCost is what a GEMM stage must do at the least: its flops, and the
 // bytes of the touched experts' weights it reads plus the activations in
-// and out (bf16). Align and combine return 0, 0: they are bookkeeping.
-func stageCost(s moe.Shape, stage string, slots, touched int) (flops, bytes float64) {
+// and out (bf16): gemm1 reads each token's x once (tokens: those with a
+// local slot) and writes a row of act per slot; gemm2 reads act and writes
+// y per slot. Align and combine return 0, 0: they are bookkeeping.
+func stageCost(s moe.Shape, stage string, tokens, slots, touched int) (flops, bytes float64) {
 	h, i, sl, t := float64(s.H), float64(s.I), float64(slots), float64(touched)
 	switch stage {
 	case "gemm1":
-		return sl * 2 * h * 2 * i, t*2*i*h*2 + sl*h*2 + sl*i*2
+		return sl * 2 * h * 2 * i, t*2*i*h*2 + float64(tokens)*h*2 + sl*i*2
 	case "gemm2":
 		return sl * 2 * i * h, t*i*h*2 + sl*i*2 + sl*h*2
 	}
 	return 0, 0
 }
 
+// localTokens counts the tokens with at least one slot on this rank.
+func localTokens(r moe.Routing) int {
+	n := 0
+	for m := 0; m < r.M; m++ {
+		for j := 0; j < r.K; j++ {
+			if r.IDs[m*r.K+j] >= 0 {
+				n++
+				break
+			}
+		}
+	}
+	return n
+}
+
 // stageResults turns the per-stage samples of one batch into results and
 // table rows. A GEMM stage's floor is max(bytes / d2d, flops / gemm) of its
 // own work, so "% of floor" says which GEMM leaves time on the table.
 func stageResults(opt MoEOptions, local moe.Shape, m int, r moe.Routing, stages []moe.StageTime) ([]reports.Result, []StageRow) {
-	slots, touched := r.Slots(), r.Touched(local.E)
+	slots, touched, tokens := r.Slots(), r.Touched(local.E), localTokens(r)
 	c := opt.Ceilings
 	total := 0.0
 	for _, st := range stages {
@@ -52,8 +68,12 @@ func stageResults(opt MoEOptions, local moe.Shape, m int, r moe.Routing, stages 
 	var rows []StageRow
 	for _, st := range stages {
 		sum := reports.Summarize(st.US)
-		flops, bytes := stageCost(local, st.Stage, slots, touched)
-		row := StageRow{Stage: st.Stage, Kernel: st.Kernel, US: sum.Median, Share: 100 * sum.Median / total,
+		flops, bytes := stageCost(local, st.Stage, tokens, slots, touched)
+		share := math.NaN()
+		if total > 0 {
+			share = 100 * sum.Median / total
+		}
+		row := StageRow{Stage: st.Stage, Kernel: st.Kernel, US: sum.Median, Share: share,
 			TFLOPs: math.NaN(), GBps: math.NaN(), PctFloor: math.NaN(), HalfWidthPct: sum.HalfWidthPct()}
 		params := MoEParams(opt, local, m, "mstar")
 		params["stage"] = st.Stage

@@ -345,7 +345,11 @@ func printMoE(a *app, id, name string, opt bench.MoEOptions, rep *bench.MoERepor
 			if !math.IsNaN(s.HalfWidthPct) && !math.IsInf(s.HalfWidthPct, 0) {
 				ci = fmt.Sprintf("±%.1f%%", s.HalfWidthPct)
 			}
-			fmt.Fprintf(tw, "\t%s\t%.1f\t%s\t%.0f%%\t%s\t%s\t%s\t%s\t\n", s.Stage, s.US, ci, s.Share,
+			share := "-"
+			if !math.IsNaN(s.Share) {
+				share = fmt.Sprintf("%.0f%%", s.Share)
+			}
+			fmt.Fprintf(tw, "\t%s\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t\n", s.Stage, s.US, ci, share,
 				dashIfNaN(s.TFLOPs), dashIfNaN(s.GBps), pctText(s.PctFloor), s.Kernel)
 		}
 		tw.Flush()

@@ -394,12 +394,14 @@ func StageName(kernel string) string {
 	return kernel
 }
 
-// TimeStages times each kernel of the pass on its own, the way TimeGraph
+// TimeStages times each stage of the pass on its own, the way TimeGraph
 // times the pass (a graph of back-to-back calls, weight copies rotated):
-// where a pass's time goes. Run it after a full pass, so that every
-// kernel's inputs (the alignment, the intermediates) are in place; each
-// kernel rewrites only its own outputs, so repeating it alone is the same
-// work as in the pass.
+// where a pass's time goes. Run it after a full pass, so that every stage's
+// inputs (the alignment, the intermediates) are in place. A stage's kernels
+// are replayed together, never one alone: the GEMMs and the combine only
+// rewrite their own outputs, but moe_align_scan turns the block counts that
+// moe_align_count wrote into row offsets in place, so replayed without the
+// count it would read offsets as counts.
 func (p *Plan) TimeStages(st *cuda.Stream, copies []*DeviceWeights, samples int) ([]StageTime, error) {
 	var out []StageTime
 	launches := p.layout.launches

@@ -461,8 +461,10 @@ func TestCUDATimeStages(t *testing.T) {
 	ctx, k := gpuKernels(t)
 	s := Shape{E: 16, K: 4, H: 512, I: 256}
 	l := NewLayer(s, 5)
-	x := RandomInput(300, s.H, 6)
-	r := UniformRouting(300, s.E, s.K, 7)
+	// 4400 slots: the alignment is the three multi-block kernels, replayed
+	// as one stage.
+	x := RandomInput(1100, s.H, 6)
+	r := UniformRouting(1100, s.E, s.K, 7)
 	w, err := UploadWeights(ctx, l)
 	if err != nil {
 		t.Fatal(err)

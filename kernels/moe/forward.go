@@ -168,7 +168,13 @@ func ForwardCPU(l *Layer, x []float32, r Routing, out []float32) {
 				}
 			}
 			if i < rows {
-				a, _ := dot2x4(w2[i*s.I:(i+1)*s.I], w2[i*s.I:(i+1)*s.I], as[0], as[1], as[2], as[3])
+				var a [4]float32
+				if nt <= 2 {
+					a2, _ := dot2x2(w2[i*s.I:(i+1)*s.I], w2[i*s.I:(i+1)*s.I], as[0], as[1])
+					a[0], a[1] = a2[0], a2[1]
+				} else {
+					a, _ = dot2x4(w2[i*s.I:(i+1)*s.I], w2[i*s.I:(i+1)*s.I], as[0], as[1], as[2], as[3])
+				}
 				for t := 0; t < nt; t++ {
 					y[sl[t]*s.H+it.lo+i] = r.Weights[sl[t]] * a[t]
 				}

@@ -639,7 +639,7 @@ func TestStageName(t *testing.T) {
 // one and two tokens read bf16 directly, more widen the tile, and the
 // remainders of 1, 2 and 3 after groups of four take their own kernels.
 func TestForwardCPUTokensPerExpert(t *testing.T) {
-	s := Shape{E: 9, K: 1, H: 72, I: 40}
+	s := Shape{E: 9, K: 1, H: 67, I: 37} // odd: the row tails too
 	var ids []int32
 	for e := 0; e < s.E; e++ {
 		for range e + 1 {
@@ -665,5 +665,13 @@ func TestForwardCPUTokensPerExpert(t *testing.T) {
 		if err := RelL2(got[lo:hi], want[lo:hi]); !(err < 1e-5) {
 			t.Errorf("expert %d (%d tokens): rel L2 %g against the reference", e, e+1, err)
 		}
+	}
+}
+
+// moe.cu's ALIGN_CHUNK is the Go side's alignChunk: the layout sizes the
+// multi-block alignment's grid and count buffer from it.
+func TestAlignChunkMatchesSource(t *testing.T) {
+	if want := fmt.Sprintf("#define ALIGN_CHUNK %d\n", alignChunk); !strings.Contains(Source, want) {
+		t.Errorf("moe.cu does not say %q", strings.TrimSpace(want))
 	}
 }
