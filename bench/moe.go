@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 	"unsafe"
 
 	"github.com/mstar-dev/mstar/internal/gpu"
@@ -72,8 +73,10 @@ type MoEOptions struct {
 	// and one MoETuneResult per candidate.
 	Tune        bool
 	TuneSamples int
-	// Stages (CUDA): also time each kernel of the pass alone (align, gemm1,
-	// gemm2, combine), as MoEStageResult results: where a pass's time goes.
+	// Stages: also time each stage of the pass (align, gemm1, gemm2,
+	// combine), as MoEStageResult results: where a pass's time goes. CUDA
+	// times each stage's kernels alone; the CPU times each stage within
+	// further full passes.
 	Stages   bool
 	Ceilings *Ceilings // nil: measured quickly first
 	// DumpDir, when set, receives out-M<batch>.bf16 (the raw bf16 output of
@@ -314,10 +317,7 @@ func RunMoE(dev gpu.Device, opt MoEOptions) (*MoEReport, error) {
 	if opt.TuneSamples == 0 {
 		opt.TuneSamples = 6
 	}
-	if opt.Stages && !onGPU {
-		rep.Warnings = append(rep.Warnings, "--stages: the CPU pass is one function; stages are timed on CUDA only")
-		opt.Stages = false
-	}
+
 	rep.Ceilings = opt.Ceilings
 	for _, c := range []*Ceiling{&opt.Ceilings.D2D, &opt.Ceilings.GEMM} {
 		if !c.Measured() {
@@ -364,7 +364,7 @@ func RunMoE(dev gpu.Device, opt MoEOptions) (*MoEReport, error) {
 		case onGPU:
 			out, us, stages, cfg, err = gk.run(m, x, r, opt.Samples, opt.Config, opt.Stages)
 		default:
-			out, us, cfg, err = runCPU(layer, x, r, opt.Samples)
+			out, us, stages, cfg, err = runCPU(layer, x, r, opt.Samples, opt.Stages)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("M=%d: %w", m, err)
@@ -532,7 +532,7 @@ func checkFits(dev gpu.Device, local moe.Shape, opt MoEOptions, maxM int) error 
 
 func gib(n int64) string { return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30)) }
 
-func runCPU(l *moe.Layer, x []float32, r moe.Routing, samples int) (out []float32, us []float64, cfg string, err error) {
+func runCPU(l *moe.Layer, x []float32, r moe.Routing, samples int, stages bool) (out []float32, us []float64, st []moe.StageTime, cfg string, err error) {
 	out = make([]float32, r.M*l.Shape.H)
 	for i := range out {
 		out[i] = float32(math.NaN())
@@ -544,12 +544,23 @@ func runCPU(l *moe.Layer, x []float32, r moe.Routing, samples int) (out []float3
 		return nil
 	})
 	if err != nil {
-		return nil, nil, "", err
+		return nil, nil, nil, "", err
 	}
 	for _, s := range sec {
 		us = append(us, s*1e6)
 	}
-	return out, us, "cpu:forward-f32", nil
+	if stages {
+		// Stages of further passes, each timed within its pass.
+		st = []moe.StageTime{{Stage: "align", Kernel: "cpu:align"}, {Stage: "gemm1", Kernel: "cpu:gemm1"},
+			{Stage: "gemm2", Kernel: "cpu:gemm2"}, {Stage: "combine", Kernel: "cpu:combine"}}
+		for range samples {
+			t := moe.ForwardCPUTimed(l, x, r, scratch)
+			for i, d := range []time.Duration{t.Align, t.GEMM1, t.GEMM2, t.Combine} {
+				st[i].US = append(st[i].US, float64(d.Nanoseconds())/1e3)
+			}
+		}
+	}
+	return out, us, st, "cpu:forward-f32", nil
 }
 
 // gpuMoE holds the CUDA side of a sweep: kernels, weight copies, a stream.

@@ -61,7 +61,8 @@ func TestStageResults(t *testing.T) {
 	}
 }
 
-// --stages on the CPU says it does nothing there, and the run goes on.
+// --stages on the CPU times the four stages within further passes: one
+// result each, with its samples and its share, and the GEMMs' rates.
 func TestRunMoEStagesOnCPU(t *testing.T) {
 	opt := MoEOptions{Model: "tiny", Shape: moe.Shape{E: 4, K: 2, H: 32, I: 16}, Batches: []int{3}, Samples: 2, Seed: 1,
 		Ceilings: fakeCeilings(), Stages: true}
@@ -69,12 +70,26 @@ func TestRunMoEStagesOnCPU(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(strings.Join(rep.Warnings, "\n"), "--stages") || len(rep.Rows[0].Stages) != 0 {
-		t.Errorf("warnings %q, stages %v", rep.Warnings, rep.Rows[0].Stages)
-	}
+	var names []string
+	share := 0.0
 	for _, r := range rep.Results {
-		if r.Name == MoEStageResult {
-			t.Errorf("a stage result on the CPU: %v", r.Params)
+		if r.Name != MoEStageResult {
+			continue
 		}
+		names = append(names, r.Params["stage"])
+		if m := r.Metric(MoELatency); m == nil || len(m.Samples) != 2 {
+			t.Errorf("%s: latency %+v, want 2 samples", r.Params["stage"], m)
+		}
+		share += r.Metric(MoEStageShare).Samples[0]
+		hasRate := r.Metric(MoEThroughput) != nil
+		if g := strings.HasPrefix(r.Params["stage"], "gemm"); hasRate != g {
+			t.Errorf("%s: throughput metric present = %v", r.Params["stage"], hasRate)
+		}
+	}
+	if strings.Join(names, ",") != "align,gemm1,gemm2,combine" || len(rep.Rows[0].Stages) != 4 {
+		t.Errorf("stages %v, rows %v", names, rep.Rows[0].Stages)
+	}
+	if !(math.Abs(share-100) < 1e-6) {
+		t.Errorf("shares sum to %v%%, want 100", share)
 	}
 }

@@ -68,13 +68,14 @@ tune_latency samples, or why it was rejected, and its rel_l2):
   mstar report show --params batch,config --metrics latency,pct_floor tuned.json
   mstar report show --params batch,config --metrics tune_latency,rel_l2 tuned.json
 
---stages (CUDA) also times each kernel of the chosen pass alone — alignment,
-gemm1 (W1 with SiLU·mul), gemm2 (W2 with the routing weight), combine — the
-same way (a graph of back-to-back calls, weights rotated), as "moe_stage"
+--stages also times each stage of the pass — alignment, gemm1 (W1 with
+SiLU·mul), gemm2 (W2 with the routing weight), combine — as "moe_stage"
 results with a "stage" param: each one's latency, its share of the pass, and
 for the GEMMs TFLOP/s, GB/s and % of its own floor (its weights and
 activations at the d2d ceiling, its flops at the gemm ceiling): which kernel
-leaves time on the table.
+leaves time on the table. On CUDA each stage's kernels are replayed alone,
+the same way as the pass (a graph of back-to-back calls, weights rotated);
+on the CPU each stage is timed within further full passes.
 
 Per batch: latency (µs, median and 95% CI), TFLOP/s, GB/s, each as % of the
 device's ceilings (measured quickly first, or read from --ceilings FILE), and
@@ -266,7 +267,7 @@ Models:
 	f.Uint64Var(&seed, "seed", 1, "seed of weights, inputs and routing")
 	f.StringVar(&config, "config", "auto", "kernels: auto, skinny:nt=1|2|4, tiled:NAME|bm=…,bn=…,bk=…,wm=…,wn=…,stages=…, or tc:NAME|bm=…,…,gm=…,minb=…")
 	f.BoolVar(&tune, "tune", false, "CUDA: per batch, check and time every candidate configuration and measure with the fastest correct one")
-	f.BoolVar(&stages, "stages", false, "CUDA: also time each kernel of the pass alone (align, gemm1, gemm2, combine), each GEMM against its own floor")
+	f.BoolVar(&stages, "stages", false, "also time each stage of the pass (align, gemm1, gemm2, combine), each GEMM against its own floor")
 	f.IntVar(&tuneSamples, "tune-samples", 6, "timed samples per candidate under --tune (6: the fewest that give a 95% interval)")
 	f.StringVar(&ceilings, "ceilings", "", "read the device's ceilings from a results `FILE` of 'mstar bench ceilings' instead of measuring them")
 	f.StringVar(&dumpDir, "dump-dir", "", "write each batch's output as raw bf16 to `DIR`/out-M<batch>.bf16 (for the peers' cross-check)")
@@ -337,7 +338,11 @@ func printMoE(a *app, id, name string, opt bench.MoEOptions, rep *bench.MoERepor
 		if len(r.Stages) == 0 {
 			continue
 		}
-		fmt.Fprintf(w, "#\n# M=%d stages, each kernel timed alone (a GEMM's %%floor is of its own bytes and flops):\n", r.M)
+		how := "each stage's kernels timed alone"
+		if strings.HasPrefix(r.Stages[0].Kernel, "cpu:") {
+			how = "each stage timed within further passes"
+		}
+		fmt.Fprintf(w, "#\n# M=%d stages, %s (a GEMM's %%floor is of its own bytes and flops):\n", r.M, how)
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 		io.WriteString(tw, "#\tstage\tlatency(us)\t±95%\tshare\tTFLOP/s\tGB/s\t%floor\tkernel\t\n")
 		for _, s := range r.Stages {

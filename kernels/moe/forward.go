@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Row-block sizes of the CPU path: a block of weight rows is widened from
@@ -23,6 +24,34 @@ const (
 // cores enough items even for a single token. The top-k combine sums each
 // token's slots in slot order, so the result does not depend on scheduling.
 func ForwardCPU(l *Layer, x []float32, r Routing, out []float32) {
+	forwardCPU(l, x, r, out, nil)
+}
+
+// CPUStages are the wall-clock times of one ForwardCPU pass's stages, named
+// as the CUDA pass's (StageName): align (input rounding, grouping slots by
+// expert, buffers), gemm1, gemm2 and combine.
+type CPUStages struct{ Align, GEMM1, GEMM2, Combine time.Duration }
+
+// ForwardCPUTimed is ForwardCPU, timing its stages: the same result, bit
+// for bit.
+func ForwardCPUTimed(l *Layer, x []float32, r Routing, out []float32) CPUStages {
+	var st CPUStages
+	forwardCPU(l, x, r, out, &st)
+	return st
+}
+
+func forwardCPU(l *Layer, x []float32, r Routing, out []float32, st *CPUStages) {
+	t0 := time.Now()
+	var laps [4]time.Duration // a few clock reads a pass: always taken
+	lap := func(i int) {
+		now := time.Now()
+		laps[i], t0 = now.Sub(t0), now
+	}
+	defer func() {
+		if st != nil {
+			*st = CPUStages{Align: laps[0], GEMM1: laps[1], GEMM2: laps[2], Combine: laps[3]}
+		}
+	}()
 	s := l.Shape
 	if len(x) < r.M*s.H || len(out) < r.M*s.H {
 		panic(fmt.Sprintf("moe.ForwardCPU: x has %d and out %d elements, want %d", len(x), len(out), r.M*s.H))
@@ -50,6 +79,7 @@ func ForwardCPU(l *Layer, x []float32, r Routing, out []float32) {
 		}
 	}
 	slotsOf := func(e int) []int32 { return al.SortedSlots[al.Offsets[e]:al.Offsets[e+1]] }
+	lap(0)
 
 	parallel(len(items1), 2*cpuRowsW1*s.H, func(n int, scratch []float32) {
 		it := items1[n]
@@ -110,6 +140,7 @@ func ForwardCPU(l *Layer, x []float32, r Routing, out []float32) {
 			}
 		}
 	})
+	lap(1)
 
 	parallel(len(items2), cpuRowsW2*s.I, func(n int, scratch []float32) {
 		it := items2[n]
@@ -181,6 +212,7 @@ func ForwardCPU(l *Layer, x []float32, r Routing, out []float32) {
 			}
 		}
 	})
+	lap(2)
 
 	// Combine: tokens in blocks; each output element sums its slots in order.
 	const tokBlock = 16
@@ -199,6 +231,7 @@ func ForwardCPU(l *Layer, x []float32, r Routing, out []float32) {
 			}
 		}
 	})
+	lap(3)
 }
 
 func silu(g float32) float32 { return g / (1 + float32(math.Exp(float64(-g)))) }

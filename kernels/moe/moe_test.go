@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestBF16(t *testing.T) {
@@ -673,5 +674,32 @@ func TestForwardCPUTokensPerExpert(t *testing.T) {
 func TestAlignChunkMatchesSource(t *testing.T) {
 	if want := fmt.Sprintf("#define ALIGN_CHUNK %d\n", alignChunk); !strings.Contains(Source, want) {
 		t.Errorf("moe.cu does not say %q", strings.TrimSpace(want))
+	}
+}
+
+// ForwardCPUTimed gives ForwardCPU's result bit for bit, and stage times
+// that fit inside the pass.
+func TestForwardCPUTimed(t *testing.T) {
+	s := Shape{E: 8, K: 2, H: 64, I: 40}
+	l := NewLayer(s, 3)
+	x := RandomInput(20, s.H, 4)
+	r := UniformRouting(20, s.E, s.K, 5)
+	want := make([]float32, 20*s.H)
+	ForwardCPU(l, x, r, want)
+	got := make([]float32, len(want))
+	t0 := time.Now()
+	st := ForwardCPUTimed(l, x, r, got)
+	wall := time.Since(t0)
+	if !slices.Equal(got, want) {
+		t.Errorf("ForwardCPUTimed's output differs from ForwardCPU's")
+	}
+	sum := st.Align + st.GEMM1 + st.GEMM2 + st.Combine
+	for _, d := range []time.Duration{st.Align, st.GEMM1, st.GEMM2, st.Combine} {
+		if d < 0 {
+			t.Errorf("negative stage time in %+v", st)
+		}
+	}
+	if sum > wall {
+		t.Errorf("stages sum to %v, more than the pass's %v", sum, wall)
 	}
 }
