@@ -3,6 +3,7 @@ package bench
 import (
 	"errors"
 	"fmt"
+	"github.com/mstar-dev/mstar/internal/cpupeak"
 	"math"
 	"math/rand/v2"
 	"runtime"
@@ -58,7 +59,7 @@ type Ceilings struct {
 	D2D     Ceiling     // device memory copy, GB/s counting bytes read + written
 	H2D     Ceiling     // page-locked host to device, GB/s
 	D2H     Ceiling     // device to page-locked host, GB/s
-	GEMM    Ceiling     // dense matrix multiply, TFLOP/s (bf16 cuBLAS; float64 gonum on the CPU)
+	GEMM    Ceiling     // dense matrix multiply, TFLOP/s (bf16 cuBLAS; the float32 FMA peak on the CPU)
 }
 
 // CeilingOptions say how long to measure. Zero sizes pick defaults for the
@@ -85,7 +86,8 @@ type CeilingOptions struct {
 //
 // On the CPU backend: D2D copies a 256 MiB buffer (32 MiB) on every core,
 // read plus written; H2D and D2H are one stream's copy (memcpy), as the
-// transport sees it; GEMM is gonum's float64 Dgemm at 512³ (256³).
+// transport sees it; GEMM is the float32 FMA peak on every core (AVX2), or
+// gonum's float64 Dgemm at 512³ (256³) on CPUs without a peak kernel.
 //
 // A ceiling that fails (no cuBLAS, too little memory) is Unmeasured with
 // the reason; only a device that cannot run anything returns an error.
@@ -387,7 +389,27 @@ func measureGEMMCUDAWith(dev gpu.Device, s gpu.Stream, n int, t Timing, v gemmVa
 	return finish(Ceiling{Unit: UnitTFLOPs, Size: size, Method: method}, sec, err)
 }
 
+// cpuPeak reports whether the CPU has a peak kernel (a variable: tests take
+// the fallback too).
+var cpuPeak = cpupeak.Available
+
+// measureGEMMCPU is the CPU's compute ceiling: its float32 FMA peak where
+// the CPU has a peak kernel (cpupeak), else gonum's float64 Dgemm at n³.
+// The CPU path's own AVX2 kernels outrun gonum, so gonum is only the
+// fallback: a ceiling the layer beats says nothing.
 func measureGEMMCPU(n int, t Timing) Ceiling {
+	if cpuPeak() {
+		threads := runtime.GOMAXPROCS(0)
+		c := Ceiling{Unit: UnitTFLOPs, Size: "registers", Method: fmt.Sprintf("%s, %d threads", cpupeak.Method, threads)}
+		var rate []float64
+		for s := -max(t.Warmup, 0); s < t.Samples; s++ {
+			flops, d := cpupeak.Measure(threads, 10_000_000)
+			if s >= 0 {
+				rate = append(rate, flops/d.Seconds()/1e12)
+			}
+		}
+		return finish(c, rate, nil)
+	}
 	c := Ceiling{Unit: UnitTFLOPs, Size: strconv.Itoa(n), Method: fmt.Sprintf("gonum Dgemm float64, %d threads", runtime.GOMAXPROCS(0))}
 	mk := func(seed uint64) blas64.General {
 		r := rand.New(rand.NewPCG(seed, 7))

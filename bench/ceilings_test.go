@@ -50,8 +50,27 @@ func TestCPUCeilingsMeasured(t *testing.T) {
 	if want := []string{"d2d", "h2d", "d2h", "gemm"}; !slices.Equal(steps, want) {
 		t.Errorf("progress steps %v, want %v", steps, want)
 	}
-	if c.D2D.Size != "4 MiB" || c.GEMM.Size != "64" {
+	if c.D2D.Size != "4 MiB" || c.GEMM.Size != cpuGEMMSize("64") {
 		t.Errorf("sizes %q, %q", c.D2D.Size, c.GEMM.Size)
+	}
+}
+
+// cpuGEMMSize is the size the CPU's GEMM ceiling reports: "registers" for
+// the FMA peak, else the gonum GEMM's n.
+func cpuGEMMSize(n string) string {
+	if cpuPeak() {
+		return "registers"
+	}
+	return n
+}
+
+// Without a peak kernel the CPU's compute ceiling is gonum's Dgemm.
+func TestCPUGEMMCeilingFallback(t *testing.T) {
+	defer func(f func() bool) { cpuPeak = f }(cpuPeak)
+	cpuPeak = func() bool { return false }
+	c := measureGEMMCPU(64, Timing{Samples: 2})
+	if !c.Measured() || c.Size != "64" || !strings.Contains(c.Method, "gonum") || len(c.Samples) != 2 {
+		t.Errorf("fallback ceiling %+v", c)
 	}
 }
 
@@ -66,7 +85,7 @@ func TestCeilingsDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(c.D2D.Samples) != 6 || c.D2D.Size != "32 MiB" || c.GEMM.Size != "256" {
+	if len(c.D2D.Samples) != 6 || c.D2D.Size != "32 MiB" || c.GEMM.Size != cpuGEMMSize("256") {
 		t.Errorf("quick CPU defaults: %d samples, size %s, gemm %s", len(c.D2D.Samples), c.D2D.Size, c.GEMM.Size)
 	}
 }

@@ -28,8 +28,14 @@ func ToBF16(dst []uint16, src []float32) {
 
 // FromBF16 widens bf16 bits into dst.
 func FromBF16(dst []float32, src []uint16) {
-	for i, v := range src[:len(dst)] {
-		dst[i] = BF16ToF32(v)
+	src = src[:len(dst)]
+	i := 0
+	if n16 := len(dst) &^ 15; useAVX2 && n16 > 0 {
+		widenBF16AVX2(&dst[0], &src[0], n16)
+		i = n16
+	}
+	for ; i < len(dst); i++ {
+		dst[i] = BF16ToF32(src[i])
 	}
 }
 

@@ -264,7 +264,14 @@ func dot2x4(a0, a1, b0, b1, b2, b3 []float32) (r0, r1 [4]float32) {
 	n := len(a0)
 	a1, b0, b1, b2, b3 = a1[:n], b0[:n], b1[:n], b2[:n], b3[:n]
 	var s00, s01, s02, s03, s10, s11, s12, s13 float32
-	for i := 0; i < n; i++ {
+	i := 0
+	if n8 := n &^ 7; useAVX2 && n8 > 0 {
+		var v [8]float32
+		dot2x4AVX2(&a0[0], &a1[0], &b0[0], &b1[0], &b2[0], &b3[0], n8, &v)
+		s00, s01, s02, s03, s10, s11, s12, s13 = v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]
+		i = n8
+	}
+	for ; i < n; i++ {
 		w0, w1 := a0[i], a1[i]
 		x0, x1, x2, x3 := b0[i], b1[i], b2[i], b3[i]
 		s00 += w0 * x0
@@ -302,7 +309,14 @@ func dot2x2bf16(a0, a1 []uint16, b0, b1 []float32) (r0, r1 [2]float32) {
 	n := len(b0)
 	a0, a1, b1 = a0[:n], a1[:n], b1[:n]
 	var s00, s01, s10, s11 float32
-	for i := 0; i < n; i++ {
+	i := 0
+	if n8 := n &^ 7; useAVX2 && n8 > 0 {
+		var v [4]float32
+		dot2x2bf16AVX2(&a0[0], &a1[0], &b0[0], &b1[0], n8, &v)
+		s00, s01, s10, s11 = v[0], v[1], v[2], v[3]
+		i = n8
+	}
+	for ; i < n; i++ {
 		w0, w1 := BF16ToF32(a0[i]), BF16ToF32(a1[i])
 		x0, x1 := b0[i], b1[i]
 		s00 += w0 * x0
@@ -319,7 +333,14 @@ func dot2x2bf16(a0, a1 []uint16, b0, b1 []float32) (r0, r1 [2]float32) {
 func dot4bf16(a0, a1, a2, a3 []uint16, x []float32) (r0, r1, r2, r3 float32) {
 	n := len(x)
 	a0, a1, a2, a3 = a0[:n], a1[:n], a2[:n], a3[:n]
-	for i := 0; i < n; i++ {
+	i := 0
+	if n8 := n &^ 7; useAVX2 && n8 > 0 {
+		var v [4]float32
+		dot4bf16AVX2(&a0[0], &a1[0], &a2[0], &a3[0], &x[0], n8, &v)
+		r0, r1, r2, r3 = v[0], v[1], v[2], v[3]
+		i = n8
+	}
+	for ; i < n; i++ {
 		xi := x[i]
 		r0 += BF16ToF32(a0[i]) * xi
 		r1 += BF16ToF32(a1[i]) * xi

@@ -1,0 +1,103 @@
+package moe
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// The AVX2 kernels give the pure Go loops' dot products (to float32
+// rounding: they sum in another order) at every length, tails included.
+func TestDotAVX2MatchesGo(t *testing.T) {
+	if !useAVX2 {
+		t.Skip("this CPU has no AVX2+FMA: the Go loops are the only path")
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	bf := func(n int) []uint16 {
+		v := make([]uint16, n)
+		for i := range v {
+			v[i] = F32ToBF16(float32(rng.NormFloat64()))
+		}
+		return v
+	}
+	f := func(n int) []float32 {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(rng.NormFloat64())
+		}
+		return v
+	}
+	near := func(a, b float32, n int) bool {
+		return math.Abs(float64(a-b)) <= 1e-5*math.Sqrt(float64(n))*math.Max(1, math.Abs(float64(b)))+1e-6
+	}
+	for _, n := range []int{0, 1, 7, 8, 9, 15, 16, 17, 40, 352, 2048, 2051} {
+		a0, a1, a2, a3, x, y := bf(n), bf(n), bf(n), bf(n), f(n), f(n)
+		c0, c1, z, u := f(n), f(n), f(n), f(n)
+		useAVX2 = false
+		w0, w1, w2, w3 := dot4bf16(a0, a1, a2, a3, x)
+		p0, p1 := dot2x2bf16(a0, a1, x, y)
+		e0, e1 := dot2x4(c0, c1, x, y, z, u)
+		useAVX2 = true
+		g0, g1, g2, g3 := dot4bf16(a0, a1, a2, a3, x)
+		q0, q1 := dot2x2bf16(a0, a1, x, y)
+		h0, h1 := dot2x4(c0, c1, x, y, z, u)
+		pairs := [][2]float32{{g0, w0}, {g1, w1}, {g2, w2}, {g3, w3}, {q0[0], p0[0]}, {q0[1], p0[1]}, {q1[0], p1[0]}, {q1[1], p1[1]}}
+		for j := range 4 {
+			pairs = append(pairs, [2]float32{h0[j], e0[j]}, [2]float32{h1[j], e1[j]})
+		}
+		for i, pair := range pairs {
+			if !near(pair[0], pair[1], n) {
+				t.Errorf("n=%d: sum %d: AVX2 %v, Go %v", n, i, pair[0], pair[1])
+			}
+		}
+	}
+}
+
+// FromBF16's AVX2 widening is exact, tails included.
+func TestFromBF16AVX2(t *testing.T) {
+	if !useAVX2 {
+		t.Skip("this CPU has no AVX2+FMA")
+	}
+	for _, n := range []int{0, 1, 15, 16, 17, 33, 1000} {
+		src := make([]uint16, n)
+		for i := range src {
+			src[i] = uint16(i*7919 + 13)
+		}
+		got := make([]float32, n)
+		FromBF16(got, src)
+		for i, v := range src {
+			if math.Float32bits(got[i]) != uint32(v)<<16 {
+				t.Fatalf("n=%d: dst[%d] bits %#x, want %#x", n, i, math.Float32bits(got[i]), uint32(v)<<16)
+			}
+		}
+	}
+}
+
+// BenchmarkDot4bf16 compares the AVX2 and Go kernels on one 2048-long
+// group of four rows (qwen3-30b-a3b's W1 rows).
+func BenchmarkDot4bf16(b *testing.B) {
+	n := 2048
+	rows := [4][]uint16{}
+	for i := range rows {
+		rows[i] = make([]uint16, n)
+	}
+	x := make([]float32, n)
+	for _, avx := range []bool{false, true} {
+		if avx && !cpuHasAVX2() {
+			continue
+		}
+		name := "go"
+		if avx {
+			name = "avx2"
+		}
+		b.Run(name, func(b *testing.B) {
+			old := useAVX2
+			useAVX2 = avx
+			defer func() { useAVX2 = old }()
+			b.SetBytes(int64(4 * n * 2))
+			for b.Loop() {
+				dot4bf16(rows[0], rows[1], rows[2], rows[3], x)
+			}
+		})
+	}
+}
