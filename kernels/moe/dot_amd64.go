@@ -34,3 +34,8 @@ func dot2x4AVX2(a0, a1, b0, b1, b2, b3 *float32, n int, out *[8]float32)
 //
 //go:noescape
 func widenBF16AVX2(dst *float32, src *uint16, n int)
+
+// dot2x4bf16AVX2 is dot2x4AVX2 on bf16 weight rows.
+//
+//go:noescape
+func dot2x4bf16AVX2(a0, a1 *uint16, b0, b1, b2, b3 *float32, n int, out *[8]float32)

@@ -9,10 +9,11 @@ import (
 	"time"
 )
 
-// Row-block sizes of the CPU path: a block of weight rows is widened from
-// bf16 to float32 once into a per-worker scratch and then reused by every
-// token of its expert, so the conversion is paid once per expert tile and the
-// tile stays in the core's cache while the tokens stream past it.
+// Row-block sizes of the CPU path. With AVX2 the kernels widen bf16 weights
+// as they load them, and a block's rows stay in the core's cache while
+// groups of four tokens stream past them. Without it (the Go loops), a
+// block is widened to float32 once into a per-worker scratch and reused by
+// every token of its expert.
 const (
 	cpuRowsW1 = 32 // intermediate rows per item (gate and up: 2×32 weight rows)
 	cpuRowsW2 = 64 // output rows per item
@@ -81,7 +82,11 @@ func forwardCPU(l *Layer, x []float32, r Routing, out []float32, st *CPUStages) 
 	slotsOf := func(e int) []int32 { return al.SortedSlots[al.Offsets[e]:al.Offsets[e+1]] }
 	lap(0)
 
-	parallel(len(items1), 2*cpuRowsW1*s.H, func(n int, scratch []float32) {
+	scratch1, scratch2 := 2*cpuRowsW1*s.H, cpuRowsW2*s.I // widened tiles: Go loops only
+	if useAVX2 {
+		scratch1, scratch2 = 0, 0
+	}
+	parallel(len(items1), scratch1, func(n int, scratch []float32) {
 		it := items1[n]
 		rows := it.hi - it.lo
 		w1 := l.W1[it.e*2*s.I*s.H:]
@@ -111,10 +116,16 @@ func forwardCPU(l *Layer, x []float32, r Routing, out []float32, st *CPUStages) 
 			}
 			return
 		}
-		gate := scratch[:rows*s.H]
-		up := scratch[rows*s.H : 2*rows*s.H]
-		FromBF16(gate, w1[it.lo*s.H:it.hi*s.H])
-		FromBF16(up, w1[(s.I+it.lo)*s.H:(s.I+it.hi)*s.H])
+		// Three tokens or more. Without AVX2 the tile is widened once and
+		// reused by every group of four tokens; with it, the bf16 rows are
+		// read again per group (half the bytes of a widened tile).
+		var gate, up []float32
+		if !useAVX2 {
+			gate = scratch[:rows*s.H]
+			up = scratch[rows*s.H : 2*rows*s.H]
+			FromBF16(gate, w1[it.lo*s.H:it.hi*s.H])
+			FromBF16(up, w1[(s.I+it.lo)*s.H:(s.I+it.hi)*s.H])
+		}
 		slots := slotsOf(it.e)
 		for c := 0; c < len(slots); c += 4 {
 			var xs [4][]float32
@@ -127,13 +138,11 @@ func forwardCPU(l *Layer, x []float32, r Routing, out []float32, st *CPUStages) 
 			}
 			nt := min(4, len(slots)-c)
 			for i := 0; i < rows; i++ {
-				var g, u [4]float32
-				if nt <= 2 { // a remainder of one or two tokens: no multiplies on copies
-					g2, u2 := dot2x2(gate[i*s.H:(i+1)*s.H], up[i*s.H:(i+1)*s.H], xs[0], xs[1])
-					g[0], g[1], u[0], u[1] = g2[0], g2[1], u2[0], u2[1]
-				} else {
-					g, u = dot2x4(gate[i*s.H:(i+1)*s.H], up[i*s.H:(i+1)*s.H], xs[0], xs[1], xs[2], xs[3])
+				var gf, uf []float32
+				if gate != nil {
+					gf, uf = gate[i*s.H:(i+1)*s.H], up[i*s.H:(i+1)*s.H]
 				}
+				g, u := pairDots(row(it.lo+i), row(s.I+it.lo+i), gf, uf, &xs, nt)
 				for t := 0; t < nt; t++ {
 					act[sl[t]*s.I+it.lo+i] = silu(g[t]) * u[t]
 				}
@@ -142,7 +151,7 @@ func forwardCPU(l *Layer, x []float32, r Routing, out []float32, st *CPUStages) 
 	})
 	lap(1)
 
-	parallel(len(items2), cpuRowsW2*s.I, func(n int, scratch []float32) {
+	parallel(len(items2), scratch2, func(n int, scratch []float32) {
 		it := items2[n]
 		rows := it.hi - it.lo
 		row := func(j int) []uint16 { return l.W2[(it.e*s.H+j)*s.I : (it.e*s.H+j+1)*s.I] }
@@ -171,8 +180,17 @@ func forwardCPU(l *Layer, x []float32, r Routing, out []float32, st *CPUStages) 
 			}
 			return
 		}
-		w2 := scratch[:rows*s.I]
-		FromBF16(w2, l.W2[(it.e*s.H+it.lo)*s.I:(it.e*s.H+it.hi)*s.I])
+		var w2 []float32
+		if !useAVX2 {
+			w2 = scratch[:rows*s.I]
+			FromBF16(w2, l.W2[(it.e*s.H+it.lo)*s.I:(it.e*s.H+it.hi)*s.I])
+		}
+		wrow := func(i int) []float32 {
+			if w2 == nil {
+				return nil
+			}
+			return w2[i*s.I : (i+1)*s.I]
+		}
 		slots := slotsOf(it.e)
 		for c := 0; c < len(slots); c += 4 {
 			var as [4][]float32
@@ -183,31 +201,13 @@ func forwardCPU(l *Layer, x []float32, r Routing, out []float32, st *CPUStages) 
 				as[t] = act[st*s.I : (st+1)*s.I]
 			}
 			nt := min(4, len(slots)-c)
-			i := 0
-			for ; i+1 < rows; i += 2 {
-				var a, b [4]float32
-				if nt <= 2 {
-					a2, b2 := dot2x2(w2[i*s.I:(i+1)*s.I], w2[(i+1)*s.I:(i+2)*s.I], as[0], as[1])
-					a[0], a[1], b[0], b[1] = a2[0], a2[1], b2[0], b2[1]
-				} else {
-					a, b = dot2x4(w2[i*s.I:(i+1)*s.I], w2[(i+1)*s.I:(i+2)*s.I], as[0], as[1], as[2], as[3])
-				}
+			for i := 0; i < rows; i += 2 {
+				i1 := min(i+1, rows-1) // an odd last row pairs with itself
+				a, b := pairDots(row(it.lo+i), row(it.lo+i1), wrow(i), wrow(i1), &as, nt)
 				for t := 0; t < nt; t++ {
 					w := r.Weights[sl[t]]
 					y[sl[t]*s.H+it.lo+i] = w * a[t]
-					y[sl[t]*s.H+it.lo+i+1] = w * b[t]
-				}
-			}
-			if i < rows {
-				var a [4]float32
-				if nt <= 2 {
-					a2, _ := dot2x2(w2[i*s.I:(i+1)*s.I], w2[i*s.I:(i+1)*s.I], as[0], as[1])
-					a[0], a[1] = a2[0], a2[1]
-				} else {
-					a, _ = dot2x4(w2[i*s.I:(i+1)*s.I], w2[i*s.I:(i+1)*s.I], as[0], as[1], as[2], as[3])
-				}
-				for t := 0; t < nt; t++ {
-					y[sl[t]*s.H+it.lo+i] = r.Weights[sl[t]] * a[t]
+					y[sl[t]*s.H+it.lo+i1] = w * b[t]
 				}
 			}
 		}
@@ -232,6 +232,26 @@ func forwardCPU(l *Layer, x []float32, r Routing, out []float32, st *CPUStages) 
 		}
 	})
 	lap(3)
+}
+
+// pairDots returns the dot products of two weight rows with nt (1 to 4)
+// vectors of xs: straight from the bf16 rows b0, b1 with AVX2, else from
+// their widened copies f0, f1; one or two vectors take the two-vector kernel
+// (no multiplies spent on copies).
+func pairDots(b0, b1 []uint16, f0, f1 []float32, xs *[4][]float32, nt int) (a, b [4]float32) {
+	switch {
+	case useAVX2 && nt <= 2:
+		p, q := dot2x2bf16(b0, b1, xs[0], xs[1])
+		a[0], a[1], b[0], b[1] = p[0], p[1], q[0], q[1]
+	case useAVX2:
+		a, b = dot2x4bf16(b0, b1, xs[0], xs[1], xs[2], xs[3])
+	case nt <= 2:
+		p, q := dot2x2(f0, f1, xs[0], xs[1])
+		a[0], a[1], b[0], b[1] = p[0], p[1], q[0], q[1]
+	default:
+		a, b = dot2x4(f0, f1, xs[0], xs[1], xs[2], xs[3])
+	}
+	return
 }
 
 func silu(g float32) float32 { return g / (1 + float32(math.Exp(float64(-g)))) }
@@ -325,6 +345,31 @@ func dot2x2bf16(a0, a1 []uint16, b0, b1 []float32) (r0, r1 [2]float32) {
 		s11 += w1 * x1
 	}
 	return [2]float32{s00, s01}, [2]float32{s10, s11}
+}
+
+// dot2x4bf16 is dot2x4 on bf16 weight rows, widened as they are loaded.
+func dot2x4bf16(a0, a1 []uint16, b0, b1, b2, b3 []float32) (r0, r1 [4]float32) {
+	n := len(b0)
+	a0, a1, b1, b2, b3 = a0[:n], a1[:n], b1[:n], b2[:n], b3[:n]
+	var v [8]float32
+	i := 0
+	if n8 := n &^ 7; useAVX2 && n8 > 0 {
+		dot2x4bf16AVX2(&a0[0], &a1[0], &b0[0], &b1[0], &b2[0], &b3[0], n8, &v)
+		i = n8
+	}
+	for ; i < n; i++ {
+		w0, w1 := BF16ToF32(a0[i]), BF16ToF32(a1[i])
+		x0, x1, x2, x3 := b0[i], b1[i], b2[i], b3[i]
+		v[0] += w0 * x0
+		v[1] += w0 * x1
+		v[2] += w0 * x2
+		v[3] += w0 * x3
+		v[4] += w1 * x0
+		v[5] += w1 * x1
+		v[6] += w1 * x2
+		v[7] += w1 * x3
+	}
+	return [4]float32{v[0], v[1], v[2], v[3]}, [4]float32{v[4], v[5], v[6], v[7]}
 }
 
 // dot4bf16 returns the dot products of four bf16 weight rows with one

@@ -639,7 +639,10 @@ func TestStageName(t *testing.T) {
 // Expert e gets e+1 tokens (1 to 9): every kernel of the CPU path runs —
 // one and two tokens read bf16 directly, more widen the tile, and the
 // remainders of 1, 2 and 3 after groups of four take their own kernels.
-func TestForwardCPUTokensPerExpert(t *testing.T) {
+func TestForwardCPUTokensPerExpert(t *testing.T) { checkTokensPerExpert(t) }
+
+func checkTokensPerExpert(t *testing.T) {
+	t.Helper()
 	s := Shape{E: 9, K: 1, H: 67, I: 37} // odd: the row tails too
 	var ids []int32
 	for e := 0; e < s.E; e++ {
