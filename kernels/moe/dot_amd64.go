@@ -22,20 +22,15 @@ func dot2x2bf16AVX2(a0, a1 *uint16, b0, b1 *float32, n int, out *[4]float32)
 
 func cpuHasAVX2() bool { return cpu.X86.HasAVX2 && cpu.X86.HasFMA }
 
-// dot2x4AVX2 writes the dot products of two float32 rows with four vectors
-// over their first n elements (a multiple of 8): out = {a0·b0..a0·b3,
-// a1·b0..a1·b3}.
-//
-//go:noescape
-func dot2x4AVX2(a0, a1, b0, b1, b2, b3 *float32, n int, out *[8]float32)
-
 // widenBF16AVX2 widens the first n bf16 values of src (a multiple of 16)
 // into dst.
 //
 //go:noescape
 func widenBF16AVX2(dst *float32, src *uint16, n int)
 
-// dot2x4bf16AVX2 is dot2x4AVX2 on bf16 weight rows.
+// dot2x4bf16AVX2 writes the dot products of two bf16 rows with four
+// vectors over their first n elements (a multiple of 8): out = {a0·b0..a0·b3,
+// a1·b0..a1·b3}.
 //
 //go:noescape
 func dot2x4bf16AVX2(a0, a1 *uint16, b0, b1, b2, b3 *float32, n int, out *[8]float32)

@@ -96,68 +96,6 @@ done2:
 	VZEROUPPER
 	RET
 
-// func dot2x4AVX2(a0, a1, b0, b1, b2, b3 *float32, n int, out *[8]float32)
-// out = {a0·b0, a0·b1, a0·b2, a0·b3, a1·b0, a1·b1, a1·b2, a1·b3} over the
-// first n elements (a multiple of 8).
-TEXT ·dot2x4AVX2(SB), NOSPLIT, $0-64
-	MOVQ a0+0(FP), SI
-	MOVQ a1+8(FP), R8
-	MOVQ b0+16(FP), DI
-	MOVQ b1+24(FP), R9
-	MOVQ b2+32(FP), R10
-	MOVQ b3+40(FP), R11
-	MOVQ n+48(FP), CX
-	MOVQ out+56(FP), DX
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	VXORPS Y6, Y6, Y6
-	VXORPS Y7, Y7, Y7
-	XORQ   AX, AX
-
-loop24:
-	CMPQ        AX, CX
-	JGE         done24
-	VMOVUPS     (SI)(AX*4), Y8
-	VMOVUPS     (R8)(AX*4), Y9
-	VMOVUPS     (DI)(AX*4), Y10
-	VFMADD231PS Y8, Y10, Y0
-	VFMADD231PS Y9, Y10, Y4
-	VMOVUPS     (R9)(AX*4), Y11
-	VFMADD231PS Y8, Y11, Y1
-	VFMADD231PS Y9, Y11, Y5
-	VMOVUPS     (R10)(AX*4), Y12
-	VFMADD231PS Y8, Y12, Y2
-	VFMADD231PS Y9, Y12, Y6
-	VMOVUPS     (R11)(AX*4), Y13
-	VFMADD231PS Y8, Y13, Y3
-	VFMADD231PS Y9, Y13, Y7
-	ADDQ        $8, AX
-	JMP         loop24
-
-done24:
-	HSUM(Y0, X0, X14)
-	HSUM(Y1, X1, X14)
-	HSUM(Y2, X2, X14)
-	HSUM(Y3, X3, X14)
-	HSUM(Y4, X4, X14)
-	HSUM(Y5, X5, X14)
-	HSUM(Y6, X6, X14)
-	HSUM(Y7, X7, X14)
-	VMOVSS X0, 0(DX)
-	VMOVSS X1, 4(DX)
-	VMOVSS X2, 8(DX)
-	VMOVSS X3, 12(DX)
-	VMOVSS X4, 16(DX)
-	VMOVSS X5, 20(DX)
-	VMOVSS X6, 24(DX)
-	VMOVSS X7, 28(DX)
-	VZEROUPPER
-	RET
-
 // func widenBF16AVX2(dst *float32, src *uint16, n int)
 // dst[i] = float32 of the bf16 src[i] for the first n elements (a multiple
 // of 16): zero-extend to 32 bits and shift into the high half.
@@ -184,7 +122,8 @@ donew:
 	RET
 
 // func dot2x4bf16AVX2(a0, a1 *uint16, b0, b1, b2, b3 *float32, n int, out *[8]float32)
-// dot2x4AVX2 with bf16 weight rows, widened as they are loaded.
+// out = {a0·b0..a0·b3, a1·b0..a1·b3} over the first n elements (a multiple
+// of 8), the bf16 weight rows widened as they are loaded.
 TEXT ·dot2x4bf16AVX2(SB), NOSPLIT, $0-64
 	MOVQ a0+0(FP), SI
 	MOVQ a1+8(FP), R8

@@ -12,10 +12,6 @@ func dot2x2bf16AVX2(a0, a1 *uint16, b0, b1 *float32, n int, out *[4]float32) {
 	panic("moe: AVX2 kernel on a CPU without it")
 }
 
-func dot2x4AVX2(a0, a1, b0, b1, b2, b3 *float32, n int, out *[8]float32) {
-	panic("moe: AVX2 kernel on a CPU without it")
-}
-
 func widenBF16AVX2(dst *float32, src *uint16, n int) {
 	panic("moe: AVX2 kernel on a CPU without it")
 }

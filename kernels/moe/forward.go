@@ -284,14 +284,7 @@ func dot2x4(a0, a1, b0, b1, b2, b3 []float32) (r0, r1 [4]float32) {
 	n := len(a0)
 	a1, b0, b1, b2, b3 = a1[:n], b0[:n], b1[:n], b2[:n], b3[:n]
 	var s00, s01, s02, s03, s10, s11, s12, s13 float32
-	i := 0
-	if n8 := n &^ 7; useAVX2 && n8 > 0 {
-		var v [8]float32
-		dot2x4AVX2(&a0[0], &a1[0], &b0[0], &b1[0], &b2[0], &b3[0], n8, &v)
-		s00, s01, s02, s03, s10, s11, s12, s13 = v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]
-		i = n8
-	}
-	for ; i < n; i++ {
+	for i := 0; i < n; i++ {
 		w0, w1 := a0[i], a1[i]
 		x0, x1, x2, x3 := b0[i], b1[i], b2[i], b3[i]
 		s00 += w0 * x0
