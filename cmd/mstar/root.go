@@ -102,7 +102,7 @@ internal error), so a CI job can tell a failed gate from a broken run.`,
 		}
 		return a.startProfile()
 	}
-	root.PersistentFlags().StringVar(&a.cpuProfile, "cpuprofile", "", "write a CPU profile of the run to `FILE` (read it with 'go tool pprof mstar FILE')")
+	root.PersistentFlags().StringVar(&a.cpuProfile, "cpuprofile", "", "write a CPU profile of the run to `FILE` when the command ends (an interrupted run leaves none); read it with 'go tool pprof bin/mstar FILE'")
 	// Flag parse errors are usage errors: exit 2.
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return &exitError{code: exitBadUsge, err: fmt.Errorf("%s: %w (see '%s --help')", c.CommandPath(), err, c.CommandPath())}
