@@ -65,6 +65,11 @@ var tcTable = map[string]Config{
 	"64x256k64s4w8":   tc(64, 256, 64, 2, 4, 4, 8, 1),
 	"64x128k64s4w8b2": tc(64, 128, 64, 2, 4, 4, 8, 2),
 	"128x128k64s4w8":  tc(128, 128, 64, 2, 4, 4, 8, 1),
+	// 128-wide k stages (rows of 256 bytes): half the barriers and twice the
+	// bytes per cp.async batch, for weight-bound tiles (8 warps: a load pass
+	// must cover 16 rows to keep the swizzle phase).
+	"64x128k128s3w8": tc(64, 128, 128, 2, 4, 3, 8, 1),
+	"32x256k128s3w8": tc(32, 256, 128, 1, 8, 3, 8, 1),
 }
 
 func tc(bm, bn, bk, wm, wn, st, gm, minb int) Config {
@@ -240,8 +245,8 @@ func (c Config) validateTC() error {
 	if c.WM < 1 || c.WN < 1 || c.WM*c.WN > 16 || c.Stages < 2 || c.GM < 1 || c.MinBlocks < 1 || c.MinBlocks > 4 || c.OV < 0 || c.OV > 1 {
 		return fmt.Errorf("config %v: want wm, wn ≥ 1 with wm·wn ≤ 16 warps, stages ≥ 2, gm ≥ 1, minb 1–4, ov 0 or 1", c)
 	}
-	if c.BK != 32 && c.BK != 64 {
-		return fmt.Errorf("config %v: bk must be 32 or 64 (swizzled rows of 64 or 128 bytes)", c)
+	if c.BK != 32 && c.BK != 64 && c.BK != 128 {
+		return fmt.Errorf("config %v: bk must be 32, 64 or 128 (swizzled rows of 64, 128 or 256 bytes)", c)
 	}
 	if c.BM%(16*c.WM) != 0 {
 		return fmt.Errorf("config %v: bm must be a multiple of 16·wm", c)
@@ -452,10 +457,11 @@ func Candidates(s Shape, m int) []Config {
 		}
 	}
 	if per >= 3 && per <= 64 {
-		add(tiledTable["m16"], tiledTable["m32"], tcTable["32x128k64s4b2"], tcTable["32x256k64s3"])
+		add(tiledTable["m16"], tiledTable["m32"], tcTable["32x128k64s4b2"], tcTable["32x256k64s3"], tcTable["32x256k128s3w8"])
 	}
 	if per >= 16 && per <= 256 {
-		add(tiledTable["m64"], tcTable["64x128k64s4b2"], tcTable["64x256k64s3"], tcTable["64x256k64s4w8"], tcTable["64x128k64s4w8b2"])
+		add(tiledTable["m64"], tcTable["64x128k64s4b2"], tcTable["64x256k64s3"], tcTable["64x256k64s4w8"], tcTable["64x128k64s4w8b2"],
+			tcTable["64x128k128s3w8"])
 	}
 	if per >= 48 {
 		add(tiledTable["w128x128"], tcTable["128x128k64s4"], tcTable["128x128k64s3b2"], tcTable["128x128k32s4b2"],

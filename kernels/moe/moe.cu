@@ -722,7 +722,7 @@ __device__ __forceinline__ void tc(const bf16_t* __restrict__ W, const bf16_t* _
     constexpr int OUTN = MODE == 1 ? BN / 2 : BN;  // output columns per tile
     constexpr int OUTC = OUTN / 8;                 // 16-byte output chunks per row
     constexpr int ROWC = OUTN * 2;                 // bytes per C-tile row
-    static_assert(BK == 32 || BK == 64, "BK must be 32 or 64");
+    static_assert(BK == 32 || BK == 64 || BK == 128, "BK must be 32, 64 or 128");
     static_assert(WTM % 16 == 0 && MT >= 1, "warp tile rows: a multiple of 16");
     static_assert(MODE == 1 ? WTN % 32 == 0 : WTN % 16 == 0, "warp tile columns (MODE 1: gate and up halves of 16)");
     static_assert(THREADS % CPR == 0 && BM % RSTEP == 0 && BN % RSTEP == 0, "tile rows must split evenly over the loads");

@@ -551,7 +551,7 @@ func TestParseConfig(t *testing.T) {
 		{in: "wgmma", wantErr: "want auto"},
 		{in: "tc:128x256k64s3", want: "tc:bm=128,bn=256,bk=64,wm=2,wn=4,stages=3,gm=8,minb=1"},
 		{in: "tc:bm=64,minb=2", want: "tc:bm=64,bn=128,bk=64,wm=2,wn=2,stages=4,gm=8,minb=2"},
-		{in: "tc:bk=48", wantErr: "bk must be 32 or 64"},
+		{in: "tc:bk=48", wantErr: "bk must be 32, 64 or 128"},
 		{in: "tc:bn=96,wn=1", wantErr: "bn must be 64 or a multiple of 128"},
 		{in: "tc:bm=48", wantErr: "bm must be a multiple of 16·wm"},
 		{in: "tc:wm=1,wn=1,bm=16,bn=64", wantErr: "loads cover 4 rows"},
