@@ -27,9 +27,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/mstar-dev/mstar/internal/units"
 	"math"
 	"os"
-	"strings"
 	"sync"
 	"time"
 
@@ -289,7 +289,7 @@ func (a *Arena) newSegment(size int64, dedicated bool) (*segment, error) {
 			a.pinned += size // reserve the budget before the slow call
 		} else if !a.pinWarn {
 			a.pinWarn = true
-			a.warn(fmt.Sprintf("pinned-bytes budget reached (%s pinned + %s segment > %s budget): %s stays pageable, so copies through it run at pageable speed", fmtBytes(a.pinned), fmtBytes(size), fmtBytes(a.cfg.PinBudget), name))
+			a.warn(fmt.Sprintf("pinned-bytes budget reached (%s pinned + %s segment > %s budget): %s stays pageable, so copies through it run at pageable speed", units.Bytes(a.pinned), units.Bytes(size), units.Bytes(a.cfg.PinBudget), name))
 		}
 		a.mu.Unlock()
 		if fits {
@@ -297,7 +297,7 @@ func (a *Arena) newSegment(size int64, dedicated bool) (*segment, error) {
 			if err != nil {
 				a.mu.Lock()
 				a.pinned -= size
-				a.warn(fmt.Sprintf("registering %s (%s) with the device failed, it stays pageable: %v", name, fmtBytes(size), err))
+				a.warn(fmt.Sprintf("registering %s (%s) with the device failed, it stays pageable: %v", name, units.Bytes(size), err))
 				a.mu.Unlock()
 			} else {
 				seg.unpin = unpin
@@ -349,10 +349,10 @@ func (a *Arena) reserve(ctx context.Context, n int64, stage bool) (*Slot, error)
 		return nil, fmt.Errorf("reserve: negative size %d", n)
 	}
 	if n > a.maxSize {
-		return nil, fmt.Errorf("reserve %d bytes: too large: more than the %s file system of %s can hold", n, fmtBytes(a.maxSize), a.cfg.Dir)
+		return nil, fmt.Errorf("reserve %d bytes: too large: more than the %s file system of %s can hold", n, units.Bytes(a.maxSize), a.cfg.Dir)
 	}
 	if capBytes := int64(a.cfg.MaxSegments) * a.cfg.SegmentSize; a.cfg.Strict && a.cfg.Transport != TransportFile && n > capBytes {
-		return nil, fmt.Errorf("reserve %d bytes: too large: more than the arena's cap of %d x %s segments, and strict mode never spills", n, a.cfg.MaxSegments, fmtBytes(a.cfg.SegmentSize))
+		return nil, fmt.Errorf("reserve %d bytes: too large: more than the arena's cap of %d x %s segments, and strict mode never spills", n, a.cfg.MaxSegments, units.Bytes(a.cfg.SegmentSize))
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -383,7 +383,7 @@ func (a *Arena) reserve(ctx context.Context, n int64, stage bool) (*Slot, error)
 					// A full file system fails here, at creation: carry on
 					// as at the cap (back-pressure, then spill or fail).
 					a.growFail = time.Now()
-					a.warn(fmt.Sprintf("growing the arena by %s failed, treating it as full: %v", fmtBytes(size), err))
+					a.warn(fmt.Sprintf("growing the arena by %s failed, treating it as full: %v", units.Bytes(size), err))
 				} else if a.closed {
 					// Closed while we grew: the segment is nobody's.
 					if err := a.dropSegment(seg); err != nil {
@@ -508,7 +508,7 @@ func (a *Arena) noteFragmentation(n int64) {
 	}
 	a.lastFrag = time.Now()
 	a.warn(fmt.Sprintf("fragmentation: reserving %s failed although %s of %s is free; the largest free block is %s (%d such failures so far)",
-		fmtBytes(n), fmtBytes(st.Free), fmtBytes(st.Total), fmtBytes(st.Largest), a.counters.fragWarnings))
+		units.Bytes(n), units.Bytes(st.Free), units.Bytes(st.Total), units.Bytes(st.Largest), a.counters.fragWarnings))
 }
 
 func (a *Arena) spillSlot(n int64, stage, atCap bool) *Slot {
@@ -734,7 +734,7 @@ func (a *Arena) reclaimExpiredLocked() int {
 			a.counters.ttlReclaimed++
 			n++
 			a.warn(fmt.Sprintf("TTL backstop: reclaimed tensor %d (%s) published %s ago with %d consumer(s) never acknowledging; %d reclaimed by TTL so far — a request died without releasing its tensors",
-				s.id, fmtBytes(s.size), now.Sub(s.published).Round(time.Millisecond), refs, a.counters.ttlReclaimed))
+				s.id, units.Bytes(s.size), now.Sub(s.published).Round(time.Millisecond), refs, a.counters.ttlReclaimed))
 		}
 	}
 	return n
@@ -776,7 +776,7 @@ type Stats struct {
 // Summary is the one-line form used in warnings and errors.
 func (s Stats) Summary() string {
 	return fmt.Sprintf("%d segments, %s total, %s free, largest free block %s, %s pinned, %d live slots, %d spill files",
-		s.Segments, fmtBytes(s.Total), fmtBytes(s.Free), fmtBytes(s.Largest), fmtBytes(s.Pinned), s.LiveSlots, s.SpillFiles)
+		s.Segments, units.Bytes(s.Total), units.Bytes(s.Free), units.Bytes(s.Largest), units.Bytes(s.Pinned), s.LiveSlots, s.SpillFiles)
 }
 
 // Stats returns the arena's occupancy and counters.
@@ -863,20 +863,3 @@ func (a *Arena) Close() error {
 }
 
 func roundUp(n, m int64) int64 { return (n + m - 1) / m * m }
-
-// fmtBytes prints a byte count in binary units.
-func fmtBytes(n int64) string {
-	const unit = 1024
-	if n < unit && n > -unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	f := float64(n)
-	for _, u := range []string{"KiB", "MiB", "GiB", "TiB", "PiB"} {
-		f /= unit
-		if f < unit && f > -unit {
-			s := fmt.Sprintf("%.1f", f)
-			return strings.TrimSuffix(s, ".0") + " " + u
-		}
-	}
-	return fmt.Sprintf("%.1f EiB", f/unit)
-}

@@ -2,6 +2,7 @@ package arena
 
 import (
 	"fmt"
+	"github.com/mstar-dev/mstar/internal/units"
 	"os"
 	"strings"
 
@@ -41,17 +42,17 @@ func CheckCeilings(cfg Config, fs FSInfo, memTotal int64) (warnings []string, er
 	}
 	if capBytes > fs.Total {
 		return nil, fmt.Errorf("ceiling: cap %d segments x %s = %s exceeds the size of %s (%s); lower the segment count or size",
-			segs, fmtBytes(size), fmtBytes(capBytes), fs.Path, fmtBytes(fs.Total))
+			segs, units.Bytes(size), units.Bytes(capBytes), fs.Path, units.Bytes(fs.Total))
 	}
 	if capBytes > fs.Free {
 		warnings = append(warnings, fmt.Sprintf("ceiling: cap %d segments x %s = %s exceeds the free space of %s (%s of %s free); growth past that will fail at segment creation, and tensors then spill",
-			segs, fmtBytes(size), fmtBytes(capBytes), fs.Path, fmtBytes(fs.Free), fmtBytes(fs.Total)))
+			segs, units.Bytes(size), units.Bytes(capBytes), fs.Path, units.Bytes(fs.Free), units.Bytes(fs.Total)))
 	}
 	if cfg.Device != nil && memTotal > 0 {
 		pin := min(cfg.PinBudget, capBytes)
 		if pin > memTotal/2 {
 			warnings = append(warnings, fmt.Sprintf("ceiling: pinned budget %s (min of budget %s and cap %s) is more than half of host memory (%s); page-locked memory comes out of the pageable pool of the whole machine",
-				fmtBytes(pin), fmtBytes(cfg.PinBudget), fmtBytes(capBytes), fmtBytes(memTotal)))
+				units.Bytes(pin), units.Bytes(cfg.PinBudget), units.Bytes(capBytes), units.Bytes(memTotal)))
 		}
 	}
 	return warnings, nil

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/mstar-dev/mstar/internal/cpupeak"
+	"github.com/mstar-dev/mstar/internal/units"
 	"math"
 	"math/rand/v2"
 	"runtime"
@@ -176,19 +177,6 @@ func median(v []float64) float64 {
 	return reports.Summarize(v).Median
 }
 
-// bytesText prints a size as people write it: "1 GiB", "256 MiB", "1000 B".
-func bytesText(n int64) string {
-	switch {
-	case n >= 1<<30 && n%(1<<30) == 0:
-		return fmt.Sprintf("%d GiB", n>>30)
-	case n >= 1<<20 && n%(1<<20) == 0:
-		return fmt.Sprintf("%d MiB", n>>20)
-	case n >= 1<<10 && n%(1<<10) == 0:
-		return fmt.Sprintf("%d KiB", n>>10)
-	}
-	return fmt.Sprintf("%d B", n)
-}
-
 func measureD2D(dev gpu.Device, s gpu.Stream, n int64, t Timing) Ceiling {
 	onGPU := dev.Info().Backend == gpu.CUDA
 	method := "cuMemcpyDtoDAsync, read+write bytes"
@@ -197,7 +185,7 @@ func measureD2D(dev gpu.Device, s gpu.Stream, n int64, t Timing) Ceiling {
 		workers = runtime.GOMAXPROCS(0)
 		method = fmt.Sprintf("copy on %d threads, read+write bytes", workers)
 	}
-	c := Ceiling{Unit: UnitGBps, Size: bytesText(n), Method: method}
+	c := Ceiling{Unit: UnitGBps, Size: units.Size(n, " "), Method: method}
 	src, err := dev.Alloc(n)
 	if err != nil {
 		return unmeasured(c.Unit, c.Size, c.Method, "allocating the source: %v", err)
@@ -247,7 +235,7 @@ func measureHost(dev gpu.Device, s gpu.Stream, n int64, t Timing, progress func(
 	if dev.Info().Backend != gpu.CUDA {
 		method = "one stream's copy (memcpy)"
 	}
-	h2d = Ceiling{Unit: UnitGBps, Size: bytesText(n), Method: method}
+	h2d = Ceiling{Unit: UnitGBps, Size: units.Size(n, " "), Method: method}
 	d2h = h2d
 	fail := func(format string, a ...any) (Ceiling, Ceiling) {
 		why := fmt.Sprintf(format, a...)
@@ -256,7 +244,7 @@ func measureHost(dev gpu.Device, s gpu.Stream, n int64, t Timing, progress func(
 	}
 	host, free, err := dev.AllocPinned(n)
 	if err != nil {
-		return fail("allocating %s of pinned host memory: %v", bytesText(n), err)
+		return fail("allocating %s of pinned host memory: %v", units.Size(n, " "), err)
 	}
 	defer free()
 	for i := 0; i < len(host); i += 4096 {
@@ -345,7 +333,7 @@ func measureGEMMCUDAWith(dev gpu.Device, s gpu.Stream, n int, t Timing, v gemmVa
 	for i, nb := range []int64{elems * 2, elems * 2, outBytes} {
 		b, err := dev.Alloc(nb)
 		if err != nil {
-			return unmeasured(UnitTFLOPs, size, method, "allocating %s for a %d³ GEMM: %v", bytesText(4*elems+outBytes), n, err)
+			return unmeasured(UnitTFLOPs, size, method, "allocating %s for a %d³ GEMM: %v", units.Bytes(4*elems+outBytes), n, err)
 		}
 		defer b.Free()
 		bufs[i] = b

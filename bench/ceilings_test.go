@@ -197,14 +197,6 @@ func TestCeilingsFromBadDocuments(t *testing.T) {
 	}
 }
 
-func TestBytesText(t *testing.T) {
-	for n, want := range map[int64]string{1 << 30: "1 GiB", 256 << 20: "256 MiB", 4096: "4 KiB", 1000: "1000 B", 3 << 29: "1536 MiB"} {
-		if got := bytesText(n); got != want {
-			t.Errorf("bytesText(%d) = %q, want %q", n, got, want)
-		}
-	}
-}
-
 // The H200 document in the repo must stay readable as --ceilings input.
 func TestReadH200Ceilings(t *testing.T) {
 	c, err := ReadCeilings(filepath.Join("..", "testdata", "h200", "ceilings.json"))

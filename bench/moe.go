@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"github.com/mstar-dev/mstar/internal/units"
 	"math"
 	"os"
 	"path/filepath"
@@ -525,12 +526,10 @@ func checkFits(dev gpu.Device, local moe.Shape, opt MoEOptions, maxM int) error 
 	}
 	if need > free {
 		return moeInputErr("shape %v at M=%d needs %s of %s memory, only %s is free (try --tp/--ep or smaller --batch)",
-			local, maxM, gib(need), dev.Info().ID, gib(free))
+			local, maxM, units.Bytes(need), dev.Info().ID, units.Bytes(free))
 	}
 	return nil
 }
-
-func gib(n int64) string { return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30)) }
 
 func runCPU(l *moe.Layer, x []float32, r moe.Routing, samples int, stages bool) (out []float32, us []float64, st []moe.StageTime, cfg string, err error) {
 	out = make([]float32, r.M*l.Shape.H)

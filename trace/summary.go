@@ -2,6 +2,7 @@ package trace
 
 import (
 	"fmt"
+	"github.com/mstar-dev/mstar/internal/units"
 	"io"
 	"math"
 	"sort"
@@ -205,27 +206,14 @@ func (s Summary) WriteText(w io.Writer) error {
 		}
 		fmt.Fprintf(tw, "rung changes\t%d (%s)\n", ss.RungChanges, per)
 		fmt.Fprintf(tw, "flaps\t%d (reversal within %s)\n", ss.Flaps, ss.FlapWindow)
-		fmt.Fprintf(tw, "peak host tail\t%s\n", FormatBytes(ss.PeakHostTail))
+		fmt.Fprintf(tw, "peak host tail\t%s\n", units.Bytes(ss.PeakHostTail))
 		if !math.IsNaN(ss.MinHeadroom) {
 			fmt.Fprintf(tw, "min headroom\t%.3f\n", ss.MinHeadroom)
 		}
-		fmt.Fprintf(tw, "bytes moved\t%s (kept ticks)\n", FormatBytes(ss.BytesMoved))
+		fmt.Fprintf(tw, "bytes moved\t%s (kept ticks)\n", units.Bytes(ss.BytesMoved))
 	}
 	if len(s.Sessions) == 0 {
 		fmt.Fprintln(tw, "no records")
 	}
 	return tw.Flush()
-}
-
-// FormatBytes prints a byte count with a binary unit.
-func FormatBytes(n int64) string {
-	switch a := math.Abs(float64(n)); {
-	case a >= 1<<30:
-		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
-	case a >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	case a >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", n)
 }

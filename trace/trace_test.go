@@ -232,7 +232,7 @@ func TestSummarize(t *testing.T) {
 		t.Fatal(err)
 	}
 	flat := strings.Join(strings.Fields(text.String()), " ")
-	for _, want := range []string{"ticks 10", "p99 11ms", "rung changes 3", "flaps 1", "peak host tail 9.0 MiB"} {
+	for _, want := range []string{"ticks 10", "p99 11ms", "rung changes 3", "flaps 1", "peak host tail 9 MiB"} {
 		if !strings.Contains(flat, want) {
 			t.Errorf("text summary lacks %q:\n%s", want, text.String())
 		}

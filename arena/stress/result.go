@@ -2,6 +2,7 @@ package stress
 
 import (
 	"fmt"
+	"github.com/mstar-dev/mstar/internal/units"
 	"io"
 	"math"
 	"sort"
@@ -147,10 +148,10 @@ func (s *Summary) WriteSummary(w io.Writer) error {
 	secs := s.Elapsed.Seconds()
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	p := func(k, format string, a ...any) { fmt.Fprintf(tw, "%s\t%s\n", k, fmt.Sprintf(format, a...)) }
-	p("transport", "%s, %d producers x %d consumers, fan-out %d, sizes %s-%s log-uniform", o.Transport, o.Producers, o.Consumers, o.Fanout, size(o.MinSize), size(o.MaxSize))
+	p("transport", "%s, %d producers x %d consumers, fan-out %d, sizes %s-%s log-uniform", o.Transport, o.Producers, o.Consumers, o.Fanout, units.Bytes(o.MinSize), units.Bytes(o.MaxSize))
 	p("run", "%.1fs (stopped by %s), kill rate %v", secs, s.Stopped, o.KillRate)
 	p("delivered", "%d tensors (%.1f tensors/s), %d abandoned by a killed consumer, %d lost with a killed producer", s.Delivered, float64(s.Delivered)/secs, s.Abandoned, s.Lost)
-	p("throughput", "%.3f GB/s copied out by consumers (%d copies, %s)", float64(s.Bytes)/secs/1e9, s.Received, size(s.Bytes))
+	p("throughput", "%.3f GB/s copied out by consumers (%d copies, %s)", float64(s.Bytes)/secs/1e9, s.Received, units.Bytes(s.Bytes))
 	if len(s.Latencies) > 0 {
 		p("send->ack latency", "p50 %s, p99 %s, max %s (%d tensors)", us(Percentile(s.Latencies, 50)), us(Percentile(s.Latencies, 99)), us(Percentile(s.Latencies, 100)), len(s.Latencies))
 	}
@@ -186,16 +187,4 @@ func us(v float64) string {
 		return fmt.Sprintf("%.2f ms", v/1e3)
 	}
 	return fmt.Sprintf("%.0f us", v)
-}
-
-func size(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.0f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.0f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", n)
 }

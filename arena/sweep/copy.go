@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/mstar-dev/mstar/internal/units"
 	"time"
 
 	"github.com/mstar-dev/mstar/arena"
@@ -124,7 +125,7 @@ func runCopy(opt Options, out *Outcome) error {
 			if err != nil {
 				break
 			}
-			opt.Progress(fmt.Sprintf("copy %s %s", mem, fmtSize(size)))
+			opt.Progress(fmt.Sprintf("copy %s %s", mem, units.Size(size, "")))
 			var hp *hostPair
 			hp, err = allocHost(opt, mem, region)
 			if err != nil {
@@ -348,7 +349,7 @@ func runRegister(opt Options, out *Outcome) error {
 			why := "the CPU backend does not page-lock memory (Register is a no-op)"
 			reg.Unmeasured, unreg.Unmeasured, per.Unmeasured = why, why, why
 		} else {
-			opt.Progress("register " + fmtSize(size))
+			opt.Progress("register " + units.Size(size, ""))
 			for range opt.Samples {
 				mem, remove, err := arena.MapScratch(opt.Dir, "sweep", size)
 				if err != nil {
@@ -379,16 +380,4 @@ func runRegister(opt Options, out *Outcome) error {
 		out.Results = append(out.Results, r)
 	}
 	return nil
-}
-
-func fmtSize(n int64) string {
-	switch {
-	case n >= 1<<30 && n%(1<<30) == 0:
-		return fmt.Sprintf("%dG", n>>30)
-	case n >= 1<<20 && n%(1<<20) == 0:
-		return fmt.Sprintf("%dM", n>>20)
-	case n >= 1<<10 && n%(1<<10) == 0:
-		return fmt.Sprintf("%dK", n>>10)
-	}
-	return fmt.Sprintf("%dB", n)
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"github.com/mstar-dev/mstar/internal/units"
 	"runtime/pprof"
 	"sync"
 	"sync/atomic"
@@ -45,12 +46,12 @@ func runTransport(opt Options, out *Outcome) error {
 			dst[i] = make([]byte, size)
 		}
 		for _, tr := range []string{TrMemcpy, TrMemcpy2, TrArena, TrFile} {
-			opt.Progress(fmt.Sprintf("transport %s %s", tr, fmtSize(size)))
+			opt.Progress(fmt.Sprintf("transport %s %s", tr, units.Size(size, "")))
 			p := &transportPoint{transport: tr, size: size, count: count}
 			var err error
 			// Labelled, so a --cpuprofile can be split by transport and size
 			// (the goroutines a measurement starts inherit the labels).
-			labels := pprof.Labels("transport", tr, "size", fmtSize(size))
+			labels := pprof.Labels("transport", tr, "size", units.Size(size, ""))
 			pprof.Do(context.Background(), labels, func(context.Context) {
 				switch tr {
 				case TrMemcpy:

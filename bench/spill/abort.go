@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/mstar-dev/mstar/internal/units"
 	"time"
 
 	"github.com/mstar-dev/mstar/bench/spill/tier"
 	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/mstar-dev/mstar/reports"
-	"github.com/mstar-dev/mstar/trace"
 )
 
 // cancelAfter is a stream that cancels a context once it has issued n
@@ -153,6 +153,6 @@ func runAbort(ctx context.Context, e *cellEnv) error {
 		},
 		Gates: gates}
 	e.add(r)
-	e.figure = fmt.Sprintf("stranded %s → reclaimed after %s", trace.FormatBytes(st.Bytes), reclaimAfter.Round(time.Millisecond))
+	e.figure = fmt.Sprintf("stranded %s → reclaimed after %s", units.Bytes(st.Bytes), reclaimAfter.Round(time.Millisecond))
 	return nil
 }

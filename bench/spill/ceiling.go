@@ -3,6 +3,7 @@ package spill
 import (
 	"context"
 	"fmt"
+	"github.com/mstar-dev/mstar/internal/units"
 	"time"
 
 	"github.com/mstar-dev/mstar/bench/spill/tier"
@@ -110,7 +111,7 @@ func measureCeiling(ctx context.Context, cfg Config, kind tier.Kind, size int64)
 
 // Result is the ceiling as a results row.
 func (c Ceiling) Result() reports.Result {
-	r := reports.Result{Name: "spill-ceiling", Params: reports.Params{"tier": string(c.Tier), "size": FormatSize(c.Size)}}
+	r := reports.Result{Name: "spill-ceiling", Params: reports.Params{"tier": string(c.Tier), "size": units.Size(c.Size, "")}}
 	if c.Unmeasured != "" {
 		r.Metrics = []reports.Metric{
 			unmeasured("spill", "GB/s", reports.HigherIsBetter, c.Unmeasured),

@@ -3,11 +3,11 @@ package spill
 import (
 	"context"
 	"fmt"
+	"github.com/mstar-dev/mstar/internal/units"
 	"time"
 
 	"github.com/mstar-dev/mstar/bench/spill/tier"
 	"github.com/mstar-dev/mstar/reports"
-	"github.com/mstar-dev/mstar/trace"
 )
 
 // Co-residency: tenants share one device budget. A tenant going cold
@@ -202,7 +202,7 @@ func (c *coPolicy) ask(ctx context.Context, t *coTenant, srcs []*coSource, resto
 	}
 	if want > c.free() {
 		return 0, fmt.Sprintf("%s asks %s; free is %s (budget %s − held %s); %s stranded not counted as free",
-			t.name, trace.FormatBytes(want), trace.FormatBytes(c.free()), trace.FormatBytes(c.budget), trace.FormatBytes(c.held), trace.FormatBytes(c.strandedBytes())), nil
+			t.name, units.Bytes(want), units.Bytes(c.free()), units.Bytes(c.budget), units.Bytes(c.held), units.Bytes(c.strandedBytes())), nil
 	}
 	for _, s := range srcs {
 		var got int64
@@ -271,7 +271,7 @@ func (c *coPolicy) releaseAbove(ctx context.Context, t *coTenant, n int64) (stri
 	}
 	if t.resident()-n < t.floor {
 		return fmt.Sprintf("%s holds %s with a floor of %s: releasing %s would leave %s",
-			t.name, trace.FormatBytes(t.resident()), trace.FormatBytes(t.floor), trace.FormatBytes(n), trace.FormatBytes(t.resident()-n)), nil
+			t.name, units.Bytes(t.resident()), units.Bytes(t.floor), units.Bytes(n), units.Bytes(t.resident()-n)), nil
 	}
 	return "", nil // nothing to refuse; the caller's gate says so
 }
@@ -359,7 +359,7 @@ func runCoResidency(ctx context.Context, e *cellEnv) error {
 		gates = append(gates, fail("cold-reports", "held %d after the cold event, want vision %d + stranded %d", c.held, vision.resident(), scratch.bytes()))
 	default:
 		gates = append(gates, pass("cold-reports", "llm: kv and experts reported %s given; scratch reported nothing and is stranded (%s, still counted as held), not zero",
-			trace.FormatBytes(released), trace.FormatBytes(strandedNow)))
+			units.Bytes(released), units.Bytes(strandedNow)))
 	}
 
 	// 2. audio goes hot and claims what llm freed; growth read back.
@@ -381,18 +381,18 @@ func runCoResidency(ctx context.Context, e *cellEnv) error {
 	}
 	switch {
 	case refusal != "":
-		gates = append(gates, fail("growth-measured", "audio's grow of %s was refused: %s", trace.FormatBytes(aud.bytes()), refusal))
+		gates = append(gates, fail("growth-measured", "audio's grow of %s was refused: %s", units.Bytes(aud.bytes()), refusal))
 	case grown != readBack:
 		gates = append(gates, fail("growth-measured", "audio's growth reported as %d bytes; a read-back finds %d", grown, readBack))
 	case readBack != aud.bytes():
 		gates = append(gates, fail("growth-measured", "audio asked %d bytes and, measured, grew %d", aud.bytes(), readBack))
 	default:
-		gates = append(gates, pass("growth-measured", "audio grew %s, every byte read back", trace.FormatBytes(grown)))
+		gates = append(gates, pass("growth-measured", "audio grew %s, every byte read back", units.Bytes(grown)))
 	}
 	if hole := c.free() - freeBefore; hole > 0 {
-		gates = append(gates, fail("no-hole", "llm freed %s, audio claimed %s: a hole of %s is left", trace.FormatBytes(released), trace.FormatBytes(grown), trace.FormatBytes(hole)))
+		gates = append(gates, fail("no-hole", "llm freed %s, audio claimed %s: a hole of %s is left", units.Bytes(released), units.Bytes(grown), units.Bytes(hole)))
 	} else {
-		gates = append(gates, pass("no-hole", "the %s llm freed were claimed by audio", trace.FormatBytes(released)))
+		gates = append(gates, pass("no-hole", "the %s llm freed were claimed by audio", units.Bytes(released)))
 	}
 
 	// 3. An unfundable ask: refused with the arithmetic, nothing moves.
@@ -416,7 +416,7 @@ func runCoResidency(ctx context.Context, e *cellEnv) error {
 	}
 	switch {
 	case refusal == "":
-		gates = append(gates, fail("refusal", "vision's ask of %s was funded from %s free", trace.FormatBytes(big.bytes()), trace.FormatBytes(c.free())))
+		gates = append(gates, fail("refusal", "vision's ask of %s was funded from %s free", units.Bytes(big.bytes()), units.Bytes(c.free())))
 	case snap() != before || c.actuated != acts:
 		gates = append(gates, fail("refusal", "refused (%s) but something moved: %d actuator calls", refusal, c.actuated-acts))
 	default:
@@ -463,7 +463,7 @@ func runCoResidency(ctx context.Context, e *cellEnv) error {
 	case claimed != late || c.free() > freeBefore:
 		gates = append(gates, fail("stranded-resolved", "the %d bytes resolved were not claimed (vision grew %d, %s): a hole", late, claimed, refusal))
 	default:
-		gates = append(gates, pass("stranded-resolved", "scratch stayed stranded for the %s TTL, then measured empty; its %s were claimed by vision", e.cfg.TTL, trace.FormatBytes(late)))
+		gates = append(gates, pass("stranded-resolved", "scratch stayed stranded for the %s TTL, then measured empty; its %s were claimed by vision", e.cfg.TTL, units.Bytes(late)))
 	}
 
 	// 6. llm hot again: audio goes cold to fund it; kv and experts come
@@ -523,6 +523,6 @@ func runCoResidency(ctx context.Context, e *cellEnv) error {
 		},
 		Gates: gates}
 	e.add(r)
-	e.figure = fmt.Sprintf("claimed %s, 1 refused, floor held", trace.FormatBytes(grown+claimed))
+	e.figure = fmt.Sprintf("claimed %s, 1 refused, floor held", units.Bytes(grown+claimed))
 	return nil
 }

@@ -2,6 +2,7 @@ package spill
 
 import (
 	"fmt"
+	"github.com/mstar-dev/mstar/internal/units"
 	"io"
 	"strings"
 	"text/tabwriter"
@@ -51,7 +52,7 @@ func (m *Matrix) Results() []reports.Result {
 		if o.Err != nil {
 			out = append(out, reports.Result{
 				Name:    string(o.Cell.Scenario),
-				Params:  reports.Params{"scenario": string(o.Cell.Scenario), "tier": string(o.Cell.Tier), "size": FormatSize(o.Cell.Size), "status": "error"},
+				Params:  reports.Params{"scenario": string(o.Cell.Scenario), "tier": string(o.Cell.Tier), "size": units.Size(o.Cell.Size, ""), "status": "error"},
 				Metrics: []reports.Metric{},
 				Gates:   []reports.Gate{fail("ran", "%v", o.Err)},
 			})
@@ -106,7 +107,7 @@ func (m *Matrix) WriteText(w io.Writer) error {
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, size := range sizes {
-		fmt.Fprintf(tw, "spill matrix, pool %s in %d blocks\n", FormatSize(size), m.Config.Blocks)
+		fmt.Fprintf(tw, "spill matrix, pool %s in %d blocks\n", units.Size(size, ""), m.Config.Blocks)
 		fmt.Fprint(tw, "scenario")
 		for _, k := range tiers {
 			fmt.Fprintf(tw, "\t%s", k)
@@ -142,10 +143,10 @@ func (m *Matrix) WriteText(w io.Writer) error {
 		fmt.Fprintln(tw, "tier ceilings (best of samples, same run)\ttier\tsize\tspill GB/s\trestore GB/s\twhere")
 		for _, c := range m.Ceilings {
 			if c.Unmeasured != "" {
-				fmt.Fprintf(tw, "\t%s\t%s\tunmeasured\tunmeasured\t%s\n", c.Tier, FormatSize(c.Size), c.Unmeasured)
+				fmt.Fprintf(tw, "\t%s\t%s\tunmeasured\tunmeasured\t%s\n", c.Tier, units.Size(c.Size, ""), c.Unmeasured)
 				continue
 			}
-			fmt.Fprintf(tw, "\t%s\t%s\t%.2f\t%.2f\t%s\n", c.Tier, FormatSize(c.Size), best(c.Spill), best(c.Restore), c.Where)
+			fmt.Fprintf(tw, "\t%s\t%s\t%.2f\t%.2f\t%s\n", c.Tier, units.Size(c.Size, ""), best(c.Spill), best(c.Restore), c.Where)
 		}
 	}
 	if err := tw.Flush(); err != nil {

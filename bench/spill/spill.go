@@ -39,8 +39,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/mstar-dev/mstar/internal/units"
 	"path"
-	"strconv"
 	"strings"
 	"time"
 
@@ -77,7 +77,7 @@ type Cell struct {
 
 // Name is "scenario/tier/size", what --cells patterns match.
 func (c Cell) Name() string {
-	return fmt.Sprintf("%s/%s/%s", c.Scenario, c.Tier, FormatSize(c.Size))
+	return fmt.Sprintf("%s/%s/%s", c.Scenario, c.Tier, units.Size(c.Size, ""))
 }
 
 // Applicable says whether the cell makes sense, and why not.
@@ -166,27 +166,6 @@ func ParseScenarios(s string) ([]Scenario, error) {
 	return out, nil
 }
 
-// ParseSize parses "64MiB", "1GiB", "512KiB", "4096" (bytes).
-func ParseSize(s string) (int64, error) {
-	s = strings.TrimSpace(s)
-	units := []struct {
-		suffix string
-		mult   int64
-	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"G", 1 << 30}, {"M", 1 << 20}, {"K", 1 << 10}, {"B", 1}}
-	mult := int64(1)
-	for _, u := range units {
-		if strings.HasSuffix(s, u.suffix) {
-			s, mult = strings.TrimSuffix(s, u.suffix), u.mult
-			break
-		}
-	}
-	n, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
-	if err != nil || n <= 0 {
-		return 0, fmt.Errorf("bad size %q: want e.g. 64MiB or 1GiB", s)
-	}
-	return int64(n * float64(mult)), nil
-}
-
 // ParseSizes parses a comma-separated list of sizes.
 func ParseSizes(s string) ([]int64, error) {
 	var out []int64
@@ -194,7 +173,7 @@ func ParseSizes(s string) ([]int64, error) {
 		if strings.TrimSpace(f) == "" {
 			continue
 		}
-		n, err := ParseSize(f)
+		n, err := units.Parse(f)
 		if err != nil {
 			return nil, err
 		}
@@ -204,19 +183,6 @@ func ParseSizes(s string) ([]int64, error) {
 		return nil, errors.New("no sizes")
 	}
 	return out, nil
-}
-
-// FormatSize prints a size as the shortest exact binary unit.
-func FormatSize(n int64) string {
-	for _, u := range []struct {
-		s string
-		m int64
-	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
-		if n >= u.m && n%u.m == 0 {
-			return fmt.Sprintf("%d%s", n/u.m, u.s)
-		}
-	}
-	return fmt.Sprintf("%dB", n)
 }
 
 // Config tunes a run.
@@ -486,7 +452,7 @@ func (e *cellEnv) pool(lens []int64, seed uint64) (*tier.Pool, []uint64, error) 
 
 // params are a result's parameters: the cell's plus extras.
 func (e *cellEnv) params(kv ...string) reports.Params {
-	p := reports.Params{"scenario": string(e.cell.Scenario), "tier": string(e.cell.Tier), "size": FormatSize(e.cell.Size)}
+	p := reports.Params{"scenario": string(e.cell.Scenario), "tier": string(e.cell.Tier), "size": units.Size(e.cell.Size, "")}
 	for i := 0; i+1 < len(kv); i += 2 {
 		p[kv[i]] = kv[i+1]
 	}

@@ -302,22 +302,6 @@ func TestMatchAndParse(t *testing.T) {
 			t.Errorf("Match(%q): %d cells, want %d", tt.pattern, got, tt.want)
 		}
 	}
-	for _, tt := range []struct {
-		in   string
-		want int64
-	}{{"64MiB", 64 << 20}, {"1GiB", 1 << 30}, {"512K", 512 << 10}, {"4096", 4096}, {"1.5GiB", 3 << 29}} {
-		if got, err := ParseSize(tt.in); err != nil || got != tt.want {
-			t.Errorf("ParseSize(%q) = %d, %v; want %d", tt.in, got, err, tt.want)
-		}
-	}
-	for _, bad := range []string{"", "x", "-1MiB", "0"} {
-		if _, err := ParseSize(bad); err == nil {
-			t.Errorf("ParseSize(%q) accepted", bad)
-		}
-	}
-	if FormatSize(64<<20) != "64MiB" || FormatSize(1<<30) != "1GiB" || FormatSize(4097) != "4097B" {
-		t.Error("FormatSize")
-	}
 	if _, err := ParseScenarios("hibernate,warp"); err == nil || !strings.Contains(err.Error(), `"warp"`) {
 		t.Errorf("ParseScenarios: %v", err)
 	}

@@ -4,11 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/mstar-dev/mstar/internal/units"
 	"os"
 	"os/signal"
 	"path/filepath"
-	"regexp"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -63,34 +62,13 @@ and a descriptor over a Unix socket is all that travels per tensor.
 	})
 }
 
-var arenaSizeRE = regexp.MustCompile(`(?i)^(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b)?$`)
-
-// parseArenaSize parses "4096", "4KiB", "64MiB", "1GiB" (and K/M/G/T as
-// binary units too).
-func parseArenaSize(s string) (int64, error) {
-	m := arenaSizeRE.FindStringSubmatch(strings.TrimSpace(s))
-	if m == nil {
-		return 0, fmt.Errorf("size %q: want bytes or a number with KiB, MiB, GiB or TiB", s)
-	}
-	v, err := strconv.ParseFloat(m[1], 64)
-	if err != nil {
-		return 0, fmt.Errorf("size %q: %v", s, err)
-	}
-	shift := map[string]uint{"": 0, "K": 10, "M": 20, "G": 30, "T": 40}[strings.ToUpper(m[2])]
-	n := v * float64(int64(1)<<shift)
-	if n < 1 || n > 1<<50 || n != float64(int64(n)) {
-		return 0, fmt.Errorf("size %q: want a whole number of bytes between 1 and 1 PiB", s)
-	}
-	return int64(n), nil
-}
-
 // parseSizeBounds parses --min-size and --max-size; a bad one is a usage
 // error naming its flag.
 func parseSizeBounds(minSize, maxSize string) (lo, hi int64, err error) {
-	if lo, err = parseArenaSize(minSize); err != nil {
+	if lo, err = units.Parse(minSize); err != nil {
 		return 0, 0, usageErr("--min-size: %v", err)
 	}
-	if hi, err = parseArenaSize(maxSize); err != nil {
+	if hi, err = units.Parse(maxSize); err != nil {
 		return 0, 0, usageErr("--max-size: %v", err)
 	}
 	return lo, hi, nil
@@ -328,7 +306,7 @@ ratio.`,
 			if err != nil {
 				return err
 			}
-			seg, err := parseArenaSize(segSize)
+			seg, err := units.Parse(segSize)
 			if err != nil {
 				return usageErr("--segment-size: %v", err)
 			}

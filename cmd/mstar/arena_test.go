@@ -35,33 +35,6 @@ func arenaShmDir(t *testing.T) string {
 	return d
 }
 
-func TestParseArenaSize(t *testing.T) {
-	tests := []struct {
-		in   string
-		want int64
-		err  bool
-	}{
-		{"4096", 4096, false},
-		{"4KiB", 4 << 10, false},
-		{"64MiB", 64 << 20, false},
-		{"1GiB", 1 << 30, false},
-		{"1g", 1 << 30, false},
-		{"1.5KiB", 1536, false},
-		{" 2 MiB ", 2 << 20, false},
-		{"0", 0, true},
-		{"-1KiB", 0, true},
-		{"1.3B", 0, true},
-		{"lots", 0, true},
-		{"4KB2", 0, true},
-	}
-	for _, tc := range tests {
-		got, err := parseArenaSize(tc.in)
-		if (err != nil) != tc.err || got != tc.want {
-			t.Errorf("parseArenaSize(%q) = %d, %v; want %d, error %v", tc.in, got, err, tc.want, tc.err)
-		}
-	}
-}
-
 func TestArenaPCIe(t *testing.T) {
 	tests := []struct {
 		name string

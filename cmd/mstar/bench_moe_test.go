@@ -70,7 +70,7 @@ func TestBenchMoEBadInput(t *testing.T) {
 		{"bad batch", small("--batch", "1,x"), "--batch"},
 		{"bad routing", small("--batch", "1", "--routing", "pareto"), "want uniform or zipf"},
 		{"bad config", small("--batch", "1", "--config", "tiled:bm=3"), "bm must be a multiple"},
-		{"bad tc config", small("--batch", "1", "--config", "tc:bk=48"), "bk must be 32 or 64"},
+		{"bad tc config", small("--batch", "1", "--config", "tc:bk=48"), "bk must be 32, 64 or 128"},
 		{"tune with a config", small("--batch", "1", "--tune", "--config", "tc:128x256k64s3"), "--tune tries every candidate"},
 		{"bad tune samples", small("--batch", "1", "--tune", "--tune-samples", "-1"), "--tune-samples -1"},
 	} {

@@ -45,7 +45,7 @@ func TestTraceSummarize(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
 	flat := strings.Join(strings.Fields(out), " ")
-	for _, want := range []string{"session a", "session b", "ticks 12", "tick cost p50", "interval jitter", "time per rung", "rung changes 2", "flaps 1", "peak host tail 11.0 MiB"} {
+	for _, want := range []string{"session a", "session b", "ticks 12", "tick cost p50", "interval jitter", "time per rung", "rung changes 2", "flaps 1", "peak host tail 11 MiB"} {
 		if !strings.Contains(flat, want) {
 			t.Errorf("summary lacks %q:\n%s", want, out)
 		}

@@ -7,6 +7,7 @@ package doctor
 import (
 	"bufio"
 	"fmt"
+	"github.com/mstar-dev/mstar/internal/units"
 	"os"
 	"strconv"
 	"strings"
@@ -117,8 +118,6 @@ func Worst(checks []Check) Status {
 	return w
 }
 
-func gib(b int64) string { return fmt.Sprintf("%.1f GiB", float64(b)/(1<<30)) }
-
 func gpuChecks(s Sources) []Check {
 	if s.NVMLErr != nil || s.NVML == nil || len(s.NVML.GPUs) == 0 {
 		why := "no GPU reported"
@@ -132,7 +131,7 @@ func gpuChecks(s Sources) []Check {
 	var out []Check
 	for _, g := range s.NVML.GPUs {
 		out = append(out, Check{Name: fmt.Sprintf("gpu %d", g.Index), Status: OK,
-			Detail: fmt.Sprintf("%s, %s (%s free), driver %s, CUDA %s", g.Name, gib(int64(g.MemTotal)), gib(int64(g.MemFree)), s.NVML.Driver, s.NVML.CUDADriver)})
+			Detail: fmt.Sprintf("%s, %s (%s free), driver %s, CUDA %s", g.Name, units.Bytes(int64(g.MemTotal)), units.Bytes(int64(g.MemFree)), s.NVML.Driver, s.NVML.CUDADriver)})
 		link := Check{Name: fmt.Sprintf("pcie %d", g.Index), Status: OK}
 		maxBW := nvmlinfo.PCIeGBps(g.PCIeMaxGen, g.PCIeMaxWidth)
 		link.Detail = fmt.Sprintf("gen%d x%d now, gen%d x%d max: %.1f GB/s per direction theoretical",
@@ -195,7 +194,7 @@ func shmCheck(s Sources) Check {
 		c.Fix = "mount a tmpfs there (mount -t tmpfs -o size=16g tmpfs /dev/shm) or pass --shm-dir"
 		return c
 	}
-	c.Detail = fmt.Sprintf("%s: %s total, %s free", s.ShmDir, gib(s.Shm.Total), gib(s.Shm.Free))
+	c.Detail = fmt.Sprintf("%s: %s total, %s free", s.ShmDir, units.Bytes(s.Shm.Total), units.Bytes(s.Shm.Free))
 	c.Status = OK
 	if s.Shm.Free < 1<<30 {
 		c.Status = Warn
@@ -239,12 +238,12 @@ func cgroupCheck(s Sources) Check {
 	case s.CgroupMax == 0:
 		c.Detail = "unknown (no cgroup memory controller found)"
 	default:
-		c.Detail = "limit " + gib(s.CgroupMax)
+		c.Detail = "limit " + units.Bytes(s.CgroupMax)
 		// tmpfs pages count against the cgroup: a limit under /dev/shm's size
 		// turns a full arena into an OOM kill instead of ENOSPC.
 		if s.Shm != nil && s.CgroupMax < s.Shm.Total {
 			c.Status = Warn
-			c.Fix = fmt.Sprintf("/dev/shm (%s) is larger than the cgroup limit: /dev/shm pages count against it, so cap the arena below %s", gib(s.Shm.Total), gib(s.CgroupMax))
+			c.Fix = fmt.Sprintf("/dev/shm (%s) is larger than the cgroup limit: /dev/shm pages count against it, so cap the arena below %s", units.Bytes(s.Shm.Total), units.Bytes(s.CgroupMax))
 		}
 	}
 	return c

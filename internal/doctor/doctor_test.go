@@ -53,9 +53,9 @@ func TestChecks(t *testing.T) {
 			s.Libraries = []Library{{Name: "NVRTC", EnvVar: "MSTAR_NVRTC", Override: "/bogus", Err: "no libnvrtc.so* in /bogus"}}
 		}, "NVRTC", Fail, "MSTAR_NVRTC=/bogus: no libnvrtc.so* in /bogus"},
 		{"no /dev/shm fails", func(s *Sources) { s.Shm = nil; s.ShmErr = errors.New("no such file") }, "shm", Fail, "no such file"},
-		{"full /dev/shm warns", func(s *Sources) { s.Shm.Free = 10 << 20 }, "shm", Warn, "0.0 GiB free"},
+		{"full /dev/shm warns", func(s *Sources) { s.Shm.Free = 10 << 20 }, "shm", Warn, "10 MiB free"},
 		{"small memlock warns", func(s *Sources) { s.MemlockKB = 64 }, "memlock", Warn, "64 KiB"},
-		{"cgroup below shm warns", func(s *Sources) { s.CgroupMax = 8 << 30 }, "cgroup memory", Warn, "8.0 GiB"},
+		{"cgroup below shm warns", func(s *Sources) { s.CgroupMax = 8 << 30 }, "cgroup memory", Warn, "8 GiB"},
 		{"hugepages reported", func(s *Sources) { s.THP = "always [madvise] never" }, "hugepages", OK, "madvise"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

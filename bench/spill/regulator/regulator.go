@@ -25,6 +25,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/mstar-dev/mstar/internal/units"
 	"math"
 	"time"
 
@@ -209,7 +210,7 @@ func (r *Regulator) Step(ctx context.Context, requested int64) (Decision, error)
 	bind = append(bind, mb...)
 	if d.Refused > 0 {
 		bind = append(bind, "admission")
-		acts = append(acts, "refuse "+trace.FormatBytes(d.Refused))
+		acts = append(acts, "refuse "+units.Bytes(d.Refused))
 	}
 	d.Rung = r.rung
 	d.Resident = r.bytesAt(onDevice)

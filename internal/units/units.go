@@ -1,0 +1,63 @@
+// Package units formats byte counts, one way for the whole tool.
+package units
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// Size prints an exact binary size with the largest unit that divides it:
+// "64MiB", "1GiB", "4097B" with sep "", "64 MiB" with sep " ". For sizes
+// that name things (cells, parameters, table columns).
+func Size(n int64, sep string) string {
+	for _, u := range []struct {
+		s string
+		m int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if n >= u.m && n%u.m == 0 {
+			return fmt.Sprintf("%d%s%s", n/u.m, sep, u.s)
+		}
+	}
+	return fmt.Sprintf("%d%sB", n, sep)
+}
+
+// Bytes prints any byte count, negative included, to one decimal in the
+// largest binary unit under 1024 of it: "1.5 GiB", "160 MiB", "512 B". For
+// amounts in messages.
+func Bytes(n int64) string {
+	const unit = 1024
+	if n < unit && n > -unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	f, u := float64(n), ""
+	for _, u = range []string{"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"} {
+		if f /= unit; f < unit && f > -unit {
+			break // an int64 is under 8 EiB: EiB always ends the loop
+		}
+	}
+	return strings.TrimSuffix(fmt.Sprintf("%.1f", f), ".0") + " " + u
+}
+
+var sizeRE = regexp.MustCompile(`(?i)^(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b)?$`)
+
+// Parse reads a size as people write it: "4096", "4KiB", "64MiB", "1.5GiB",
+// "1g" (K, M, G and T are binary units, with or without "iB"/"B"): a whole
+// number of bytes from 1 to 1 PiB.
+func Parse(s string) (int64, error) {
+	m := sizeRE.FindStringSubmatch(strings.TrimSpace(s))
+	if m == nil {
+		return 0, fmt.Errorf("bad size %q: want bytes or a number with KiB, MiB, GiB or TiB", s)
+	}
+	v, err := strconv.ParseFloat(m[1], 64)
+	if err != nil {
+		return 0, fmt.Errorf("bad size %q: %v", s, err)
+	}
+	shift := map[string]uint{"": 0, "K": 10, "M": 20, "G": 30, "T": 40}[strings.ToUpper(m[2])]
+	n := v * float64(int64(1)<<shift)
+	if n < 1 || n > 1<<50 || n != float64(int64(n)) {
+		return 0, fmt.Errorf("bad size %q: want a whole number of bytes between 1 and 1 PiB", s)
+	}
+	return int64(n), nil
+}
