@@ -181,6 +181,17 @@ func (t *tlsf) Reserve(n int64) (Block, bool) {
 	return Block{Off: b.off * Align, Size: size * Align, id: id, gen: b.gen}, true
 }
 
+// absorb merges block r into l, its physical predecessor, and recycles r.
+func (t *tlsf) absorb(l, r int32) {
+	lb, rb := &t.blocks[l], &t.blocks[r]
+	lb.size += rb.size
+	lb.nextPhys = rb.nextPhys
+	if rb.nextPhys != nilBlk {
+		t.blocks[rb.nextPhys].prevPhys = l
+	}
+	t.recycle(r)
+}
+
 func (t *tlsf) Free(blk Block) error {
 	id := blk.id
 	if id < 0 || int(id) >= len(t.blocks) {
@@ -195,25 +206,12 @@ func (t *tlsf) Free(blk Block) error {
 	t.live--
 	if p := b.prevPhys; p != nilBlk && t.blocks[p].free {
 		t.remove(p)
-		pb := &t.blocks[p]
-		pb.size += b.size
-		pb.nextPhys = b.nextPhys
-		if b.nextPhys != nilBlk {
-			t.blocks[b.nextPhys].prevPhys = p
-		}
-		t.recycle(id)
+		t.absorb(p, id)
 		id = p
-		b = pb
 	}
-	if nx := b.nextPhys; nx != nilBlk && t.blocks[nx].free {
+	if nx := t.blocks[id].nextPhys; nx != nilBlk && t.blocks[nx].free {
 		t.remove(nx)
-		nb := &t.blocks[nx]
-		b.size += nb.size
-		b.nextPhys = nb.nextPhys
-		if nb.nextPhys != nilBlk {
-			t.blocks[nb.nextPhys].prevPhys = id
-		}
-		t.recycle(nx)
+		t.absorb(id, nx)
 	}
 	t.insert(id)
 	return nil
