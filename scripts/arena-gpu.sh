@@ -33,15 +33,7 @@ log="$out/arena-gpu.log"
 touch "$log"
 status=0
 
-step() {
-	echo "== $*" | tee -a "$log"
-	"$@" 2>&1 | tee -a "$log"
-	local rc=${PIPESTATUS[0]}
-	if [ "$rc" -ne 0 ]; then
-		echo "== FAILED ($rc): $*" | tee -a "$log"
-		status=1
-	fi
-}
+. "$(dirname "$0")/lib.sh" # step
 
 for s in $steps; do
 	case $s in

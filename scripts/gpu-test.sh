@@ -24,15 +24,7 @@ log="$out/gpu-tests.log"
 export MSTAR_CACHE_DIR=${MSTAR_CACHE_DIR:-$(mktemp -d /tmp/mstar-kernels.XXXXXX)}
 status=0
 
-step() {
-	echo "== $*" | tee -a "$log"
-	"$@" 2>&1 | tee -a "$log"
-	local rc=${PIPESTATUS[0]}
-	if [ "$rc" -ne 0 ]; then
-		echo "== FAILED ($rc): $*" | tee -a "$log"
-		status=1
-	fi
-}
+. "$(dirname "$0")/lib.sh" # step
 
 step nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,pcie.link.gen.current,pcie.link.width.current --format=csv
 step "$bin"/cuda.test -test.v -test.count=1
