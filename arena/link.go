@@ -572,7 +572,6 @@ type Receiver struct {
 	wcond   *sync.Cond
 	wclosed bool
 	wdone   chan struct{}
-	werr    error
 }
 
 type pendingCopy struct {

@@ -571,7 +571,6 @@ type gpuMoE struct {
 	st          *cuda.Stream
 	opt         MoEOptions
 	l2          int64
-	free        int64
 	compileNote string
 	kernelsID   string
 }

@@ -120,7 +120,7 @@ func (s *Summary) Result() reports.Result {
 		one("kills", "workers", higher, float64(s.Kills)),
 		one("orphans_swept", "files", lower, float64(len(s.Swept.Removed)+s.SweptAtStartup)),
 	)
-	what := fmt.Sprintf("%s", o.Duration)
+	what := o.Duration.String()
 	if o.Count > 0 {
 		what = fmt.Sprintf("%d tensors", o.Count)
 	}

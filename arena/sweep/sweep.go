@@ -21,7 +21,6 @@
 package sweep
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"sort"
@@ -265,5 +264,3 @@ func pattern(b []byte, seed uint64) {
 		b[i] = byte(x >> (8 * (i & 7)))
 	}
 }
-
-var errStop = errors.New("stop")

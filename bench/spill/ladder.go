@@ -67,18 +67,6 @@ func moveRate(ctx context.Context, e *cellEnv, t tier.Tier, p *tier.Pool) (float
 	return float64(b.Len) / worst.Seconds(), nil
 }
 
-// ceilOf measures (once per run) another tier's ceiling at the cell's size.
-func (e *cellEnv) ceilOf(ctx context.Context, kind tier.Kind) *Ceiling {
-	k := ceilKey{kind, e.cell.Size}
-	if c, ok := e.r.ceilings[k]; ok {
-		return c
-	}
-	c := measureCeiling(ctx, e.r.cfg, kind, e.cell.Size)
-	e.r.ceilings[k] = &c
-	e.r.order = append(e.r.order, k)
-	return &c
-}
-
 func runLadder(ctx context.Context, e *cellEnv) error {
 	lens := tier.EvenBlocks(e.cell.Size, e.cfg.Blocks)
 	p, before, err := e.pool(lens, e.cfg.Seed)

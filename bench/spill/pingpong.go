@@ -403,14 +403,6 @@ func runPingPong(ctx context.Context, e *cellEnv) error {
 	return nil
 }
 
-func minOf(v []float64) float64 {
-	m := math.Inf(1)
-	for _, x := range v {
-		m = math.Min(m, x)
-	}
-	return m
-}
-
 func scale(v []float64, k float64) []float64 {
 	out := make([]float64, len(v))
 	for i, x := range v {

@@ -402,7 +402,6 @@ type cellEnv struct {
 	cell    Cell
 	dev     gpu.Device
 	s       gpu.Stream
-	ceiling *Ceiling
 	r       *runner
 	closers []func() error
 	results []reports.Result

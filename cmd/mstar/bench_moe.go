@@ -240,11 +240,7 @@ Models:
 				}
 			}
 			if rep.Failed() {
-				var bad []string
-				for _, f := range doc.Failed() {
-					bad = append(bad, f)
-				}
-				return failed("correctness gate failed:\n  %s", strings.Join(bad, "\n  "))
+				return failed("correctness gate failed:\n  %s", strings.Join(doc.Failed(), "\n  "))
 			}
 			return nil
 		},

@@ -258,11 +258,3 @@ func (h *hostSlot) Free() error {
 	h.mem = nil
 	return nil
 }
-
-// bytesOf exposes a slot's host memory, for tests and fault injection.
-func bytesOf(s Slot) []byte {
-	if h, ok := s.(*hostSlot); ok {
-		return h.mem[:h.filled]
-	}
-	return nil
-}
