@@ -8,6 +8,17 @@
 	VHADDPS      X, X, X    \
 	VHADDPS      X, X, X
 
+// SUM4 reduces the accumulators Y0..Y3 and stores them as 4 floats at OUT.
+#define SUM4(OUT) \
+	HSUM(Y0, X0, X9) \
+	HSUM(Y1, X1, X9) \
+	HSUM(Y2, X2, X9) \
+	HSUM(Y3, X3, X9) \
+	VMOVSS X0, 0(OUT) \
+	VMOVSS X1, 4(OUT) \
+	VMOVSS X2, 8(OUT) \
+	VMOVSS X3, 12(OUT)
+
 // func dot4bf16AVX2(a0, a1, a2, a3 *uint16, x *float32, n int, out *[4]float32)
 TEXT ·dot4bf16AVX2(SB), NOSPLIT, $0-56
 	MOVQ a0+0(FP), SI
@@ -43,14 +54,7 @@ loop4:
 	JMP         loop4
 
 done4:
-	HSUM(Y0, X0, X9)
-	HSUM(Y1, X1, X9)
-	HSUM(Y2, X2, X9)
-	HSUM(Y3, X3, X9)
-	VMOVSS X0, 0(DX)
-	VMOVSS X1, 4(DX)
-	VMOVSS X2, 8(DX)
-	VMOVSS X3, 12(DX)
+	SUM4(DX)
 	VZEROUPPER
 	RET
 
@@ -85,14 +89,7 @@ loop2:
 	JMP         loop2
 
 done2:
-	HSUM(Y0, X0, X9)
-	HSUM(Y1, X1, X9)
-	HSUM(Y2, X2, X9)
-	HSUM(Y3, X3, X9)
-	VMOVSS X0, 0(DX)
-	VMOVSS X1, 4(DX)
-	VMOVSS X2, 8(DX)
-	VMOVSS X3, 12(DX)
+	SUM4(DX)
 	VZEROUPPER
 	RET
 
