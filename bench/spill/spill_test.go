@@ -16,24 +16,9 @@ import (
 	"github.com/mstar-dev/mstar/reports"
 )
 
-const holderEnv = "MSTAR_SPILL_TEST_HOLDER"
-
 // The peer tier's holder is this test binary, re-executed.
 func TestMain(m *testing.M) {
-	if os.Getenv(holderEnv) == "1" {
-		args := os.Args[1:]
-		for i, a := range args {
-			if a == "--" {
-				args = args[i+1:]
-				break
-			}
-		}
-		if err := tier.HolderMain(args, os.Stdin, os.Stdout); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
+	tier.ServeIfTestHolder()
 	os.Exit(m.Run())
 }
 
@@ -42,7 +27,7 @@ func TestMain(m *testing.M) {
 func small(t *testing.T) Config {
 	return Config{Dev: gpu.NewCPU(), ShmDir: t.TempDir(), Blocks: 8, Samples: 1,
 		Interval: 3 * time.Millisecond, TTL: 10 * time.Millisecond,
-		Holder: tier.Holder{Argv: []string{os.Args[0], "-test.run=^$", "--"}, Env: []string{holderEnv + "=1"}}}
+		Holder: tier.TestBinaryHolder()}
 }
 
 // timing gates depend on the machine's load; unit tests never require them

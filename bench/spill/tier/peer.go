@@ -230,3 +230,33 @@ func HolderMain(args []string, stdin io.Reader, stdout io.Writer) error {
 	}
 	return nil
 }
+
+// testHolderEnv marks a test binary re-executed as the peer tier's holder.
+const testHolderEnv = "MSTAR_SPILL_TEST_HOLDER"
+
+// TestBinaryHolder is the Holder that re-executes this test binary as the
+// holder; its TestMain calls ServeIfTestHolder first.
+func TestBinaryHolder() Holder {
+	return Holder{Argv: []string{os.Args[0], "-test.run=^$", "--"}, Env: []string{testHolderEnv + "=1"}}
+}
+
+// ServeIfTestHolder, called from a TestMain, serves as the holder and exits
+// when this test binary was started by TestBinaryHolder; otherwise it
+// returns at once.
+func ServeIfTestHolder() {
+	if os.Getenv(testHolderEnv) != "1" {
+		return
+	}
+	args := os.Args[1:]
+	for i, a := range args {
+		if a == "--" {
+			args = args[i+1:]
+			break
+		}
+	}
+	if err := HolderMain(args, os.Stdin, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}

@@ -15,34 +15,15 @@ import (
 )
 
 // The peer tier's holder is this test binary, re-executed.
-const holderEnv = "MSTAR_SPILL_TIER_HOLDER"
-
 func TestMain(m *testing.M) {
-	if os.Getenv(holderEnv) == "1" {
-		args := os.Args[1:]
-		for i, a := range args {
-			if a == "--" {
-				args = args[i+1:]
-				break
-			}
-		}
-		if err := HolderMain(args, os.Stdin, os.Stdout); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
+	ServeIfTestHolder()
 	os.Exit(m.Run())
-}
-
-func testHolder() Holder {
-	return Holder{Argv: []string{os.Args[0], "-test.run=^$", "--"}, Env: []string{holderEnv + "=1"}}
 }
 
 func open(t *testing.T, k Kind, capacity int64) (gpu.Device, Tier) {
 	t.Helper()
 	dev := gpu.NewCPU()
-	tr, err := Open(k, Options{Dev: dev, Capacity: capacity, Chunk: 1 << 20, ShmDir: t.TempDir(), Holder: testHolder()})
+	tr, err := Open(k, Options{Dev: dev, Capacity: capacity, Chunk: 1 << 20, ShmDir: t.TempDir(), Holder: TestBinaryHolder()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -257,7 +238,7 @@ func TestFaults(t *testing.T) {
 
 func TestHolderLifecycle(t *testing.T) {
 	dir := t.TempDir()
-	tr, err := Open(Peer, Options{Dev: gpu.NewCPU(), Capacity: 1 << 20, ShmDir: dir, Holder: testHolder()})
+	tr, err := Open(Peer, Options{Dev: gpu.NewCPU(), Capacity: 1 << 20, ShmDir: dir, Holder: TestBinaryHolder()})
 	if err != nil {
 		t.Fatal(err)
 	}
