@@ -244,6 +244,9 @@ func (r *runner) config(s *slot) WorkerConfig {
 		Seed: o.Seed, ReportEvery: 100 * time.Millisecond, DrainTimeout: o.DrainTimeout, Faults: o.Faults}
 }
 
+// maxConfigBytes is PIPE_BUF: the least a pipe buffers without a reader.
+const maxConfigBytes = 4096
+
 func (r *runner) start(s *slot) error {
 	args := append(append([]string{}, r.opt.Args...), "--role", s.role, "--index", fmt.Sprint(s.index))
 	cmd := exec.Command(r.opt.Exe, args...)
@@ -258,14 +261,18 @@ func (r *runner) start(s *slot) error {
 	}
 	s.tail = &tailBuf{max: 8 << 10}
 	cmd.Stderr = s.tail
+	// The configuration goes into the pipe before the worker starts: the
+	// read end is still open here, so a worker that dies at once shows up
+	// as an exit before its first report, never as a broken pipe.
+	b, _ := json.Marshal(r.config(s))
+	if len(b) >= maxConfigBytes {
+		return fmt.Errorf("configuring %s %d: configuration is %d bytes, over the %d a pipe holds unread", s.role, s.index, len(b), maxConfigBytes)
+	}
+	if _, err := stdin.Write(append(b, '\n')); err != nil {
+		return fmt.Errorf("configuring %s %d: %w", s.role, s.index, err)
+	}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting %s %d: %w", s.role, s.index, err)
-	}
-	b, _ := json.Marshal(r.config(s))
-	if _, err := stdin.Write(append(b, '\n')); err != nil {
-		cmd.Process.Kill()
-		cmd.Wait()
-		return fmt.Errorf("configuring %s %d: %w", s.role, s.index, err)
 	}
 	s.cmd, s.stdin, s.pid = cmd, stdin, cmd.Process.Pid
 	s.cur, s.final, s.killed, s.started = Report{}, false, false, false
