@@ -388,7 +388,7 @@ var cpuPeak = cpupeak.Available
 func measureGEMMCPU(n int, t Timing) Ceiling {
 	if cpuPeak() {
 		threads := runtime.GOMAXPROCS(0)
-		c := Ceiling{Unit: UnitTFLOPs, Size: "registers", Method: fmt.Sprintf("%s, %d threads", cpupeak.Method, threads)}
+		c := Ceiling{Unit: UnitTFLOPs, Size: "registers", Method: fmt.Sprintf("%s, %d threads", cpupeak.Method(), threads)}
 		var rate []float64
 		for s := -max(t.Warmup, 0); s < t.Samples; s++ {
 			flops, d := cpupeak.Measure(threads, 10_000_000)

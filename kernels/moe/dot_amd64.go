@@ -7,6 +7,11 @@ import "golang.org/x/sys/cpu"
 // remain for other CPUs and for the tails.
 var useAVX2 = cpuHasAVX2()
 
+// useAVX512BF16 picks the AVX512-BF16 kernel for groups of three or four
+// tokens: VDPBF16PS multiplies bf16 pairs straight into float32 sums, 32
+// products per instruction, with no widening.
+var useAVX512BF16 = cpu.X86.HasAVX512F && cpu.X86.HasAVX512BF16
+
 // dot4bf16AVX2 writes the dot products of the first n elements (a multiple
 // of 8) of four bf16 rows with x to out.
 //
@@ -34,3 +39,9 @@ func widenBF16AVX2(dst *float32, src *uint16, n int)
 //
 //go:noescape
 func dot2x4bf16AVX2(a0, a1 *uint16, b0, b1, b2, b3 *float32, n int, out *[8]float32)
+
+// dot4x4bf16AVX512 writes out[4r+t] = ar·bt over the first n elements (a
+// multiple of 32) of four bf16 weight rows and four bf16 token rows.
+//
+//go:noescape
+func dot4x4bf16AVX512(a0, a1, a2, a3, b0, b1, b2, b3 *uint16, n int, out *[16]float32)

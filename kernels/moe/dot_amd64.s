@@ -181,3 +181,106 @@ done24b:
 	VMOVSS X7, 28(DX)
 	VZEROUPPER
 	RET
+
+// The Go assembler has no AVX512-BF16 mnemonics; VDPBF16PS_Z emits
+// VDPBF16PS zmm(dst), zmm(src1), zmm(src2) (Intel operand order;
+// EVEX.512.F3.0F38.W0 52 /r, registers 0-31 by number): each float32 lane
+// of dst gains the two products of its bf16 pair in src1 and src2.
+#define VDPBF16PS_Z(src2, src1, dst) \
+	BYTE $0x62; \
+	BYTE $(0x02 | ((((dst)>>3)&1)^1)<<7 | ((((src2)>>4)&1)^1)<<6 | ((((src2)>>3)&1)^1)<<5 | ((((dst)>>4)&1)^1)<<4); \
+	BYTE $(0x06 | (((src1)&15)^15)<<3); \
+	BYTE $(0x40 | ((((src1)>>4)&1)^1)<<3); \
+	BYTE $0x52; \
+	BYTE $(0xC0 | ((dst)&7)<<3 | ((src2)&7))
+
+// ROW4 multiplies weight row Z(16+r) into the four token accumulators of
+// row r (Z(4r)..Z(4r+3)) with the token rows Z20..Z23.
+#define ROW4(r) \
+	VDPBF16PS_Z(20, 16+(r), 4*(r)); \
+	VDPBF16PS_Z(21, 16+(r), 4*(r)+1); \
+	VDPBF16PS_Z(22, 16+(r), 4*(r)+2); \
+	VDPBF16PS_Z(23, 16+(r), 4*(r)+3)
+
+// ZSUM reduces the 16 floats of Z reg (Y and X name the same register) into
+// the float at OFF(DX); the scratch registers are EVEX-only (Y24, X25), so
+// the halving steps use EVEX forms and the last two the VEX VHADDPS.
+#define ZSUM(Z, Y, X, OFF) \
+	VEXTRACTF64X4 $1, Z, Y24 \
+	VADDPS        Y24, Y, Y  \
+	VEXTRACTF32X4 $1, Y, X25 \
+	VADDPS        X25, X, X  \
+	VHADDPS       X, X, X    \
+	VHADDPS       X, X, X    \
+	VMOVSS        X, OFF(DX)
+
+// func dot4x4bf16AVX512(a0, a1, a2, a3, b0, b1, b2, b3 *uint16, n int, out *[16]float32)
+// out[4r+t] = ar·bt over the first n elements (a multiple of 32) of four
+// bf16 weight rows and four bf16 token rows: sixteen accumulators, eight
+// 64-byte loads per sixteen VDPBF16PS (512 multiply-adds).
+TEXT ·dot4x4bf16AVX512(SB), NOSPLIT, $0-80
+	MOVQ a0+0(FP), SI
+	MOVQ a1+8(FP), R8
+	MOVQ a2+16(FP), R9
+	MOVQ a3+24(FP), R10
+	MOVQ b0+32(FP), DI
+	MOVQ b1+40(FP), R11
+	MOVQ b2+48(FP), R12
+	MOVQ b3+56(FP), R13
+	MOVQ n+64(FP), CX
+	MOVQ out+72(FP), DX
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	VXORPS Z4, Z4, Z4
+	VXORPS Z5, Z5, Z5
+	VXORPS Z6, Z6, Z6
+	VXORPS Z7, Z7, Z7
+	VXORPS Z8, Z8, Z8
+	VXORPS Z9, Z9, Z9
+	VXORPS Z10, Z10, Z10
+	VXORPS Z11, Z11, Z11
+	VXORPS Z12, Z12, Z12
+	VXORPS Z13, Z13, Z13
+	VXORPS Z14, Z14, Z14
+	VXORPS Z15, Z15, Z15
+	XORQ   AX, AX
+
+loop44:
+	CMPQ    AX, CX
+	JGE     done44
+	VMOVUPS (SI)(AX*2), Z16
+	VMOVUPS (R8)(AX*2), Z17
+	VMOVUPS (R9)(AX*2), Z18
+	VMOVUPS (R10)(AX*2), Z19
+	VMOVUPS (DI)(AX*2), Z20
+	VMOVUPS (R11)(AX*2), Z21
+	VMOVUPS (R12)(AX*2), Z22
+	VMOVUPS (R13)(AX*2), Z23
+	ROW4(0)
+	ROW4(1)
+	ROW4(2)
+	ROW4(3)
+	ADDQ    $32, AX
+	JMP     loop44
+
+done44:
+	ZSUM(Z0, Y0, X0, 0)
+	ZSUM(Z1, Y1, X1, 4)
+	ZSUM(Z2, Y2, X2, 8)
+	ZSUM(Z3, Y3, X3, 12)
+	ZSUM(Z4, Y4, X4, 16)
+	ZSUM(Z5, Y5, X5, 20)
+	ZSUM(Z6, Y6, X6, 24)
+	ZSUM(Z7, Y7, X7, 28)
+	ZSUM(Z8, Y8, X8, 32)
+	ZSUM(Z9, Y9, X9, 36)
+	ZSUM(Z10, Y10, X10, 40)
+	ZSUM(Z11, Y11, X11, 44)
+	ZSUM(Z12, Y12, X12, 48)
+	ZSUM(Z13, Y13, X13, 52)
+	ZSUM(Z14, Y14, X14, 56)
+	ZSUM(Z15, Y15, X15, 60)
+	VZEROUPPER
+	RET

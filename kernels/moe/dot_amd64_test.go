@@ -53,11 +53,50 @@ func TestDotAVX2MatchesGo(t *testing.T) {
 	}
 }
 
-// The Go loops (CPUs without AVX2) pass the same check as the AVX2 path.
-func TestForwardCPUGoLoops(t *testing.T) {
-	defer func(v bool) { useAVX2 = v }(useAVX2)
-	useAVX2 = false
-	checkTokensPerExpert(t)
+// The AVX512-BF16 kernel gives the Go loop's sixteen dot products at every
+// length, tails included: bf16 products are exact in float32, so only the
+// order of the sums differs.
+func TestDot4x4AVX512MatchesGo(t *testing.T) {
+	if !useAVX512BF16 {
+		t.Skip("this CPU has no AVX512-BF16: groups of tokens take the AVX2 or Go kernels")
+	}
+	defer func(v bool) { useAVX512BF16 = v }(useAVX512BF16)
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, n := range []int{0, 1, 31, 32, 33, 64, 95, 768, 2048, 2051} {
+		var a, b [4][]uint16
+		for i := range 4 {
+			a[i], b[i] = make([]uint16, n), make([]uint16, n)
+			for j := range n {
+				a[i][j] = F32ToBF16(float32(rng.NormFloat64()))
+				b[i][j] = F32ToBF16(float32(rng.NormFloat64()))
+			}
+		}
+		useAVX512BF16 = false
+		want := dot4x4bf16(&a, &b)
+		useAVX512BF16 = true
+		got := dot4x4bf16(&a, &b)
+		for i := range got {
+			if math.Abs(float64(got[i]-want[i])) > 1e-5*math.Sqrt(float64(n))*math.Max(1, math.Abs(float64(want[i])))+1e-6 {
+				t.Errorf("n=%d: sum %d (row %d, token %d): AVX512 %v, Go %v", n, i, i/4, i%4, got[i], want[i])
+			}
+		}
+	}
+}
+
+// Each path a CPU may take passes the tokens-per-expert check: AVX2
+// without AVX512-BF16, and the Go loops (CPUs without AVX2).
+func TestForwardCPUKernelPaths(t *testing.T) {
+	defer func(a, b bool) { useAVX2, useAVX512BF16 = a, b }(useAVX2, useAVX512BF16)
+	for _, p := range []struct {
+		name        string
+		avx2, bf16x bool
+	}{{"avx2", true, false}, {"go", false, false}} {
+		if p.avx2 && !cpuHasAVX2() {
+			continue
+		}
+		useAVX2, useAVX512BF16 = p.avx2, p.bf16x
+		t.Run(p.name, checkTokensPerExpert)
+	}
 }
 
 // FromBF16's AVX2 widening is exact, tails included.

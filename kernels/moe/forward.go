@@ -9,18 +9,22 @@ import (
 	"time"
 )
 
-// Row-block sizes of the CPU path. With AVX2 the kernels widen bf16 weights
-// as they load them, and a block's rows stay in the core's cache while
-// groups of four tokens stream past them. Without it (the Go loops), a
-// block is widened to float32 once into a per-worker scratch and reused by
-// every token of its expert.
+// Row-block sizes of the CPU path. With AVX512-BF16 (VDPBF16PS) groups of
+// four bf16 token rows meet four bf16 weight rows with no widening at all;
+// with AVX2 the kernels widen bf16 weights as they load them; either way a
+// block's rows stay in the core's cache while the expert's token groups
+// stream past them. Without either (the Go loops), a block is widened to
+// float32 once into a per-worker scratch and reused by every token of its
+// expert.
 const (
 	cpuRowsW1 = 32 // intermediate rows per item (gate and up: 2×32 weight rows)
 	cpuRowsW2 = 64 // output rows per item
 )
 
 // ForwardCPU computes the layer in float32 on all cores: x is [M,H] (rounded
-// to bf16 first, as the GPU stores it), out is [M,H]. Slots are grouped by
+// to bf16 first, as the GPU stores it), out is [M,H]. The intermediate
+// (silu(gate)·up) is rounded to bf16 too, as the GPU stores it: the two
+// paths differ only in the order of their float32 sums. Slots are grouped by
 // expert; work items are (expert, block of weight rows), which gives the
 // cores enough items even for a single token. The top-k combine sums each
 // token's slots in slot order, so the result does not depend on scheduling.
@@ -59,11 +63,32 @@ func forwardCPU(l *Layer, x []float32, r Routing, out []float32, st *CPUStages) 
 	}
 	m, k := r.M, r.K
 	xb := make([]float32, m*s.H)
+	var xb16 []uint16 // the same inputs as bf16 bits: the AVX512-BF16 kernel's
+	if useAVX512BF16 {
+		xb16 = make([]uint16, m*s.H)
+	}
 	for i := range xb {
-		xb[i] = RoundBF16(x[i])
+		h := F32ToBF16(x[i])
+		xb[i] = BF16ToF32(h)
+		if xb16 != nil {
+			xb16[i] = h
+		}
 	}
 	al := Align(r.IDs, s.E, 1)
+	// The intermediate is rounded to bf16, as the GPU stores it; with
+	// AVX512-BF16 gemm2 reads it as bf16 bits (act16).
 	act := make([]float32, m*k*s.I)
+	var act16 []uint16
+	if useAVX512BF16 {
+		act16 = make([]uint16, len(act))
+	}
+	setAct := func(i int, g, u float32) {
+		h := F32ToBF16(silu(g) * u)
+		act[i] = BF16ToF32(h)
+		if act16 != nil {
+			act16[i] = h
+		}
+	}
 	y := make([]float32, m*k*s.H)
 
 	type item struct{ e, lo, hi int }
@@ -100,8 +125,8 @@ func forwardCPU(l *Layer, x []float32, r Routing, out []float32, st *CPUStages) 
 			for i := 0; i < rows; i += 2 {
 				i1 := min(i+1, rows-1)
 				g0, u0, g1, u1 := dot4bf16(row(it.lo+i), row(s.I+it.lo+i), row(it.lo+i1), row(s.I+it.lo+i1), xv)
-				act[st*s.I+it.lo+i] = silu(g0) * u0
-				act[st*s.I+it.lo+i1] = silu(g1) * u1
+				setAct(st*s.I+it.lo+i, g0, u0)
+				setAct(st*s.I+it.lo+i1, g1, u1)
 			}
 			return
 		case 2:
@@ -111,14 +136,38 @@ func forwardCPU(l *Layer, x []float32, r Routing, out []float32, st *CPUStages) 
 			x0, x1 := xb[s0/k*s.H:(s0/k+1)*s.H], xb[s1/k*s.H:(s1/k+1)*s.H]
 			for i := 0; i < rows; i++ {
 				g, u := dot2x2bf16(row(it.lo+i), row(s.I+it.lo+i), x0, x1)
-				act[s0*s.I+it.lo+i] = silu(g[0]) * u[0]
-				act[s1*s.I+it.lo+i] = silu(g[1]) * u[1]
+				setAct(s0*s.I+it.lo+i, g[0], u[0])
+				setAct(s1*s.I+it.lo+i, g[1], u[1])
 			}
 			return
 		}
-		// Three tokens or more. Without AVX2 the tile is widened once and
-		// reused by every group of four tokens; with it, the bf16 rows are
-		// read again per group (half the bytes of a widened tile).
+		// Three tokens or more. With AVX512-BF16, four weight rows (two
+		// gate, two up) meet four bf16 token rows at a time.
+		if useAVX512BF16 {
+			slots := slotsOf(it.e)
+			for c := 0; c < len(slots); c += 4 {
+				var xs [4][]uint16
+				var sl [4]int
+				for t := 0; t < 4; t++ {
+					st := int(slots[min(c+t, len(slots)-1)])
+					sl[t] = st
+					xs[t] = xb16[st/k*s.H : (st/k+1)*s.H]
+				}
+				nt := min(4, len(slots)-c)
+				for i := 0; i < rows; i += 2 {
+					i1 := min(i+1, rows-1)
+					d := dot4x4bf16(&[4][]uint16{row(it.lo + i), row(s.I + it.lo + i), row(it.lo + i1), row(s.I + it.lo + i1)}, &xs)
+					for t := 0; t < nt; t++ {
+						setAct(sl[t]*s.I+it.lo+i, d[t], d[4+t])
+						setAct(sl[t]*s.I+it.lo+i1, d[8+t], d[12+t])
+					}
+				}
+			}
+			return
+		}
+		// Without AVX2 the tile is widened once and reused by every group
+		// of four tokens; with it, the bf16 rows are read again per group
+		// (half the bytes of a widened tile).
 		var gate, up []float32
 		if !useAVX2 {
 			gate = scratch[:rows*s.H]
@@ -144,7 +193,7 @@ func forwardCPU(l *Layer, x []float32, r Routing, out []float32, st *CPUStages) 
 				}
 				g, u := pairDots(row(it.lo+i), row(s.I+it.lo+i), gf, uf, &xs, nt)
 				for t := 0; t < nt; t++ {
-					act[sl[t]*s.I+it.lo+i] = silu(g[t]) * u[t]
+					setAct(sl[t]*s.I+it.lo+i, g[t], u[t])
 				}
 			}
 		}
@@ -177,6 +226,31 @@ func forwardCPU(l *Layer, x []float32, r Routing, out []float32, st *CPUStages) 
 				p, q := dot2x2bf16(row(it.lo+i), row(it.lo+i1), a0, a1)
 				y[s0*s.H+it.lo+i], y[s1*s.H+it.lo+i] = w0*p[0], w1*p[1]
 				y[s0*s.H+it.lo+i1], y[s1*s.H+it.lo+i1] = w0*q[0], w1*q[1]
+			}
+			return
+		}
+		if useAVX512BF16 {
+			// Four output rows meet four bf16 intermediate rows at a time.
+			slots := slotsOf(it.e)
+			for c := 0; c < len(slots); c += 4 {
+				var as [4][]uint16
+				var sl [4]int
+				for t := 0; t < 4; t++ {
+					st := int(slots[min(c+t, len(slots)-1)])
+					sl[t] = st
+					as[t] = act16[st*s.I : (st+1)*s.I]
+				}
+				nt := min(4, len(slots)-c)
+				for i := 0; i < rows; i += 4 {
+					j := [4]int{i, min(i+1, rows-1), min(i+2, rows-1), min(i+3, rows-1)}
+					d := dot4x4bf16(&[4][]uint16{row(it.lo + j[0]), row(it.lo + j[1]), row(it.lo + j[2]), row(it.lo + j[3])}, &as)
+					for t := 0; t < nt; t++ {
+						w := r.Weights[sl[t]]
+						for q := range j {
+							y[sl[t]*s.H+it.lo+j[q]] = w * d[4*q+t]
+						}
+					}
+				}
 			}
 			return
 		}
@@ -386,4 +460,28 @@ func dot4bf16(a0, a1, a2, a3 []uint16, x []float32) (r0, r1, r2, r3 float32) {
 		r3 += BF16ToF32(a3[i]) * xi
 	}
 	return
+}
+
+// dot4x4bf16 returns the dot products of four bf16 weight rows with four
+// bf16 token rows: d[4r+t] = a[r]·b[t], in float32.
+func dot4x4bf16(a, b *[4][]uint16) (d [16]float32) {
+	n := len(b[0])
+	for r := range a {
+		a[r] = a[r][:n]
+		b[r] = b[r][:n]
+	}
+	i := 0
+	if n32 := n &^ 31; useAVX512BF16 && n32 > 0 {
+		dot4x4bf16AVX512(&a[0][0], &a[1][0], &a[2][0], &a[3][0], &b[0][0], &b[1][0], &b[2][0], &b[3][0], n32, &d)
+		i = n32
+	}
+	for ; i < n; i++ {
+		for r := range a {
+			w := BF16ToF32(a[r][i])
+			for t := range b {
+				d[4*r+t] += w * BF16ToF32(b[t][i])
+			}
+		}
+	}
+	return d
 }

@@ -172,10 +172,12 @@ func TestReferenceTinyByHand(t *testing.T) {
 					t.Errorf("out[%d] = %.15g, want %.15g", i, got[i], tt.want[i])
 				}
 			}
+			// ForwardCPU rounds the intermediate to bf16, as the GPU does.
 			cpu := make([]float32, len(tt.want))
 			ForwardCPU(l, tt.x, tt.r, cpu)
-			if e := RelL2(cpu, tt.want); !(e < 1e-6) {
-				t.Errorf("ForwardCPU = %v, want %v (rel L2 %g)", cpu, tt.want, e)
+			want := referenceTokens(l, tt.x, tt.r, allTokens(tt.r.M), true)
+			if e := RelL2(cpu, want); !(e < 1e-6) {
+				t.Errorf("ForwardCPU = %v, want %v (rel L2 %g)", cpu, want, e)
 			}
 		})
 	}
@@ -226,13 +228,18 @@ func TestForwardCPUMatchesReference(t *testing.T) {
 			got := make([]float32, tt.m*shape.H)
 			ForwardCPU(l, x, r, got)
 			tokens := sampleTokens(tt.m, 64)
-			want := ReferenceTokens(l, x, r, tokens)
-			sub := make([]float32, 0, len(want))
+			sub := make([]float32, 0, len(tokens)*shape.H)
 			for _, tok := range tokens {
 				sub = append(sub, got[tok*shape.H:(tok+1)*shape.H]...)
 			}
-			if e := RelL2(sub, want); !(e < 1e-5) {
-				t.Errorf("rel L2 error of ForwardCPU against Reference = %g, want < 1e-5", e)
+			// Against the reference that rounds the intermediate as
+			// ForwardCPU does, only float32 sums differ; against the exact
+			// one, the bf16 intermediate's error too.
+			if e := RelL2(sub, referenceTokens(l, x, r, tokens, true)); !(e < cpuRefTol) {
+				t.Errorf("rel L2 error of ForwardCPU against the bf16-intermediate reference = %g, want < %g", e, cpuRefTol)
+			}
+			if e := RelL2(sub, ReferenceTokens(l, x, r, tokens)); !(e < 1e-2) {
+				t.Errorf("rel L2 error of ForwardCPU against Reference = %g, want < 1e-2", e)
 			}
 		})
 	}
@@ -641,6 +648,20 @@ func TestStageName(t *testing.T) {
 // remainders of 1, 2 and 3 after groups of four take their own kernels.
 func TestForwardCPUTokensPerExpert(t *testing.T) { checkTokensPerExpert(t) }
 
+// cpuRefTol bounds ForwardCPU's rel L2 error against the reference that
+// rounds the intermediate to bf16 as it does: float32 sums in another
+// order, and the rare intermediate that their rounding error tips to the
+// neighbouring bf16 (M=3001 of an odd shape: 1.8e-5).
+const cpuRefTol = 1e-4
+
+func allTokens(m int) []int {
+	t := make([]int, m)
+	for i := range t {
+		t[i] = i
+	}
+	return t
+}
+
 func checkTokensPerExpert(t *testing.T) {
 	t.Helper()
 	s := Shape{E: 9, K: 1, H: 67, I: 37} // odd: the row tails too
@@ -663,10 +684,10 @@ func checkTokensPerExpert(t *testing.T) {
 	for i := range tokens {
 		tokens[i] = i
 	}
-	want := ReferenceTokens(l, x, r, tokens)
+	want := referenceTokens(l, x, r, tokens, true)
 	for e, first := 0, 0; e < s.E; first, e = first+e+1, e+1 {
 		lo, hi := first*s.H, (first+e+1)*s.H
-		if err := RelL2(got[lo:hi], want[lo:hi]); !(err < 1e-5) {
+		if err := RelL2(got[lo:hi], want[lo:hi]); !(err < cpuRefTol) {
 			t.Errorf("expert %d (%d tokens): rel L2 %g against the reference", e, e+1, err)
 		}
 	}

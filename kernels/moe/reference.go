@@ -20,6 +20,13 @@ func Reference(l *Layer, x []float32, r Routing) []float64 {
 // ReferenceTokens is Reference for the listed tokens only (a sampled check
 // at large M): row i of the result is token tokens[i].
 func ReferenceTokens(l *Layer, x []float32, r Routing, tokens []int) []float64 {
+	return referenceTokens(l, x, r, tokens, false)
+}
+
+// referenceTokens is ReferenceTokens; roundAct rounds the intermediate to
+// bf16, as ForwardCPU and the GPU store it, which leaves their float32
+// sums as the only difference (the tests' tight check).
+func referenceTokens(l *Layer, x []float32, r Routing, tokens []int, roundAct bool) []float64 {
 	s := l.Shape
 	out := make([]float64, len(tokens)*s.H)
 	var wg sync.WaitGroup
@@ -45,7 +52,7 @@ func ReferenceTokens(l *Layer, x []float32, r Routing, tokens []int) []float64 {
 					if e < 0 {
 						continue
 					}
-					referenceSlot(l, int(e), xr, act, float64(r.Weights[m*r.K+j]), o)
+					referenceSlot(l, int(e), xr, act, float64(r.Weights[m*r.K+j]), o, roundAct)
 				}
 			}
 		}()
@@ -54,7 +61,7 @@ func ReferenceTokens(l *Layer, x []float32, r Routing, tokens []int) []float64 {
 	return out
 }
 
-func referenceSlot(l *Layer, e int, x, act []float64, w float64, out []float64) {
+func referenceSlot(l *Layer, e int, x, act []float64, w float64, out []float64, roundAct bool) {
 	s := l.Shape
 	w1 := l.W1[e*2*s.I*s.H : (e+1)*2*s.I*s.H]
 	w2 := l.W2[e*s.H*s.I : (e+1)*s.H*s.I]
@@ -62,6 +69,9 @@ func referenceSlot(l *Layer, e int, x, act []float64, w float64, out []float64) 
 		g := dotBF16F64(w1[i*s.H:(i+1)*s.H], x)
 		u := dotBF16F64(w1[(s.I+i)*s.H:(s.I+i+1)*s.H], x)
 		act[i] = g / (1 + math.Exp(-g)) * u
+		if roundAct {
+			act[i] = float64(RoundBF16(float32(act[i])))
+		}
 	}
 	for h := 0; h < s.H; h++ {
 		out[h] += w * dotBF16F64(w2[h*s.I:(h+1)*s.I], act)
