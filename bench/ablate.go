@@ -193,7 +193,7 @@ func (c *CUDAKernel) Close() error {
 // memory for CUDA — gives no kernel (nil) and a note saying so.
 func KernelFor(dev gpu.Device, shape moe.Shape, seed uint64) (MoEKernel, string, func()) {
 	need := shape.WeightBytes()
-	if host := gpu.HostMemBytes(); host > 0 && need > host/2 {
+	if host, big := weightsTooLarge(need); big {
 		return nil, fmt.Sprintf("kernel skipped: the layer's weights (%.1f GiB) exceed half of this host's %.1f GiB; --inter shrinks the layer (one GPU's share at tensor parallelism N is I/N)",
 			float64(need)/(1<<30), float64(host)/(1<<30)), func() {}
 	}
@@ -212,6 +212,54 @@ func KernelFor(dev gpu.Device, shape moe.Shape, seed uint64) (MoEKernel, string,
 		return CPUKernel{Layer: l}, "kernel times are the CPU path's: the CUDA fused-MoE path failed: " + err.Error(), func() {}
 	}
 	return k, k.Note, func() { k.Close() }
+}
+
+// weightsTooLarge: KernelFor skips a layer whose weights exceed half the host.
+func weightsTooLarge(need int64) (host int64, big bool) {
+	host = gpu.HostMemBytes()
+	return host, host > 0 && need > host/2
+}
+
+// KernelHostBytes is the host memory KernelFor takes for shape's weights
+// (built on the host, also for a GPU): none when it would skip the kernel.
+func KernelHostBytes(shape moe.Shape) int64 {
+	if _, big := weightsTooLarge(shape.WeightBytes()); big {
+		return 0
+	}
+	return shape.WeightBytes()
+}
+
+// HostBytes estimates the host memory RunAblation holds at its peak, so a
+// workload too large is refused before anything is allocated: per layer a
+// gate, hidden states and logits (float32), per router and layer its
+// routing (ids, weights, drop flags: once per batch, once joined). Kernel
+// weights are KernelHostBytes.
+func (o *AblationOptions) HostBytes() int64 {
+	l, t, k := o.Dims()
+	L, T, K := float64(l), float64(t), float64(k)
+	E, H := float64(o.Model.E), float64(o.Model.H)
+	routers := float64(len(o.routers()) + 1) // and the baseline
+	b := 4*T*H + L*(4*E*H+4*(T*H+T)+4*T*E+routers*2*9*T*K)
+	if b >= math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return int64(b)
+}
+
+// Dims are the layers, tokens and top-k the ablation routes: a trace's
+// own where the options leave them 0, as RunAblation reads it.
+func (o *AblationOptions) Dims() (L, T, K int) {
+	L, T, K = o.Layers, o.Tokens, o.Model.K
+	if o.Trace != nil {
+		if L == 0 {
+			L = len(o.Trace.Layers)
+		}
+		if T == 0 || T > o.Trace.Tokens {
+			T = o.Trace.Tokens
+		}
+		K = o.Trace.TopK
+	}
+	return L, T, K
 }
 
 // LayerStats is one router's routing of one layer.

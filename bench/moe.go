@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"github.com/mstar-dev/mstar/internal/units"
 	"math"
 	"os"
 	"path/filepath"
@@ -501,10 +500,6 @@ var testCorruptOutput func(out []float32)
 // checkFits refuses, as bad input, a shape whose weights and buffers do not
 // fit in the device's free memory, saying how much it needs.
 func checkFits(dev gpu.Device, local moe.Shape, opt MoEOptions, maxM int) error {
-	free, _, err := dev.MemInfo()
-	if err != nil {
-		return fmt.Errorf("reading free memory: %w", err)
-	}
 	need := local.WeightBytes()
 	slots := int64(maxM) * int64(local.K)
 	if dev.Info().Backend == gpu.CUDA {
@@ -524,11 +519,11 @@ func checkFits(dev gpu.Device, local moe.Shape, opt MoEOptions, maxM int) error 
 		// ForwardCPU: float32 x, act, y and out, plus the host-side inputs.
 		need += 4 * (2*int64(maxM)*int64(local.H) + slots*int64(local.I) + slots*int64(local.H))
 	}
-	if need > free {
-		return moeInputErr("shape %v at M=%d needs %s of %s memory, only %s is free (try --tp/--ep or smaller --batch)",
-			local, maxM, units.Bytes(need), dev.Info().ID, units.Bytes(free))
+	err := gpu.CheckFits(dev, fmt.Sprintf("shape %v at M=%d", local, maxM), need, "try --tp/--ep or smaller --batch")
+	if fe := (*gpu.FitError)(nil); errors.As(err, &fe) {
+		return &MoEInputError{err}
 	}
-	return nil
+	return err
 }
 
 func runCPU(l *moe.Layer, x []float32, r moe.Routing, samples int, stages bool) (out []float32, us []float64, st []moe.StageTime, cfg string, err error) {

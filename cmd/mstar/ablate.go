@@ -121,8 +121,8 @@ out-of-range expert id.`,
 				dst  *int
 			}{{"experts", experts, &m.E}, {"topk", topk, &m.K}, {"hidden", hidden, &m.H}, {"inter", inter, &m.I}} {
 				if cmd.Flags().Changed(o.flag) {
-					if o.v <= 0 {
-						return usageErr("--%s %d: must be positive", o.flag, o.v)
+					if err := atLeast(o.flag, o.v, 1, ""); err != nil {
+						return err
 					}
 					*o.dst, custom = o.v, true
 				}
@@ -133,13 +133,16 @@ out-of-range expert id.`,
 			if m.K > m.E {
 				return usageErr("--topk %d exceeds the %d experts", m.K, m.E)
 			}
-			for _, c := range []struct {
-				flag string
-				v    int
-			}{{"layers", layers}, {"tokens", tokens}, {"batch", batch}, {"kernel-tokens", kTokens}, {"kernel-layers", kLayers}, {"kernel-samples", kSamples}} {
-				if c.v < 0 {
-					return usageErr("--%s %d: must not be negative", c.flag, c.v)
-				}
+			// 0 layers or tokens are all of a --trace's; without one, nothing.
+			layersOK, tokensOK := atLeast("layers", layers, 1, ""), atLeast("tokens", tokens, 1, "")
+			if tracePath != "" {
+				layersOK, tokensOK = atLeast("layers", layers, 0, "0: every layer of --trace"), atLeast("tokens", tokens, 0, "0: every token of --trace")
+			}
+			if err := firstErr(layersOK, tokensOK, atLeast("batch", batch, 0, "0: one batch"),
+				atLeast("kernel-tokens", kTokens, 0, "0: skip the kernel"), atLeast("kernel-layers", kLayers, 1, ""),
+				atLeast("kernel-samples", kSamples, 1, ""), atLeast("zipf", zipf, 0, "0: uniform"),
+				atLeast("strength", strength, 0, ""), within("correlation", corr, 0, 1, "")); err != nil {
+				return err
 			}
 			cfg, err := rf.config(cmd)
 			if err != nil {
@@ -184,6 +187,16 @@ out-of-range expert id.`,
 				}
 				if !cmd.Flags().Changed("tokens") {
 					opt.Tokens = 0 // every token of the trace
+				}
+			}
+			need := opt.HostBytes()
+			if kTokens > 0 {
+				need += bench.KernelHostBytes(moe.Shape{E: m.E, K: min(kernelK, m.E), H: m.H, I: m.I})
+			}
+			if L, T, _ := opt.Dims(); true {
+				what := fmt.Sprintf("routing %d layers × %d tokens with %d experts", L, T, m.E)
+				if err := checkHostFits(what, need, "try fewer --tokens or --layers"); err != nil {
+					return err
 				}
 			}
 			var dev gpu.Device
@@ -293,8 +306,8 @@ out-of-range expert id.`,
 	f.IntVar(&inter, "inter", 0, "override the model's expert intermediate size")
 	f.StringSliceVar(&routers, "routers", nil, "routers to compare, comma-separated (default: all built-ins; 'trace' replays --trace)")
 	f.StringVar(&baseline, "baseline", "", "router whose MoE output the others are compared with (default: the model's own router; the trace with --trace)")
-	f.IntVar(&layers, "layers", 4, "layers to route")
-	f.IntVar(&tokens, "tokens", 4096, "tokens per layer")
+	f.IntVar(&layers, "layers", 4, "layers to route (with --trace, 0: all of its layers)")
+	f.IntVar(&tokens, "tokens", 4096, "tokens per layer (with --trace, 0: all of its tokens)")
 	f.IntVar(&batch, "batch", 512, "tokens per batch (stateful routers adapt batch by batch; 0: one batch)")
 	f.Float64Var(&zipf, "zipf", 1.0, "Zipf exponent of the experts' affinity (0: uniform)")
 	f.Float64Var(&strength, "strength", 2.0, "logit boost of a token's preferred expert, in standard deviations")
@@ -304,7 +317,7 @@ out-of-range expert id.`,
 	f.StringVar(&tracePath, "trace", "", "replay a recorded routing `FILE` as router 'trace'")
 	f.StringVar(&recordPath, "record-trace", "", "write the --baseline router's routing of every layer as a trace `FILE`")
 	f.IntVar(&kTokens, "kernel-tokens", 16, "tokens per layer timed through the fused-MoE kernel (0: skip the kernel; a GPU takes 1024 unless set)")
-	f.IntVar(&kLayers, "kernel-layers", 1, "layers (the last ones) timed through the fused-MoE kernel")
+	f.IntVar(&kLayers, "kernel-layers", 1, "layers (the last ones) timed through the fused-MoE kernel (--kernel-tokens 0 skips it)")
 	f.IntVar(&kSamples, "kernel-samples", 3, "kernel timings per router and layer (a GPU takes 10 unless set)")
 	f.StringVarP(&out, "out", "o", "", "write the results document to `FILE`")
 	f.StringVar(&heatmap, "heatmap", "", "write the expert-load heat map (layers × experts, a panel per router) as PNG to `FILE`")

@@ -125,8 +125,21 @@ func TestAblateRouterBadInput(t *testing.T) {
 		{"trace over other experts", []string{"--trace", filepath.Join(td, "trace-e16-k2.jsonl"), "--experts", "32"}, "the trace routes over 16 experts"},
 		{"unknown model", []string{"--model", "gpt-9"}, `unknown model "gpt-9"`},
 		{"unknown router", []string{"--routers", "nope"}, `unknown router "nope"`},
-		{"bad correlation", []string{"--correlation", "1.5"}, "correlation must be in [0,1]"},
+		{"bad correlation", []string{"--correlation", "1.5"}, "--correlation 1.5: must be in [0, 1]"},
 		{"gate layers without gates", []string{"--gate-layers", "3"}, "--gate-layers needs --gates"},
+		// 0 and -1 get the same message, naming the flag and the range.
+		{"no layers", []string{"--layers", "0"}, "--layers 0: must be at least 1"},
+		{"negative layers", []string{"--layers", "-1"}, "--layers -1: must be at least 1"},
+		{"no tokens", []string{"--tokens", "0"}, "--tokens 0: must be at least 1"},
+		{"negative batch", []string{"--batch", "-1"}, "--batch -1: must be at least 0 (0: one batch)"},
+		{"negative kernel tokens", []string{"--kernel-tokens", "-1"}, "--kernel-tokens -1: must be at least 0 (0: skip the kernel)"},
+		{"no kernel samples", []string{"--kernel-samples", "0"}, "--kernel-samples 0: must be at least 1"},
+		{"negative zipf", []string{"--zipf", "-1"}, "--zipf -1: must be at least 0"},
+		{"negative strength", []string{"--strength", "-2"}, "--strength -2: must be at least 0"},
+		{"override of zero experts", []string{"--experts", "0"}, "--experts 0: must be at least 1"},
+		// Refused with the numbers before anything is allocated, not a Go
+		// out-of-memory crash.
+		{"too large for memory", []string{"--tokens", "2000000000", "--layers", "100000"}, "try fewer --tokens or --layers"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -139,6 +152,12 @@ func TestAblateRouterBadInput(t *testing.T) {
 				t.Errorf("stderr %q lacks %q", stderr, tc.want)
 			}
 		})
+	}
+	// With --trace, 0 layers and tokens are all of the trace's.
+	stdout, stderr, code := runMstar(t, append([]string{"ablate", "router", "--trace", filepath.Join(td, "trace-e16-k2.jsonl"),
+		"--layers", "0", "--tokens", "0", "--kernel-tokens", "0"}, tinyModel...)...)
+	if code != exitOK || !strings.Contains(stdout, "2 layers × 64 tokens") {
+		t.Errorf("--trace with --layers 0 --tokens 0: exit %d, %s\n%s", code, stderr, stdout)
 	}
 	if _, stderr, code := runMstar(t, "ablate", "nope"); code != exitBadUsge || !strings.Contains(stderr, `unknown command "nope"`) {
 		t.Errorf("ablate nope: exit %d, %s", code, stderr)

@@ -65,6 +65,7 @@ func TestBenchMoEBadInput(t *testing.T) {
 		{"tp does not divide", []string{"--model", "qwen3-30b-a3b", "--tp", "5", "--device", "cpu"}, "--tp 5 does not divide the intermediate size 768"},
 		{"ep does not divide", []string{"--model", "mixtral-8x7b", "--ep", "3", "--device", "cpu"}, "--ep 3 does not divide the number of experts 8"},
 		{"does not fit", []string{"--model", "deepseek-v3", "--experts", "4096", "--device", "cpu", "--batch", "1"}, "needs"},
+		{"does not fit: says what to change", []string{"--model", "deepseek-v3", "--experts", "4096", "--device", "cpu", "--batch", "1"}, "is free (try --tp/--ep or smaller --batch)"},
 		{"malformed trace", small("--batch", "1", "--routing-trace", bad), "line 3"},
 		{"missing trace", small("--batch", "1", "--routing-trace", filepath.Join(dir, "none.json")), "no such file"},
 		{"bad batch", small("--batch", "1,x"), "--batch"},

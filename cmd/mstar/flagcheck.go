@@ -1,0 +1,97 @@
+package main
+
+import (
+	"errors"
+	"math"
+	"os"
+
+	"github.com/mstar-dev/mstar/internal/gpu"
+)
+
+// number is a numeric flag's type (time.Duration is an int64).
+type number interface{ ~int | ~int64 | ~float64 }
+
+// atLeast refuses a flag value below lo (or NaN, or infinite), naming the
+// flag, its value and the range, one way for every command (exit 2). zero,
+// when lo is 0, says what 0 means: "0: one batch".
+func atLeast[T number](flag string, v, lo T, zero string) error {
+	if f := float64(v); v >= lo && !math.IsNaN(f) && !math.IsInf(f, 0) {
+		return nil
+	}
+	if zero != "" {
+		return usageErr("--%s %v: must be at least %v (%s)", flag, v, lo, zero)
+	}
+	return usageErr("--%s %v: must be at least %v", flag, v, lo)
+}
+
+// above refuses a flag value that is not more than lo: a duration or rate
+// where 0 means nothing useful.
+func above[T number](flag string, v, lo T) error {
+	if f := float64(v); v > lo && !math.IsInf(f, 0) {
+		return nil
+	}
+	return usageErr("--%s %v: must be more than %v", flag, v, lo)
+}
+
+// within refuses a flag value outside [lo, hi].
+func within[T number](flag string, v, lo, hi T, zero string) error {
+	if v >= lo && v <= hi {
+		return nil
+	}
+	if zero != "" {
+		return usageErr("--%s %v: must be in [%v, %v] (%s)", flag, v, lo, hi, zero)
+	}
+	return usageErr("--%s %v: must be in [%v, %v]", flag, v, lo, hi)
+}
+
+// firstErr returns the first non-nil error, so a command checks its flags in
+// one statement.
+func firstErr(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkShmDir checks, before a run, that a --shm-dir value is a writable
+// directory; found later, a bad one fails the run deep inside (exit 3) or
+// its cells (exit 1) without naming the flag.
+func checkShmDir(flag, dir string, write bool) error {
+	st, err := os.Stat(dir)
+	if err != nil {
+		return usageErr("--%s %s: %v", flag, dir, errors.Unwrap(err))
+	}
+	if !st.IsDir() {
+		return usageErr("--%s %s: not a directory", flag, dir)
+	}
+	if write {
+		f, err := os.CreateTemp(dir, ".mstar-check-*")
+		if err != nil {
+			return usageErr("--%s %s: cannot write there: %v", flag, dir, errors.Unwrap(err))
+		}
+		f.Close()
+		os.Remove(f.Name())
+	}
+	return nil
+}
+
+// errIf is cond's usage error, else nil: a check that fits no helper above.
+func errIf(cond bool, format string, a ...any) error {
+	if cond {
+		return usageErr(format, a...)
+	}
+	return nil
+}
+
+// checkHostFits refuses, as bad input, work that needs more host memory
+// than is available (gpu.CheckFits, as bench moe does), before it starts.
+// Memory that cannot be read is no refusal.
+func checkHostFits(what string, need int64, hint string) error {
+	err := gpu.CheckFits(gpu.NewCPU(), what, need, hint)
+	if fe := (*gpu.FitError)(nil); errors.As(err, &fe) {
+		return badInput(err)
+	}
+	return nil
+}
