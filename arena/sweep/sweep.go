@@ -21,6 +21,7 @@
 package sweep
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"sort"
@@ -28,6 +29,7 @@ import (
 
 	"github.com/mstar-dev/mstar/arena"
 	"github.com/mstar-dev/mstar/internal/gpu"
+	"github.com/mstar-dev/mstar/internal/units"
 	"github.com/mstar-dev/mstar/reports"
 )
 
@@ -170,6 +172,51 @@ func (o *Options) defaults() error {
 	return nil
 }
 
+// checkFits refuses, before anything is measured, sizes whose buffers do
+// not fit in free memory (gpu.CheckFits): host memory for the copy mode's
+// pattern, check and host buffers (and the device buffers on the CPU
+// backend), and for the transport's sources, destinations and arena
+// segments; device memory for the copy mode's device buffers. The modes run
+// one after the other, so the larger counts.
+func (o *Options) checkFits() error {
+	cpu := o.Device.Info().Backend != gpu.CUDA
+	var host, dev, largest int64
+	for _, size := range o.Sizes() {
+		largest = size
+		if o.Mode != ModeTransport {
+			region := int64(repeats(size, o.SampleBytes)) * size
+			if cpu { // device memory is host memory
+				host = max(host, 6*region)
+			} else {
+				host, dev = max(host, 4*region), max(dev, 2*region)
+			}
+		}
+		if o.Mode != ModeCopy {
+			// As measurePipe sizes its arena; the files of the file
+			// transport take no more.
+			count := int64(transportCount(size, *o))
+			window := min(count, max(2, (32<<20)/size))
+			seg := max(int64(256<<20), roundUp(size, 4096))
+			segs := (window*roundUp(size, arena.Align)+seg-1)/seg + 1
+			host = max(host, (count+2)*size+segs*seg)
+		}
+	}
+	fits := func(d gpu.Device, need int64) error {
+		err := gpu.CheckFits(d, "a sweep up to "+units.Size(largest, ""), need, "try a smaller --max-size")
+		if errors.As(err, new(*gpu.FitError)) {
+			return err
+		}
+		return nil // memory that cannot be read refuses nothing
+	}
+	if err := fits(gpu.NewCPU(), host); err != nil {
+		return err
+	}
+	if dev > 0 {
+		return fits(o.Device, dev)
+	}
+	return nil
+}
+
 // Sizes lists the sweep's sizes: MinSize, MinSize*Factor, ... up to MaxSize.
 func (o Options) Sizes() []int64 {
 	var out []int64
@@ -192,6 +239,9 @@ func (e *OptionsError) Unwrap() error { return e.Err }
 // Run runs the sweep.
 func Run(opt Options) (*Outcome, error) {
 	if err := opt.defaults(); err != nil {
+		return nil, &OptionsError{Err: err}
+	}
+	if err := opt.checkFits(); err != nil {
 		return nil, &OptionsError{Err: err}
 	}
 	out := &Outcome{}

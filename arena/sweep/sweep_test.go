@@ -2,6 +2,7 @@ package sweep
 
 import (
 	"bytes"
+	"errors"
 	"math"
 	"os"
 	"slices"
@@ -87,6 +88,19 @@ func TestOptionsRejected(t *testing.T) {
 	for _, tc := range tests {
 		if _, err := Run(tc.opt); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: error %v, want one mentioning %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+// Sizes whose buffers cannot fit in memory are refused before anything is
+// allocated, with the numbers.
+func TestSizesBeyondMemoryRejected(t *testing.T) {
+	for _, mode := range []Mode{ModeCopy, ModeTransport} {
+		_, err := Run(Options{Mode: mode, MinSize: 1 << 50, MaxSize: 1 << 50, Dir: t.TempDir()})
+		var oe *OptionsError
+		var fe *gpu.FitError
+		if !errors.As(err, &oe) || !errors.As(err, &fe) || fe.Need < 4<<50 {
+			t.Errorf("%s at 1 PiB: %v; want an OptionsError holding a FitError of at least 4 PiB", mode, err)
 		}
 	}
 }

@@ -71,6 +71,9 @@ func parseSizeBounds(minSize, maxSize string) (lo, hi int64, err error) {
 	if hi, err = units.Parse(maxSize); err != nil {
 		return 0, 0, usageErr("--max-size: %v", err)
 	}
+	if hi < lo {
+		return 0, 0, usageErr("--max-size %s: must be at least --min-size (%s)", maxSize, minSize)
+	}
 	return lo, hi, nil
 }
 
@@ -150,6 +153,11 @@ with "-transport" added to its name).`,
 					return usageErr("--plot: %v", err)
 				}
 			}
+			if err := firstErr(atLeast("min-size", lo, 16, ""), atLeast("factor", factor, 2, ""), atLeast("samples", samples, 1, ""),
+				atLeast("tensors", tensors, 0, "0: picked by size"), atLeast("pcie-gbps", pcie, 0, "0: from NVML"),
+				checkShmDir("shm-dir", shmDir, true)); err != nil {
+				return err
+			}
 			dev, err := a.openDevice(device)
 			if err != nil {
 				return err
@@ -212,9 +220,9 @@ with "-transport" added to its name).`,
 	f.StringVar(&maxSize, "max-size", "1GiB", "largest size")
 	f.Int64Var(&factor, "factor", 4, "size step: each size is this many times the last")
 	f.IntVar(&samples, "samples", 10, "timed samples per point (the table shows medians)")
-	f.IntVar(&tensors, "tensors", 0, "tensors per transport sample (default: up to 4096 small tensors, 64 MiB's worth, at least 16)")
+	f.IntVar(&tensors, "tensors", 0, "tensors per transport sample (0: up to 4096 small tensors, 64 MiB's worth, at least 16)")
 	f.StringVar(&shmDir, "shm-dir", arena.DefaultDir, "directory for segments and tensor files")
-	f.Float64Var(&pcie, "pcie-gbps", 0, "the PCIe link's theoretical GB/s per direction (default: from NVML)")
+	f.Float64Var(&pcie, "pcie-gbps", 0, "the PCIe link's theoretical GB/s per direction (0: from NVML)")
 	f.StringVarP(&out, "out", "o", "", "write the results document to `FILE`")
 	f.StringVar(&plot, "plot", "", "draw bandwidth against size into `FILE` (.png or .svg)")
 	return cmd
@@ -328,16 +336,20 @@ ratio.`,
 				}
 				wargs = []string{"arena", "worker"}
 			}
-			for _, n := range []struct {
-				flag string
-				v    int
-			}{{"producers", producers}, {"consumers", consumers}, {"max-segments", maxSegs}} {
-				if n.v < 1 {
-					return usageErr("--%s %d: want at least 1", n.flag, n.v)
-				}
+			if err := firstErr(atLeast("producers", producers, 1, ""), atLeast("consumers", consumers, 1, ""),
+				atLeast("max-segments", maxSegs, 1, ""), atLeast("fanout", fanout, 1, ""),
+				errIf(fanout > consumers, "--fanout %d: must be at most --consumers (%d)", fanout, consumers),
+				atLeast("inflight", inflight, 1, ""), atLeast("duration", duration, 0, "0: no time limit, with --count"),
+				atLeast("count", count, 0, "0: no count limit, with --duration"),
+				errIf(duration == 0 && count == 0, "--duration %v --count %d: give a duration above 0s or a count above 0", duration, count),
+				within("kill-rate", killRate, 0, 1, "kills per delivered tensor"), above("interval", interval, 0)); err != nil {
+				return err
 			}
 			if seg < 4096 {
 				return usageErr("--segment-size %s: want at least one page (4KiB)", segSize)
+			}
+			if err := checkShmDir("shm-dir", shmDir, true); err != nil {
+				return err
 			}
 			ctx, stop := arenaStressContext()
 			defer stop()
@@ -399,8 +411,8 @@ ratio.`,
 	f := cmd.Flags()
 	f.IntVar(&producers, "producers", 4, "producer processes")
 	f.IntVar(&consumers, "consumers", 4, "consumer processes")
-	f.DurationVar(&duration, "duration", 30*time.Second, "run this long (ignored when only --count is given)")
-	f.Int64Var(&count, "count", 0, "or run until this many tensors are delivered")
+	f.DurationVar(&duration, "duration", 30*time.Second, "run this long (ignored when only --count is given; 0: no time limit, with --count)")
+	f.Int64Var(&count, "count", 0, "or run until this many tensors are delivered (0: no count limit)")
 	f.StringVar(&minSize, "min-size", "1KiB", "smallest payload (sizes are log-uniform)")
 	f.StringVar(&maxSize, "max-size", "64MiB", "largest payload")
 	f.IntVar(&fanout, "fanout", 2, "consumers each tensor goes to")
@@ -455,6 +467,9 @@ arena also runs this sweep when it starts.`,
   mstar arena clean --dry-run --shm-dir /dev/shm`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkShmDir("shm-dir", dir, !dry); err != nil {
+				return err
+			}
 			rep, err := arena.SweepOrphans(dir, arena.SweepOptions{DryRun: dry})
 			if err != nil {
 				return badInput(err)

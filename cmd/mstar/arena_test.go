@@ -66,7 +66,7 @@ func TestArenaUsageErrors(t *testing.T) {
 		{"bad plot format", []string{"arena", "sweep", "--plot", "x.gif"}, "--plot"},
 		{"bad mode", []string{"arena", "sweep", "--device", "cpu", "--mode", "fast", "--max-size", "4KiB"}, "mode"},
 		{"bad transport", []string{"arena", "stress", "--transport", "rdma"}, "--transport"},
-		{"fan-out above consumers", []string{"arena", "stress", "--consumers", "2", "--fanout", "3"}, "fan-out"},
+		{"fan-out above consumers", []string{"arena", "stress", "--consumers", "2", "--fanout", "3"}, "--fanout 3: must be at most --consumers (2)"},
 		{"bad device", []string{"arena", "sweep", "--device", "tpu"}, "--device"},
 		{"segment below a page", []string{"arena", "stress", "--segment-size", "100"}, "--segment-size"},
 		{"no segments", []string{"arena", "stress", "--max-segments", "0"}, "--max-segments"},
@@ -75,6 +75,28 @@ func TestArenaUsageErrors(t *testing.T) {
 		{"no consumers", []string{"arena", "stress", "--consumers", "0"}, "--consumers"},
 		{"arena bytes overflow", []string{"arena", "stress", "--producers", "1048576", "--max-segments", "1048576", "--segment-size", "1TiB"}, "overflows"},
 		{"too few samples", []string{"arena", "sweep", "--device", "cpu", "--samples", "-1"}, "samples"},
+		// No value is quietly replaced by a default: each names its flag and range.
+		{"zero factor", sweepSmall("--factor", "0"), "--factor 0: must be at least 2"},
+		{"factor one", sweepSmall("--factor", "1"), "--factor 1: must be at least 2"},
+		{"zero samples", sweepSmall("--samples", "0"), "--samples 0: must be at least 1"},
+		{"negative tensors", sweepSmall("--tensors", "-1"), "--tensors -1: must be at least 0"},
+		{"negative PCIe rate", sweepSmall("--pcie-gbps", "-5"), "--pcie-gbps -5: must be at least 0 (0: from NVML)"},
+		{"min size below 16 bytes", sweepSmall("--min-size", "8"), "--min-size 8: must be at least 16"},
+		{"max size below min size", sweepSmall("--min-size", "64KiB"), "--max-size 16KiB: must be at least --min-size (64KiB)"},
+		{"zero duration", []string{"arena", "stress", "--duration", "0"}, "--duration 0s --count 0"},
+		{"negative duration", []string{"arena", "stress", "--duration", "-1s"}, "--duration -1s: must be at least 0s"},
+		{"negative count", []string{"arena", "stress", "--count", "-1"}, "--count -1: must be at least 0"},
+		{"zero fan-out", []string{"arena", "stress", "--fanout", "0"}, "--fanout 0: must be at least 1"},
+		{"kill rate above 1", []string{"arena", "stress", "--kill-rate", "2"}, "--kill-rate 2: must be in [0, 1]"},
+		{"zero in flight", []string{"arena", "stress", "--inflight", "0"}, "--inflight 0: must be at least 1"},
+		{"zero interval", []string{"arena", "stress", "--interval", "0"}, "--interval 0s: must be more than 0s"},
+		// Sizes that cannot fit are refused with the numbers, not a Go crash.
+		{"sweep too large for memory", sweepSmall("--min-size", "1024TiB", "--max-size", "1024TiB"), "try a smaller --max-size"},
+		// A bad --shm-dir is refused before the run, naming the flag.
+		{"sweep shm dir missing", sweepSmall("--shm-dir", "/nonexistent"), "--shm-dir /nonexistent: no such file or directory"},
+		{"sweep shm dir a file", sweepSmall("--shm-dir", "/etc/passwd"), "--shm-dir /etc/passwd: not a directory"},
+		{"stress shm dir missing", []string{"arena", "stress", "--shm-dir", "/nonexistent"}, "--shm-dir /nonexistent: no such file or directory"},
+		{"clean shm dir a file", []string{"arena", "clean", "--shm-dir", "/etc/passwd"}, "--shm-dir /etc/passwd: not a directory"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, stderr, code := runMstar(t, tc.args...)
@@ -86,6 +108,11 @@ func TestArenaUsageErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// sweepSmall is a CPU sweep that would end in a blink, with extra flags.
+func sweepSmall(extra ...string) []string {
+	return append([]string{"arena", "sweep", "--device", "cpu", "--max-size", "16KiB", "--samples", "1"}, extra...)
 }
 
 func TestArenaSweepCPU(t *testing.T) {
