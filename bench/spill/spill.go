@@ -234,10 +234,20 @@ func (c *Config) defaults() error {
 	if c.Dev == nil {
 		return errors.New("spill: no device")
 	}
-	if c.Blocks <= 0 {
+	// Only 0 means the default: a negative count or time is refused, not
+	// quietly replaced.
+	switch {
+	case c.Blocks < 0 || c.Samples < 0 || c.Sessions < 0 || c.Cooldown < 0:
+		return fmt.Errorf("spill: blocks %d, samples %d, sessions %d, cooldown %d: none may be negative", c.Blocks, c.Samples, c.Sessions, c.Cooldown)
+	case c.TTL < 0 || c.Interval < 0:
+		return fmt.Errorf("spill: TTL %v, interval %v: neither may be negative", c.TTL, c.Interval)
+	case c.Floor < 0 || c.HibernatePinnedFloor < 0 || c.PingPongTol < 0:
+		return fmt.Errorf("spill: floor %v, hibernate-pinned floor %v, ping-pong tolerance %v: none may be negative", c.Floor, c.HibernatePinnedFloor, c.PingPongTol)
+	}
+	if c.Blocks == 0 {
 		c.Blocks = 16
 	}
-	if c.Samples <= 0 {
+	if c.Samples == 0 {
 		c.Samples = 5
 	}
 	if c.Floor == 0 {
@@ -270,8 +280,48 @@ func (c *Config) defaults() error {
 	if c.Cooldown == 0 {
 		c.Cooldown = 8
 	}
-	if c.Sessions <= 0 {
+	if c.Sessions == 0 {
 		c.Sessions = 4
+	}
+	return nil
+}
+
+// CheckFits refuses, before any cell runs, sizes whose pool and its copy in
+// the tier cannot both fit (gpu.CheckFits): the pool in device memory, the
+// copy in device memory for the device tier, in host memory for the others
+// but files; on the CPU backend device memory is host memory.
+func CheckFits(dev gpu.Device, cells []Cell) error {
+	cpu := dev.Info().Backend != gpu.CUDA
+	var onDev, onHost, size int64
+	for _, c := range cells {
+		d, h := c.Size, int64(0)
+		switch c.Tier {
+		case tier.Device:
+			d += c.Size
+		case tier.File:
+		default:
+			h = c.Size
+		}
+		if cpu {
+			d, h = 0, d+h
+		}
+		if d > onDev || h > onHost {
+			size = max(size, c.Size)
+		}
+		onDev, onHost = max(onDev, d), max(onHost, h)
+	}
+	what := "--sizes " + units.Bytes(size) + " (the pool and its copy in the tier)"
+	for _, n := range []struct {
+		d    gpu.Device
+		need int64
+	}{{dev, onDev}, {gpu.NewCPU(), onHost}} {
+		if n.need == 0 {
+			continue
+		}
+		// Only a refusal counts: memory that cannot be read refuses nothing.
+		if err := gpu.CheckFits(n.d, what, n.need, "try smaller --sizes"); errors.As(err, new(*gpu.FitError)) {
+			return err
+		}
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package spill
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -332,5 +333,43 @@ func TestNoLeftovers(t *testing.T) {
 			names = append(names, e.Name())
 		}
 		t.Errorf("left in the shm folder: %v", names)
+	}
+}
+
+// Only 0 means a default: a negative count or time is refused, not
+// quietly replaced by the default.
+func TestNegativeConfigRefused(t *testing.T) {
+	cells, err := Match(Cells(Scenarios, tier.Kinds, []int64{1 << 20}), "hibernate/pageable")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, mut := range map[string]func(*Config){
+		"blocks":   func(c *Config) { c.Blocks = -3 },
+		"samples":  func(c *Config) { c.Samples = -2 },
+		"sessions": func(c *Config) { c.Sessions = -1 },
+		"cooldown": func(c *Config) { c.Cooldown = -5 },
+		"TTL":      func(c *Config) { c.TTL = -time.Second },
+		"interval": func(c *Config) { c.Interval = -time.Second },
+		"floor":    func(c *Config) { c.Floor = -0.5 },
+	} {
+		cfg := small(t)
+		mut(&cfg)
+		if m, err := Run(context.Background(), cfg, cells, nil); err == nil || m != nil {
+			t.Errorf("negative %s: ran (%v)", name, err)
+		}
+	}
+}
+
+// Sizes whose pool and tier copy cannot fit are refused before any cell
+// runs, with the numbers; small ones pass.
+func TestCheckFits(t *testing.T) {
+	dev := gpu.NewCPU()
+	huge := Cells([]Scenario{Hibernate}, []tier.Kind{tier.Pageable, tier.File}, []int64{1 << 50})
+	var fe *gpu.FitError
+	if err := CheckFits(dev, huge); !errors.As(err, &fe) || fe.Need != 2<<50 || !strings.Contains(err.Error(), "--sizes 1 PiB") {
+		t.Errorf("1 PiB pools through pageable memory: %v; want a FitError needing 2 PiB of host memory", err)
+	}
+	if err := CheckFits(dev, Cells(Scenarios, tier.Kinds, []int64{1 << 20})); err != nil {
+		t.Errorf("1 MiB pools refused: %v", err)
 	}
 }

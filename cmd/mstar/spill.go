@@ -117,8 +117,18 @@ gate), writes a results document with --out, exits 1 when any gate fails.`,
 				if err != nil {
 					return usageErr("--tiers: %v", err)
 				}
-				if floor < 0 || floor > 1 || pinnedFloor < 0 || pinnedFloor > 1 || ppTol < 0 {
-					return usageErr("--floor and --hibernate-pinned-floor must be in [0, 1] and --pingpong-tol positive")
+				if err := firstErr(errIf(!(floor > 0 && floor <= 1), "--floor %v: must be in (0, 1]", floor),
+					within("hibernate-pinned-floor", pinnedFloor, 0, 1, "0: 0.9 on CUDA, --floor on the CPU"),
+					atLeast("pingpong-tol", ppTol, 0, "0: 0.10 on CUDA, 0.25 on the CPU"),
+					atLeast("blocks", blocks, 1, ""), atLeast("samples", samples, 1, ""), atLeast("sessions", sessions, 1, ""),
+					atLeast("cooldown", cooldown, 1, ""), above("interval", interval, 0), above("ttl", ttl, 0),
+					atLeast("trace-every", traceEvery, 0, "0: keep every record")); err != nil {
+					return err
+				}
+				if shmDir != "" {
+					if err := checkShmDir("shm-dir", shmDir, true); err != nil {
+						return err
+					}
 				}
 				dev, err := a.openDevice(device)
 				if err != nil {
@@ -135,6 +145,9 @@ gate), writes a results document with --out, exits 1 when any gate fails.`,
 				list, err := spill.Match(spill.Cells(spill.Scenarios, kinds, sz), cells)
 				if err != nil {
 					return usageErr("--cells: %v", err)
+				}
+				if err := spill.CheckFits(dev, list); err != nil {
+					return badInput(err)
 				}
 				holder := spillHolder
 				if len(holder.Argv) == 0 {
@@ -231,7 +244,7 @@ gate), writes a results document with --out, exits 1 when any gate fails.`,
 		f.IntVar(&cooldown, "cooldown", 8, "regulator cooldown after a rung change, in ticks")
 		f.IntVar(&sessions, "sessions", 4, "sessions of the multi-session cells")
 		f.DurationVar(&ttl, "ttl", 50*time.Millisecond, "how long stranded bytes are held before they are reclaimed")
-		f.Uint64Var(&seed, "seed", 0x5eed, "seed for block contents and random interleavings")
+		f.Uint64Var(&seed, "seed", 0x5eed, "seed for block contents and random interleavings (0: 0x5eed)")
 		return cmd
 	})
 

@@ -138,6 +138,11 @@ func TestSpillMatrixInject(t *testing.T) {
 	}
 }
 
+// oneCell is a one-cell matrix that would end in a blink, with extra flags.
+func oneCell(extra ...string) []string {
+	return append([]string{"spill-matrix", "--device", "cpu", "--cells", "hibernate/pageable", "--sizes", "1MiB"}, extra...)
+}
+
 func TestSpillMatrixBadUsage(t *testing.T) {
 	for _, tt := range []struct {
 		name string
@@ -152,6 +157,20 @@ func TestSpillMatrixBadUsage(t *testing.T) {
 		{"floor out of range", []string{"spill-matrix", "--floor", "2"}, "--floor"},
 		{"no such device", []string{"spill-matrix", "--device", "cuda:7"}, "cuda:7"},
 		{"holder without a size", []string{"spill-holder", "--size", "0"}, "--size must be positive"},
+		// No value is quietly replaced by a default: each names its flag and range.
+		{"negative blocks", oneCell("--blocks", "-3"), "--blocks -3: must be at least 1"},
+		{"no samples", oneCell("--samples", "0"), "--samples 0: must be at least 1"},
+		{"negative sessions", oneCell("--sessions", "-1"), "--sessions -1: must be at least 1"},
+		{"negative cooldown", oneCell("--cooldown", "-5"), "--cooldown -5: must be at least 1"},
+		{"negative interval", oneCell("--interval", "-1s"), "--interval -1s: must be more than 0s"},
+		{"zero TTL", oneCell("--ttl", "0"), "--ttl 0s: must be more than 0s"},
+		{"zero floor", oneCell("--floor", "0"), "--floor 0: must be in (0, 1]"},
+		{"negative trace throttle", oneCell("--trace-every", "-1s"), "--trace-every -1s: must be at least 0s"},
+		{"negative ping-pong tolerance", oneCell("--pingpong-tol", "-1"), "--pingpong-tol -1: must be at least 0"},
+		// Bad input found up front (exit 2), not counted as a failed cell (exit 1).
+		{"shm dir missing", []string{"spill-matrix", "--device", "cpu", "--cells", "hibernate/pinned", "--sizes", "1MiB", "--shm-dir", "/nonexistent"}, "--shm-dir /nonexistent: no such file or directory"},
+		{"shm dir a file", []string{"spill-matrix", "--device", "cpu", "--cells", "hibernate/pinned", "--sizes", "1MiB", "--shm-dir", "/etc/passwd"}, "--shm-dir /etc/passwd: not a directory"},
+		{"size beyond memory", []string{"spill-matrix", "--device", "cpu", "--cells", "hibernate/pageable", "--sizes", "1024TiB"}, "try smaller --sizes"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, stderr, code := runMstar(t, tt.args...)

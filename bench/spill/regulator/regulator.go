@@ -87,6 +87,9 @@ type Regulator struct {
 // New returns a regulator over pool, spilling to pinned and then to deep.
 // The pool's blocks are all on the device.
 func New(cfg Config, pool *tier.Pool, s gpu.Stream, pinned, deep tier.Tier) (*Regulator, error) {
+	if cfg.Cooldown < 0 || cfg.Interval < 0 {
+		return nil, fmt.Errorf("regulator: cooldown %d ticks, interval %v: neither may be negative (0: the default)", cfg.Cooldown, cfg.Interval)
+	}
 	cfg.defaults()
 	if cfg.Budget < pool.Bytes() {
 		return nil, fmt.Errorf("regulator: budget %d bytes cannot hold the pool's %d", cfg.Budget, pool.Bytes())

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -183,6 +184,13 @@ func TestBadConfig(t *testing.T) {
 	}
 	if _, err := New(Config{Budget: blk, Low: 0.3, High: 0.2}, pool, s, nil, nil); err == nil {
 		t.Error("low above high accepted")
+	}
+	// Only 0 means the default; a negative value is refused.
+	if _, err := New(Config{Budget: blk, Cooldown: -1}, pool, s, nil, nil); err == nil || !strings.Contains(err.Error(), "cooldown -1") {
+		t.Errorf("negative cooldown: %v", err)
+	}
+	if _, err := New(Config{Budget: blk, Interval: -time.Millisecond}, pool, s, nil, nil); err == nil || !strings.Contains(err.Error(), "interval -1ms") {
+		t.Errorf("negative interval: %v", err)
 	}
 }
 
