@@ -139,3 +139,20 @@ func TestCPUProfileFlag(t *testing.T) {
 		t.Errorf("unwritable profile: exit %d, stderr %q; want 2 naming --cpuprofile", code, stderr)
 	}
 }
+
+// An --out that is an existing directory is refused before the run (exit
+// 2), not after it when the results file cannot replace the directory.
+func TestOutputDirectoryRefused(t *testing.T) {
+	dir := t.TempDir()
+	for _, args := range [][]string{
+		{"bench", "ceilings", "--device", "cpu", "--quick"},
+		oneCell(),
+		sweepSmall(),
+		{"arena", "stress", "--duration", "200ms", "--producers", "1", "--consumers", "1", "--fanout", "1", "--max-size", "4KiB", "--segment-size", "1MiB"},
+	} {
+		stdout, stderr, code := runMstar(t, append(args, "--out", dir)...)
+		if code != exitBadUsge || !strings.Contains(stderr, "--out "+dir+": is a directory") || stdout != "" {
+			t.Errorf("%v --out DIR: exit %d, stderr %q, stdout %d bytes; want exit 2 naming --out, before any output", args, code, stderr, len(stdout))
+		}
+	}
+}

@@ -182,12 +182,16 @@ func (a *app) stopProfile() error {
 }
 
 // checkOutputFlags checks that each output file a command was given can be
-// created: its folder exists and is writable.
+// created: it is not a directory (the final rename would fail after the
+// run), and its folder exists and is writable.
 func checkOutputFlags(cmd *cobra.Command) error {
 	for _, name := range outputFlags {
 		f := cmd.Flags().Lookup(name)
 		if f == nil || !f.Changed || f.Value.String() == "" {
 			continue
+		}
+		if st, err := os.Stat(f.Value.String()); err == nil && st.IsDir() {
+			return usageErr("--%s %s: is a directory; give a file path", name, f.Value.String())
 		}
 		dir := filepath.Dir(f.Value.String())
 		tmp, err := os.CreateTemp(dir, ".mstar-check-*")
