@@ -6,6 +6,7 @@ package doctor
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"github.com/mstar-dev/mstar/internal/units"
 	"os"
@@ -70,9 +71,15 @@ type Statfs struct{ Total, Free int64 }
 func Gather(libs []Library, shmDir string) Sources {
 	s := Sources{Libraries: libs, ShmDir: shmDir, MemlockKB: -2}
 	s.NVML, s.NVMLErr = nvmlinfo.Query()
+	// statfs reports a regular file's file system too: the arena needs a
+	// directory it can write in.
 	var st unix.Statfs_t
-	if err := unix.Statfs(shmDir, &st); err != nil {
+	if fi, err := os.Stat(shmDir); err == nil && !fi.IsDir() {
+		s.ShmErr = errors.New("not a directory")
+	} else if err := unix.Statfs(shmDir, &st); err != nil {
 		s.ShmErr = err
+	} else if err := unix.Access(shmDir, unix.W_OK|unix.X_OK); err != nil {
+		s.ShmErr = fmt.Errorf("not writable: %w", err)
 	} else {
 		s.Shm = &Statfs{Total: int64(st.Blocks) * st.Bsize, Free: int64(st.Bavail) * st.Bsize}
 	}

@@ -2,6 +2,8 @@ package doctor
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -94,5 +96,26 @@ func TestGatherThisMachine(t *testing.T) {
 		if c.Status != OK && c.Status != Warn && c.Status != Fail {
 			t.Errorf("check %q has status %q", c.Name, c.Status)
 		}
+	}
+}
+
+// A --shm-dir that is a regular file is no shared-memory directory, even
+// though statfs reports the file system it lives on.
+func TestGatherShmDirNotADirectory(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, c := range Run(Gather(nil, file)) {
+		if c.Name == "shm" {
+			found = true
+			if c.Status != Fail || !strings.Contains(c.Detail, file+": not a directory") {
+				t.Errorf("shm check on a regular file: %s %q", c.Status, c.Detail)
+			}
+		}
+	}
+	if !found {
+		t.Error("no shm check")
 	}
 }
