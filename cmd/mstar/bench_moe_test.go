@@ -73,7 +73,9 @@ func TestBenchMoEBadInput(t *testing.T) {
 		{"bad config", small("--batch", "1", "--config", "tiled:bm=3"), "bm must be a multiple"},
 		{"bad tc config", small("--batch", "1", "--config", "tc:bk=48"), "bk must be 32, 64 or 128"},
 		{"tune with a config", small("--batch", "1", "--tune", "--config", "tc:128x256k64s3"), "--tune tries every candidate"},
-		{"bad tune samples", small("--batch", "1", "--tune", "--tune-samples", "-1"), "--tune-samples -1"},
+		{"bad tune samples", small("--batch", "1", "--tune", "--tune-samples", "-1"), "--tune-samples -1: must be at least 0 (0: 6)"},
+		{"negative samples", small("--batch", "1", "--samples", "-1"), "--samples -1: must be at least 0"},
+		{"no tensor parallelism", small("--batch", "1", "--tp", "0"), "--tp 0: must be at least 1"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, stderr, code := runMstar(t, append([]string{"bench", "moe"}, tt.args...)...)

@@ -45,8 +45,8 @@ with --ceilings FILE.`,
   mstar report show ceilings.json`,
 			Args: cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, args []string) error {
-				if samples < 0 {
-					return usageErr("--samples %d: want a positive count (0 for the default)", samples)
+				if err := atLeast("samples", samples, 0, "0: 20 on CUDA, 10 on the CPU, 6 with --quick"); err != nil {
+					return err
 				}
 				dev, err := a.openDevice(device)
 				if err != nil {

@@ -166,8 +166,8 @@ compare: exit 2, so a CI gate never passes by comparing nothing.`,
 			if format != reports.FormatText && format != reports.FormatMarkdown {
 				return usageErr("--format %q: want text or markdown", format)
 			}
-			if threshold < 0 {
-				return usageErr("--threshold %v: want a percentage >= 0", threshold)
+			if err := atLeast("threshold", threshold, 0, "a percentage"); err != nil {
+				return err
 			}
 			if !(alpha > 0 && alpha < 1) {
 				return usageErr("--alpha %v: want a level between 0 and 1", alpha)

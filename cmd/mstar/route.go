@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -58,6 +57,9 @@ problem named.`,
 				}
 				if logitsPath == "" {
 					return usageErr("route: --logits is required (a JSON array of T rows of E numbers)")
+				}
+				if err := atLeast("topk", topk, 1, ""); err != nil {
+					return err
 				}
 				cfg, err := rf.config(cmd)
 				if err != nil {
@@ -138,12 +140,12 @@ func (rf *routerFlags) config(cmd *cobra.Command) (router.Config, error) {
 		v    float64
 	}{{"n-group", float64(rf.nGroup)}, {"topk-group", float64(rf.topkGroup)}, {"scaling", rf.scaling},
 		{"capacity-factor", rf.cf}, {"bias-rate", rf.rate}, {"mix", rf.mix}, {"skew", rf.skew}} {
-		if c.v < 0 || math.IsNaN(c.v) || math.IsInf(c.v, 0) {
-			return router.Config{}, usageErr("--%s %v: want a finite number, not negative", c.name, c.v)
+		if err := atLeast(c.name, c.v, 0, "0: the router's default"); err != nil {
+			return router.Config{}, err
 		}
 	}
-	if rf.mix > 1 {
-		return router.Config{}, usageErr("--mix %v: a weight between 0 and 1", rf.mix)
+	if err := within("mix", rf.mix, 0, 1, "0: 0.5"); err != nil {
+		return router.Config{}, err
 	}
 	cfg := router.Config{NGroup: rf.nGroup, TopKGroup: rf.topkGroup, Scaling: rf.scaling, CapacityFactor: rf.cf,
 		Seed: rf.seed, BiasUpdateRate: rf.rate, Mix: rf.mix, Skew: rf.skew}

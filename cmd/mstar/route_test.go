@@ -135,7 +135,10 @@ func TestRouteBadInput(t *testing.T) {
 		{"unknown router", []string{"--router", "nope", "--logits", logits}, `unknown router "nope"`},
 		{"no router", []string{"--logits", logits}, "--router is required"},
 		{"missing file", []string{"--router", "mixtral", "--logits", filepath.Join(dir, "none.json")}, "no such file"},
-		{"negative scaling", []string{"--router", "mixtral", "--logits", logits, "--scaling", "-1"}, "--scaling -1: want a finite number, not negative"},
+		{"negative scaling", []string{"--router", "mixtral", "--logits", logits, "--scaling", "-1"}, "--scaling -1: must be at least 0 (0: the router's default)"},
+		{"infinite scaling", []string{"--router", "mixtral", "--logits", logits, "--scaling", "Inf"}, "--scaling +Inf: must be at least 0"},
+		{"mix above 1", []string{"--router", "cross-layer", "--logits", logits, "--mix", "2"}, "--mix 2: must be in [0, 1]"},
+		{"zero topk", []string{"--router", "softmax-topk", "--logits", logits, "--topk", "0"}, "--topk 0: must be at least 1"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -74,6 +74,9 @@ stderr with their line numbers and skipped; --strict makes them an error.`,
 				if format != "text" && format != "json" {
 					return usageErr("--format %q: want text or json", format)
 				}
+				if err := atLeast("flap-window", flapWindow, 0, "0: twice the cooldown"); err != nil {
+					return err
+				}
 				f, err := a.readTrace(args[0], strict)
 				if err != nil {
 					return err
@@ -95,7 +98,7 @@ stderr with their line numbers and skipped; --strict makes them an error.`,
 		}
 		sum.Flags().StringVar(&format, "format", "text", "text or json")
 		sum.Flags().BoolVar(&strict, "strict", false, "exit 2 on any bad line")
-		sum.Flags().DurationVar(&flapWindow, "flap-window", 0, "a reversal within this is a flap (default twice the cooldown)")
+		sum.Flags().DurationVar(&flapWindow, "flap-window", 0, "a reversal within this is a flap (0: twice the cooldown the records carry)")
 
 		var outPath, title string
 		var sessions []string

@@ -95,6 +95,10 @@ func TestTraceSummarize(t *testing.T) {
 	if _, _, code := runMstar(t, "trace", "summarize", "--format", "xml", path); code != exitBadUsge {
 		t.Errorf("--format xml: exit %d", code)
 	}
+	if out, stderr, code := runMstar(t, "trace", "summarize", "--flap-window", "-1s", path); code != exitBadUsge || out != "" ||
+		!strings.Contains(stderr, "--flap-window -1s: must be at least 0s (0: twice the cooldown)") {
+		t.Errorf("--flap-window -1s: exit %d, stderr %q, stdout %q", code, stderr, out)
+	}
 	if _, _, code := runMstar(t, "trace", "frobnicate"); code != exitBadUsge {
 		t.Errorf("unknown trace subcommand: exit %d", code)
 	}
