@@ -26,6 +26,8 @@ import (
 	"time"
 
 	"github.com/mstar-dev/mstar/arena"
+	"github.com/mstar-dev/mstar/internal/gpu"
+	"github.com/mstar-dev/mstar/internal/units"
 )
 
 // Options configures a stress run.
@@ -126,6 +128,23 @@ func (o *Options) defaults() error {
 	return nil
 }
 
+// checkFits refuses, before any worker starts, payloads too large for free
+// host memory (gpu.CheckFits): at least each worker's buffer of MaxSize and
+// one tensor in flight per producer. A worker out of memory is killed by
+// the Go runtime, which the gates would count as a failed run.
+func (o *Options) checkFits() error {
+	need := int64(math.MaxInt64)
+	if f := (2*float64(o.Producers) + float64(o.Consumers)) * float64(o.MaxSize); f < math.MaxInt64 {
+		need = int64(f)
+	}
+	what := fmt.Sprintf("--max-size %s over %d producers and %d consumers", units.Bytes(o.MaxSize), o.Producers, o.Consumers)
+	err := gpu.CheckFits(gpu.NewCPU(), what, need, "try a smaller --max-size or fewer workers")
+	if errors.As(err, new(*gpu.FitError)) {
+		return fmt.Errorf("stress: %w", err)
+	}
+	return nil // memory that cannot be read refuses nothing
+}
+
 // arenaBytes is the segment space all producers may hold, and whether it
 // fits an int64.
 func (o *Options) arenaBytes() (int64, bool) {
@@ -204,6 +223,9 @@ type event struct {
 // drains, sweeps and reports).
 func Run(ctx context.Context, opt Options) (*Summary, error) {
 	if err := opt.defaults(); err != nil {
+		return nil, err
+	}
+	if err := opt.checkFits(); err != nil {
 		return nil, err
 	}
 	runDir, err := os.MkdirTemp(opt.ShmDir, "mstar-stress-")

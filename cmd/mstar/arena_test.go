@@ -91,6 +91,7 @@ func TestArenaUsageErrors(t *testing.T) {
 		{"zero in flight", []string{"arena", "stress", "--inflight", "0"}, "--inflight 0: must be at least 1"},
 		{"zero interval", []string{"arena", "stress", "--interval", "0"}, "--interval 0s: must be more than 0s"},
 		// Sizes that cannot fit are refused with the numbers, not a Go crash.
+		{"stress too large for memory", []string{"arena", "stress", "--min-size", "1024TiB", "--max-size", "1024TiB"}, "try a smaller --max-size or fewer workers"},
 		{"sweep too large for memory", sweepSmall("--min-size", "1024TiB", "--max-size", "1024TiB"), "try a smaller --max-size"},
 		// A bad --shm-dir is refused before the run, naming the flag.
 		{"sweep shm dir missing", sweepSmall("--shm-dir", "/nonexistent"), "--shm-dir /nonexistent: no such file or directory"},
