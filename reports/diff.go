@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"math/bits"
 	"slices"
 	"strconv"
 	"strings"
@@ -35,6 +36,8 @@ type Comparison struct {
 // MetricDiff compares one metric of one result.
 type MetricDiff struct {
 	Key    string // Result.Key()
+	Name   string // the result's name and parameters, as in Key
+	Params Params
 	Metric string
 	Unit   string
 	Better Direction
@@ -108,6 +111,7 @@ type side struct {
 	keys    []string
 	metrics map[string][]*pooled
 	envs    map[string]map[string]bool
+	ids     map[string]Result // name and parameters of each key
 }
 
 type pooled struct {
@@ -116,7 +120,7 @@ type pooled struct {
 }
 
 func collect(docs []*Document) *side {
-	s := &side{metrics: map[string][]*pooled{}, envs: map[string]map[string]bool{}}
+	s := &side{metrics: map[string][]*pooled{}, envs: map[string]map[string]bool{}, ids: map[string]Result{}}
 	for _, d := range docs {
 		for i := range d.Results {
 			r := &d.Results[i]
@@ -125,6 +129,7 @@ func collect(docs []*Document) *side {
 				s.keys = append(s.keys, k)
 				s.metrics[k] = nil
 				s.envs[k] = map[string]bool{}
+				s.ids[k] = Result{Name: r.Name, Params: r.Params}
 			}
 			s.envs[k][d.EnvOf(r).Key()] = true
 			for _, m := range r.Metrics {
@@ -189,7 +194,9 @@ func Diff(base, new []*Document, opt DiffOptions) *Comparison {
 				c.Warnings = append(c.Warnings, fmt.Sprintf("%s: metric %s is only in base", k, bm.Name))
 				continue
 			}
-			c.Metrics = append(c.Metrics, compareMetric(k, bm, nm, opt))
+			m := compareMetric(k, bm, nm, opt)
+			m.Name, m.Params = b.ids[k].Name, b.ids[k].Params
+			c.Metrics = append(c.Metrics, m)
 		}
 		for _, nm := range n.metrics[k] {
 			if !slices.ContainsFunc(b.metrics[k], func(q *pooled) bool { return q.Name == nm.Name }) {
@@ -361,9 +368,60 @@ func summaryCell(s Summary) string {
 	return FormatValue(s.Median) + " " + formatPct(s.HalfWidthPct())
 }
 
+// CannotTellSummary describes, one entry per metric, the comparisons whose
+// samples are too few to show any change: "rel_l2 in 13 results (n=1+1)".
+func (c *Comparison) CannotTellSummary() []string { return cannotTellSummary(c.CannotTell()) }
+
+func cannotTellSummary(ms []*MetricDiff) []string {
+	type acc struct {
+		n  int
+		ns []string
+	}
+	var order []string
+	by := map[string]*acc{}
+	for _, m := range ms {
+		a := by[m.Metric]
+		if a == nil {
+			a = &acc{}
+			by[m.Metric] = a
+			order = append(order, m.Metric)
+		}
+		a.n++
+		if n := fmt.Sprintf("%d+%d", m.Base.N, m.New.N); !slices.Contains(a.ns, n) {
+			a.ns = append(a.ns, n)
+		}
+	}
+	out := make([]string, 0, len(order))
+	for _, name := range order {
+		a := by[name]
+		out = append(out, fmt.Sprintf("%s in %s (n=%s)", name, plural(a.n, "result"), strings.Join(a.ns, ", ")))
+	}
+	return out
+}
+
+// SamplesNeeded is the fewest samples a side with which the U test can
+// show a change at all at the comparison's alpha (4 at 0.05).
+func (c *Comparison) SamplesNeeded() int {
+	alpha := c.Options.withDefaults().Alpha
+	n := 1
+	for minUTestP(n, n) > alpha && n < 1000 {
+		n++
+	}
+	return n
+}
+
+// plural is "1 result", "2 results".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return strconv.Itoa(n) + " " + noun + "s"
+}
+
 // RenderDiff writes the comparison as text or markdown: a table per metric
 // with a geomean row, then what is on one side only, warnings, and the
-// verdict of each regression.
+// verdict of each regression. A metric none of whose results has enough
+// samples to tell gets one line instead of a table.
 func RenderDiff(w io.Writer, c *Comparison, format string) error {
 	markdown := false
 	switch format {
@@ -410,25 +468,36 @@ func RenderDiff(w io.Writer, c *Comparison, format string) error {
 		g.rows = append(g.rows, m)
 	}
 	fmt.Fprintf(&b, "alpha %s, threshold %s%%\n\n", trimFloat(c.Options.Alpha), trimFloat(c.Options.Threshold))
-	for i, g := range groups {
-		if i > 0 {
+	labels := map[*MetricDiff]string{}
+	var untabled []*MetricDiff
+	tabled := 0
+	for _, g := range groups {
+		// Rows that all cannot tell would fill a table with "cannot
+		// tell"; one line below lists them instead.
+		if !slices.ContainsFunc(g.rows, func(m *MetricDiff) bool { return m.Unmeasured != "" || m.EnoughSamples }) {
+			untabled = append(untabled, g.rows...)
+			continue
+		}
+		if tabled > 0 {
 			b.WriteString("\n")
 		}
+		tabled++
 		heading(fmt.Sprintf("%s (%s is better)", g.col.Header(), g.col.Better))
-		keys := make([]string, len(g.rows))
+		ids := make([]Result, len(g.rows))
 		for j, m := range g.rows {
-			keys[j] = m.Key
+			ids[j] = Result{Name: m.Name, Params: m.Params}
 		}
-		shared, short := factorKeys(keys)
-		if shared != "" {
-			item("every result has " + shared)
-			if markdown {
-				b.WriteString("\n")
-			}
+		lines, short := rowLabels(ids)
+		for _, l := range lines {
+			item(l)
+		}
+		if len(lines) > 0 && markdown {
+			b.WriteString("\n")
 		}
 		tab := newTableWriter(&b, markdown)
 		tab.Header([]string{"result", "base", "new", "delta", "p", "n", "verdict"})
 		for j, m := range g.rows {
+			labels[m] = short[j]
 			row := []string{short[j], "", "", m.deltaCell(), "", "", m.Verdict(c.Options)}
 			if m.Unmeasured == "" {
 				row[1], row[2] = summaryCell(m.Base), summaryCell(m.New)
@@ -450,17 +519,42 @@ func RenderDiff(w io.Writer, c *Comparison, format string) error {
 			return err
 		}
 	}
-	var warnings []string
-	for _, m := range c.Metrics {
+	// A warning shared by many results is one line naming a few of them.
+	type warning struct {
+		text string
+		who  []string
+	}
+	var warns []*warning
+	for i := range c.Metrics {
+		m := &c.Metrics[i]
+		who, ok := labels[m]
+		if !ok {
+			continue // summarised as "cannot tell"
+		}
 		for _, w := range m.Warnings {
-			warnings = append(warnings, m.Key+": "+m.Metric+": "+w)
+			text := m.Metric + ": " + w
+			j := slices.IndexFunc(warns, func(x *warning) bool { return x.text == text })
+			if j < 0 {
+				warns = append(warns, &warning{text: text})
+				j = len(warns) - 1
+			}
+			warns[j].who = append(warns[j].who, who)
 		}
 	}
+	var warnings []string
+	for _, w := range warns {
+		warnings = append(warnings, w.text+" ("+listSome(w.who, 3)+")")
+	}
 	warnings = append(warnings, c.Warnings...)
+	var cannot []string
+	if ct := cannotTellSummary(untabled); len(ct) > 0 {
+		cannot = []string{strings.Join(ct, "; ")}
+	}
 	sections := []struct {
 		title string
 		lines []string
 	}{
+		{fmt.Sprintf("cannot tell, too few samples (at alpha %s the U test needs at least %d a side)", trimFloat(c.Options.Alpha), c.SamplesNeeded()), cannot},
 		{"only in base", c.OnlyBase},
 		{"only in new", c.OnlyNew},
 		{"warnings", warnings},
@@ -489,44 +583,148 @@ func RenderDiff(w io.Writer, c *Comparison, format string) error {
 	return err
 }
 
-// factorKeys takes the parameters ("/"-separated parts after the result
-// name) that every key shares out into one line, so a table's rows show the
-// name and what tells them apart. With one key, or nothing shared, the keys
-// stay whole.
-func factorKeys(keys []string) (shared string, short []string) {
-	if len(keys) < 2 {
-		return "", keys
+// listSome joins the first n names and counts the rest.
+func listSome(names []string, n int) string {
+	if len(names) <= n {
+		return strings.Join(names, ", ")
 	}
-	parts := make([][]string, len(keys))
-	count := map[string]int{}
-	for i, k := range keys {
-		parts[i] = strings.Split(k, "/")
-		seen := map[string]bool{}
-		for _, p := range parts[i] {
-			if !seen[p] {
-				seen[p] = true
-				count[p]++
+	return fmt.Sprintf("%s and %d more", strings.Join(names[:n], ", "), len(names)-n)
+}
+
+// maxLabel is the longest row label rowLabels leaves alone.
+const maxLabel = 40
+
+// rowLabels names the rows of one table briefly. Per result name, the
+// parameters all its rows share go into a line above the table; where the
+// labels are still long, the fewest parameters that tell the rows apart
+// stay and each row's others go into a line of their own. Short labels of a
+// lone result stay whole.
+func rowLabels(rs []Result) (lines, labels []string) {
+	labels = make([]string, len(rs))
+	var names []string
+	byName := map[string][]int{}
+	for i, r := range rs {
+		if _, ok := byName[r.Name]; !ok {
+			names = append(names, r.Name)
+		}
+		byName[r.Name] = append(byName[r.Name], i)
+	}
+	label := func(r Result, keep []string) string {
+		parts := []string{r.Name}
+		for _, k := range keep {
+			if v, ok := r.Params[k]; ok {
+				parts = append(parts, k+"="+v)
+			}
+		}
+		return strings.Join(parts, "/")
+	}
+	for _, name := range names {
+		idx := byName[name]
+		all := map[string]bool{}
+		for _, i := range idx {
+			for k := range rs[i].Params {
+				all[k] = true
+			}
+		}
+		var shared, varying []string
+		for _, k := range sortedKeys(all) {
+			v, ok := rs[idx[0]].Params[k]
+			same := ok
+			for _, i := range idx[1:] {
+				if w, ok := rs[i].Params[k]; !ok || w != v {
+					same = false
+				}
+			}
+			if same {
+				shared = append(shared, k)
+			} else {
+				varying = append(varying, k)
+			}
+		}
+		if len(idx) == 1 && len(rs[idx[0]].Key()) <= maxLabel {
+			labels[idx[0]] = rs[idx[0]].Key()
+			continue
+		}
+		keep := varying
+		if longest(rs, idx, keep, label) > maxLabel {
+			keep = fewestTellingApart(rs, idx, varying)
+		}
+		if len(shared) > 0 {
+			kv := make([]string, len(shared))
+			for j, k := range shared {
+				kv[j] = k + "=" + rs[idx[0]].Params[k]
+			}
+			switch {
+			case len(names) == 1:
+				lines = append(lines, "every result has "+strings.Join(kv, "/"))
+			case len(idx) == 1:
+				lines = append(lines, name+" has "+strings.Join(kv, "/"))
+			default:
+				lines = append(lines, "every "+name+" result has "+strings.Join(kv, "/"))
+			}
+		}
+		for _, i := range idx {
+			labels[i] = label(rs[i], keep)
+			var rest []string
+			for _, k := range varying {
+				if v, ok := rs[i].Params[k]; ok && !slices.Contains(keep, k) {
+					rest = append(rest, k+"="+v)
+				}
+			}
+			if len(rest) > 0 {
+				lines = append(lines, labels[i]+" has "+strings.Join(rest, "/"))
 			}
 		}
 	}
-	var common []string
-	for _, p := range parts[0][1:] {
-		if count[p] == len(keys) {
-			common = append(common, p)
-		}
+	return lines, labels
+}
+
+func longest(rs []Result, idx []int, keep []string, label func(Result, []string) string) int {
+	n := 0
+	for _, i := range idx {
+		n = max(n, len(label(rs[i], keep)))
 	}
-	if len(common) == 0 {
-		return "", keys
+	return n
+}
+
+// fewestTellingApart is the smallest set of params (the shortest labels
+// among sets of one size) whose values tell the rows apart; all of params
+// when no smaller set does or there are too many to try.
+func fewestTellingApart(rs []Result, idx []int, params []string) []string {
+	if len(params) > 8 {
+		return params
 	}
-	short = make([]string, len(keys))
-	for i, ps := range parts {
-		rest := ps[:1:1] // the result's name always stays
-		for _, p := range ps[1:] {
-			if count[p] != len(keys) {
-				rest = append(rest, p)
+	var best []string
+	bestLen := 0
+	for size := 1; size < len(params) && best == nil; size++ {
+		for mask := 0; mask < 1<<len(params); mask++ {
+			if bits.OnesCount(uint(mask)) != size {
+				continue
+			}
+			var set []string
+			for j, p := range params {
+				if mask&(1<<j) != 0 {
+					set = append(set, p)
+				}
+			}
+			seen := map[string]bool{}
+			n := 0
+			for _, i := range idx {
+				var vals []string
+				for _, p := range set {
+					vals = append(vals, p+"="+rs[i].Params[p])
+				}
+				k := strings.Join(vals, "/")
+				seen[k] = true
+				n += len(k)
+			}
+			if len(seen) == len(idx) && (best == nil || n < bestLen) {
+				best, bestLen = set, n
 			}
 		}
-		short[i] = strings.Join(rest, "/")
 	}
-	return strings.Join(common, "/"), short
+	if best == nil {
+		return params
+	}
+	return best
 }

@@ -170,23 +170,77 @@ func TestRenderDiffGolden(t *testing.T) {
 	}
 }
 
-func TestFactorKeys(t *testing.T) {
+func TestRowLabels(t *testing.T) {
+	r := func(name string, kv ...string) Result {
+		p := Params{}
+		for i := 0; i < len(kv); i += 2 {
+			p[kv[i]] = kv[i+1]
+		}
+		return Result{Name: name, Params: p}
+	}
+	long := "cuMemHostAlloc'd memory, cuMemcpy*Async"
 	for _, tc := range []struct {
 		name   string
-		keys   []string
-		shared string
-		short  []string
+		rs     []Result
+		lines  []string
+		labels []string
 	}{
-		{"shared parameters move out", []string{"moe/batch=1/model=m", "moe/batch=16/model=m"}, "model=m", []string{"moe/batch=1", "moe/batch=16"}},
-		{"one key stays whole", []string{"moe/batch=1"}, "", []string{"moe/batch=1"}},
-		{"nothing shared", []string{"a/x=1", "b/x=2"}, "", []string{"a/x=1", "b/x=2"}},
-		{"a shared name alone stays", []string{"moe/x=1", "moe/x=2"}, "", []string{"moe/x=1", "moe/x=2"}},
+		{"shared parameters move out", []Result{r("moe", "batch", "1", "model", "m"), r("moe", "batch", "16", "model", "m")},
+			[]string{"every result has model=m"}, []string{"moe/batch=1", "moe/batch=16"}},
+		{"one short key stays whole", []Result{r("moe", "batch", "1")}, nil, []string{"moe/batch=1"}},
+		{"nothing shared", []Result{r("a", "x", "1"), r("b", "x", "2")}, nil, []string{"a/x=1", "b/x=2"}},
+		{"a shared name alone stays", []Result{r("moe", "x", "1"), r("moe", "x", "2")}, nil, []string{"moe/x=1", "moe/x=2"}},
+		{"another result's row does not break the shared line",
+			[]Result{r("moe", "batch", "1", "model", "m"), r("moe", "batch", "16", "model", "m"), r("ceiling", "method", long, "what", "gemm")},
+			[]string{"every moe result has model=m", "ceiling has method=" + long + "/what=gemm"},
+			[]string{"moe/batch=1", "moe/batch=16", "ceiling"}},
+		{"long labels keep what tells rows apart",
+			[]Result{r("ceiling", "method", "d2d copy", "size", "1 GiB", "what", "d2d"), r("ceiling", "method", long, "size", "256 MiB", "what", "h2d"), r("ceiling", "method", long, "size", "256 MiB", "what", "d2h")},
+			[]string{"ceiling/what=d2d has method=d2d copy/size=1 GiB", "ceiling/what=h2d has method=" + long + "/size=256 MiB", "ceiling/what=d2h has method=" + long + "/size=256 MiB"},
+			[]string{"ceiling/what=d2d", "ceiling/what=h2d", "ceiling/what=d2h"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			shared, short := factorKeys(tc.keys)
-			if shared != tc.shared || strings.Join(short, "|") != strings.Join(tc.short, "|") {
-				t.Errorf("factorKeys(%q) = %q, %q; want %q, %q", tc.keys, shared, short, tc.shared, tc.short)
+			lines, labels := rowLabels(tc.rs)
+			if strings.Join(lines, "|") != strings.Join(tc.lines, "|") || strings.Join(labels, "|") != strings.Join(tc.labels, "|") {
+				t.Errorf("rowLabels = %q, %q; want %q, %q", lines, labels, tc.lines, tc.labels)
 			}
 		})
+	}
+}
+
+// A metric that no result can test is one line, not a table of "cannot
+// tell", and its per-result warnings are not repeated.
+func TestRenderDiffSummarisesUntestable(t *testing.T) {
+	mk := func(scale float64) *Document {
+		d := &Document{Format: Format, Schema: SchemaVersion, Suite: "s", Start: t0, End: t0, Env: Env{"host": "h"}}
+		for i, batch := range []string{"1", "16", "64", "256"} {
+			lat := make([]float64, 10)
+			for j := range lat {
+				lat[j] = float64(100*(i+1)+j) * scale
+			}
+			d.Results = append(d.Results, Result{Name: "moe", Params: Params{"batch": batch, "model": "m"}, Metrics: []Metric{
+				{Name: "latency", Unit: "us", Better: LowerIsBetter, Samples: lat},
+				{Name: "rel_l2", Better: LowerIsBetter, Samples: []float64{0.003}},
+			}})
+		}
+		return d
+	}
+	c := Diff([]*Document{mk(1)}, []*Document{mk(1)}, DiffOptions{Threshold: 5})
+	var b bytes.Buffer
+	if err := RenderDiff(&b, c, FormatText); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	if strings.Contains(out, "rel_l2 (lower") || strings.Contains(out, "cannot tell: too few") {
+		t.Errorf("rel_l2 got a table:\n%s", out)
+	}
+	if !strings.Contains(out, "rel_l2 in 4 results (n=1+1)") {
+		t.Errorf("no one-line summary of rel_l2:\n%s", out)
+	}
+	if strings.Contains(out, "all samples are equal") || strings.Contains(out, "confidence interval") {
+		t.Errorf("warnings of the summarised metric repeated:\n%s", out)
+	}
+	if !strings.Contains(out, "latency (us)") {
+		t.Errorf("latency table missing:\n%s", out)
 	}
 }

@@ -177,16 +177,6 @@ compare: exit 2, so a CI gate never passes by comparing nothing.`,
 				return err
 			}
 			c := reports.Diff(docs[:1], docs[1:], reports.DiffOptions{Threshold: threshold, Alpha: alpha})
-			if err := reports.RenderDiff(a.stdout, c, format); err != nil {
-				return err
-			}
-			if ct := c.CannotTell(); len(ct) > 0 {
-				var names []string
-				for _, m := range ct {
-					names = append(names, m.Key+": "+m.Metric+fmt.Sprintf(" (n=%d+%d)", m.Base.N, m.New.N))
-				}
-				fmt.Fprintf(a.stderr, "mstar: warning: cannot tell whether %d metric(s) changed: too few samples: %s\n", len(ct), strings.Join(names, "; "))
-			}
 			compared := 0
 			for _, m := range c.Metrics {
 				if m.Unmeasured == "" {
@@ -194,9 +184,17 @@ compare: exit 2, so a CI gate never passes by comparing nothing.`,
 				}
 			}
 			if compared == 0 {
-				// A CI gate that compared nothing must not pass quietly.
+				// A CI gate that compared nothing must not pass quietly;
+				// no table either, whose "no regressions" would read as a pass.
 				return usageErr("nothing to compare: no metric is measured on both sides (%d result(s) only in base, %d only in new, %d metric(s) unmeasured on a side)",
 					len(c.OnlyBase), len(c.OnlyNew), len(c.Metrics))
+			}
+			if err := reports.RenderDiff(a.stdout, c, format); err != nil {
+				return err
+			}
+			if ct := c.CannotTell(); len(ct) > 0 {
+				fmt.Fprintf(a.stderr, "mstar: warning: cannot tell whether %d metric(s) changed: too few samples (at least %d a side needed): %s\n",
+					len(ct), c.SamplesNeeded(), strings.Join(c.CannotTellSummary(), "; "))
 			}
 			if regs := c.Regressions(); len(regs) > 0 {
 				var why []string

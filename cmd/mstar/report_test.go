@@ -82,8 +82,8 @@ func TestReportDiffExitCodes(t *testing.T) {
 			base:     latencyDoc(t, dir, "c1.json", 5, 3, 50, 0.01),
 			next:     latencyDoc(t, dir, "c2.json", 6, 3, 75, 0.01),
 			wantCode: exitOK,
-			wantErr:  []string{"cannot tell whether 3 metric(s) changed: too few samples", "(n=3+3)"},
-			wantOut:  []string{"need >= 4 samples to detect a difference at alpha level 0.05", "no regressions"},
+			wantErr:  []string{"cannot tell whether 3 metric(s) changed: too few samples (at least 4 a side needed)", "(n=3+3)"},
+			wantOut:  []string{"the U test needs at least 4 a side", "latency in 3 results (n=3+3)", "no regressions"},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -266,8 +266,34 @@ func TestReportDiffNothingCompared(t *testing.T) {
 	if err := reports.WriteFile(renamed, doc); err != nil {
 		t.Fatal(err)
 	}
-	_, stderr, code := runMstar(t, "report", "diff", base, renamed)
+	stdout, stderr, code := runMstar(t, "report", "diff", base, renamed)
 	if code != exitBadUsge || !strings.Contains(stderr, "nothing to compare") {
 		t.Errorf("exit %d, stderr %q; want exit 2 saying nothing to compare", code, stderr)
+	}
+	if stdout != "" {
+		t.Errorf("printed a comparison of nothing (\"no regressions\" reads as a pass):\n%s", stdout)
+	}
+}
+
+// The README's diff: narrow tables, rel_l2 (one sample a run) in one line,
+// one short warning on stderr.
+func TestReportDiffReadmeExampleReadable(t *testing.T) {
+	stdout, stderr, code := runMstar(t, "report", "diff", "../../testdata/h200/moe-v3-qwen3-30b-a3b.json", "../../testdata/h200/moe-qwen3-30b-a3b.json")
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for _, l := range strings.Split(stdout, "\n") {
+		if n := len([]rune(l)); n > 140 {
+			t.Errorf("line of %d columns: %s", n, l)
+		}
+	}
+	if strings.Contains(stdout, "rel_l2 (lower") || !strings.Contains(stdout, "rel_l2 in 13 results (n=1+1)") {
+		t.Errorf("rel_l2 not summarised in one line:\n%s", stdout)
+	}
+	if n := strings.Count(stdout, "samples are equal") + strings.Count(stdout, "need >= "); n > 0 {
+		t.Errorf("%d per-result warnings about rel_l2:\n%s", n, stdout)
+	}
+	if lines := strings.Split(strings.TrimSpace(stderr), "\n"); len(lines) != 1 || len(lines[0]) > 200 {
+		t.Errorf("stderr, want one short line:\n%s", stderr)
 	}
 }
