@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -106,7 +107,7 @@ func PlotSeries(docs []*Document, opt PlotOptions) (series []Series, unit string
 		warnings = append(warnings, fmt.Sprintf("%s at %d point(s)", k, leftOut[k]))
 	}
 	if len(items) == 0 {
-		return nil, "", warnings, fmt.Errorf("plot: no result has parameter %q and metric %q", opt.X, opt.Metric)
+		return nil, "", warnings, emptyPlotError(docs, opt, len(warnings) > 0)
 	}
 	if len(units) > 1 {
 		return nil, "", nil, fmt.Errorf("plot: metric %s comes in several units (%s)", opt.Metric, strings.Join(sortedKeys(units), ", "))
@@ -180,6 +181,80 @@ func PlotSeries(docs []*Document, opt PlotOptions) (series []Series, unit string
 		series = append(series, *s)
 	}
 	return series, unit, warnings, nil
+}
+
+// emptyPlotError says why nothing is left to plot: no result has the
+// metric and x, or which --where or --series filter removed them all and
+// what values there are instead.
+func emptyPlotError(docs []*Document, opt PlotOptions, unmeasured bool) error {
+	var left []*Result
+	for _, d := range docs {
+		for i := range d.Results {
+			r := &d.Results[i]
+			if _, ok := r.Params[opt.X]; ok && r.Metric(opt.Metric) != nil {
+				left = append(left, r)
+			}
+		}
+	}
+	if len(left) == 0 {
+		return fmt.Errorf("plot: no result has parameter %q and metric %q", opt.X, opt.Metric)
+	}
+	what := func() string { return fmt.Sprintf("%s with %s and %s", plural(len(left), "result"), opt.Metric, opt.X) }
+	have := func() string {
+		if len(left) == 1 {
+			return "has"
+		}
+		return "have"
+	}
+	values := func(k string) string {
+		seen := map[string]bool{}
+		for _, r := range left {
+			if v, ok := r.Params[k]; ok {
+				seen[v] = true
+			}
+		}
+		return listSome(sortedKeys(seen), 8)
+	}
+	params := func() string {
+		seen := map[string]bool{}
+		for _, r := range left {
+			for k := range r.Params {
+				seen[k] = true
+			}
+		}
+		return strings.Join(sortedKeys(seen), ", ")
+	}
+	where := make([]string, 0, len(opt.Where))
+	for k := range opt.Where {
+		where = append(where, k)
+	}
+	sort.Strings(where)
+	for _, k := range where {
+		v := opt.Where[k]
+		var kept []*Result
+		has := false
+		for _, r := range left {
+			w, ok := r.Params[k]
+			has = has || ok
+			if ok && w == v {
+				kept = append(kept, r)
+			}
+		}
+		if len(kept) == 0 {
+			if !has {
+				return fmt.Errorf("plot: --where %s=%s left nothing: none of the %s has parameter %s (theirs: %s)", k, v, what(), k, params())
+			}
+			return fmt.Errorf("plot: --where %s=%s left nothing: the %s %s %s=%s", k, v, what(), have(), k, values(k))
+		}
+		left = kept
+	}
+	if opt.Series != "" && !slices.ContainsFunc(left, func(r *Result) bool { _, ok := r.Params[opt.Series]; return ok }) {
+		return fmt.Errorf("plot: --series %s left nothing: none of the %s has parameter %s (theirs: %s)", opt.Series, what(), opt.Series, params())
+	}
+	if unmeasured {
+		return fmt.Errorf("plot: %s is unmeasured in every one of the %s", opt.Metric, what())
+	}
+	return fmt.Errorf("plot: no result has parameter %q and metric %q", opt.X, opt.Metric)
 }
 
 func sortedKeys(m map[string]bool) []string {

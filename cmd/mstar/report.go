@@ -311,7 +311,7 @@ Unmeasured points are left out, with a warning, never drawn as 0.
 The image format follows OUT's extension: .png or .svg.`,
 		Example: `  mstar report plot --metric latency --x batch --logx -o latency.png results.json
   mstar report plot --metric tflops --x batch --series model -o tflops.svg results.json
-  mstar report plot --metric bandwidth --x size --where dir=h2d --logx -o h2d.png base.json new.json`,
+  mstar report plot --metric bandwidth --x size --where dir=h2d --logx -o h2d.png base.json new.json   # GPU sweeps (copy results)`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if opt.Metric == "" || opt.X == "" || out == "" {
