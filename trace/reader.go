@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 )
 
 // BadLine is a line Read could not use, and why.
@@ -81,7 +82,13 @@ func (f *File) parse(line int, b []byte) {
 		msg := err.Error()
 		var se *json.SyntaxError
 		if errors.As(err, &se) {
-			msg = fmt.Sprintf("column %d: %v (torn or garbled line)", se.Offset, err)
+			// Offset is just past the wrong byte: its 1-based column, as
+			// reports counts; at the end of input, the column after it.
+			col := se.Offset
+			if col >= int64(len(b)) && strings.HasPrefix(se.Error(), "unexpected end of JSON input") {
+				col = int64(len(b)) + 1
+			}
+			msg = fmt.Sprintf("column %d: %v (torn or garbled line)", col, err)
 		}
 		f.Bad = append(f.Bad, BadLine{Line: line, Err: msg})
 		return

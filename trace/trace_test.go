@@ -8,9 +8,12 @@ import (
 	"math"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mstar-dev/mstar/reports"
 )
 
 var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
@@ -353,5 +356,22 @@ func TestValidateRefusesOverflowingValues(t *testing.T) {
 	ok := tick("s", 0, 0)
 	if err := ok.Validate(); err != nil {
 		t.Errorf("a plain record refused: %v", err)
+	}
+}
+
+// A bad line's column is the one 'mstar report show' gives for the same
+// bytes: the wrong byte's 1-based column, or the column after the end.
+func TestBadLineColumnsAgreeWithReports(t *testing.T) {
+	colRE := regexp.MustCompile(`column (\d+)`)
+	for _, line := range []string{`{"session":"a",,"x":1}`, `{"bad`, `{"tick":1}}`} {
+		f := readAll(t, []byte(line+"\n"))
+		_, rerr := reports.Read(strings.NewReader(line), "x")
+		if len(f.Bad) != 1 || rerr == nil {
+			t.Fatalf("%s: bad %v, reports error %v", line, f.Bad, rerr)
+		}
+		got, want := colRE.FindStringSubmatch(f.Bad[0].Err), colRE.FindStringSubmatch(rerr.Error())
+		if got == nil || want == nil || got[1] != want[1] {
+			t.Errorf("%s: trace says %q, report show %q", line, f.Bad[0].Err, rerr)
+		}
 	}
 }
