@@ -1,12 +1,16 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
+	"io"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 
 	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/trace"
 	"github.com/spf13/cobra"
 )
 
@@ -17,7 +21,7 @@ func init() {
 			Short: "Tables, statistical diffs, exports, merges and plots of results documents",
 			Long: `report reads the results documents that measuring commands write (--out), in
 either form: one JSON document, or the NDJSON stream a long run writes as it
-goes. It never measures anything itself.
+goes; a FILE of "-" is read from stdin. It never measures anything itself.
 
   show    tables: one per environment, a row per result, median ± 95% CI
   diff    compare two documents with the Mann-Whitney U test; exit 1 on a
@@ -47,17 +51,52 @@ Exit codes: 0 ok; 1 a regression (diff only); 2 bad usage or bad input
 	})
 }
 
-// readDocs reads results documents; any problem is bad input (exit 2).
-func readDocs(paths []string) ([]*reports.Document, error) {
+// readDocs reads results documents, "-" from stdin; any problem is bad
+// input (exit 2).
+func (a *app) readDocs(paths []string) ([]*reports.Document, error) {
 	docs := make([]*reports.Document, 0, len(paths))
+	stdin := false
 	for _, p := range paths {
-		d, err := reports.ReadFile(p)
+		var d *reports.Document
+		var err error
+		if p == "-" {
+			if stdin {
+				return nil, usageErr("- (stdin) given twice")
+			}
+			stdin = true
+			var b []byte
+			if b, err = io.ReadAll(a.stdin); err != nil {
+				return nil, fmt.Errorf("reading stdin: %w", err)
+			}
+			if d, err = reports.Read(bytes.NewReader(b), "stdin"); err != nil && isTrace(bytes.NewReader(b)) {
+				return nil, usageErr("stdin: this is a trace; use mstar trace summarize")
+			}
+		} else {
+			d, err = reports.ReadFile(p)
+			if err != nil {
+				// The two kinds of file are easy to mix up; the JSON error
+				// about one read as the other would not say so.
+				if f, ferr := os.Open(p); ferr == nil {
+					trace := isTrace(f)
+					f.Close()
+					if trace {
+						return nil, usageErr("%s: this is a trace; use mstar trace summarize", p)
+					}
+				}
+			}
+		}
 		if err != nil {
 			return nil, badInput(err)
 		}
 		docs = append(docs, d)
 	}
 	return docs, nil
+}
+
+// isTrace reports whether r holds a regulator trace (NDJSON records).
+func isTrace(r io.Reader) bool {
+	f, err := trace.Read(r, "")
+	return err == nil && len(f.Records) > 0
 }
 
 func oneOf(flag, v string, allowed []string) error {
@@ -93,13 +132,14 @@ median/ci_lo/ci_hi/n per metric), json (the summaries).`,
 		Example: `  mstar report show results.json
   mstar report show --params batch,model --metrics latency,tflops a.json b.json
   mstar report show --format markdown results.json >> $GITHUB_STEP_SUMMARY
-  mstar report show --format csv results.json > results.csv`,
+  mstar report show --format csv results.json > results.csv
+  ssh gpu-box cat results.json | mstar report show -`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := oneOf("format", format, reports.TableFormats); err != nil {
 				return err
 			}
-			docs, err := readDocs(args)
+			docs, err := a.readDocs(args)
 			if err != nil {
 				return err
 			}
@@ -172,7 +212,7 @@ compare: exit 2, so a CI gate never passes by comparing nothing.`,
 			if !(alpha > 0 && alpha < 1) {
 				return usageErr("--alpha %v: want a level between 0 and 1", alpha)
 			}
-			docs, err := readDocs(args)
+			docs, err := a.readDocs(args)
 			if err != nil {
 				return err
 			}
@@ -241,7 +281,7 @@ host) into separate tables; compare them in one with -table '' or -ignore.`,
 			if err := oneOf("format", format, []string{"gobench"}); err != nil {
 				return err
 			}
-			docs, err := readDocs(args)
+			docs, err := a.readDocs(args)
 			if err != nil {
 				return err
 			}
@@ -270,7 +310,7 @@ document prints the same tables, grouped by environment, as on its parts;
 			if out == "" {
 				return usageErr("merge: -o OUT is required")
 			}
-			docs, err := readDocs(args)
+			docs, err := a.readDocs(args)
 			if err != nil {
 				return err
 			}
@@ -320,7 +360,7 @@ The image format follows OUT's extension: .png or .svg.`,
 			if _, err := reports.PlotFormat(out); err != nil {
 				return usageErr("%v", err)
 			}
-			docs, err := readDocs(args)
+			docs, err := a.readDocs(args)
 			if err != nil {
 				return err
 			}

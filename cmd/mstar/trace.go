@@ -5,9 +5,14 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/mstar-dev/mstar/reports"
 	"github.com/mstar-dev/mstar/trace"
 	"github.com/spf13/cobra"
 )
+
+// maxBadLines is how many bad lines of a trace are shown one by one; the
+// rest are counted.
+const maxBadLines = 5
 
 // readTrace reads a trace file, reports its bad lines on stderr and fails
 // only when nothing in it could be used (or any bad line, with strict).
@@ -16,11 +21,25 @@ func (a *app) readTrace(path string, strict bool) (*trace.File, error) {
 	if err != nil {
 		return nil, badInput(err)
 	}
-	for _, b := range f.Bad {
-		fmt.Fprintf(a.stderr, "mstar: %s: %s (skipped)\n", path, b)
+	if len(f.Records) == 0 {
+		// Every line of a results document is a "bad line" of a trace.
+		if _, err := reports.ReadFile(path); err == nil {
+			return nil, usageErr("%s: this is a results document; use mstar report show", path)
+		}
+	}
+	what := " (skipped)"
+	if strict {
+		what = ""
+	}
+	for i, b := range f.Bad {
+		if i == maxBadLines {
+			fmt.Fprintf(a.stderr, "mstar: %s: %s%s\n", path, plural(len(f.Bad)-i, "more bad line"), what)
+			break
+		}
+		fmt.Fprintf(a.stderr, "mstar: %s: %s%s\n", path, b, what)
 	}
 	if strict && len(f.Bad) > 0 {
-		return nil, badInput(fmt.Errorf("%s: %d bad line(s) (--strict)", path, len(f.Bad)))
+		return nil, badInput(fmt.Errorf("%s: %s (--strict)", path, plural(len(f.Bad), "bad line")))
 	}
 	if len(f.Records) == 0 {
 		return nil, badInput(fmt.Errorf("%s: no valid trace records", path))

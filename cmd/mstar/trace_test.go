@@ -142,3 +142,46 @@ func TestTracePlot(t *testing.T) {
 		}
 	}
 }
+
+// A results document given to trace summarize, or a trace to report show,
+// is named for what it is (not 1 error per line), exit 2.
+func TestTraceAndResultsDocumentsToldApart(t *testing.T) {
+	path, lines := writeTrace(t)
+	doc := latencyDoc(t, t.TempDir(), "doc.json", 1, 6, 50, 0.01)
+	stdout, stderr, code := runMstar(t, "trace", "summarize", doc)
+	if code != exitBadUsge || stdout != "" || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, "this is a results document; use mstar report show") {
+		t.Errorf("trace summarize on a results document: exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+	}
+	_, stderr, code = runMstar(t, "report", "show", path)
+	if code != exitBadUsge || !strings.Contains(stderr, "this is a trace; use mstar trace summarize") {
+		t.Errorf("report show on a trace: exit %d: %s", code, stderr)
+	}
+
+	// Many bad lines: the first few, then a count.
+	garbled := filepath.Join(t.TempDir(), "garbled.jsonl")
+	os.WriteFile(garbled, []byte(strings.Join(lines[:3], "\n")+strings.Repeat("\n{\"torn", 12)+"\n"+lines[3]+"\n"), 0o644)
+	_, stderr, code = runMstar(t, "trace", "summarize", garbled)
+	if code != exitOK || strings.Count(stderr, "\n") != maxBadLines+1 || !strings.Contains(stderr, "garbled.jsonl: 7 more bad lines (skipped)") {
+		t.Errorf("12 bad lines: exit %d, stderr:\n%s", code, stderr)
+	}
+	_, stderr, code = runMstar(t, "trace", "summarize", "--strict", garbled)
+	if code != exitBadUsge || strings.Contains(stderr, "skipped") || !strings.Contains(stderr, "12 bad lines (--strict)") {
+		t.Errorf("--strict says lines were skipped: exit %d, stderr:\n%s", code, stderr)
+	}
+}
+
+// "-" reads a results document from stdin, as route --logits - does.
+func TestReportShowStdin(t *testing.T) {
+	b, err := os.ReadFile(latencyDoc(t, t.TempDir(), "doc.json", 1, 6, 50, 0.01))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	if code := run([]string{"report", "show", "-"}, bytes.NewReader(b), &out, &errb); code != exitOK || !strings.Contains(out.String(), "latency (us)") {
+		t.Errorf("report show -: exit %d\nstdout: %s\nstderr: %s", code, out.String(), errb.String())
+	}
+	errb.Reset()
+	if code := run([]string{"report", "diff", "-", "-"}, bytes.NewReader(b), &out, &errb); code != exitBadUsge || !strings.Contains(errb.String(), "given twice") {
+		t.Errorf("report diff - -: exit %d: %s", code, errb.String())
+	}
+}
