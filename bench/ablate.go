@@ -821,56 +821,85 @@ func metric(c column, samples []float64) reports.Metric {
 // over the layers, kernel figures medians over every sample.
 func (a *Ablation) WriteTable(w io.Writer) error {
 	o := a.Opt
-	fmt.Fprintf(w, "# %s: E=%d k=%d H=%d I=%d, %d layers × %d tokens", o.Model.Name, o.Model.E, o.Model.K, o.Model.H, o.Model.I, o.Layers, o.Tokens)
+	fmt.Fprintf(w, "# %s: E=%d k=%d H=%d I=%d, %s × %s", o.Model.Name, o.Model.E, o.Model.K, o.Model.H, o.Model.I, plural(o.Layers, "layer"), plural(o.Tokens, "token"))
 	if o.Batch > 0 && o.Batch < o.Tokens {
 		fmt.Fprintf(w, " in batches of %d", o.Batch)
 	}
 	fmt.Fprintf(w, "; input %s\n", a.inputDesc())
 	if a.KernelTokens > 0 {
-		fmt.Fprintf(w, "# kernel: %s; the last %d of %d tokens of the last %d layer(s), %d samples (median); ×uniform = time / time under perfectly uniform routing; relL2 = output difference vs %s\n",
-			a.KernelName, a.KernelTokens, o.Tokens, len(a.ReferenceMS), o.KernelSamples, o.baseline())
+		fmt.Fprintf(w, "# kernel: %s; the last %d of %d tokens of the last %s, %s (median); ×uniform = time / time under perfectly uniform routing; relL2 = output difference vs %s\n",
+			a.KernelName, a.KernelTokens, o.Tokens, plural(len(a.ReferenceMS), "layer"), plural(o.KernelSamples, "sample"), o.baseline())
 	} else if o.KernelSkipped != "" {
 		fmt.Fprintln(w, "# kernel: not run: "+o.KernelSkipped)
 	} else {
-		fmt.Fprintln(w, "# kernel: not run (--kernel-tokens 0)")
+		fmt.Fprintf(w, "# kernel: not run (%s)\n", o.kernelOff())
 	}
 	if a.KernelTokens > 0 {
 		fmt.Fprintln(w, "# touched = experts the kernel's tokens use; with few tokens, routing that spreads wider reads more expert weights, so ×uniform < 1 is expected there")
 	}
-	fmt.Fprintln(w, "# load metrics: mean over layers; MaxVio = max/mean load − 1, balance = mean/max, entropy normalised (1 = uniform)")
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	hdr := []string{"router"}
-	for _, c := range columns {
-		hdr = append(hdr, c.header)
-	}
-	fmt.Fprintln(tw, strings.Join(hdr, "\t")+"\t")
+	// report show gives the median of a result's samples, here the layers'
+	// values; say which this table shows, so the two can be told apart.
+	fmt.Fprintln(w, "# load metrics: mean over layers (report show: median over layers); MaxVio = max/mean load − 1, balance = mean/max, entropy normalised (1 = uniform)")
+	// Values first, then one format per column.
+	var names []string
+	var vals [][]float64 // [row][column]; NaN: none
 	for _, run := range a.Runs {
-		row := []string{run.Router}
-		for _, c := range columns {
-			var vals []float64
+		names = append(names, run.Router)
+		row := make([]float64, len(columns))
+		for j, c := range columns {
+			var vs []float64
 			for i := range run.Layers {
-				vals = append(vals, finite(c.get(&run.Layers[i]))...)
+				vs = append(vs, finite(c.get(&run.Layers[i]))...)
 			}
-			row = append(row, cell(c, vals))
+			row[j] = cellValue(c, vs)
 		}
-		fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
+		vals = append(vals, row)
 	}
 	if len(a.ReferenceMS) > 0 {
 		var all []float64
 		for _, v := range a.ReferenceMS {
 			all = append(all, v...)
 		}
-		row := []string{"(uniform)"}
-		for _, c := range columns {
+		row := make([]float64, len(columns))
+		for j, c := range columns {
 			switch c.name {
 			case "kernel_time":
-				row = append(row, reports.FormatValue(reports.Summarize(all).Median))
+				row[j] = reports.Summarize(all).Median
 			case "slowdown":
-				row = append(row, "1")
+				row[j] = 1
 			case "touched_experts":
-				row = append(row, strconv.Itoa(a.uniformTouched))
+				row[j] = float64(a.uniformTouched)
 			default:
+				row[j] = math.NaN()
+			}
+		}
+		names = append(names, "(uniform)")
+		vals = append(vals, row)
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	hdr := []string{"router"}
+	for _, c := range columns {
+		hdr = append(hdr, c.header)
+	}
+	fmt.Fprintln(tw, strings.Join(hdr, "\t")+"\t")
+	formats := make([]func(float64) string, len(columns))
+	for j, c := range columns {
+		col := make([]float64, len(vals))
+		for i := range vals {
+			col[i] = vals[i][j]
+		}
+		formats[j] = columnFormat(c, col)
+	}
+	for i, name := range names {
+		row := []string{name}
+		for j, v := range vals[i] {
+			switch {
+			case math.IsNaN(v) && name == "(uniform)":
 				row = append(row, "")
+			case math.IsNaN(v):
+				row = append(row, "-")
+			default:
+				row = append(row, formats[j](v))
 			}
 		}
 		fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
@@ -884,31 +913,77 @@ func (a *Ablation) WriteTable(w io.Writer) error {
 	return nil
 }
 
-func cell(c column, vals []float64) string {
+// kernelOff names the flag that turned the kernel off.
+func (o *AblationOptions) kernelOff() string {
+	var off []string
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"--kernel-tokens", o.KernelTokens}, {"--kernel-layers", o.KernelLayers}, {"--kernel-samples", o.KernelSamples}} {
+		if f.v == 0 {
+			off = append(off, f.name+" 0")
+		}
+	}
+	if len(off) == 0 {
+		return "no kernel"
+	}
+	return strings.Join(off, ", ")
+}
+
+// cellValue is a column's figure for one router: kernel figures the median
+// of every sample, the others the mean over layers; NaN when there is none.
+func cellValue(c column, vals []float64) float64 {
 	if len(vals) == 0 {
-		return "-"
+		return math.NaN()
+	}
+	if c.name == "kernel_time" || c.name == "slowdown" {
+		return reports.Summarize(vals).Median
 	}
 	var v float64
-	if c.name == "kernel_time" || c.name == "slowdown" {
-		v = reports.Summarize(vals).Median
-	} else {
-		for _, x := range vals {
-			v += x
-		}
-		v /= float64(len(vals))
+	for _, x := range vals {
+		v += x
 	}
+	return v / float64(len(vals))
+}
+
+// columnFormat is one format for every row of a column, so that its
+// numbers line up and compare at a glance: relL2 in scientific notation,
+// whole counts as integers, the rest with the decimals that give the
+// column's largest value four significant digits (at least the load
+// metrics' three).
+func columnFormat(c column, vals []float64) func(float64) string {
 	switch c.name {
-	case "token_drop", "route_time":
-		return strconv.FormatFloat(v, 'f', 1, 64)
-	case "kernel_time", "slowdown", "aux_loss", "z_loss", "touched_experts":
-		return reports.FormatValue(v)
 	case "rel_l2":
-		if v == 0 {
-			return "0"
-		}
-		return strconv.FormatFloat(v, 'e', 2, 64)
+		return func(v float64) string { return strconv.FormatFloat(v, 'e', 2, 64) }
+	case "token_drop", "route_time":
+		return func(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) }
+	case "maxvio", "balancedness", "cv", "entropy":
+		return func(v float64) string { return strconv.FormatFloat(v, 'f', 3, 64) }
 	}
-	return strconv.FormatFloat(v, 'f', 3, 64)
+	whole, big := true, 0.0
+	for _, v := range vals {
+		if math.IsNaN(v) {
+			continue
+		}
+		whole = whole && v == math.Trunc(v)
+		big = math.Max(big, math.Abs(v))
+	}
+	if whole && c.name == "touched_experts" {
+		return func(v float64) string { return strconv.FormatFloat(v, 'f', 0, 64) }
+	}
+	dec := 3
+	if big > 0 {
+		dec = min(max(3-int(math.Floor(math.Log10(big))), 0), 6)
+	}
+	return func(v float64) string { return strconv.FormatFloat(v, 'f', dec, 64) }
+}
+
+// plural is "1 layer", "4 layers".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return strconv.Itoa(n) + " " + noun + "s"
 }
 
 // heatMax caps the heat map's scale (load / mean load) so that one very

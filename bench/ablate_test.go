@@ -6,6 +6,7 @@ import (
 	"image/png"
 	"math"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -133,11 +134,13 @@ func TestAblationSmall(t *testing.T) {
 	if err := a.WriteTable(&tab); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"MaxVio", "×uniform", "relL2", "deepseek-v3-lossfree", "(uniform)", "the last 32 of 512 tokens"} {
+	for _, want := range []string{"MaxVio", "×uniform", "relL2", "deepseek-v3-lossfree", "(uniform)", "the last 32 of 512 tokens", "3 layers × 512 tokens", "the last 1 layer, 2 samples",
+		"mean over layers (report show: median over layers)"} {
 		if !strings.Contains(tab.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, tab.String())
 		}
 	}
+	checkColumnFormats(t, tab.String())
 
 	// The baseline's routing records as a trace and replays to the same loads.
 	tr, err := a.Trace("softmax-topk-norm")
@@ -329,5 +332,46 @@ func TestConcatOutputs(t *testing.T) {
 	m := toMoE(c, 1, 2)
 	if wantIDs := []int32{0, -1, 2, -1}; !reflect.DeepEqual(m.IDs, wantIDs) || m.M != 2 || m.K != 2 {
 		t.Errorf("kernel routing of tokens 1..2: ids %v (M=%d K=%d), want %v (dropped and empty slots → -1)", m.IDs, m.M, m.K, wantIDs)
+	}
+}
+
+// checkColumnFormats checks that every number of a column of the ablation
+// table has the same form: the same decimals, or scientific notation.
+func checkColumnFormats(t *testing.T, tab string) {
+	t.Helper()
+	form := func(cell string) string {
+		if i := strings.IndexAny(cell, "eE"); i >= 0 {
+			return "e" + strconv.Itoa(i-strings.IndexByte(cell, '.')-1)
+		}
+		if i := strings.IndexByte(cell, '.'); i >= 0 {
+			return strconv.Itoa(len(cell) - i - 1)
+		}
+		return "0"
+	}
+	forms := map[int]map[string]string{} // column -> form -> a cell
+	rows := 0
+	for _, line := range strings.Split(tab, "\n") {
+		f := strings.Fields(line)
+		if len(f) != len(columns)+1 || strings.HasPrefix(line, "#") || f[0] == "router" {
+			continue
+		}
+		rows++
+		for j, cell := range f[1:] {
+			if cell == "-" {
+				continue
+			}
+			if forms[j] == nil {
+				forms[j] = map[string]string{}
+			}
+			forms[j][form(cell)] = cell
+		}
+	}
+	if rows < 2 {
+		t.Fatalf("found %d rows in:\n%s", rows, tab)
+	}
+	for j, fs := range forms {
+		if len(fs) > 1 {
+			t.Errorf("column %s mixes number formats %v:\n%s", columns[j].header, fs, tab)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -75,9 +76,10 @@ model's config for its own router, else the router's defaults; on models
 other than DeepSeek-V2, deepseek-v2 takes DeepSeek-V2's 8 groups, keep 3.
 
 Load metrics are means over the layers (each layer's loads count all tokens);
-every layer's values are in the results document (--out) as result
-"router/layer", with the expert loads as metric expert_load. --heatmap draws
-the loads, layers × experts, one panel per router.
+in the results document (--out) result "router" holds each layer's value as a
+sample, so 'report show' gives their median, and result "router/layer" each
+layer's values, with the expert loads as metric expert_load. --heatmap draws
+the loads, layers × experts, one panel per router, as PNG.
 
 The workload: hidden states with a Zipf-skewed expert affinity (--zipf: 0 is
 uniform, 1 leaves a few experts far more attractive), the preferred expert's
@@ -110,6 +112,10 @@ out-of-range expert id.`,
   mstar ablate router --model qwen3-30b-a3b --trace routing.jsonl --routers trace,softmax-topk-norm`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			// The heat map is PNG only; another extension would mislabel it.
+			if heatmap != "" && strings.ToLower(filepath.Ext(heatmap)) != ".png" {
+				return usageErr("--heatmap %s: the heat map is a PNG image: name it .png", heatmap)
+			}
 			m, err := router.ModelByName(model)
 			if err != nil {
 				return usageErr("--model: %v", err)

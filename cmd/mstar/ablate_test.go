@@ -140,6 +140,7 @@ func TestAblateRouterBadInput(t *testing.T) {
 		// Refused with the numbers before anything is allocated, not a Go
 		// out-of-memory crash.
 		{"too large for memory", []string{"--tokens", "2000000000", "--layers", "100000"}, "try fewer --tokens or --layers"},
+		{"heat map named .jpg", []string{"--heatmap", filepath.Join(dir, "load.jpg")}, "the heat map is a PNG image: name it .png"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -158,6 +159,9 @@ func TestAblateRouterBadInput(t *testing.T) {
 		"--layers", "0", "--tokens", "0", "--kernel-tokens", "0"}, tinyModel...)...)
 	if code != exitOK || !strings.Contains(stdout, "2 layers × 64 tokens") {
 		t.Errorf("--trace with --layers 0 --tokens 0: exit %d, %s\n%s", code, stderr, stdout)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "load.jpg")); err == nil {
+		t.Error("PNG data written under a .jpg name")
 	}
 	if _, stderr, code := runMstar(t, "ablate", "nope"); code != exitBadUsge || !strings.Contains(stderr, `unknown command "nope"`) {
 		t.Errorf("ablate nope: exit %d, %s", code, stderr)
