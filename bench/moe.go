@@ -314,6 +314,10 @@ func RunMoE(dev gpu.Device, opt MoEOptions) (*MoEReport, error) {
 		rep.Warnings = append(rep.Warnings, "--tune: the CPU has one implementation; nothing to tune")
 		opt.Tune = false
 	}
+	if opt.Config.Kernel != "" && !onGPU {
+		rep.Warnings = append(rep.Warnings, fmt.Sprintf("--config %v: the CPU has one implementation; the configuration applies to CUDA kernels only", opt.Config))
+		opt.Config = moe.Config{}
+	}
 	if opt.TuneSamples == 0 {
 		opt.TuneSamples = 6
 	}

@@ -96,3 +96,15 @@ func TestBenchMoETuneOnCPU(t *testing.T) {
 		t.Errorf("stdout lacks the nothing-to-tune warning:\n%s", stdout)
 	}
 }
+
+// --config on the CPU is said to do nothing, as --tune is, not ignored silently.
+func TestBenchMoEConfigOnCPU(t *testing.T) {
+	stdout, stderr, code := runMstar(t, "bench", "moe", "--experts", "8", "--topk", "2", "--hidden", "64", "--inter", "32",
+		"--batch", "5", "--device", "cpu", "--samples", "1", "--config", "tiled:bm=128")
+	if code != exitOK {
+		t.Fatalf("exit %d; stderr: %s", code, stderr)
+	}
+	if !strings.Contains(stdout, "# warning: --config tiled") || !strings.Contains(stdout, "applies to CUDA kernels only") {
+		t.Errorf("stdout lacks the --config warning:\n%s", stdout)
+	}
+}
