@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -153,6 +154,20 @@ out-of-range expert id.`,
 			cfg, err := rf.config(cmd)
 			if err != nil {
 				return err
+			}
+			// A router setting that no router compared uses would
+			// silently not apply. (--seed seeds the workload too.)
+			compared := append(append([]string{}, routers...), baseline, m.Router)
+			if len(routers) == 0 && tracePath == "" {
+				compared = append(compared, bench.DefaultAblationRouters...)
+			}
+			for _, s := range routerSettings {
+				if s.flag == "seed" || !cmd.Flags().Changed(s.flag) {
+					continue
+				}
+				if !slices.ContainsFunc(compared, func(n string) bool { return n != "" && routerUses(n, cfg, s.set) }) {
+					fmt.Fprintf(a.stderr, "mstar: warning: --%s: none of the routers compared uses it\n", s.flag)
+				}
 			}
 			opt := bench.AblationOptions{
 				Model: m, Routers: routers, Config: cfg, Baseline: baseline,

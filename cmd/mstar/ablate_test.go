@@ -163,6 +163,11 @@ func TestAblateRouterBadInput(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "load.jpg")); err == nil {
 		t.Error("PNG data written under a .jpg name")
 	}
+	// A router setting none of the compared routers uses is said to do nothing.
+	_, stderr, _ = runMstar(t, append([]string{"ablate", "router", "--tokens", "64", "--layers", "1", "--kernel-tokens", "0", "--routers", "hash,random", "--n-group", "2"}, tinyModel...)...)
+	if !strings.Contains(stderr, "warning: --n-group: none of the routers compared uses it") {
+		t.Errorf("--n-group with hash,random: no warning:\n%s", stderr)
+	}
 	if _, stderr, code := runMstar(t, "ablate", "nope"); code != exitBadUsge || !strings.Contains(stderr, `unknown command "nope"`) {
 		t.Errorf("ablate nope: exit %d, %s", code, stderr)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"reflect"
 	"strconv"
 	"strings"
 
@@ -69,36 +70,54 @@ problem named.`,
 				if err != nil {
 					return badInput(err)
 				}
+				// A setting the router ignores would silently not apply.
+				if unused, uses := routerFlagUse(cmd, name, cfg); len(unused) > 0 {
+					takes := "no router settings"
+					if len(uses) > 0 {
+						takes = "only " + strings.Join(uses, ", ")
+					}
+					return usageErr("route: router %s does not use %s (it takes %s)", name, strings.Join(unused, ", "), takes)
+				}
 				logits, T, E, err := readLogits(a, logitsPath)
 				if err != nil {
-					return badInput(err)
+					return badInput(fmt.Errorf("--logits: %w", err))
 				}
 				in := router.Input{Logits: logits, T: T, E: E, K: topk}
 				if biasPath != "" {
 					if in.Bias, err = readVector(biasPath); err != nil {
-						return badInput(err)
+						return badInput(fmt.Errorf("--bias: %w", err))
 					}
 					if len(in.Bias) != E {
-						return badInput(fmt.Errorf("%s: %d bias values, want one per expert (%d, the logits' row length)", biasPath, len(in.Bias), E))
+						return badInput(fmt.Errorf("--bias: %s: %d bias values, want one per expert (%d, the logits' row length)", biasPath, len(in.Bias), E))
 					}
 				}
 				if idsPath != "" {
 					data, err := os.ReadFile(idsPath)
 					if err != nil {
-						return badInput(err)
+						return badInput(fmt.Errorf("--token-ids: %w", err))
 					}
 					if err := json.Unmarshal(data, &in.TokenIDs); err != nil {
-						return badInput(fmt.Errorf("%s: want a JSON array of integer token ids: %v", idsPath, err))
+						return badInput(fmt.Errorf("--token-ids: %s: want a JSON array of integer token ids: %v", idsPath, err))
 					}
 					if len(in.TokenIDs) != T {
-						return badInput(fmt.Errorf("%s: %d token ids, want one per token (%d)", idsPath, len(in.TokenIDs), T))
+						return badInput(fmt.Errorf("--token-ids: %s: %d token ids, want one per token (%d)", idsPath, len(in.TokenIDs), T))
 					}
 				}
-				outs, _, err := router.Drive(r, []router.Input{in}, nil)
-				if err != nil {
-					return badInput(err)
+				// Drive's steps without its "layer N:" prefix: route has no layers.
+				if err := in.Validate(); err != nil {
+					return badInput(fmt.Errorf("%s: %w", name, err))
 				}
-				return writeRouting(a.stdout, outs[0])
+				out, _, err := r.Route(in, nil)
+				if err == nil && out.T != T {
+					err = fmt.Errorf("routed %d tokens, want %d", out.T, T)
+				}
+				if err == nil {
+					err = out.Validate(E)
+				}
+				if err != nil {
+					return badInput(fmt.Errorf("%s: %w", name, err))
+				}
+				return writeRouting(a.stdout, out)
 			},
 		}
 		f := cmd.Flags()
@@ -156,6 +175,54 @@ func (rf *routerFlags) config(cmd *cobra.Command) (router.Config, error) {
 	return cfg, nil
 }
 
+// routerSettings are the router flags, each with a way to set two
+// different values of it in a Config.
+var routerSettings = []struct {
+	flag string
+	set  func(c *router.Config, i int)
+}{
+	{"n-group", func(c *router.Config, i int) { c.NGroup = i + 1 }},
+	{"topk-group", func(c *router.Config, i int) { c.TopKGroup = i + 1 }},
+	{"scaling", func(c *router.Config, i int) { c.Scaling = float64(i + 1) }},
+	{"renormalize", func(c *router.Config, i int) { b := i == 1; c.Renormalize = &b }},
+	{"capacity-factor", func(c *router.Config, i int) { c.CapacityFactor = float64(i + 1) }},
+	{"bias-rate", func(c *router.Config, i int) { c.BiasUpdateRate = 0.001 * float64(i+1) }},
+	{"mix", func(c *router.Config, i int) { c.Mix = 0.25 * float64(i+1) }},
+	{"skew", func(c *router.Config, i int) { c.Skew = float64(i + 1) }},
+	{"seed", func(c *router.Config, i int) { c.Seed = uint64(i + 1) }},
+}
+
+// routerUses reports whether router name depends on a setting: built with
+// two different values of it, the routers differ. This asks the router
+// itself, so routers added with router.Register are judged too.
+func routerUses(name string, cfg router.Config, set func(*router.Config, int)) bool {
+	var rs [2]router.Router
+	for i := range rs {
+		c := cfg
+		set(&c, i)
+		r, err := router.New(name, c)
+		if err != nil {
+			return true // cannot tell: assume it does
+		}
+		rs[i] = r
+	}
+	return !reflect.DeepEqual(rs[0], rs[1])
+}
+
+// routerFlagUse splits the router flags into those given on the command
+// line that router name ignores, and all it uses ("--seed").
+func routerFlagUse(cmd *cobra.Command, name string, cfg router.Config) (unused, uses []string) {
+	for _, s := range routerSettings {
+		used := routerUses(name, cfg, s.set)
+		if used {
+			uses = append(uses, "--"+s.flag)
+		} else if cmd.Flags().Changed(s.flag) {
+			unused = append(unused, "--"+s.flag)
+		}
+	}
+	return unused, uses
+}
+
 func readInput(a *app, path string) ([]byte, error) {
 	if path == "-" {
 		return io.ReadAll(a.stdin)
@@ -187,7 +254,7 @@ func readLogits(a *app, path string) ([]float32, int, int, error) {
 	logits := make([]float32, 0, len(rows)*E)
 	for t, r := range rows {
 		if len(r) != E {
-			return nil, 0, 0, fmt.Errorf("%s: row %d has %d numbers, row 0 has %d: every token needs one logit per expert", name, t, len(r), E)
+			return nil, 0, 0, fmt.Errorf("%s: row %d has %s, row 0 has %d: every token needs one logit per expert", name, t, plural(len(r), "number"), E)
 		}
 		for _, v := range r {
 			logits = append(logits, float32(v))

@@ -119,6 +119,7 @@ func TestRouteBadInput(t *testing.T) {
 	dir := t.TempDir()
 	logits := writeFile(t, dir, "logits.json", "[[1,2,3,0],[0,0,5,5]]")
 	ragged := writeFile(t, dir, "ragged.json", "[[1,2,3,0],[0,0,5]]")
+	one := writeFile(t, dir, "one.json", "[[1,2,3,0],[7]]")
 	notJSON := writeFile(t, dir, "bad.json", "[[1,2,")
 	bias := writeFile(t, dir, "bias.json", "[0,0,0]")
 	tests := []struct {
@@ -134,11 +135,15 @@ func TestRouteBadInput(t *testing.T) {
 		{"bias length", []string{"--router", "deepseek-v3", "--logits", logits, "--bias", bias, "--n-group", "1", "--topk-group", "1"}, "3 bias values, want one per expert (4"},
 		{"unknown router", []string{"--router", "nope", "--logits", logits}, `unknown router "nope"`},
 		{"no router", []string{"--logits", logits}, "--router is required"},
-		{"missing file", []string{"--router", "mixtral", "--logits", filepath.Join(dir, "none.json")}, "no such file"},
+		{"missing file", []string{"--router", "mixtral", "--logits", filepath.Join(dir, "none.json")}, "--logits: open "},
 		{"negative scaling", []string{"--router", "mixtral", "--logits", logits, "--scaling", "-1"}, "--scaling -1: must be at least 0 (0: the router's default)"},
 		{"infinite scaling", []string{"--router", "mixtral", "--logits", logits, "--scaling", "Inf"}, "--scaling +Inf: must be at least 0"},
 		{"mix above 1", []string{"--router", "cross-layer", "--logits", logits, "--mix", "2"}, "--mix 2: must be in [0, 1]"},
 		{"zero topk", []string{"--router", "softmax-topk", "--logits", logits, "--topk", "0"}, "--topk 0: must be at least 1"},
+		{"missing bias file", []string{"--router", "deepseek-v3", "--logits", logits, "--bias", filepath.Join(dir, "none.json")}, "--bias: open "},
+		{"one number in a row", []string{"--router", "mixtral", "--logits", one}, "row 1 has 1 number, row 0 has 4"},
+		{"a setting the router ignores", []string{"--router", "hash", "--logits", logits, "--n-group", "2"}, "router hash does not use --n-group (it takes only --seed)"},
+		{"settings of a router that takes none", []string{"--router", "mixtral", "--logits", logits, "--renormalize", "--scaling", "2"}, "router mixtral does not use --scaling, --renormalize (it takes no router settings)"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -151,6 +156,9 @@ func TestRouteBadInput(t *testing.T) {
 			}
 			if out != "" {
 				t.Errorf("printed a routing despite the error: %s", out)
+			}
+			if strings.Contains(stderr, "layer 0") {
+				t.Errorf("route has no layers, but stderr names one: %s", stderr)
 			}
 		})
 	}
