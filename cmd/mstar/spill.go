@@ -135,8 +135,11 @@ gate), writes a results document with --out, exits 1 when any gate fails.`,
 					return err
 				}
 				defer dev.Close()
-				if !cmd.Flags().Changed("sizes") && dev.Info().Backend == gpu.CUDA {
-					sizes = "1GiB"
+				if !cmd.Flags().Changed("sizes") {
+					sizes = "64MiB"
+					if dev.Info().Backend == gpu.CUDA {
+						sizes = "1GiB"
+					}
 				}
 				sz, err := spill.ParseSizes(sizes)
 				if err != nil {
@@ -228,15 +231,18 @@ gate), writes a results document with --out, exits 1 when any gate fails.`,
 		f := cmd.Flags()
 		addDeviceFlag(cmd, &device)
 		f.StringVar(&cells, "cells", "", "cells to run: comma-separated globs over scenario/tier/size, e.g. 'hibernate', '*/pinned', 'ladder/file' (default all)")
-		f.StringVar(&sizes, "sizes", "64MiB", "pool sizes, comma-separated (default 1GiB on CUDA)")
+		// No flag default: it would print beside, and contradict, the CUDA one.
+		f.StringVar(&sizes, "sizes", "", "pool sizes, comma-separated (default 64MiB; 1GiB on CUDA)")
 		f.StringVar(&tiers, "tiers", "device,pinned,pageable,file,peer", "tiers (columns) to run")
 		f.IntVar(&blocks, "blocks", 16, "blocks per pool")
-		f.IntVar(&samples, "samples", 5, "timed repetitions per bandwidth figure (after one warm-up)")
+		// 6: the fewest samples that give a 95% interval of the median; with
+		// 5 every figure's interval would be unbounded (±∞ in report show).
+		f.IntVar(&samples, "samples", 6, "timed repetitions per bandwidth figure (after one warm-up; 6 is the fewest that give a 95% interval)")
 		f.Float64Var(&floor, "floor", 0.5, "bandwidth floor as a fraction of the tier's ceiling measured in the same run")
 		f.Float64Var(&pinnedFloor, "hibernate-pinned-floor", 0, "floor of hibernate through pinned memory (default 0.9 on CUDA, --floor on the CPU)")
 		f.Float64Var(&ppTol, "pingpong-tol", 0, "ping-pong cost model tolerance, |predicted − measured| / measured (default 0.10 on CUDA, 0.25 on the CPU)")
-		f.StringVar(&out, "out", "", "write the results document here")
-		f.StringVar(&tracePath, "trace", "", "write the ladder cells' regulator ticks here as NDJSON")
+		f.StringVar(&out, "out", "", "write the results document to `FILE`")
+		f.StringVar(&tracePath, "trace", "", "write the ladder cells' regulator ticks to `FILE` as NDJSON")
 		f.DurationVar(&traceEvery, "trace-every", 50*time.Millisecond, "least trace time between two kept records of a session (rung changes and overruns are always kept; 0 keeps all)")
 		f.StringSliceVar(&inject, "inject", nil, "faults to inject on purpose: short-restore, corrupt, stall")
 		f.StringVar(&shmDir, "shm-dir", "", "folder for shared-memory segments (default /dev/shm)")

@@ -211,3 +211,22 @@ func TestCommittedSpillResults(t *testing.T) {
 		}
 	}
 }
+
+// With the default --samples every spill figure has a bounded 95% interval
+// (5 samples gave ±∞ everywhere), and --help states the size default once.
+func TestSpillMatrixDefaultSamplesGiveIntervals(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "spill.json")
+	args := []string{"spill-matrix", "--device", "cpu", "--sizes", "1MiB", "--blocks", "8", "--cells", "hibernate/pageable",
+		"--shm-dir", t.TempDir(), "--out", out}
+	if _, stderr, code := runMstar(t, args...); code != exitOK && code != exitFailed {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	stdout, stderr, code := runMstar(t, "report", "show", "--metrics", "spill,restore", out)
+	if code != exitOK || strings.Contains(stdout, "±∞") || !strings.Contains(stdout, "%") {
+		t.Errorf("report show (exit %d, %s):\n%s", code, stderr, stdout)
+	}
+	help, _, _ := runMstar(t, "spill-matrix", "--help")
+	if !strings.Contains(help, "(default 64MiB; 1GiB on CUDA)") || strings.Contains(help, `(default "64MiB")`) || !strings.Contains(help, "--out FILE") {
+		t.Errorf("help:\n%s", help)
+	}
+}
