@@ -597,7 +597,7 @@ func listDir(dir string) []string {
 
 func (r *runner) printHeader() {
 	if r.opt.Live != nil {
-		fmt.Fprintln(r.opt.Live, "_____elapsed__tensors/s_____GB/s__delivered___received__spills__live__kills")
+		fmt.Fprintf(r.opt.Live, "%11s %11s %8s %10s %10s %7s %5s %6s\n", "elapsed", "tensors/s", "GB/s", "delivered", "received", "spills", "live", "kills")
 	}
 }
 

@@ -217,3 +217,39 @@ func TestWorkerFailingAtStartupIsNotRestarted(t *testing.T) {
 		t.Error("the result passed")
 	}
 }
+
+// The progress header is words over right-aligned columns (it was
+// underscores), and the summary reads as English for one worker.
+func TestProgressHeaderAndSummaryWording(t *testing.T) {
+	var live bytes.Buffer
+	r := &runner{opt: Options{Live: &live}}
+	r.printHeader()
+	r.printLine(IntervalStat{At: 1500 * time.Millisecond, TensorsPerS: 1234.5, GBps: 1.5, Delivered: 100, Received: 200, Spills: 3, LiveSlots: 4, Kills: 5})
+	lines := strings.Split(strings.TrimSuffix(live.String(), "\n"), "\n")
+	if len(lines) != 2 || strings.Contains(lines[0], "_") || len(lines[0]) != len(lines[1]) {
+		t.Fatalf("header and line do not line up:\n%s", live.String())
+	}
+	// Every header word ends where its column's number ends.
+	from := 0
+	for _, word := range strings.Fields(lines[0]) {
+		end := from + strings.Index(lines[0][from:], word) + len(word)
+		from = end
+		if lines[1][end-1] == ' ' || (end < len(lines[1]) && lines[1][end] != ' ') {
+			t.Errorf("column %q is not right-aligned with its numbers:\n%s", word, live.String())
+		}
+	}
+	s := &Summary{Options: Options{Producers: 1, Consumers: 1, Fanout: 1, Transport: arena.TransportArena}, Stopped: "interrupted", Elapsed: time.Second}
+	var sum bytes.Buffer
+	if err := s.WriteSummary(&sum); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(sum.String(), "1 producer x 1 consumer,") || !strings.Contains(sum.String(), "1.0s (interrupted)") {
+		t.Errorf("summary:\n%s", sum.String())
+	}
+	s.Stopped = "duration"
+	sum.Reset()
+	s.WriteSummary(&sum)
+	if !strings.Contains(sum.String(), "(--duration reached)") {
+		t.Errorf("summary:\n%s", sum.String())
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/mstar-dev/mstar/internal/units"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -297,9 +298,9 @@ SIGKILLed at random and restarted: a restarted producer's startup sweep
 reclaims its predecessor's orphaned segments, and a producer whose consumer
 died abandons that consumer's references, so nothing leaks.
 
-A line per --interval shows progress on stderr. At the end: throughput,
-tensors/s, send->ack latency p50/p99, spills, peak fragmentation, and the
-gates — no corrupted payload, no leaked slot, no file left in the run
+On a terminal, a line per --interval shows progress on stderr. At the end:
+throughput, tensors/s, send->ack latency p50/p99, spills, peak
+fragmentation, and the gates — no corrupted payload, no leaked slot, no file left in the run
 directory after the final orphan sweep (and none at all when nothing was
 killed), no read error, no unexpected worker exit. A failed gate exits 1.
 --transport arena,file runs both, one after the other, and prints the
@@ -354,13 +355,19 @@ ratio.`,
 			ctx, stop := arenaStressContext()
 			defer stop()
 			doc := reports.NewDocument("arena stress", a.args, envinfo.Collect(nil))
+			// Progress lines follow the rule of every command's progress
+			// (internal/progress): on a terminal only, so logs stay clean.
+			var live io.Writer
+			if progress.IsTerminal(a.stderr) {
+				live = a.stderr
+			}
 			var sums []*stress.Summary
 			for _, tr := range trs {
 				opt := stress.Options{
 					Producers: producers, Consumers: consumers, Duration: duration, Count: count,
 					MinSize: lo, MaxSize: hi, Fanout: fanout, KillRate: killRate, Transport: tr,
 					ShmDir: shmDir, SegmentSize: seg, MaxSegments: maxSegs, Inflight: inflight,
-					Interval: interval, Seed: seed, Exe: exe, Args: wargs, Env: wenv, Live: a.stderr,
+					Interval: interval, Seed: seed, Exe: exe, Args: wargs, Env: wenv, Live: live,
 				}
 				fmt.Fprintf(a.stderr, "mstar: arena stress, transport %s\n", tr)
 				s, err := stress.Run(ctx, opt)
@@ -422,7 +429,7 @@ ratio.`,
 	f.StringVar(&segSize, "segment-size", "256MiB", "producer arena segment size")
 	f.IntVar(&maxSegs, "max-segments", 4, "producer arena segment cap (then tensors spill to files)")
 	f.IntVar(&inflight, "inflight", 8, "tensors in flight per producer")
-	f.DurationVar(&interval, "interval", time.Second, "progress line interval")
+	f.DurationVar(&interval, "interval", time.Second, "progress line interval (progress shows on a terminal only)")
 	f.Uint64Var(&seed, "seed", 0, "random seed (0: from the clock)")
 	f.StringVarP(&out, "out", "o", "", "write the results document to `FILE`")
 	return cmd
