@@ -47,9 +47,11 @@ and a descriptor over a Unix socket is all that travels per tensor.
            arena against per-tensor files (anywhere)
   stress   producer and consumer processes for a duration or a count, with
            checksummed payloads, optional SIGKILLs, and gates that fail the
-           run on corruption, leaked slots or leftover files`,
+           run on corruption, leaked slots or leftover files
+  clean    remove segments and spill files whose owner is dead`,
 			Example: `  mstar arena sweep --device cuda:0 --out arena-sweep.json --plot arena-sweep.png
-  mstar arena stress --duration 30s --kill-rate 0.01`,
+  mstar arena stress --duration 30s --kill-rate 0.01
+  mstar arena clean --dry-run`,
 			Args: cobra.ArbitraryArgs,
 			RunE: func(cmd *cobra.Command, args []string) error {
 				if len(args) > 0 {
@@ -300,9 +302,10 @@ died abandons that consumer's references, so nothing leaks.
 
 On a terminal, a line per --interval shows progress on stderr. At the end:
 throughput, tensors/s, send->ack latency p50/p99, spills, peak
-fragmentation, and the gates — no corrupted payload, no leaked slot, no file left in the run
-directory after the final orphan sweep (and none at all when nothing was
-killed), no read error, no unexpected worker exit. A failed gate exits 1.
+fragmentation, and the gates — no corrupted payload, no leaked slot, no
+file left in the run directory after the final orphan sweep (and none at
+all when nothing was killed), no read error, no unexpected worker exit. A
+failed gate exits 1.
 --transport arena,file runs both, one after the other, and prints the
 ratio.`,
 		Example: `  mstar arena stress --duration 30s

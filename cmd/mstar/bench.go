@@ -19,10 +19,15 @@ func init() {
 table, and with --out writes a results document holding every sample, which
 'mstar report' shows, diffs and plots.
 
-'bench ceilings' measures the limits that other suites report against: device
-memory bandwidth, pinned host<->device bandwidth and the dense GEMM rate.`,
+  ceilings  the limits the other suites report against: device memory
+            bandwidth, pinned host<->device bandwidth and the dense GEMM rate
+            (on the CPU: memcpy and the float32 FMA peak)
+  moe       the fused-MoE layer over batch sizes, checked against a float64
+            reference in every run, as % of the ceilings and of the floor;
+            --tune picks tile configurations, --stages times each kernel`,
 			Example: `  mstar bench ceilings --device cuda:0 --out ceilings.json
-  mstar bench ceilings --device cpu --quick`,
+  mstar bench ceilings --device cpu --quick
+  mstar bench moe --model qwen3-30b-a3b --batch 1,16 --device cpu`,
 			// A parent without RunE would print help and exit 0 for a
 			// mistyped suite; that is bad usage.
 			Args: cobra.ArbitraryArgs,

@@ -59,6 +59,40 @@ func TestRootExitCodes(t *testing.T) {
 	}
 }
 
+// Usage errors say which command, what is wrong in words, and where help
+// is, once prefixed with "mstar:".
+func TestUsageMessages(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string // the whole of stderr
+	}{
+		{[]string{"bench", "ceilings", "--samples", "abc"},
+			"mstar: bench ceilings: --samples: invalid value \"abc\": not an integer (see 'mstar bench ceilings --help')\n"},
+		{[]string{"arena", "stress", "--interval", "soon"},
+			"mstar: arena stress: --interval: invalid value \"soon\": not a duration (like 500ms, 2s or 1m) (see 'mstar arena stress --help')\n"},
+		{[]string{"trace", "summarize"},
+			"mstar: trace summarize: accepts 1 argument, received 0 (usage: mstar trace summarize FILE; see 'mstar trace summarize --help')\n"},
+		{[]string{"report", "diff", "a.json"},
+			"mstar: report diff: accepts 2 arguments, received 1 (usage: mstar report diff BASE NEW; see 'mstar report diff --help')\n"},
+		{[]string{"completion", "nosuch"},
+			"mstar: unknown shell \"nosuch\" for 'mstar completion': want bash, zsh, fish or powershell\n"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			stdout, stderr, code := runMstar(t, tc.args...)
+			if code != exitBadUsge || stderr != tc.want || stdout != "" {
+				t.Errorf("exit %d, stdout %q\nstderr %q\nwant   %q", code, stdout, stderr, tc.want)
+			}
+		})
+	}
+	// The shells still work, and plain 'completion' is its help.
+	if out, _, code := runMstar(t, "completion", "bash"); code != exitOK || !strings.Contains(out, "bash completion") {
+		t.Errorf("completion bash: exit %d", code)
+	}
+	if _, _, code := runMstar(t, "completion"); code != exitOK {
+		t.Errorf("completion: exit %d", code)
+	}
+}
+
 func TestVersionNamesCommit(t *testing.T) {
 	out, _, _ := runMstar(t, "version")
 	if !strings.HasPrefix(out, "mstar ") || !strings.Contains(out, "commit ") {

@@ -145,7 +145,7 @@ func TestReportBadInput(t *testing.T) {
 		{"unknown metric", []string{"report", "show", "--metrics", "latencyy", good},
 			"mstar: no metric named \"latencyy\" (have: latency, tflops)\n"},
 		{"diff needs two files", []string{"report", "diff", good},
-			"mstar: accepts 2 arg(s), received 1\n"},
+			"mstar: report diff: accepts 2 arguments, received 1 (usage: mstar report diff BASE NEW; see 'mstar report diff --help')\n"},
 		{"bad alpha", []string{"report", "diff", "--alpha", "2", good, good},
 			"mstar: --alpha 2: want a level between 0 and 1\n"},
 		{"negative threshold", []string{"report", "diff", "--threshold", "-1", good, good},

@@ -6,11 +6,14 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 
 	"github.com/mstar-dev/mstar/reports"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // Exit codes, documented in README.md.
@@ -81,7 +84,7 @@ plots them.
 Exit codes: 0 ok; 1 a gate, a correctness check or a regression failed;
 2 bad usage or bad input; 3 the run could not complete (an I/O, device or
 internal error), so a CI job can tell a failed gate from a broken run.`,
-		Example: `  mstar doctor                       # is this machine ready, and what are its ceilings?
+		Example: `  mstar doctor                       # is this machine ready: GPU, CUDA libraries, /dev/shm, memlock?
   mstar report show results.json     # tables from results documents
   mstar report diff base.json new.json --threshold 5   # exit 1 on a significant regression`,
 		SilenceUsage:  true,
@@ -94,6 +97,18 @@ internal error), so a CI job can tell a failed gate from a broken run.`,
 	for _, f := range commandFactories {
 		root.AddCommand(f(a))
 	}
+	// cobra's completion command prints help and exits 0 for an unknown
+	// shell; like every other parent command here, that is bad usage.
+	root.InitDefaultCompletionCmd()
+	if comp, _, err := root.Find([]string{"completion"}); err == nil && comp != root {
+		comp.Args = func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usageErr("unknown shell %q for 'mstar completion': want bash, zsh, fish or powershell", args[0])
+			}
+			return nil
+		}
+		comp.RunE = func(cmd *cobra.Command, args []string) error { return cmd.Help() }
+	}
 	// An output path that cannot be written is bad input, found before a
 	// long run rather than after it.
 	root.PersistentPreRunE = func(cmd *cobra.Command, args []string) error {
@@ -105,7 +120,7 @@ internal error), so a CI job can tell a failed gate from a broken run.`,
 	root.PersistentFlags().StringVar(&a.cpuProfile, "cpuprofile", "", "write a CPU profile of the run to `FILE` when the command ends (an interrupted run leaves none); read it with 'go tool pprof bin/mstar FILE'")
 	// Flag parse errors are usage errors: exit 2.
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
-		return &exitError{code: exitBadUsge, err: fmt.Errorf("%s: %w (see '%s --help')", c.CommandPath(), err, c.CommandPath())}
+		return &exitError{code: exitBadUsge, err: fmt.Errorf("%s%s (see '%s --help')", subcommand(c), flagErrorText(err), c.CommandPath())}
 	})
 	return root
 }
@@ -116,18 +131,29 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	a := &app{stdin: stdin, stdout: stdout, stderr: stderr, args: append([]string{"mstar"}, args...)}
 	root := newRoot(a)
 	root.SetArgs(args)
-	err := root.Execute()
+	cmd, err := root.ExecuteC()
 	if perr := a.stopProfile(); err == nil {
 		err = perr
 	}
 	if err == nil {
 		return exitOK
 	}
-	fmt.Fprintln(stderr, "mstar: "+err.Error())
 	var ee *exitError
 	if errors.As(err, &ee) {
+		fmt.Fprintln(stderr, "mstar: "+err.Error())
 		return ee.code
 	}
+	// A wrong argument count, from cobra, says which command and how to
+	// call it.
+	if n := argCount.FindStringSubmatch(err.Error()); n != nil && cmd != nil {
+		msg := argCount.ReplaceAllStringFunc(err.Error(), func(m string) string {
+			k, _ := strconv.Atoi(argCount.FindStringSubmatch(m)[1])
+			return plural(k, "argument")
+		})
+		fmt.Fprintf(stderr, "mstar: %s%s (usage: %s; see '%s --help')\n", subcommand(cmd), msg, strings.TrimSuffix(cmd.UseLine(), " [flags]"), cmd.CommandPath())
+		return exitBadUsge
+	}
+	fmt.Fprintln(stderr, "mstar: "+err.Error())
 	// cobra's own errors (unknown command, wrong argument count) are usage errors.
 	if strings.Contains(err.Error(), "unknown command") || strings.Contains(err.Error(), "arg(s)") ||
 		strings.Contains(err.Error(), "unknown flag") || strings.Contains(err.Error(), "required flag") {
@@ -135,6 +161,50 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	// Exit 1 means a gate or a regression failed, and only that.
 	return exitBroken
+}
+
+// argCount finds "N arg(s)" in cobra's argument-count errors.
+var argCount = regexp.MustCompile(`(\d+) arg\(s\)`)
+
+// subcommand is "bench ceilings: " for a subcommand and "" for the root:
+// messages start with "mstar: " already.
+func subcommand(c *cobra.Command) string {
+	if !c.HasParent() {
+		return ""
+	}
+	return strings.TrimPrefix(c.CommandPath(), c.Root().Name()+" ") + ": "
+}
+
+// flagErrorText says what is wrong with a flag in words, not with Go's
+// parser error ("strconv.ParseInt: parsing ...").
+func flagErrorText(err error) string {
+	var ive *pflag.InvalidValueError
+	if !errors.As(err, &ive) {
+		return err.Error()
+	}
+	f := ive.GetFlag()
+	want := ""
+	switch f.Value.Type() {
+	case "int", "int8", "int16", "int32", "int64":
+		want = "not an integer"
+	case "uint", "uint8", "uint16", "uint32", "uint64":
+		want = "not a whole number >= 0"
+	case "float32", "float64":
+		want = "not a number"
+	case "bool":
+		want = "want true or false"
+	case "duration":
+		want = "not a duration (like 500ms, 2s or 1m)"
+	case "intSlice":
+		want = "want integers, comma-separated"
+	case "stringToString":
+		want = "want KEY=VALUE pairs, comma-separated"
+	default:
+		if c := errors.Unwrap(ive); c != nil {
+			want = c.Error()
+		}
+	}
+	return fmt.Sprintf("--%s: invalid value %q: %s", f.Name, ive.GetValue(), want)
 }
 
 // writeResults writes a results document atomically and says where.
