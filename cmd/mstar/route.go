@@ -46,8 +46,9 @@ Unset flags take the router's defaults (deepseek-v3: --n-group 8 --topk-group 4
 renormalisation). --topk defaults to 2.
 
 Bad input — k above the number of experts, groups that do not divide the
-experts, rows of unequal length, a bias of the wrong length — exits 2 with the
-problem named.`,
+experts, rows of unequal length, a bias of the wrong length, a setting the
+router does not use (--n-group for hash, say) — exits 2 with the problem
+named.`,
 			Example: `  echo '[[1,2,3,0],[0,0,5,5]]' | mstar route --router softmax-topk --logits - --topk 2 --renormalize
   mstar route --router deepseek-v3 --logits logits.json --bias bias.json --topk 8 --n-group 8 --topk-group 4 --scaling 2.5
   mstar route --router switch --logits logits.json --topk 1 --capacity-factor 1.0`,
