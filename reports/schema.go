@@ -53,6 +53,11 @@ const SchemaVersion = 1
 // recognised as "not an mstar results document" rather than as empty results.
 const Format = "mstar.results"
 
+// WarnInterrupted is the run-level warning (Document.Warnings) of a run
+// that SIGINT or SIGTERM stopped before it completed: its results are the
+// part that ran, and a reader must not take them for the whole run.
+const WarnInterrupted = "interrupted: the run stopped before it completed; its results cover the part that ran"
+
 // Document is one run of one measuring command.
 type Document struct {
 	Format   string    `json:"format"`  // always Format

@@ -1,16 +1,13 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"github.com/mstar-dev/mstar/internal/units"
 	"io"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -355,7 +352,7 @@ ratio.`,
 			if err := checkShmDir("shm-dir", shmDir, true); err != nil {
 				return err
 			}
-			ctx, stop := arenaStressContext()
+			ctx, stop := interruptContext()
 			defer stop()
 			doc := reports.NewDocument("arena stress", a.args, envinfo.Collect(nil))
 			// Progress lines follow the rule of every command's progress
@@ -396,6 +393,9 @@ ratio.`,
 				fmt.Fprintf(a.stdout, "# %s vs %s: %.2fx the tensors/s, %.2fx the GB/s\n", sums[0].Options.Transport, sums[1].Options.Transport,
 					r0/r1, (float64(sums[0].Bytes)/sums[0].Elapsed.Seconds())/(float64(sums[1].Bytes)/sums[1].Elapsed.Seconds()))
 			}
+			if ctx.Err() != nil {
+				noteInterrupted(doc)
+			}
 			doc.Finish()
 			if out != "" {
 				if err := a.writeResults(out, doc); err != nil {
@@ -406,11 +406,7 @@ ratio.`,
 			if ctx.Err() != nil {
 				// The run could not complete (exit 3); its gates judged a
 				// part run, which fails "delivered" gates by itself.
-				msg := "arena stress interrupted before it completed; the results cover the part that ran"
-				if len(bad) > 0 {
-					msg += fmt.Sprintf(" (%d gate(s) failed there: %s)", len(bad), strings.Join(bad, "; "))
-				}
-				return errors.New(msg)
+				return errInterrupted("arena stress", bad)
 			}
 			if len(bad) > 0 {
 				return failed("arena stress failed %d gate(s): %s", len(bad), strings.Join(bad, "; "))
@@ -436,11 +432,6 @@ ratio.`,
 	f.Uint64Var(&seed, "seed", 0, "random seed (0: from the clock)")
 	f.StringVarP(&out, "out", "o", "", "write the results document to `FILE`")
 	return cmd
-}
-
-// arenaStressContext is canceled by SIGINT/SIGTERM; tests replace it.
-var arenaStressContext = func() (context.Context, context.CancelFunc) {
-	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 }
 
 func arenaWorkerCommand(a *app) *cobra.Command {

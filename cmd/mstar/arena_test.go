@@ -1,10 +1,10 @@
 package main
 
 import (
-	"context"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -202,16 +202,18 @@ func TestArenaClean(t *testing.T) {
 
 // An interrupted stress run could not complete: exit 3, not a failed gate.
 func TestArenaStressInterrupted(t *testing.T) {
-	orig := arenaStressContext
-	defer func() { arenaStressContext = orig }()
-	arenaStressContext = func() (context.Context, context.CancelFunc) {
-		ctx, cancel := context.WithCancel(context.Background())
-		cancel() // as if SIGINT came at once
-		return ctx, cancel
-	}
+	interruptAtOnce(t)
+	out := filepath.Join(t.TempDir(), "stress.json")
 	_, stderr, code := runMstar(t, "arena", "stress", "--duration", "1m", "--producers", "1", "--consumers", "1", "--fanout", "1",
-		"--max-size", "64KiB", "--segment-size", "1MiB", "--max-segments", "2", "--shm-dir", arenaShmDir(t))
+		"--max-size", "64KiB", "--segment-size", "1MiB", "--max-segments", "2", "--shm-dir", arenaShmDir(t), "--out", out)
 	if code != exitBroken || !strings.Contains(stderr, "interrupted") {
 		t.Fatalf("exit %d, stderr %q; want exit 3 saying it was interrupted", code, stderr)
+	}
+	doc, err := reports.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(doc.Warnings, reports.WarnInterrupted) {
+		t.Errorf("document warnings %q do not say the run was interrupted", doc.Warnings)
 	}
 }

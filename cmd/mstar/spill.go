@@ -1,12 +1,9 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/mstar-dev/mstar/bench/spill"
@@ -176,7 +173,7 @@ gate), writes a results document with --out, exits 1 when any gate fails.`,
 				// On an interrupt the cell in flight stops between copies and
 				// cleans up (segments unlinked, holders told to quit); the
 				// cells done so far are still printed and written.
-				ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+				ctx, stop := interruptContext()
 				defer stop()
 				bar := progress.New(a.stderr, len(list), "spill-matrix")
 				m, runErr := spill.Run(ctx, cfg, list, func(i int, c spill.Cell) {
@@ -207,11 +204,17 @@ gate), writes a results document with --out, exits 1 when any gate fails.`,
 					return err
 				}
 				doc.Results = m.Results()
+				if runErr != nil && ctx.Err() != nil {
+					noteInterrupted(doc)
+				}
 				doc.Finish()
 				if out != "" {
 					if err := reports.WriteFile(out, doc); err != nil {
 						return err
 					}
+				}
+				if runErr != nil && ctx.Err() != nil {
+					return errInterrupted(fmt.Sprintf("spill-matrix (%d of %d cells done)", len(m.Outcomes), len(list)), doc.Failed())
 				}
 				if runErr != nil {
 					return fmt.Errorf("spill-matrix stopped after %d of %d cells: %w", len(m.Outcomes), len(list), runErr)
