@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"github.com/mstar-dev/mstar/internal/cpupeak"
@@ -91,8 +92,10 @@ type CeilingOptions struct {
 // gonum's float64 Dgemm at 512³ (256³) on CPUs without a peak kernel.
 //
 // A ceiling that fails (no cuBLAS, too little memory) is Unmeasured with
-// the reason; only a device that cannot run anything returns an error.
-func MeasureCeilings(dev gpu.Device, opt CeilingOptions) (*Ceilings, error) {
+// the reason; only a device that cannot run anything returns an error. A
+// canceled ctx stops it between ceilings: it returns the ceilings measured
+// so far, the others Unmeasured, and ctx's error.
+func MeasureCeilings(ctx context.Context, dev gpu.Device, opt CeilingOptions) (*Ceilings, error) {
 	info := dev.Info()
 	onGPU := info.Backend == gpu.CUDA
 	if opt.Samples < 0 {
@@ -143,10 +146,23 @@ func MeasureCeilings(dev gpu.Device, opt CeilingOptions) (*Ceilings, error) {
 	if !onGPU {
 		copyReps, hostReps = 1, 1
 	}
+	const notYet = "interrupted before it was measured"
+	c.D2D = unmeasured(UnitGBps, "", "", notYet)
+	c.H2D, c.D2H = c.D2D, c.D2D
+	c.GEMM = unmeasured(UnitTFLOPs, "", "", notYet)
+	if err := ctx.Err(); err != nil {
+		return c, err
+	}
 	progress("d2d")
 	c.D2D = measureD2D(dev, s, opt.CopyBytes, Timing{Warmup: 2, Samples: opt.Samples, Reps: copyReps})
+	if err := ctx.Err(); err != nil {
+		return c, err
+	}
 	progress("h2d")
 	c.H2D, c.D2H = measureHost(dev, s, opt.HostBytes, Timing{Warmup: 2, Samples: opt.Samples, Reps: hostReps}, progress)
+	if err := ctx.Err(); err != nil {
+		return c, err
+	}
 	progress("gemm")
 	if onGPU {
 		c.GEMM = measureGEMMCUDA(dev, s, opt.GEMMSize, Timing{Warmup: 30, Samples: opt.Samples, Reps: 5})

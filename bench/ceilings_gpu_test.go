@@ -23,7 +23,7 @@ func openCUDA(t *testing.T) gpu.Device {
 
 func TestCUDACeilingsQuick(t *testing.T) {
 	d := openCUDA(t)
-	c, err := MeasureCeilings(d, CeilingOptions{Quick: true})
+	c, err := MeasureCeilings(t.Context(), d, CeilingOptions{Quick: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"context"
 	"errors"
 	"path/filepath"
 	"slices"
@@ -18,7 +19,7 @@ func TestCPUCeilingsMeasured(t *testing.T) {
 	var steps []string
 	opt := small
 	opt.Progress = func(s string) { steps = append(steps, s) }
-	c, err := MeasureCeilings(gpu.NewCPU(), opt)
+	c, err := MeasureCeilings(t.Context(), gpu.NewCPU(), opt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,13 +76,13 @@ func TestCPUGEMMCeilingFallback(t *testing.T) {
 }
 
 func TestCeilingsDefaults(t *testing.T) {
-	if _, err := MeasureCeilings(gpu.NewCPU(), CeilingOptions{Samples: -1}); err == nil {
+	if _, err := MeasureCeilings(t.Context(), gpu.NewCPU(), CeilingOptions{Samples: -1}); err == nil {
 		t.Error("negative samples accepted")
 	}
 	if testing.Short() {
 		t.Skip("the CPU defaults move a few hundred MiB")
 	}
-	c, err := MeasureCeilings(gpu.NewCPU(), CeilingOptions{Quick: true})
+	c, err := MeasureCeilings(t.Context(), gpu.NewCPU(), CeilingOptions{Quick: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +107,7 @@ func (d failingDevice) Alloc(n int64) (gpu.Buffer, error) {
 func TestCeilingUnmeasuredIsNotZero(t *testing.T) {
 	opt := small
 	opt.CopyBytes = 8 << 20
-	c, err := MeasureCeilings(failingDevice{gpu.NewCPU(), 4 << 20}, opt)
+	c, err := MeasureCeilings(t.Context(), failingDevice{gpu.NewCPU(), 4 << 20}, opt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +128,7 @@ func TestCeilingUnmeasuredIsNotZero(t *testing.T) {
 }
 
 func TestCeilingsResultsRoundTrip(t *testing.T) {
-	c, err := MeasureCeilings(gpu.NewCPU(), small)
+	c, err := MeasureCeilings(t.Context(), gpu.NewCPU(), small)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,5 +235,34 @@ func TestCeilingsMatches(t *testing.T) {
 				t.Errorf("Matches = %v, want ok=%v", err, tc.ok)
 			}
 		})
+	}
+}
+
+// An interrupt stops the measurement between ceilings: those done keep their
+// samples, the rest are unmeasured saying why, and every one still makes a
+// valid result.
+func TestCeilingsInterrupted(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	c, err := MeasureCeilings(ctx, gpu.NewCPU(), CeilingOptions{Quick: true, Samples: 2, CopyBytes: 1 << 20, HostBytes: 1 << 20,
+		Progress: func(what string) {
+			if what == "h2d" {
+				cancel()
+			}
+		}})
+	if !errors.Is(err, context.Canceled) || c == nil {
+		t.Fatalf("err %v, ceilings %v; want the partial ceilings and context.Canceled", err, c)
+	}
+	if !c.D2D.Measured() {
+		t.Errorf("d2d %+v: measured before the interrupt, want its samples", c.D2D)
+	}
+	if c.GEMM.Measured() || !strings.Contains(c.GEMM.Unmeasured, "interrupted") {
+		t.Errorf("gemm %+v: want unmeasured, saying it was interrupted", c.GEMM)
+	}
+	doc := reports.NewDocument("bench ceilings", nil, reports.Env{})
+	doc.Results = c.Results()
+	doc.Finish()
+	if err := doc.Validate(); err != nil {
+		t.Errorf("partial ceilings make an invalid document: %v", err)
 	}
 }

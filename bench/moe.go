@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"context"
 	"crypto/sha256"
 	"errors"
 	"fmt"
@@ -260,8 +261,10 @@ func checkTokens(m int) []int {
 // RunMoE runs the sweep on dev. Per batch: one pass on poisoned output
 // buffers checked against moe.Reference (all tokens up to 64, else 64
 // sampled), then the timed samples. Errors of input (shape does not fit in
-// memory) are *MoEInputError.
-func RunMoE(dev gpu.Device, opt MoEOptions) (*MoEReport, error) {
+// memory) are *MoEInputError. A canceled ctx stops it between batches (on
+// the CPU also between samples): it returns the report of the batches done
+// so far with ctx's error; the batch in flight is left out.
+func RunMoE(ctx context.Context, dev gpu.Device, opt MoEOptions) (*MoEReport, error) {
 	local, err := PrepareMoE(&opt)
 	if err != nil {
 		return nil, err
@@ -288,10 +291,10 @@ func RunMoE(dev gpu.Device, opt MoEOptions) (*MoEReport, error) {
 	rep := &MoEReport{Local: local}
 	maxM := slices.Max(opt.Batches)
 
-	var ctx *cuda.Context
+	var cctx *cuda.Context
 	if onGPU {
 		var ok bool
-		if ctx, ok = gpu.CUDAOf(dev); !ok {
+		if cctx, ok = gpu.CUDAOf(dev); !ok {
 			return nil, fmt.Errorf("device %s says CUDA but has no CUDA context", info.ID)
 		}
 		if err := moe.CheckCUDAShape(local); err != nil {
@@ -304,7 +307,11 @@ func RunMoE(dev gpu.Device, opt MoEOptions) (*MoEReport, error) {
 
 	if opt.Ceilings == nil {
 		progress("ceilings")
-		c, err := MeasureCeilings(dev, CeilingOptions{Quick: true})
+		c, err := MeasureCeilings(ctx, dev, CeilingOptions{Quick: true})
+		if err != nil && ctx.Err() != nil {
+			rep.Ceilings = c
+			return rep, err
+		}
 		if err != nil {
 			return nil, fmt.Errorf("measuring ceilings: %w", err)
 		}
@@ -336,7 +343,7 @@ func RunMoE(dev gpu.Device, opt MoEOptions) (*MoEReport, error) {
 
 	var gk *gpuMoE
 	if onGPU {
-		gk, err = newGPUMoE(ctx, layer, opt, maxM)
+		gk, err = newGPUMoE(cctx, layer, opt, maxM)
 		if err != nil {
 			return nil, err
 		}
@@ -346,6 +353,9 @@ func RunMoE(dev gpu.Device, opt MoEOptions) (*MoEReport, error) {
 	}
 
 	for _, m := range opt.Batches {
+		if err := ctx.Err(); err != nil {
+			return rep, err
+		}
 		progress(fmt.Sprintf("M=%d", m))
 		r := prefix(rep.Routing, m).Localize(opt.Shape.E, opt.EP, 0)
 		x := xAll[:m*local.H]
@@ -368,7 +378,10 @@ func RunMoE(dev gpu.Device, opt MoEOptions) (*MoEReport, error) {
 		case onGPU:
 			out, us, stages, cfg, err = gk.run(m, x, r, opt.Samples, opt.Config, opt.Stages)
 		default:
-			out, us, stages, cfg, err = runCPU(layer, x, r, opt.Samples, opt.Stages)
+			out, us, stages, cfg, err = runCPU(ctx, layer, x, r, opt.Samples, opt.Stages)
+		}
+		if err != nil && ctx.Err() != nil {
+			return rep, ctx.Err()
 		}
 		if err != nil {
 			return nil, fmt.Errorf("M=%d: %w", m, err)
@@ -530,7 +543,7 @@ func checkFits(dev gpu.Device, local moe.Shape, opt MoEOptions, maxM int) error 
 	return err
 }
 
-func runCPU(l *moe.Layer, x []float32, r moe.Routing, samples int, stages bool) (out []float32, us []float64, st []moe.StageTime, cfg string, err error) {
+func runCPU(ctx context.Context, l *moe.Layer, x []float32, r moe.Routing, samples int, stages bool) (out []float32, us []float64, st []moe.StageTime, cfg string, err error) {
 	out = make([]float32, r.M*l.Shape.H)
 	for i := range out {
 		out[i] = float32(math.NaN())
@@ -538,6 +551,9 @@ func runCPU(l *moe.Layer, x []float32, r moe.Routing, samples int, stages bool) 
 	moe.ForwardCPU(l, x, r, out) // the checked pass, also the warm-up
 	scratch := make([]float32, len(out))
 	sec, err := TimeWall(Timing{Samples: samples}, func() error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		moe.ForwardCPU(l, x, r, scratch)
 		return nil
 	})
@@ -552,6 +568,9 @@ func runCPU(l *moe.Layer, x []float32, r moe.Routing, samples int, stages bool) 
 		st = []moe.StageTime{{Stage: "align", Kernel: "cpu:align"}, {Stage: "gemm1", Kernel: "cpu:gemm1"},
 			{Stage: "gemm2", Kernel: "cpu:gemm2"}, {Stage: "combine", Kernel: "cpu:combine"}}
 		for range samples {
+			if err := ctx.Err(); err != nil {
+				return nil, nil, nil, "", err
+			}
 			t := moe.ForwardCPUTimed(l, x, r, scratch)
 			for i, d := range []time.Duration{t.Align, t.GEMM1, t.GEMM2, t.Combine} {
 				st[i].US = append(st[i].US, float64(d.Nanoseconds())/1e3)

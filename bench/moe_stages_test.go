@@ -66,7 +66,7 @@ func TestStageResults(t *testing.T) {
 func TestRunMoEStagesOnCPU(t *testing.T) {
 	opt := MoEOptions{Model: "tiny", Shape: moe.Shape{E: 4, K: 2, H: 32, I: 16}, Batches: []int{3}, Samples: 2, Seed: 1,
 		Ceilings: fakeCeilings(), Stages: true}
-	rep, err := RunMoE(gpu.NewCPU(), opt)
+	rep, err := RunMoE(t.Context(), gpu.NewCPU(), opt)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,8 @@
 package bench
 
 import (
+	"context"
+	"errors"
 	"math"
 	"os"
 	"path/filepath"
@@ -30,7 +32,7 @@ func TestRunMoECPU(t *testing.T) {
 		Batches: []int{1, 7, 70}, Samples: 3, Seed: 5, Ceilings: fakeCeilings(),
 		DumpDir: t.TempDir(),
 	}
-	rep, err := RunMoE(gpu.NewCPU(), opt)
+	rep, err := RunMoE(t.Context(), gpu.NewCPU(), opt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +88,7 @@ func itoa(n int) string { return strconv.Itoa(n) }
 func TestRunMoEGateFails(t *testing.T) {
 	testCorruptOutput = func(out []float32) { out[len(out)-1] = float32(math.NaN()) }
 	defer func() { testCorruptOutput = nil }()
-	rep, err := RunMoE(gpu.NewCPU(), MoEOptions{Shape: moe.Shape{E: 4, K: 2, H: 16, I: 8}, Batches: []int{3}, Samples: 1, Ceilings: fakeCeilings()})
+	rep, err := RunMoE(t.Context(), gpu.NewCPU(), MoEOptions{Shape: moe.Shape{E: 4, K: 2, H: 16, I: 8}, Batches: []int{3}, Samples: 1, Ceilings: fakeCeilings()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +115,7 @@ func TestRunMoEBadInput(t *testing.T) {
 		{"does not fit", "needs", MoEOptions{Shape: moe.Shape{E: 1 << 14, K: 2, H: 1 << 13, I: 1 << 13}, Batches: []int{1}, Ceilings: fakeCeilings()}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := RunMoE(gpu.NewCPU(), tt.opt)
+			_, err := RunMoE(t.Context(), gpu.NewCPU(), tt.opt)
 			if err == nil || !IsMoEInputError(err) || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("error %v (input error: %v), want an input error containing %q", err, IsMoEInputError(err), tt.want)
 			}
@@ -223,12 +225,12 @@ func TestTuneResults(t *testing.T) {
 
 func TestRunMoETuneOptions(t *testing.T) {
 	c, _ := moe.ParseConfig("tc:128x128k64s4")
-	_, err := RunMoE(gpu.NewCPU(), MoEOptions{Shape: moe.Shape{E: 4, K: 2, H: 16, I: 8}, Tune: true, Config: c, Batches: []int{1}})
+	_, err := RunMoE(t.Context(), gpu.NewCPU(), MoEOptions{Shape: moe.Shape{E: 4, K: 2, H: 16, I: 8}, Tune: true, Config: c, Batches: []int{1}})
 	if !IsMoEInputError(err) || !strings.Contains(err.Error(), "excludes --config") {
 		t.Errorf("--tune with --config: %v, want an input error", err)
 	}
 	// On the CPU there is nothing to tune: a warning, and the sweep runs.
-	rep, err := RunMoE(gpu.NewCPU(), MoEOptions{Shape: moe.Shape{E: 4, K: 2, H: 16, I: 8}, Tune: true, Batches: []int{3}, Samples: 1, Ceilings: fakeCeilings()})
+	rep, err := RunMoE(t.Context(), gpu.NewCPU(), MoEOptions{Shape: moe.Shape{E: 4, K: 2, H: 16, I: 8}, Tune: true, Batches: []int{3}, Samples: 1, Ceilings: fakeCeilings()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,7 +251,7 @@ func TestRunMoEGateSeesUncheckedTokens(t *testing.T) {
 	h := 16
 	testCorruptOutput = func(out []float32) { out[1*h+3] = float32(math.Inf(1)) }
 	defer func() { testCorruptOutput = nil }()
-	rep, err := RunMoE(gpu.NewCPU(), MoEOptions{Shape: moe.Shape{E: 4, K: 2, H: h, I: 8}, Batches: []int{200}, Samples: 1, Ceilings: fakeCeilings()})
+	rep, err := RunMoE(t.Context(), gpu.NewCPU(), MoEOptions{Shape: moe.Shape{E: 4, K: 2, H: h, I: 8}, Batches: []int{200}, Samples: 1, Ceilings: fakeCeilings()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,5 +260,42 @@ func TestRunMoEGateSeesUncheckedTokens(t *testing.T) {
 	}
 	if firstNonFinite([]float32{1, 2, float32(math.NaN())}) != 2 || firstNonFinite([]float32{1, -3e38}) != -1 {
 		t.Error("firstNonFinite")
+	}
+}
+
+// An interrupt between batches keeps the batches done and leaves the rest
+// out: the report comes back with ctx's error.
+func TestRunMoEInterrupted(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	opt := MoEOptions{Shape: moe.Shape{E: 4, K: 2, H: 16, I: 8}, Batches: []int{1, 4, 16}, Samples: 2, Ceilings: fakeCeilings(),
+		Progress: func(step string) {
+			if step == "M=4" {
+				cancel() // as if SIGINT came while batch 4 starts
+			}
+		}}
+	rep, err := RunMoE(ctx, gpu.NewCPU(), opt)
+	if !errors.Is(err, context.Canceled) || rep == nil {
+		t.Fatalf("err %v, report %v; want the partial report and context.Canceled", err, rep)
+	}
+	if len(rep.Rows) != 1 || rep.Rows[0].M != 1 || len(rep.Results) != 1 || rep.Results[0].Params["batch"] != "1" {
+		t.Fatalf("%d rows, results %v; want batch 1 only", len(rep.Rows), rep.Results)
+	}
+	if rep.Ceilings == nil {
+		t.Error("no ceilings in the partial report")
+	}
+}
+
+// Interrupted while measuring its own ceilings, the report carries them
+// (unmeasured, saying why) and no batch.
+func TestRunMoEInterruptedInCeilings(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	rep, err := RunMoE(ctx, gpu.NewCPU(), MoEOptions{Shape: moe.Shape{E: 4, K: 2, H: 16, I: 8}, Batches: []int{1}, Samples: 1})
+	if !errors.Is(err, context.Canceled) || rep == nil || rep.Ceilings == nil {
+		t.Fatalf("err %v, report %+v; want a report with ceilings and context.Canceled", err, rep)
+	}
+	if len(rep.Rows) != 0 || rep.Ceilings.D2D.Measured() || !strings.Contains(rep.Ceilings.GEMM.Unmeasured, "interrupted") {
+		t.Errorf("rows %d, d2d %+v, gemm %+v; want no rows and unmeasured ceilings saying why", len(rep.Rows), rep.Ceilings.D2D, rep.Ceilings.GEMM)
 	}
 }

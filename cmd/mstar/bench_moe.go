@@ -211,8 +211,17 @@ Models:
 					bar.Add(1)
 				}
 			}
-			rep, err := bench.RunMoE(dev, opt)
+			// On an interrupt the batch in flight stops; the batches done
+			// are still printed and written.
+			ctx, stop := interruptContext()
+			defer stop()
+			rep, err := bench.RunMoE(ctx, dev, opt)
 			bar.Finish()
+			stopped := err != nil && ctx.Err() != nil && rep != nil
+			if stopped {
+				err = nil
+				noteInterrupted(doc)
+			}
 			if err != nil {
 				if bench.IsMoEInputError(err) {
 					return badInput(err)
@@ -229,7 +238,7 @@ Models:
 			}
 			doc.Finish()
 			printMoE(a, dev.Info().ID, dev.Info().Name, opt, rep)
-			if traceOut != "" {
+			if traceOut != "" && rep.Routing.M > 0 { // none when interrupted before it was drawn
 				if err := moe.WriteTrace(traceOut, rep.Routing, opt.Shape.E); err != nil {
 					return err
 				}
@@ -238,6 +247,9 @@ Models:
 				if err := a.writeResults(out, doc); err != nil {
 					return err
 				}
+			}
+			if stopped {
+				return errInterrupted(fmt.Sprintf("bench moe (%d of %d batches done)", len(rep.Rows), steps), doc.Failed())
 			}
 			if rep.Failed() {
 				return failed("correctness gate failed:\n  %s", strings.Join(doc.Failed(), "\n  "))

@@ -55,7 +55,11 @@ with --ceilings FILE.`,
 				defer dev.Close()
 				doc := reports.NewDocument("bench ceilings", a.args, envinfo.Collect(dev))
 				bar := progress.New(a.stderr, 4, "ceilings")
-				c, err := bench.MeasureCeilings(dev, bench.CeilingOptions{
+				// On an interrupt the ceilings not measured yet are left
+				// unmeasured; those done are still printed and written.
+				ctx, stop := interruptContext()
+				defer stop()
+				c, err := bench.MeasureCeilings(ctx, dev, bench.CeilingOptions{
 					Quick:   quick,
 					Samples: samples,
 					Progress: func(what string) {
@@ -66,7 +70,10 @@ with --ceilings FILE.`,
 					},
 				})
 				bar.Finish()
-				if err != nil {
+				stopped := err != nil && ctx.Err() != nil && c != nil
+				if stopped {
+					noteInterrupted(doc)
+				} else if err != nil {
 					return err
 				}
 				doc.Results = c.Results()
@@ -76,6 +83,9 @@ with --ceilings FILE.`,
 					if err := a.writeResults(out, doc); err != nil {
 						return err
 					}
+				}
+				if stopped {
+					return errInterrupted("bench ceilings", nil)
 				}
 				return nil
 			},
