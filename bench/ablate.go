@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"image/color"
@@ -402,8 +403,11 @@ func (o *AblationOptions) newRouter(name string) (router.Router, error) {
 }
 
 // RunAblation routes a workload through every router and measures what
-// each routing does to expert load and to the fused-MoE kernel.
-func RunAblation(opt AblationOptions) (*Ablation, error) {
+// each routing does to expert load and to the fused-MoE kernel. A canceled
+// ctx stops it between batches and kernel samples: it returns the routers
+// and kernel layers done so far (the one in flight left out) with ctx's
+// error.
+func RunAblation(ctx context.Context, opt AblationOptions) (*Ablation, error) {
 	m := opt.Model
 	E, K, H := m.E, m.K, m.H
 	L, T := opt.Layers, opt.Tokens
@@ -475,6 +479,9 @@ func RunAblation(opt AblationOptions) (*Ablation, error) {
 	}
 	logits := make([][]float32, L)
 	for l := range logits {
+		if err := ctx.Err(); err != nil {
+			return a, err
+		}
 		logits[l] = router.Logits(hidden[l], T, H, gates[l], E)
 	}
 
@@ -505,6 +512,10 @@ func RunAblation(opt AblationOptions) (*Ablation, error) {
 		progress("routing: " + name)
 		var routeErr error
 		for step, off := 0, 0; off < T; step, off = step+1, off+B {
+			if err := ctx.Err(); err != nil {
+				a.Warnings = append(a.Warnings, fmt.Sprintf("interrupted while routing %s: it, the routers after it and the kernel are left out", name))
+				return a, err
+			}
 			n := min(B, T-off)
 			ins := make([]router.Input, L)
 			for l := range ins {
@@ -602,6 +613,10 @@ func RunAblation(opt AblationOptions) (*Ablation, error) {
 		samples := make([][]float64, len(names))
 		// Interleave routers within each sample so drift hits all alike.
 		for s := 0; s < opt.KernelSamples; s++ {
+			if err := ctx.Err(); err != nil {
+				a.Warnings = append(a.Warnings, fmt.Sprintf("interrupted in the kernel's layer %d: its kernel figures and the later layers' are left out", layerNo[l]))
+				return a, err
+			}
 			progress(fmt.Sprintf("kernel: layer %d, sample %d", layerNo[l], s+1))
 			d, err := kern.Forward(x, ref, scratch)
 			if err != nil {
@@ -831,6 +846,8 @@ func (a *Ablation) WriteTable(w io.Writer) error {
 			a.KernelName, a.KernelTokens, o.Tokens, plural(len(a.ReferenceMS), "layer"), plural(o.KernelSamples, "sample"), o.baseline())
 	} else if o.KernelSkipped != "" {
 		fmt.Fprintln(w, "# kernel: not run: "+o.KernelSkipped)
+	} else if o.KernelTokens > 0 && o.KernelLayers > 0 && o.KernelSamples > 0 {
+		fmt.Fprintln(w, "# kernel: not run: interrupted before it")
 	} else {
 		fmt.Fprintf(w, "# kernel: not run (%s)\n", o.kernelOff())
 	}

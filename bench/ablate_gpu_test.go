@@ -70,7 +70,7 @@ func TestCUDAAblationRun(t *testing.T) {
 	if _, ok := k.(*CUDAKernel); !ok {
 		t.Fatalf("KernelFor on CUDA gave %s (%s)", k.Name(), note)
 	}
-	a, err := RunAblation(AblationOptions{Model: m, Layers: 2, Tokens: 1024, Batch: 256, Workload: skewed(3), Seed: 1,
+	a, err := RunAblation(t.Context(), AblationOptions{Model: m, Layers: 2, Tokens: 1024, Batch: 256, Workload: skewed(3), Seed: 1,
 		KernelTokens: 256, KernelLayers: 1, KernelSamples: 3, Kernel: k})
 	if err != nil {
 		t.Fatal(err)

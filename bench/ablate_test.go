@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"image/png"
 	"math"
@@ -22,7 +23,7 @@ func skewed(seed uint64) router.Workload {
 }
 
 func TestAblationSmall(t *testing.T) {
-	a, err := RunAblation(AblationOptions{
+	a, err := RunAblation(t.Context(), AblationOptions{
 		Model: tiny, Layers: 3, Tokens: 512, Batch: 128, Workload: skewed(1), Seed: 7,
 		KernelTokens: 32, KernelLayers: 1, KernelSamples: 2,
 	})
@@ -150,7 +151,7 @@ func TestAblationSmall(t *testing.T) {
 	if _, err := a.Trace("switch"); err == nil || !strings.Contains(err.Error(), "dropped or empty slot") {
 		t.Errorf("recording switch (drops tokens): %v", err)
 	}
-	re, err := RunAblation(AblationOptions{Model: tiny, Trace: tr, Workload: skewed(1)})
+	re, err := RunAblation(t.Context(), AblationOptions{Model: tiny, Trace: tr, Workload: skewed(1)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +184,7 @@ func TestMaxVioVersusTokens(t *testing.T) {
 	}
 	var random, zipf []float64
 	for _, n := range sizes {
-		a, err := RunAblation(AblationOptions{
+		a, err := RunAblation(t.Context(), AblationOptions{
 			Model: tiny, Layers: 1, Tokens: n, Workload: skewed(2), Seed: 3,
 			Routers: []string{"random", "softmax-topk-norm"},
 		})
@@ -222,7 +223,7 @@ func TestAblationTraceReplay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := RunAblation(AblationOptions{Model: tiny, Trace: tr, Workload: skewed(1), KernelTokens: 4, KernelLayers: 2, KernelSamples: 1})
+	a, err := RunAblation(t.Context(), AblationOptions{Model: tiny, Trace: tr, Workload: skewed(1), KernelTokens: 4, KernelLayers: 2, KernelSamples: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,10 +251,10 @@ func TestAblationTraceReplay(t *testing.T) {
 	// A trace over another expert count is bad input.
 	other := tiny
 	other.E = 32
-	if _, err := RunAblation(AblationOptions{Model: other, Trace: tr}); !errors.Is(err, ErrAblationInput) {
+	if _, err := RunAblation(t.Context(), AblationOptions{Model: other, Trace: tr}); !errors.Is(err, ErrAblationInput) {
 		t.Errorf("trace over 16 experts on a 32-expert model: %v, want ErrAblationInput", err)
 	}
-	if _, err := RunAblation(AblationOptions{Model: tiny, Trace: tr, Layers: 3}); err == nil || !strings.Contains(err.Error(), "the trace has 2 layers, 3 asked") {
+	if _, err := RunAblation(t.Context(), AblationOptions{Model: tiny, Trace: tr, Layers: 3}); err == nil || !strings.Contains(err.Error(), "the trace has 2 layers, 3 asked") {
 		t.Errorf("3 layers of a 2-layer trace: %v", err)
 	}
 }
@@ -276,7 +277,7 @@ func TestAblationBadInput(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.opt.Workload = skewed(1)
-			_, err := RunAblation(tc.opt)
+			_, err := RunAblation(t.Context(), tc.opt)
 			if !errors.Is(err, ErrAblationInput) || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("error %v, want ErrAblationInput containing %q", err, tc.want)
 			}
@@ -284,7 +285,7 @@ func TestAblationBadInput(t *testing.T) {
 	}
 	// In a default run, a router that cannot route the model is left out with a warning.
 	mix := router.Model{Name: "mixtral-like", E: 8, K: 2, H: 16, I: 8, Router: "mixtral"}
-	a, err := RunAblation(AblationOptions{Model: mix, Layers: 1, Tokens: 64, Workload: skewed(1)})
+	a, err := RunAblation(t.Context(), AblationOptions{Model: mix, Layers: 1, Tokens: 64, Workload: skewed(1)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -301,7 +302,7 @@ func TestAblationUsesGateFileLayers(t *testing.T) {
 		bias[5] = 10 // deepseek-v3 then always picks expert 5
 		gs.Biases = append(gs.Biases, bias)
 	}
-	a, err := RunAblation(AblationOptions{Model: tiny, Layers: 2, Tokens: 64, Gates: gs, Workload: skewed(1),
+	a, err := RunAblation(t.Context(), AblationOptions{Model: tiny, Layers: 2, Tokens: 64, Gates: gs, Workload: skewed(1),
 		Routers: []string{"deepseek-v3"}, Config: router.Config{NGroup: 1, TopKGroup: 1}})
 	if err != nil {
 		t.Fatal(err)
@@ -373,5 +374,57 @@ func checkColumnFormats(t *testing.T, tab string) {
 		if len(fs) > 1 {
 			t.Errorf("column %s mixes number formats %v:\n%s", columns[j].header, fs, tab)
 		}
+	}
+}
+
+// An interrupt keeps the routers and kernel layers done and leaves out the
+// one in flight; what is kept still makes valid results.
+func TestAblationInterrupted(t *testing.T) {
+	for _, tc := range []struct {
+		name, at      string
+		routers       int // routers kept
+		kernelLayers  int // kernel layers kept
+		lastHasKernel bool
+	}{
+		{"while routing the second router", "routing: " + DefaultAblationRouters[1], 1, 0, false},
+		{"in the kernel's second layer", "kernel: layer 2, sample 1", len(DefaultAblationRouters), 1, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			a, err := RunAblation(ctx, AblationOptions{
+				Model: tiny, Layers: 3, Tokens: 256, Batch: 128, Workload: skewed(1), Seed: 7,
+				KernelTokens: 16, KernelLayers: 2, KernelSamples: 2,
+				Progress: func(what string, done, total int) {
+					if what == tc.at {
+						cancel()
+					}
+				},
+			})
+			if !errors.Is(err, context.Canceled) || a == nil {
+				t.Fatalf("err %v; want the partial ablation and context.Canceled", err)
+			}
+			if len(a.Warnings) != 1 || !strings.Contains(a.Warnings[0], "interrupted") {
+				t.Errorf("warnings %q: want one saying what the interrupt left out", a.Warnings)
+			}
+			if len(a.Runs) != tc.routers || len(a.ReferenceMS) != tc.kernelLayers {
+				t.Fatalf("%d routers and %d kernel layers kept, want %d and %d", len(a.Runs), len(a.ReferenceMS), tc.routers, tc.kernelLayers)
+			}
+			if a.Runs[0].Router != DefaultAblationRouters[0] || len(a.Runs[0].Layers) != 3 {
+				t.Errorf("first run %s with %d layers, want %s with 3", a.Runs[0].Router, len(a.Runs[0].Layers), DefaultAblationRouters[0])
+			}
+			if got := a.Runs[0].Layers[2].KernelMS != nil; got != tc.lastHasKernel {
+				t.Errorf("last layer has kernel samples: %v, want %v (its layer was in flight or never reached)", got, tc.lastHasKernel)
+			}
+			if tc.kernelLayers > 0 && len(a.Runs[0].Layers[1].KernelMS) != 2 {
+				t.Errorf("layer 1 (done before the interrupt) has %d kernel samples, want 2", len(a.Runs[0].Layers[1].KernelMS))
+			}
+			doc := reports.NewDocument(AblationSuite, nil, reports.Env{})
+			doc.Results = a.Results()
+			doc.Finish()
+			if err := doc.Validate(); err != nil {
+				t.Errorf("partial ablation makes an invalid document: %v", err)
+			}
+		})
 	}
 }

@@ -255,8 +255,16 @@ out-of-range expert id.`,
 				bar.Add(done - last)
 				last = done
 			}
-			res, err := bench.RunAblation(opt)
+			// On an interrupt the router or kernel layer in flight is left
+			// out; those done are still printed and written.
+			ctx, stop := interruptContext()
+			defer stop()
+			res, err := bench.RunAblation(ctx, opt)
 			bar.Finish()
+			stopped := err != nil && ctx.Err() != nil && res != nil
+			if stopped {
+				err = nil
+			}
 			if err != nil {
 				if errors.Is(err, bench.ErrAblationInput) {
 					return badInput(err)
@@ -268,11 +276,14 @@ out-of-range expert id.`,
 			if opt.KernelSkipped != "" {
 				doc.Warnings = append(doc.Warnings, opt.KernelSkipped)
 			}
+			if stopped {
+				noteInterrupted(doc)
+			}
 			doc.Finish()
 			if err := res.WriteTable(a.stdout); err != nil {
 				return err
 			}
-			if heatmap != "" {
+			if heatmap != "" && len(res.Runs) > 0 { // none when interrupted in the first router
 				f, err := os.Create(heatmap)
 				if err != nil {
 					return badInput(fmt.Errorf("--heatmap: %w", err))
@@ -295,26 +306,33 @@ out-of-range expert id.`,
 					}
 				}
 				tr, err := res.Trace(name)
-				if err != nil {
+				switch {
+				case err != nil && stopped: // interrupted before that router ran
+					fmt.Fprintf(a.stderr, "mstar: --record-trace: not written: %v\n", err)
+				case err != nil:
 					return badInput(fmt.Errorf("--record-trace: %w", err))
+				default:
+					f, err := os.Create(recordPath)
+					if err != nil {
+						return badInput(fmt.Errorf("--record-trace: %w", err))
+					}
+					if err := tr.Write(f); err != nil {
+						f.Close()
+						return fmt.Errorf("writing %s: %w", recordPath, err)
+					}
+					if err := f.Close(); err != nil {
+						return fmt.Errorf("writing %s: %w", recordPath, err)
+					}
+					fmt.Fprintf(a.stderr, "mstar: wrote %s (%s's routing)\n", recordPath, name)
 				}
-				f, err := os.Create(recordPath)
-				if err != nil {
-					return badInput(fmt.Errorf("--record-trace: %w", err))
-				}
-				if err := tr.Write(f); err != nil {
-					f.Close()
-					return fmt.Errorf("writing %s: %w", recordPath, err)
-				}
-				if err := f.Close(); err != nil {
-					return fmt.Errorf("writing %s: %w", recordPath, err)
-				}
-				fmt.Fprintf(a.stderr, "mstar: wrote %s (%s's routing)\n", recordPath, name)
 			}
 			if out != "" {
 				if err := a.writeResults(out, doc); err != nil {
 					return err
 				}
+			}
+			if stopped {
+				return errInterrupted(fmt.Sprintf("ablate router (%d routers done)", len(res.Runs)), nil)
 			}
 			return nil
 		},

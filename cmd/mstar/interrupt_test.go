@@ -38,6 +38,7 @@ func TestInterruptedCommandsWriteTheirDocument(t *testing.T) {
 	}{
 		{"bench ceilings", []string{"bench", "ceilings", "--device", "cpu", "--quick"}, "ceiling"},
 		{"bench moe", []string{"bench", "moe", "--experts", "8", "--topk", "2", "--hidden", "64", "--inter", "32", "--batch", "1,9", "--device", "cpu"}, "# mstar bench moe"},
+		{"ablate router", append([]string{"ablate", "router", "--tokens", "128", "--layers", "2"}, tinyModel...), "# qwen3-30b-a3b"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			interruptAtOnce(t)
@@ -116,4 +117,3 @@ func TestBenchMoEInterruptedKeepsFinishedBatches(t *testing.T) {
 		t.Errorf("document has batches %v and warnings %q; want batch 4096 and the interrupted warning", batches, doc.Warnings)
 	}
 }
-
