@@ -81,7 +81,7 @@ type copyPoint struct {
 	wrong       []float64
 }
 
-func runCopy(opt Options, out *Outcome) error {
+func runCopy(ctx context.Context, opt Options, out *Outcome) error {
 	dev := opt.Device
 	s1, err := dev.NewStream()
 	if err != nil {
@@ -104,6 +104,8 @@ func runCopy(opt Options, out *Outcome) error {
 	check := make([]byte, maxRegion)
 
 	var points []*copyPoint
+	// Interrupted, the points done so far are still results.
+	defer func() { out.Results = append(out.Results, copyResults(opt, points)...) }()
 	for _, size := range sizes {
 		reps := repeats(size, opt.SampleBytes)
 		region := int64(reps) * size
@@ -138,7 +140,10 @@ func runCopy(opt Options, out *Outcome) error {
 			copy(hp.b, pat[:region]) // the H2D source
 			for _, dir := range Directions {
 				p := &copyPoint{memory: mem, dir: dir, size: size, reps: reps}
-				if err = measureCopy(opt, s1, s2, hp, dA, dB, pat[:region], check[:region], p); err != nil {
+				if err = measureCopy(ctx, opt, s1, s2, hp, dA, dB, pat[:region], check[:region], p); err != nil {
+					if ctx.Err() != nil {
+						break
+					}
 					err = fmt.Errorf("copy sweep: %s %s at %d bytes: %w", mem, dir, size, err)
 					break
 				}
@@ -154,13 +159,12 @@ func runCopy(opt Options, out *Outcome) error {
 			return err
 		}
 	}
-	out.Results = append(out.Results, copyResults(opt, points)...)
 	return nil
 }
 
 // measureCopy takes opt.Samples samples of p.reps copies each, every copy
 // to its own place, and verifies every copy after each sample.
-func measureCopy(opt Options, s1, s2 gpu.Stream, hp *hostPair, dA, dB gpu.Buffer, pat, check []byte, p *copyPoint) error {
+func measureCopy(ctx context.Context, opt Options, s1, s2 gpu.Stream, hp *hostPair, dA, dB gpu.Buffer, pat, check []byte, p *copyPoint) error {
 	size, reps := p.size, p.reps
 	d2h := p.dir == DirD2H || p.dir == DirBoth
 	h2d := p.dir == DirH2D || p.dir == DirBoth
@@ -169,6 +173,9 @@ func measureCopy(opt Options, s1, s2 gpu.Stream, hp *hostPair, dA, dB gpu.Buffer
 		bytesPerRep = 2 * size
 	}
 	for i := -opt.Warmup; i < opt.Samples; i++ {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		// Poison the destinations, so that a copy that did not happen shows.
 		if d2h {
 			clear(hp.a)
@@ -338,7 +345,7 @@ func verifiedGate(wrong []float64, perSample int, noun string) reports.Gate {
 // runRegister times registering (page-locking) a fresh, committed but
 // untouched /dev/shm mapping of each size, and unregistering it: what an
 // arena pays once per segment.
-func runRegister(opt Options, out *Outcome) error {
+func runRegister(ctx context.Context, opt Options, out *Outcome) error {
 	cuda := opt.Device.Info().Backend == gpu.CUDA
 	for _, size := range opt.Sizes() {
 		r := reports.Result{Name: "register", Params: reports.Params{"size": sizeParam(size)}}
@@ -351,6 +358,9 @@ func runRegister(opt Options, out *Outcome) error {
 		} else {
 			opt.Progress("register " + units.Size(size, ""))
 			for range opt.Samples {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
 				mem, remove, err := arena.MapScratch(opt.Dir, "sweep", size)
 				if err != nil {
 					return fmt.Errorf("registration sweep at %d bytes: %w", size, err)

@@ -21,6 +21,7 @@
 package sweep
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -60,6 +61,8 @@ type Options struct {
 	Tensors int
 	// window (tests): tensors in flight; 0 is about 32 MiB's worth.
 	window int
+	// putHook (tests), when set, hears each tensor a transport sample puts.
+	putHook func(tr arena.Transport, i int)
 	// PCIeGBps is the link's theoretical one-direction rate, 0 if unknown;
 	// PCIeNote says where it came from or why it is unknown.
 	PCIeGBps float64
@@ -236,8 +239,10 @@ type OptionsError struct{ Err error }
 func (e *OptionsError) Error() string { return e.Err.Error() }
 func (e *OptionsError) Unwrap() error { return e.Err }
 
-// Run runs the sweep.
-func Run(opt Options) (*Outcome, error) {
+// Run runs the sweep. A canceled ctx stops it between samples: the point in
+// flight is dropped and its segments and files removed, and Run returns the
+// points done so far with ctx's error.
+func Run(ctx context.Context, opt Options) (*Outcome, error) {
 	if err := opt.defaults(); err != nil {
 		return nil, &OptionsError{Err: err}
 	}
@@ -246,15 +251,15 @@ func Run(opt Options) (*Outcome, error) {
 	}
 	out := &Outcome{}
 	if opt.Mode == ModeCopy || opt.Mode == ModeAll {
-		if err := runCopy(opt, out); err != nil {
+		if err := runCopy(ctx, opt, out); err != nil {
 			return out, err
 		}
-		if err := runRegister(opt, out); err != nil {
+		if err := runRegister(ctx, opt, out); err != nil {
 			return out, err
 		}
 	}
 	if opt.Mode == ModeTransport || opt.Mode == ModeAll {
-		if err := runTransport(opt, out); err != nil {
+		if err := runTransport(ctx, opt, out); err != nil {
 			return out, err
 		}
 	}

@@ -2,6 +2,7 @@ package sweep
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"math"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/mstar-dev/mstar/arena"
 	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/mstar-dev/mstar/reports"
 )
@@ -86,7 +88,7 @@ func TestOptionsRejected(t *testing.T) {
 		{"destinations past 4 GiB", Options{Tensors: 10, MaxSize: 1 << 30}, "4 GiB"},
 	}
 	for _, tc := range tests {
-		if _, err := Run(tc.opt); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := Run(t.Context(), tc.opt); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: error %v, want one mentioning %q", tc.name, err, tc.want)
 		}
 	}
@@ -96,7 +98,7 @@ func TestOptionsRejected(t *testing.T) {
 // allocated, with the numbers.
 func TestSizesBeyondMemoryRejected(t *testing.T) {
 	for _, mode := range []Mode{ModeCopy, ModeTransport} {
-		_, err := Run(Options{Mode: mode, MinSize: 1 << 50, MaxSize: 1 << 50, Dir: t.TempDir()})
+		_, err := Run(t.Context(), Options{Mode: mode, MinSize: 1 << 50, MaxSize: 1 << 50, Dir: t.TempDir()})
 		var oe *OptionsError
 		var fe *gpu.FitError
 		if !errors.As(err, &oe) || !errors.As(err, &fe) || fe.Need < 4<<50 {
@@ -132,7 +134,7 @@ func TestTransportCount(t *testing.T) {
 func TestTransportSweepSmallWindow(t *testing.T) {
 	opt := small(t.TempDir(), ModeTransport)
 	opt.MaxSize, opt.Tensors, opt.window = 16<<10, 64, 2
-	out, err := Run(opt)
+	out, err := Run(t.Context(), opt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +158,7 @@ func TestTransportSweepSmallWindow(t *testing.T) {
 
 func TestTransportSweep(t *testing.T) {
 	opt := small(shmDir(t), ModeTransport)
-	out, err := Run(opt)
+	out, err := Run(t.Context(), opt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +206,7 @@ func TestTransportSweep(t *testing.T) {
 func TestCopySweepCPU(t *testing.T) {
 	opt := small(shmDir(t), ModeCopy)
 	opt.Device = gpu.NewCPU()
-	out, err := Run(opt)
+	out, err := Run(t.Context(), opt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,7 +269,7 @@ func TestCopySweepCountsWrongCopies(t *testing.T) {
 	opt := small(shmDir(t), ModeCopy)
 	opt.Device = lossyDevice{gpu.NewCPU()}
 	opt.MaxSize = opt.MinSize
-	out, err := Run(opt)
+	out, err := Run(t.Context(), opt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -316,5 +318,84 @@ func TestFormatNum(t *testing.T) {
 		if got := formatNum(tc.v); got != tc.want {
 			t.Errorf("formatNum(%v) = %q, want %q", tc.v, got, tc.want)
 		}
+	}
+}
+
+// An interrupt in the middle of a file-transport sample, with tensor files
+// in flight, stops the sweep: the points done are kept, the one in flight
+// is dropped, and no segment or file is left in the directory.
+func TestTransportSweepInterruptedCleansUp(t *testing.T) {
+	dir := shmDir(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	opt := small(dir, ModeTransport)
+	opt.MaxSize, opt.Tensors, opt.window = 16<<10, 64, 32
+	var inFlight int
+	opt.putHook = func(tr arena.Transport, i int) {
+		if tr == arena.TransportFile && i == 40 {
+			inFlight = len(entries(t, dir))
+			cancel()
+		}
+	}
+	out, err := Run(ctx, opt)
+	if !errors.Is(err, context.Canceled) || out == nil {
+		t.Fatalf("err %v; want the partial outcome and context.Canceled", err)
+	}
+	if inFlight == 0 {
+		t.Fatal("no tensor file in flight when the interrupt came: the test proves nothing")
+	}
+	if left := entries(t, dir); len(left) != 0 {
+		t.Errorf("%d files left behind after the interrupt: %v", len(left), left)
+	}
+	// At the first size memcpy, memcpy-2t and arena finished; file did not.
+	var got []string
+	for _, r := range out.Results {
+		got = append(got, r.Params["transport"]+"/"+r.Params["size"])
+	}
+	if want := []string{"memcpy/4096", "memcpy-2t/4096", "arena/4096"}; !slices.Equal(got, want) {
+		t.Errorf("results %v, want %v", got, want)
+	}
+}
+
+func entries(t *testing.T, dir string) []string {
+	t.Helper()
+	es, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range es {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+// An interrupt during the copy sweep keeps the copy points done and leaves
+// no scratch mapping behind.
+func TestCopySweepInterrupted(t *testing.T) {
+	dir := shmDir(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	opt := small(dir, ModeCopy)
+	opt.Device = gpu.NewCPU()
+	opt.Progress = func(step string) {
+		if step == "copy arena 4KiB" {
+			cancel()
+		}
+	}
+	out, err := Run(ctx, opt)
+	if !errors.Is(err, context.Canceled) || out == nil {
+		t.Fatalf("err %v; want the partial outcome and context.Canceled", err)
+	}
+	if left := entries(t, dir); len(left) != 0 {
+		t.Errorf("%d files left behind after the interrupt: %v", len(left), left)
+	}
+	for _, r := range out.Results {
+		if r.Name != "copy" || (r.Params["memory"] != MemPageable && r.Params["memory"] != MemShm) {
+			t.Errorf("result %s: only pageable and shm copies were done before the interrupt", r.Key())
+		}
+	}
+	if len(out.Results) != 2*len(Directions) {
+		t.Errorf("%d results, want %d (pageable and shm, each direction)", len(out.Results), 2*len(Directions))
 	}
 }

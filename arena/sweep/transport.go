@@ -35,8 +35,10 @@ type transportPoint struct {
 	spills    []float64
 }
 
-func runTransport(opt Options, out *Outcome) error {
+func runTransport(ctx context.Context, opt Options, out *Outcome) error {
 	var points []*transportPoint
+	// Interrupted, the points done so far are still results.
+	defer func() { out.Results = append(out.Results, transportResults(points)...) }()
 	for _, size := range opt.Sizes() {
 		count := transportCount(size, opt)
 		src := make([]byte, size)
@@ -52,23 +54,25 @@ func runTransport(opt Options, out *Outcome) error {
 			// Labelled, so a --cpuprofile can be split by transport and size
 			// (the goroutines a measurement starts inherit the labels).
 			labels := pprof.Labels("transport", tr, "size", units.Size(size, ""))
-			pprof.Do(context.Background(), labels, func(context.Context) {
+			pprof.Do(ctx, labels, func(ctx context.Context) {
 				switch tr {
 				case TrMemcpy:
-					err = measureMemcpy(opt, src, dst, p, 1)
+					err = measureMemcpy(ctx, opt, src, dst, p, 1)
 				case TrMemcpy2:
-					err = measureMemcpy(opt, src, dst, p, 2)
+					err = measureMemcpy(ctx, opt, src, dst, p, 2)
 				default:
-					err = measurePipe(opt, arena.Transport(tr), src, dst, p)
+					err = measurePipe(ctx, opt, arena.Transport(tr), src, dst, p)
 				}
 			})
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
 			if err != nil {
 				return fmt.Errorf("transport sweep: %s at %d bytes: %w", tr, size, err)
 			}
 			points = append(points, p)
 		}
 	}
-	out.Results = append(out.Results, transportResults(points)...)
 	return nil
 }
 
@@ -112,12 +116,15 @@ func poison(dst [][]byte) {
 
 // measureMemcpy copies the source into every destination, on one thread or
 // split over two (each with its own source, as two processes would have).
-func measureMemcpy(opt Options, src []byte, dst [][]byte, p *transportPoint, threads int) error {
+func measureMemcpy(ctx context.Context, opt Options, src []byte, dst [][]byte, p *transportPoint, threads int) error {
 	srcs := [][]byte{src}
 	for len(srcs) < threads {
 		srcs = append(srcs, append([]byte(nil), src...))
 	}
 	for s := -opt.Warmup; s < opt.Samples; s++ {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		poison(dst)
 		sample := s + opt.Warmup
 		var wg sync.WaitGroup
@@ -153,7 +160,7 @@ const sendBatchBytes = 256 << 10
 // (one copy in, or one file write), descriptor over a Unix socket, one copy
 // out (or a file read), ACK back, slot freed. A sample ends when the
 // producer has the last ACK.
-func measurePipe(opt Options, tr arena.Transport, src []byte, dst [][]byte, p *transportPoint) error {
+func measurePipe(ctx context.Context, opt Options, tr arena.Transport, src []byte, dst [][]byte, p *transportPoint) error {
 	size, count := p.size, len(dst)
 	// In flight at most ~32 MiB (at least two tensors): enough to keep both
 	// ends busy, little enough that a slot is read back soon after it was
@@ -200,9 +207,13 @@ func measurePipe(opt Options, tr arena.Transport, src []byte, dst [][]byte, p *t
 	rcv := arena.NewReceiver(cl, rd)
 	defer func() { rcv.Close(); rd.Close() }()
 
-	ctx := context.Background()
+	// A canceled ctx ends the sample in flight as a failing consumer does;
+	// the deferred closes then remove every segment and file.
 	var batch []arena.Descriptor
 	for s := -opt.Warmup; s < opt.Samples; s++ {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		poison(dst)
 		sample := s + opt.Warmup
 		acked.Store(0)
@@ -270,6 +281,9 @@ func measurePipe(opt Options, tr arena.Transport, src []byte, dst [][]byte, p *t
 					return failed()
 				}
 				return err
+			}
+			if opt.putHook != nil {
+				opt.putHook(tr, i)
 			}
 			batch = append(batch, d)
 			if batchBytes += size; batchBytes >= sendBatchBytes {

@@ -173,11 +173,20 @@ with "-transport" added to its name).`,
 			doc := reports.NewDocument("arena sweep", a.args, env)
 			bar := progress.New(a.stderr, 0, "arena sweep")
 			opt.Progress = func(step string) { bar.Describe(step) }
-			res, err := sweep.Run(opt)
+			// On an interrupt the point in flight stops and removes its
+			// segments and files; the points done are still printed and written.
+			ctx, stop := interruptContext()
+			defer stop()
+			res, err := sweep.Run(ctx, opt)
 			bar.Finish()
 			if res != nil {
 				doc.Results = res.Results
 				doc.Warnings = res.Warnings
+			}
+			stopped := err != nil && ctx.Err() != nil && res != nil
+			if stopped {
+				err = nil
+				noteInterrupted(doc)
 			}
 			if err != nil {
 				var oe *sweep.OptionsError
@@ -206,6 +215,9 @@ with "-transport" added to its name).`,
 				if err := arenaPlots(a, plot, doc); err != nil {
 					return err
 				}
+			}
+			if stopped {
+				return errInterrupted(fmt.Sprintf("arena sweep (%d points done)", len(doc.Results)), doc.Failed())
 			}
 			if bad := doc.Failed(); len(bad) > 0 {
 				return failed("%d sweep points had wrong copies: %s", len(bad), strings.Join(bad, "; "))
