@@ -273,6 +273,10 @@ func (r *runner) start(s *slot) error {
 	args := append(append([]string{}, r.opt.Args...), "--role", s.role, "--index", fmt.Sprint(s.index))
 	cmd := exec.Command(r.opt.Exe, args...)
 	cmd.Env = append(os.Environ(), r.opt.Env...)
+	// Its own process group: a terminal's Ctrl-C (SIGINT to the foreground
+	// group) reaches only the parent, which stops the workers in order. A
+	// worker whose parent dies sees its stdin close and stops.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return err

@@ -12,9 +12,11 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/mstar-dev/mstar/arena"
@@ -108,6 +110,9 @@ func RunWorker(stdin io.Reader, stdout io.Writer) error {
 	if cfg.DrainTimeout <= 0 {
 		cfg.DrainTimeout = 20 * time.Second
 	}
+	// A parent that died leaves a broken stdout: reports fail with EPIPE
+	// instead of killing the worker before it removes its files.
+	signal.Ignore(syscall.SIGPIPE)
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	go func() { // EOF (or the parent's death) on stdin: stop.

@@ -1,17 +1,34 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/mstar-dev/mstar/reports"
 )
+
+const runAsMstarEnv = "MSTAR_CMD_RUN_AS_MSTAR"
+
+// With runAsMstarEnv set, this test binary is mstar itself: the arguments
+// after "--" are its command line. Tests that need real signals and process
+// groups run it so.
+func init() {
+	if os.Getenv(runAsMstarEnv) == "1" {
+		os.Exit(run(afterDashes(os.Args[1:]), os.Stdin, os.Stdout, os.Stderr))
+	}
+}
 
 // interruptWith makes the commands' interrupt context ctx for one test.
 func interruptWith(t *testing.T, ctx context.Context) {
@@ -117,4 +134,145 @@ func TestBenchMoEInterruptedKeepsFinishedBatches(t *testing.T) {
 	if !slices.Equal(batches, []string{"4096"}) || !slices.Contains(doc.Warnings, reports.WarnInterrupted) {
 		t.Errorf("document has batches %v and warnings %q; want batch 4096 and the interrupted warning", batches, doc.Warnings)
 	}
+}
+
+// A terminal's Ctrl-C sends SIGINT to the whole foreground process group.
+// The stress workers are not in it: the parent alone gets the signal and
+// stops them in order, so no worker "exits on its own".
+func TestArenaStressWorkersSurviveGroupSIGINT(t *testing.T) {
+	shm := arenaShmDir(t)
+	cmd := exec.Command(os.Args[0], "-test.run=^$", "--", "arena", "stress", "--duration", "5m", "--producers", "2", "--consumers", "2",
+		"--max-size", "64KiB", "--segment-size", "1MiB", "--max-segments", "2", "--interval", "100ms", "--shm-dir", shm)
+	cmd.Env = append(os.Environ(), runAsMstarEnv+"=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // the group a terminal would signal
+	var stdout bytes.Buffer
+	cmd.Stdout = &stdout
+	errPipe, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	var stderr strings.Builder
+	copied := make(chan struct{})
+	go func() { io.Copy(&stderr, errPipe); close(copied) }()
+	waitForWorkers(t, cmd.Process.Pid, shm)
+	signaled := syscall.Kill(-cmd.Process.Pid, syscall.SIGINT) == nil
+	<-copied
+	err = cmd.Wait()
+	var ee *exec.ExitError
+	if !signaled || !errors.As(err, &ee) || ee.ExitCode() != exitBroken {
+		t.Fatalf("signaled %v, %v; want exit 3 after the SIGINT\nstderr:\n%s", signaled, err, stderr.String())
+	}
+	if !strings.Contains(stdout.String(), "PASS  no unexpected worker exits") {
+		t.Errorf("a worker died of the group's SIGINT:\n%s", stdout.String())
+	}
+}
+
+// Killing the stress parent outright (SIGKILL: no cleanup of its own) ends
+// its workers too: their stdin closes, they stop and remove their files.
+func TestArenaStressWorkersStopWhenParentDies(t *testing.T) {
+	shm := arenaShmDir(t)
+	cmd := exec.Command(os.Args[0], "-test.run=^$", "--", "arena", "stress", "--duration", "5m", "--producers", "2", "--consumers", "2",
+		"--max-size", "64KiB", "--segment-size", "1MiB", "--max-segments", "2", "--interval", "100ms", "--shm-dir", shm)
+	cmd.Env = append(os.Environ(), runAsMstarEnv+"=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	errPipe, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	go io.Copy(io.Discard, errPipe)
+	workers := waitForWorkers(t, cmd.Process.Pid, shm)
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+	// Each worker must exit by itself; the test's own timeout catches one
+	// that never does.
+	for _, pid := range workers {
+		for running(pid) {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	var left []string
+	filepath.WalkDir(shm, func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			left = append(left, p)
+		}
+		return nil
+	})
+	if len(left) != 0 {
+		t.Errorf("the workers left %d files: %v", len(left), left)
+	}
+}
+
+// waitForWorkers waits until stress run pid has its four workers and its
+// producers have made their segments under shm (progress lines, which would
+// say so, go to terminals only), and returns the workers' pids. The test's
+// own timeout catches a run that never gets there.
+func waitForWorkers(t *testing.T, pid int, shm string) []int {
+	t.Helper()
+	for {
+		files := 0
+		filepath.WalkDir(shm, func(p string, d os.DirEntry, err error) error {
+			if err == nil && !d.IsDir() {
+				files++
+			}
+			return nil
+		})
+		if w := childrenOf(t, pid); len(w) == 4 && files >= 2 {
+			return w
+		}
+		if !running(pid) {
+			t.Fatalf("stress run %d ended before its workers were up", pid)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// childrenOf lists the live processes whose parent is pid.
+func childrenOf(t *testing.T, pid int) []int {
+	t.Helper()
+	es, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Skipf("no /proc: %v", err)
+	}
+	var out []int
+	for _, e := range es {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if ppid, state := procStat(child); ppid == pid && state != "Z" {
+			out = append(out, child)
+		}
+	}
+	return out
+}
+
+// running reports whether pid is alive and not a zombie.
+func running(pid int) bool {
+	_, state := procStat(pid)
+	return state != "" && state != "Z"
+}
+
+// procStat reads a process's parent and state from /proc; "" when gone.
+func procStat(pid int) (ppid int, state string) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, ""
+	}
+	// The command name is in parentheses and may hold spaces.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 2 {
+		return 0, ""
+	}
+	ppid, _ = strconv.Atoi(f[1])
+	return ppid, f[0]
 }
