@@ -34,7 +34,7 @@ import (
 type Options struct {
 	Producers, Consumers int           // default 4 and 4
 	Duration             time.Duration // run this long (default 30s unless Count is set)
-	Count                int64         // or until this many tensors are delivered
+	Count                int64         // or until this many are delivered (each producer sends its share; see arena/README.md)
 	MinSize, MaxSize     int64         // log-uniform payload sizes, default 1 KiB-64 MiB
 	Fanout               int           // consumers per tensor, default 2 (at most Consumers)
 	KillRate             float64       // SIGKILLs per delivered tensor (0.01: one per hundred), workers restarted
@@ -260,10 +260,26 @@ type runner struct {
 
 func (r *runner) config(s *slot) WorkerConfig {
 	o := r.opt
-	return WorkerConfig{Role: s.role, Index: s.index, Generation: s.gen, RunDir: r.runDir, SockDir: r.sockDir,
+	c := WorkerConfig{Role: s.role, Index: s.index, Generation: s.gen, RunDir: r.runDir, SockDir: r.sockDir,
 		Producers: o.Producers, Consumers: o.Consumers, Transport: string(o.Transport), MinSize: o.MinSize, MaxSize: o.MaxSize,
 		Fanout: o.Fanout, Inflight: o.Inflight, SegmentSize: o.SegmentSize, MaxSegments: o.MaxSegments,
 		Seed: o.Seed, ReportEvery: 100 * time.Millisecond, DrainTimeout: o.DrainTimeout, Faults: o.Faults}
+	if o.Count > 0 && s.role == "producer" {
+		// Each producer delivers its share of the count, less what its
+		// earlier generations reported delivered.
+		c.Limited = true
+		c.Quota = max(quotaOf(o.Count, o.Producers, s.index)-s.base.Delivered, 0)
+	}
+	return c
+}
+
+// quotaOf is producer i's share of count tensors over n producers.
+func quotaOf(count int64, n, i int) int64 {
+	q := count / int64(n)
+	if int64(i) < count%int64(n) {
+		q++
+	}
+	return q
 }
 
 // maxConfigBytes is PIPE_BUF: the least a pipe buffers without a reader.
@@ -355,6 +371,10 @@ loop:
 			r.handle(ev, true)
 			if r.broken {
 				r.sum.Stopped = "a worker failed at startup"
+				break loop
+			}
+			if o.Count > 0 && ev.rep != nil && r.totals().Delivered >= o.Count {
+				r.sum.Stopped = "count"
 				break loop
 			}
 		case <-deadline:

@@ -253,3 +253,39 @@ func TestProgressHeaderAndSummaryWording(t *testing.T) {
 		t.Errorf("summary:\n%s", sum.String())
 	}
 }
+
+// A count stops the run at the count: each producer sends its share and no
+// more, so without kills exactly that many are delivered.
+func TestStressStopsAtCount(t *testing.T) {
+	for _, count := range []int64{1, 3, 500} {
+		t.Run(fmt.Sprint(count), func(t *testing.T) {
+			opt := testOptions(t)
+			opt.Duration, opt.Count = 0, count
+			s, _ := run(t, opt)
+			if s.Stopped != "count" || s.Delivered != count || s.Sent != count {
+				t.Errorf("stopped by %s with %d sent and %d delivered, want stopped by count with %d of each", s.Stopped, s.Sent, s.Delivered, count)
+			}
+			for name, pass := range gateMap(s) {
+				if !pass {
+					t.Errorf("gate %q failed", name)
+				}
+			}
+		})
+	}
+}
+
+func TestQuotaOf(t *testing.T) {
+	for _, tc := range []struct {
+		count int64
+		n     int
+		want  []int64
+	}{{1, 3, []int64{1, 0, 0}}, {10, 4, []int64{3, 3, 2, 2}}, {8, 2, []int64{4, 4}}} {
+		var got []int64
+		for i := range tc.n {
+			got = append(got, quotaOf(tc.count, tc.n, i))
+		}
+		if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Errorf("quotaOf(%d over %d) = %v, want %v", tc.count, tc.n, got, tc.want)
+		}
+	}
+}

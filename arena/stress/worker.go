@@ -45,6 +45,12 @@ type WorkerConfig struct {
 	// DrainTimeout bounds how long a stopping producer waits for ACKs.
 	DrainTimeout time.Duration `json:"drain_timeout"`
 	Faults       Faults        `json:"faults"`
+	// Quota, when Limited, is how many tensors a producer delivers: it
+	// sends while those delivered and in flight are fewer (an abandoned
+	// one is sent again), reports at once when they are all delivered,
+	// then idles until stdin closes. A run with a count splits it.
+	Limited bool  `json:"limited,omitempty"`
+	Quota   int64 `json:"quota,omitempty"`
 }
 
 // Faults inject the bugs the gates exist to catch, to prove that they do.
@@ -220,6 +226,7 @@ func (w *worker) produce(parent context.Context) error {
 		pending = map[uint64]*pendingTensor{}
 		tokens  = make(chan struct{}, cfg.Inflight)
 		drained = make(chan struct{}, 1)
+		settled = make(chan struct{}, 1) // a tensor was delivered or abandoned
 	)
 	finish := func(id uint64, abandoned bool) {
 		pmu.Lock()
@@ -248,6 +255,10 @@ func (w *worker) produce(parent context.Context) error {
 		}
 		w.mu.Unlock()
 		<-tokens
+		select {
+		case settled <- struct{}{}:
+		default:
+		}
 		if empty {
 			select {
 			case drained <- struct{}{}:
@@ -303,11 +314,41 @@ func (w *worker) produce(parent context.Context) error {
 	repCtx, stopReports := context.WithCancel(context.Background())
 	go w.reportLoop(repCtx, fill)
 
+	// underQuota waits until one more tensor may go out under the quota;
+	// false: the run is stopping. The report that shows the quota met goes
+	// out at once, so the parent stops without waiting for a tick.
+	told := false
+	underQuota := func() bool {
+		for {
+			pmu.Lock()
+			inFlight := int64(len(pending))
+			pmu.Unlock()
+			w.mu.Lock()
+			delivered := w.rep.Delivered
+			w.mu.Unlock()
+			if delivered+inFlight < cfg.Quota {
+				return true
+			}
+			if delivered >= cfg.Quota && !told {
+				told = true
+				w.emit(false, fill)
+			}
+			select {
+			case <-settled:
+			case <-ctx.Done():
+				return false
+			}
+		}
+	}
+
 	var seq uint64
 	hdr := make([]byte, headerLen)
 	perm := make([]int, cfg.Consumers)
 produce:
 	for ctx.Err() == nil {
+		if cfg.Limited && !underQuota() {
+			break
+		}
 		select {
 		case tokens <- struct{}{}:
 		case <-ctx.Done():
