@@ -497,9 +497,9 @@ func TestTrace(t *testing.T) {
 	for _, tt := range []struct {
 		name, in, wantErr string
 	}{
-		{"syntax error line 3", "{\"experts\": 4,\n\"topk\": 2,\n\"ids\": [[0, 1]],,\n}", "line 3"},
+		{"syntax error line 3", "{\"experts\": 4,\n\"topk\": 2,\n\"ids\": [[0, 1]],,\n}", "line 3, column 17:"},
 		{"truncated", "{\"experts\": 4, \"topk\": 2,\n\"ids\": [[0, 1]", "line 2"},
-		{"wrong type", "{\"experts\": \"four\"}", "line 1"},
+		{"wrong type", "{\"experts\": \"four\"}", "line 1, column 18:"},
 		{"id out of range", `{"experts": 4, "topk": 2, "ids": [[0, 1], [3, 4]]}`, "token 1: expert id 4 out of range [0, 4)"},
 		{"repeated id", `{"experts": 4, "topk": 2, "ids": [[2, 2]]}`, "token 0: expert 2 appears twice"},
 		{"short row", `{"experts": 4, "topk": 2, "ids": [[1]]}`, "token 0: 1 expert ids, want topk=2"},

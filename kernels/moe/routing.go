@@ -304,10 +304,12 @@ func jsonPosError(data []byte, err error) error {
 	var te *json.UnmarshalTypeError
 	switch {
 	case errors.As(err, &se):
-		line, col := lineCol(data, se.Offset)
+		// Offset is just past the wrong byte (or value): the column is
+		// that byte's, as report show and trace summarize count it.
+		line, col := lineCol(data, max(se.Offset-1, 0))
 		return fmt.Errorf("line %d, column %d: %v", line, col, se)
 	case errors.As(err, &te):
-		line, col := lineCol(data, te.Offset)
+		line, col := lineCol(data, max(te.Offset-1, 0))
 		return fmt.Errorf("line %d, column %d: field %q: cannot use a JSON %s as %v", line, col, te.Field, te.Value, te.Type)
 	case errors.Is(err, io.EOF):
 		return errors.New("empty file: want a JSON object {\"experts\":E,\"topk\":k,\"ids\":[[...]],\"weights\":[[...]]}")
