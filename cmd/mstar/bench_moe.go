@@ -49,7 +49,9 @@ kernels with a cp.async pipeline serve larger M (--config picks one; the
 default is a static table by tokens per expert). The timed region is all four
 launches (alignment included), replayed from a CUDA graph; weights rotate
 among copies when the touched experts would fit in L2. On the CPU the layer
-is moe.ForwardCPU (float32 on all cores), timed by the wall clock.
+is moe.ForwardCPU (float32 sums on all cores, AVX512-BF16 or AVX2 where the
+CPU has them, the intermediate rounded to bf16 as on the GPU), timed by the
+wall clock.
 
 Every batch first runs once on NaN-poisoned buffers and is compared with the
 float64 reference (all tokens up to 64, else 64 spread over the batch); a

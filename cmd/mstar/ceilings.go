@@ -31,8 +31,9 @@ against, on the device chosen by --device:
   h2d   page-locked host to device, GB/s (CUDA: 256 MiB from cuMemHostAlloc)
   d2h   device to page-locked host, GB/s
   gemm  dense GEMM, TFLOP/s (CUDA: cuBLAS bf16 in/out with fp32 compute,
-        8192³ on random data; CPU: the float32 FMA peak on every core with
-        AVX2, else gonum float64 Dgemm, 512³)
+        8192³ on random data; CPU: the bf16 multiply-add peak on every
+        core, VDPBF16PS with AVX512-BF16, else float32 FMA with AVX2, else
+        gonum float64 Dgemm, 512³)
 
 Each is the median of --samples samples, timed with CUDA events on a GPU and
 the wall clock on the CPU. A ceiling that cannot be measured (no cuBLAS, too
