@@ -258,7 +258,11 @@ func TestCacheHelperProcess(t *testing.T) {
 		// Stop between writing the temp file and renaming it, say so, and
 		// wait to be killed.
 		testHookBeforeRename = func(tmp string) {
-			os.WriteFile(filepath.Join(c.Dir, "ready"), []byte(tmp), 0o644)
+			// Renamed into place, so the parent never reads it half written
+			// (it kills this process as soon as "ready" exists).
+			ready := filepath.Join(c.Dir, "ready")
+			os.WriteFile(ready+".part", []byte(tmp), 0o644)
+			os.Rename(ready+".part", ready)
 			time.Sleep(time.Minute)
 		}
 		c.Put(testKey, payload("never", 1<<20))
