@@ -14,14 +14,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// deadPID returns the pid of a process that has exited.
+// deadPID returns a pid no process has: above Linux's PID_MAX_LIMIT (2^22),
+// where an exited child's pid could be reused by the time it is judged.
 func deadPID(t *testing.T) int {
 	t.Helper()
-	cmd := exec.Command("true")
-	if err := cmd.Run(); err != nil {
-		t.Skip("cannot run true:", err)
-	}
-	return cmd.Process.Pid
+	return 1<<22 + 12345
 }
 
 func ageFile(t *testing.T, path string) {
@@ -62,7 +59,9 @@ func TestSweepOrphans(t *testing.T) {
 	_ = os.WriteFile(filepath.Join(dir, unrelated), nil, 0o600)
 	foreign := mk(Name{KindSegment, "w", dead, "5555555555555555"}, true)
 	otherUID := os.Getuid() + 1
-	opt := SweepOptions{}
+	// The grace period is far from both ages (seconds for the young file,
+	// an hour for the aged ones), so a slow machine cannot tip either.
+	opt := SweepOptions{Grace: 10 * time.Minute}
 	if os.Getuid() == 0 {
 		_ = os.Chown(filepath.Join(dir, foreign), 65534, 65534)
 	} else {
