@@ -150,6 +150,8 @@ func stopReason(stopped string) string {
 		return "--duration reached"
 	case "count":
 		return "--count reached"
+	case "count sent":
+		return "--count sent, but not all delivered: deliveries stopped"
 	}
 	return stopped
 }

@@ -159,7 +159,7 @@ func (o *Options) arenaBytes() (int64, bool) {
 type Summary struct {
 	Options              Options
 	Elapsed              time.Duration
-	Stopped              string // why it ended: "duration", "count", "interrupted"
+	Stopped              string // why it ended: "duration", "count", "count sent" (never all delivered), "interrupted"
 	Sent                 int64
 	Delivered, Abandoned int64
 	Received             int64     // consumer copies (a tensor counts once per consumer)
@@ -356,6 +356,11 @@ func (r *runner) run(ctx context.Context) (*Summary, error) {
 	defer tick.Stop()
 	lastLine := t0
 	var lastDelivered, lastBytes int64
+	// A count run whose producers have sent it all but whose deliveries
+	// stopped (acknowledgements lost: the leak the gates exist for) ends
+	// after DrainTimeout without progress, rather than never.
+	var stallDelivered int64
+	stallSince := t0
 	killCredit := 0.0
 	killedSeen := int64(0)
 	var deadline <-chan time.Time
@@ -387,6 +392,13 @@ loop:
 			tot := r.totals()
 			if o.Count > 0 && tot.Delivered >= o.Count {
 				r.sum.Stopped = "count"
+				break loop
+			}
+			if tot.Delivered != stallDelivered {
+				stallDelivered, stallSince = tot.Delivered, now
+			}
+			if o.Count > 0 && tot.Sent >= o.Count && now.Sub(stallSince) >= o.DrainTimeout {
+				r.sum.Stopped = "count sent"
 				break loop
 			}
 			if o.KillRate > 0 {

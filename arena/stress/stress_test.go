@@ -127,15 +127,19 @@ func TestStressGatesCatchInjectedFaults(t *testing.T) {
 	tests := []struct {
 		name   string
 		faults Faults
+		count  int64 // a few strikes of the fault; leaked slots fill the arena past ~100
 		gate   string
 	}{
-		{"corrupted payloads", Faults{CorruptEvery: 5}, "no corrupted payloads"},
-		{"missing ACKs leak slots", Faults{SkipAckEvery: 7}, "no leaked slots"},
+		{"corrupted payloads", Faults{CorruptEvery: 5}, 200, "no corrupted payloads"},
+		{"missing ACKs leak slots", Faults{SkipAckEvery: 7}, 50, "no leaked slots"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			// A count, not a duration: the faults strike every few tensors,
+			// and a slow machine must still deliver enough of them. The
+			// duration only bounds a run that stalls.
 			opt := testOptions(t)
-			opt.Duration = time.Second
+			opt.Count, opt.Duration = tc.count, time.Minute
 			opt.DrainTimeout = 500 * time.Millisecond
 			opt.Faults = tc.faults
 			s, _ := run(t, opt)
