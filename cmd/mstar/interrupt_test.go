@@ -141,27 +141,10 @@ func TestBenchMoEInterruptedKeepsFinishedBatches(t *testing.T) {
 // stops them in order, so no worker "exits on its own".
 func TestArenaStressWorkersSurviveGroupSIGINT(t *testing.T) {
 	shm := arenaShmDir(t)
-	cmd := exec.Command(os.Args[0], "-test.run=^$", "--", "arena", "stress", "--duration", "5m", "--producers", "2", "--consumers", "2",
-		"--max-size", "64KiB", "--segment-size", "1MiB", "--max-segments", "2", "--interval", "100ms", "--shm-dir", shm)
-	cmd.Env = append(os.Environ(), runAsMstarEnv+"=1")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // the group a terminal would signal
-	var stdout bytes.Buffer
-	cmd.Stdout = &stdout
-	errPipe, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
-	var stderr strings.Builder
-	copied := make(chan struct{})
-	go func() { io.Copy(&stderr, errPipe); close(copied) }()
+	cmd, stdout, stderr := startStress(t, shm)
 	waitForWorkers(t, cmd.Process.Pid, shm)
 	signaled := syscall.Kill(-cmd.Process.Pid, syscall.SIGINT) == nil
-	<-copied
-	err = cmd.Wait()
+	err := cmd.Wait()
 	var ee *exec.ExitError
 	if !signaled || !errors.As(err, &ee) || ee.ExitCode() != exitBroken {
 		t.Fatalf("signaled %v, %v; want exit 3 after the SIGINT\nstderr:\n%s", signaled, err, stderr.String())
@@ -175,19 +158,7 @@ func TestArenaStressWorkersSurviveGroupSIGINT(t *testing.T) {
 // its workers too: their stdin closes, they stop and remove their files.
 func TestArenaStressWorkersStopWhenParentDies(t *testing.T) {
 	shm := arenaShmDir(t)
-	cmd := exec.Command(os.Args[0], "-test.run=^$", "--", "arena", "stress", "--duration", "5m", "--producers", "2", "--consumers", "2",
-		"--max-size", "64KiB", "--segment-size", "1MiB", "--max-segments", "2", "--interval", "100ms", "--shm-dir", shm)
-	cmd.Env = append(os.Environ(), runAsMstarEnv+"=1")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	errPipe, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
-	go io.Copy(io.Discard, errPipe)
+	cmd, _, _ := startStress(t, shm)
 	workers := waitForWorkers(t, cmd.Process.Pid, shm)
 	if err := cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
@@ -210,6 +181,24 @@ func TestArenaStressWorkersStopWhenParentDies(t *testing.T) {
 	if len(left) != 0 {
 		t.Errorf("the workers left %d files: %v", len(left), left)
 	}
+}
+
+// startStress starts a long arena stress run over shm as a separate mstar
+// process, in a process group of its own (the group a terminal would
+// signal), its output collected; it is killed when the test ends.
+func startStress(t *testing.T, shm string) (cmd *exec.Cmd, stdout, stderr *bytes.Buffer) {
+	t.Helper()
+	cmd = exec.Command(os.Args[0], "-test.run=^$", "--", "arena", "stress", "--duration", "5m", "--producers", "2", "--consumers", "2",
+		"--max-size", "64KiB", "--segment-size", "1MiB", "--max-segments", "2", "--interval", "100ms", "--shm-dir", shm)
+	cmd.Env = append(os.Environ(), runAsMstarEnv+"=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	stdout, stderr = new(bytes.Buffer), new(bytes.Buffer)
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill() })
+	return cmd, stdout, stderr
 }
 
 // waitForWorkers waits until stress run pid has its four workers and its

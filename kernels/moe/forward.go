@@ -146,14 +146,7 @@ func forwardCPU(l *Layer, x []float32, r Routing, out []float32, st *CPUStages) 
 		if useAVX512BF16 {
 			slots := slotsOf(it.e)
 			for c := 0; c < len(slots); c += 4 {
-				var xs [4][]uint16
-				var sl [4]int
-				for t := 0; t < 4; t++ {
-					st := int(slots[min(c+t, len(slots)-1)])
-					sl[t] = st
-					xs[t] = xb16[st/k*s.H : (st/k+1)*s.H]
-				}
-				nt := min(4, len(slots)-c)
+				xs, sl, nt := group4(slots, c, func(st int) []uint16 { return xb16[st/k*s.H : (st/k+1)*s.H] })
 				for i := 0; i < rows; i += 2 {
 					i1 := min(i+1, rows-1)
 					d := dot4x4bf16(&[4][]uint16{row(it.lo + i), row(s.I + it.lo + i), row(it.lo + i1), row(s.I + it.lo + i1)}, &xs)
@@ -177,15 +170,7 @@ func forwardCPU(l *Layer, x []float32, r Routing, out []float32, st *CPUStages) 
 		}
 		slots := slotsOf(it.e)
 		for c := 0; c < len(slots); c += 4 {
-			var xs [4][]float32
-			var sl [4]int
-			for t := 0; t < 4; t++ {
-				st := slots[min(c+t, len(slots)-1)]
-				sl[t] = int(st)
-				tok := int(st) / k
-				xs[t] = xb[tok*s.H : (tok+1)*s.H]
-			}
-			nt := min(4, len(slots)-c)
+			xs, sl, nt := group4(slots, c, func(st int) []float32 { return xb[st/k*s.H : (st/k+1)*s.H] })
 			for i := 0; i < rows; i++ {
 				var gf, uf []float32
 				if gate != nil {
@@ -233,14 +218,7 @@ func forwardCPU(l *Layer, x []float32, r Routing, out []float32, st *CPUStages) 
 			// Four output rows meet four bf16 intermediate rows at a time.
 			slots := slotsOf(it.e)
 			for c := 0; c < len(slots); c += 4 {
-				var as [4][]uint16
-				var sl [4]int
-				for t := 0; t < 4; t++ {
-					st := int(slots[min(c+t, len(slots)-1)])
-					sl[t] = st
-					as[t] = act16[st*s.I : (st+1)*s.I]
-				}
-				nt := min(4, len(slots)-c)
+				as, sl, nt := group4(slots, c, func(st int) []uint16 { return act16[st*s.I : (st+1)*s.I] })
 				for i := 0; i < rows; i += 4 {
 					j := [4]int{i, min(i+1, rows-1), min(i+2, rows-1), min(i+3, rows-1)}
 					d := dot4x4bf16(&[4][]uint16{row(it.lo + j[0]), row(it.lo + j[1]), row(it.lo + j[2]), row(it.lo + j[3])}, &as)
@@ -267,14 +245,7 @@ func forwardCPU(l *Layer, x []float32, r Routing, out []float32, st *CPUStages) 
 		}
 		slots := slotsOf(it.e)
 		for c := 0; c < len(slots); c += 4 {
-			var as [4][]float32
-			var sl [4]int
-			for t := 0; t < 4; t++ {
-				st := int(slots[min(c+t, len(slots)-1)])
-				sl[t] = st
-				as[t] = act[st*s.I : (st+1)*s.I]
-			}
-			nt := min(4, len(slots)-c)
+			as, sl, nt := group4(slots, c, func(st int) []float32 { return act[st*s.I : (st+1)*s.I] })
 			for i := 0; i < rows; i += 2 {
 				i1 := min(i+1, rows-1) // an odd last row pairs with itself
 				a, b := pairDots(row(it.lo+i), row(it.lo+i1), wrow(i), wrow(i1), &as, nt)
@@ -306,6 +277,17 @@ func forwardCPU(l *Layer, x []float32, r Routing, out []float32, st *CPUStages) 
 		}
 	})
 	lap(3)
+}
+
+// group4 is the group of four slots from c of an expert's slots, each
+// with its input row: a group short of four repeats its last slot (nt
+// counts the real ones), so the four-token kernels always have four rows.
+func group4[T any](slots []int32, c int, rowOf func(slot int) []T) (rows [4][]T, sl [4]int, nt int) {
+	for t := range 4 {
+		sl[t] = int(slots[min(c+t, len(slots)-1)])
+		rows[t] = rowOf(sl[t])
+	}
+	return rows, sl, min(4, len(slots)-c)
 }
 
 // pairDots returns the dot products of two weight rows with nt (1 to 4)
