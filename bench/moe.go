@@ -308,7 +308,7 @@ func RunMoE(ctx context.Context, dev gpu.Device, opt MoEOptions) (*MoEReport, er
 	if opt.Ceilings == nil {
 		progress("ceilings")
 		c, err := MeasureCeilings(ctx, dev, CeilingOptions{Quick: true})
-		if err != nil && ctx.Err() != nil {
+		if err != nil && c != nil && errors.Is(err, ctx.Err()) {
 			rep.Ceilings = c
 			return rep, err
 		}
@@ -369,19 +369,22 @@ func RunMoE(ctx context.Context, dev gpu.Device, opt MoEOptions) (*MoEReport, er
 		switch {
 		case onGPU && opt.Tune:
 			want = moe.ReferenceTokens(layer, x, r, tokens)
-			tuned = gk.tune(m, x, r, tokens, want, opt.TuneSamples, func(s string) { progress(fmt.Sprintf("M=%d %s", m, s)) })
+			tuned = gk.tune(ctx, m, x, r, tokens, want, opt.TuneSamples, func(s string) { progress(fmt.Sprintf("M=%d %s", m, s)) })
+			if err := ctx.Err(); err != nil {
+				return rep, err // the batch in flight is left out
+			}
 			best := pickFastest(tuned)
 			if best < 0 {
 				return nil, fmt.Errorf("M=%d: --tune: no candidate configuration passed:\n  %s", m, strings.Join(rejections(tuned), "\n  "))
 			}
-			out, us, stages, cfg, err = gk.run(m, x, r, opt.Samples, tuned[best].Config, opt.Stages)
+			out, us, stages, cfg, err = gk.run(ctx, m, x, r, opt.Samples, tuned[best].Config, opt.Stages)
 		case onGPU:
-			out, us, stages, cfg, err = gk.run(m, x, r, opt.Samples, opt.Config, opt.Stages)
+			out, us, stages, cfg, err = gk.run(ctx, m, x, r, opt.Samples, opt.Config, opt.Stages)
 		default:
 			out, us, stages, cfg, err = runCPU(ctx, layer, x, r, opt.Samples, opt.Stages)
 		}
-		if err != nil && ctx.Err() != nil {
-			return rep, ctx.Err()
+		if err != nil && errors.Is(err, ctx.Err()) {
+			return rep, err // interrupted: the batch in flight is left out
 		}
 		if err != nil {
 			return nil, fmt.Errorf("M=%d: %w", m, err)
@@ -701,18 +704,25 @@ func (g *gpuMoE) timeWith(p *moe.Plan, r moe.Routing, f func([]*moe.DeviceWeight
 
 // run makes a checked pass with configuration c and times it; with stages,
 // each of its kernels is then timed alone as well.
-func (g *gpuMoE) run(m int, x []float32, r moe.Routing, samples int, c moe.Config, stages bool) ([]float32, []float64, []moe.StageTime, string, error) {
+// A canceled ctx stops it between those steps with ctx's error.
+func (g *gpuMoE) run(ctx context.Context, m int, x []float32, r moe.Routing, samples int, c moe.Config, stages bool) ([]float32, []float64, []moe.StageTime, string, error) {
 	p, out, err := g.checkedPass(m, x, r, c)
 	if err != nil {
 		return nil, nil, nil, "", err
 	}
 	defer p.Free()
+	if err := ctx.Err(); err != nil {
+		return nil, nil, nil, "", err
+	}
 	us, note, err := g.timePlan(p, r, samples)
 	if err != nil {
 		return nil, nil, nil, "", err
 	}
 	var st []moe.StageTime
 	if stages {
+		if err := ctx.Err(); err != nil {
+			return nil, nil, nil, "", err
+		}
 		_, _, _, err = g.timeWith(p, r, func(copies []*moe.DeviceWeights) ([]float64, int, error) {
 			st, err = p.TimeStages(g.st, copies, samples)
 			return nil, 0, err
@@ -726,11 +736,15 @@ func (g *gpuMoE) run(m int, x []float32, r moe.Routing, samples int, c moe.Confi
 
 // tune runs every candidate configuration for one batch: a checked pass
 // (compared with want on the checked tokens) and, for those that pass,
-// `samples` timed samples.
-func (g *gpuMoE) tune(m int, x []float32, r moe.Routing, tokens []int, want []float64, samples int, progress func(string)) []TuneOutcome {
+// `samples` timed samples. A canceled ctx stops it before the next
+// candidate (the caller then drops the batch).
+func (g *gpuMoE) tune(ctx context.Context, m int, x []float32, r moe.Routing, tokens []int, want []float64, samples int, progress func(string)) []TuneOutcome {
 	cands := moe.Candidates(g.layer.Shape, m)
 	outs := make([]TuneOutcome, 0, len(cands))
 	for i, c := range cands {
+		if ctx.Err() != nil {
+			break
+		}
 		progress(fmt.Sprintf("tune %d/%d %v", i+1, len(cands), c))
 		o := TuneOutcome{Config: c, RelL2: math.NaN()}
 		if res, err := g.k.Module(c); err != nil {

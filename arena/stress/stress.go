@@ -293,12 +293,17 @@ func (r *runner) start(s *slot) error {
 	// group) reaches only the parent, which stops the workers in order. A
 	// worker whose parent dies sees its stdin close and stops.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	b, _ := json.Marshal(r.config(s))
+	if len(b) >= maxConfigBytes {
+		return fmt.Errorf("configuring %s %d: configuration is %d bytes, over the %d a pipe holds unread", s.role, s.index, len(b), maxConfigBytes)
+	}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return err
 	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
+		stdin.Close()
 		return err
 	}
 	s.tail = &tailBuf{max: 8 << 10}
@@ -306,11 +311,9 @@ func (r *runner) start(s *slot) error {
 	// The configuration goes into the pipe before the worker starts: the
 	// read end is still open here, so a worker that dies at once shows up
 	// as an exit before its first report, never as a broken pipe.
-	b, _ := json.Marshal(r.config(s))
-	if len(b) >= maxConfigBytes {
-		return fmt.Errorf("configuring %s %d: configuration is %d bytes, over the %d a pipe holds unread", s.role, s.index, len(b), maxConfigBytes)
-	}
 	if _, err := stdin.Write(append(b, '\n')); err != nil {
+		stdin.Close()
+		stdout.Close()
 		return fmt.Errorf("configuring %s %d: %w", s.role, s.index, err)
 	}
 	if err := cmd.Start(); err != nil {

@@ -224,6 +224,7 @@ func (w *worker) produce(parent context.Context) error {
 	var (
 		pmu     sync.Mutex
 		pending = map[uint64]*pendingTensor{}
+		landed  int64 // delivered, counted under pmu with pending: the quota reads both at once
 		tokens  = make(chan struct{}, cfg.Inflight)
 		drained = make(chan struct{}, 1)
 		settled = make(chan struct{}, 1) // a tensor was delivered or abandoned
@@ -240,6 +241,9 @@ func (w *worker) produce(parent context.Context) error {
 		done := p.left == 0
 		if done {
 			delete(pending, id)
+			if !p.abandoned {
+				landed++
+			}
 		}
 		empty := len(pending) == 0
 		pmu.Unlock()
@@ -320,12 +324,10 @@ func (w *worker) produce(parent context.Context) error {
 	told := false
 	underQuota := func() bool {
 		for {
+			// Read together: a tensor leaving pending is already in landed.
 			pmu.Lock()
-			inFlight := int64(len(pending))
+			inFlight, delivered := int64(len(pending)), landed
 			pmu.Unlock()
-			w.mu.Lock()
-			delivered := w.rep.Delivered
-			w.mu.Unlock()
 			if delivered+inFlight < cfg.Quota {
 				return true
 			}

@@ -141,8 +141,8 @@ func runCopy(ctx context.Context, opt Options, out *Outcome) error {
 			for _, dir := range Directions {
 				p := &copyPoint{memory: mem, dir: dir, size: size, reps: reps}
 				if err = measureCopy(ctx, opt, s1, s2, hp, dA, dB, pat[:region], check[:region], p); err != nil {
-					if ctx.Err() != nil {
-						break
+					if errors.Is(err, ctx.Err()) {
+						break // interrupted; a real error is reported as one
 					}
 					err = fmt.Errorf("copy sweep: %s %s at %d bytes: %w", mem, dir, size, err)
 					break

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"github.com/mstar-dev/mstar/internal/units"
 	"runtime/pprof"
@@ -64,11 +65,11 @@ func runTransport(ctx context.Context, opt Options, out *Outcome) error {
 					err = measurePipe(ctx, opt, arena.Transport(tr), src, dst, p)
 				}
 			})
+			if err != nil && !errors.Is(err, ctx.Err()) {
+				return fmt.Errorf("transport sweep: %s at %d bytes: %w", tr, size, err)
+			}
 			if ctx.Err() != nil {
 				return ctx.Err()
-			}
-			if err != nil {
-				return fmt.Errorf("transport sweep: %s at %d bytes: %w", tr, size, err)
 			}
 			points = append(points, p)
 		}
