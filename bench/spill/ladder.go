@@ -3,7 +3,6 @@ package spill
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/mstar-dev/mstar/bench/spill/regulator"
@@ -37,18 +36,15 @@ func LadderCurves() []regulator.Curve {
 	}
 }
 
-// moveRate is the bytes per second of a single-block move through t: the
-// median over a few spill-and-restore pairs (each counted as its slower
-// half), each with a fresh slot. The median, not the slowest, so that one
-// preemption of the calibrating thread does not stretch the interval past
-// the stalls the tick-cost gate exists to catch. It measures the tier
-// without injected faults: they strike after the calibration, as a
+// moveRate is the bytes per second of the slowest of a few single-block
+// spills and restores through t, each with a fresh slot. It measures the
+// tier without injected faults: they strike after the calibration, as a
 // misbehaving tier would.
 func moveRate(ctx context.Context, e *cellEnv, t tier.Tier, p *tier.Pool) (float64, error) {
 	t = tier.Unwrap(t)
 	b := p.Blocks()[0]
-	var moves []time.Duration
-	for k := 0; k < 5; k++ {
+	var worst time.Duration
+	for k := 0; k < 3; k++ {
 		slot, err := t.Alloc(b.Len)
 		if err != nil {
 			return 0, err
@@ -59,7 +55,7 @@ func moveRate(ctx context.Context, e *cellEnv, t tier.Tier, p *tier.Pool) (float
 		if err == nil {
 			start = time.Now()
 			_, err = slot.Restore(ctx, e.s, p.Buffer(), b.Off, slot.Filled())
-			moves = append(moves, max(sp, time.Since(start)))
+			worst = max(worst, sp, time.Since(start))
 		}
 		if ferr := slot.Free(); err == nil {
 			err = ferr
@@ -68,8 +64,7 @@ func moveRate(ctx context.Context, e *cellEnv, t tier.Tier, p *tier.Pool) (float
 			return 0, fmt.Errorf("calibrating moves through %s: %w", t.Kind(), err)
 		}
 	}
-	slices.Sort(moves)
-	return float64(b.Len) / moves[len(moves)/2].Seconds(), nil
+	return float64(b.Len) / worst.Seconds(), nil
 }
 
 func runLadder(ctx context.Context, e *cellEnv) error {
@@ -107,7 +102,7 @@ func runLadder(ctx context.Context, e *cellEnv) error {
 		}
 	}
 	interval := e.cfg.Interval
-	if need := time.Duration(float64(p.Bytes()) / (poolTicks * moveShare * slowest) * float64(time.Second)); need > interval {
+	if need := time.Duration(float64(p.Bytes()) / (poolTicks * moveShare * slowest) * float64(time.Second)); need > interval && !e.cfg.mut.fixedInterval {
 		interval = need.Round(time.Millisecond)
 	}
 	maxMove := max(blockLen, int64(moveShare*slowest*interval.Seconds())/blockLen*blockLen)

@@ -228,6 +228,7 @@ type mutations struct {
 	partialDraw       bool // co-residency: an unfundable ask draws what is free instead of refusing
 	retrySmaller      bool // co-residency: a release refused at the floor is retried smaller
 	leaveHole         bool // co-residency: a tenant claims less than another freed
+	fixedInterval     bool // ladder: keep the configured tick interval, however slow the calibrated moves (a test's stall must exceed it)
 }
 
 func (c *Config) defaults() error {
