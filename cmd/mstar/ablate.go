@@ -332,7 +332,7 @@ out-of-range expert id.`,
 				}
 			}
 			if stopped {
-				return errInterrupted(fmt.Sprintf("ablate router (%d routers done)", len(res.Runs)), nil)
+				return errInterrupted(fmt.Sprintf("ablate router (%s done)", plural(len(res.Runs), "router")), nil)
 			}
 			return nil
 		},

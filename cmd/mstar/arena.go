@@ -217,7 +217,7 @@ with "-transport" added to its name).`,
 				}
 			}
 			if stopped {
-				return errInterrupted(fmt.Sprintf("arena sweep (%d points done)", len(doc.Results)), doc.Failed())
+				return errInterrupted(fmt.Sprintf("arena sweep (%s done)", plural(len(doc.Results), "point")), doc.Failed())
 			}
 			if bad := doc.Failed(); len(bad) > 0 {
 				return failed("%d sweep points had wrong copies: %s", len(bad), strings.Join(bad, "; "))
