@@ -9,9 +9,9 @@ var useAVX2 = cpuHasAVX2()
 
 // useAVX512BF16 picks the AVX512-BF16 kernel for groups of three or four
 // tokens: VDPBF16PS multiplies bf16 pairs straight into float32 sums, 32
-// products per instruction, with no widening. Its reduction uses 256- and
-// 128-bit EVEX forms, hence VL (a hypervisor may hide it alone).
-var useAVX512BF16 = cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL && cpu.X86.HasAVX512BF16
+// products per instruction, with no widening. Every instruction of the
+// kernel is a 512-bit form (AVX512F), so VL is not needed.
+var useAVX512BF16 = cpu.X86.HasAVX512F && cpu.X86.HasAVX512BF16
 
 // dot4bf16AVX2 writes the dot products of the first n elements (a multiple
 // of 8) of four bf16 rows with x to out.

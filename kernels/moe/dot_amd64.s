@@ -194,25 +194,21 @@ done24b:
 	BYTE $0x52; \
 	BYTE $(0xC0 | ((dst)&7)<<3 | ((src2)&7))
 
-// ROW4 multiplies weight row Z(16+r) into the four token accumulators of
-// row r (Z(4r)..Z(4r+3)) with the token rows Z20..Z23.
+// ROW4 multiplies weight row Z(16+r) with the token rows Z20..Z23 into the
+// accumulators of row r: token t's is Z(4t+r), the order in which the
+// reduction below leaves each sum in lane 4r+t.
 #define ROW4(r) \
-	VDPBF16PS_Z(20, 16+(r), 4*(r)); \
-	VDPBF16PS_Z(21, 16+(r), 4*(r)+1); \
-	VDPBF16PS_Z(22, 16+(r), 4*(r)+2); \
-	VDPBF16PS_Z(23, 16+(r), 4*(r)+3)
+	VDPBF16PS_Z(20, 16+(r), (r)); \
+	VDPBF16PS_Z(21, 16+(r), 4+(r)); \
+	VDPBF16PS_Z(22, 16+(r), 8+(r)); \
+	VDPBF16PS_Z(23, 16+(r), 12+(r))
 
-// ZSUM reduces the 16 floats of Z reg (Y and X name the same register) into
-// the float at OFF(DX); the scratch registers are EVEX-only (Y24, X25), so
-// the halving steps use EVEX forms and the last two the VEX VHADDPS.
-#define ZSUM(Z, Y, X, OFF) \
-	VEXTRACTF64X4 $1, Z, Y24 \
-	VADDPS        Y24, Y, Y  \
-	VEXTRACTF32X4 $1, Y, X25 \
-	VADDPS        X25, X, X  \
-	VHADDPS       X, X, X    \
-	VHADDPS       X, X, X    \
-	VMOVSS        X, OFF(DX)
+// HALF128 adds the 128-bit quarters of A and B into D, picked by the
+// shuffle immediates I1 and I2 (D = shuf(A,B,I1) + shuf(A,B,I2)).
+#define HALF128(A, B, I1, I2, D) \
+	VSHUFF32X4 I1, B, A, Z24 \
+	VSHUFF32X4 I2, B, A, Z25 \
+	VADDPS     Z25, Z24, D
 
 // func dot4x4bf16AVX512(a0, a1, a2, a3, b0, b1, b2, b3 *uint16, n int, out *[16]float32)
 // out[4r+t] = ar·bt over the first n elements (a multiple of 32) of four
@@ -266,21 +262,33 @@ loop44:
 	JMP     loop44
 
 done44:
-	ZSUM(Z0, Y0, X0, 0)
-	ZSUM(Z1, Y1, X1, 4)
-	ZSUM(Z2, Y2, X2, 8)
-	ZSUM(Z3, Y3, X3, 12)
-	ZSUM(Z4, Y4, X4, 16)
-	ZSUM(Z5, Y5, X5, 20)
-	ZSUM(Z6, Y6, X6, 24)
-	ZSUM(Z7, Y7, X7, 28)
-	ZSUM(Z8, Y8, X8, 32)
-	ZSUM(Z9, Y9, X9, 36)
-	ZSUM(Z10, Y10, X10, 40)
-	ZSUM(Z11, Y11, X11, 44)
-	ZSUM(Z12, Y12, X12, 48)
-	ZSUM(Z13, Y13, X13, 52)
-	ZSUM(Z14, Y14, X14, 56)
-	ZSUM(Z15, Y15, X15, 60)
+	// A transpose-and-add tree: 16 accumulators of 16 lanes become one
+	// register whose lane i is accumulator i's sum (45 instructions, where
+	// reducing each alone took 7 apiece). 1: pairs keep 8 lanes each.
+	HALF128(Z0, Z1, $0x44, $0xEE, Z16)
+	HALF128(Z2, Z3, $0x44, $0xEE, Z17)
+	HALF128(Z4, Z5, $0x44, $0xEE, Z18)
+	HALF128(Z6, Z7, $0x44, $0xEE, Z19)
+	HALF128(Z8, Z9, $0x44, $0xEE, Z20)
+	HALF128(Z10, Z11, $0x44, $0xEE, Z21)
+	HALF128(Z12, Z13, $0x44, $0xEE, Z22)
+	HALF128(Z14, Z15, $0x44, $0xEE, Z23)
+	// 2: four lanes each, one accumulator per 128-bit quarter.
+	HALF128(Z16, Z17, $0x88, $0xDD, Z0)
+	HALF128(Z18, Z19, $0x88, $0xDD, Z1)
+	HALF128(Z20, Z21, $0x88, $0xDD, Z2)
+	HALF128(Z22, Z23, $0x88, $0xDD, Z3)
+	// 3: two lanes each (64-bit halves of each quarter).
+	VUNPCKLPD Z1, Z0, Z24
+	VUNPCKHPD Z1, Z0, Z25
+	VADDPS    Z25, Z24, Z4
+	VUNPCKLPD Z3, Z2, Z24
+	VUNPCKHPD Z3, Z2, Z25
+	VADDPS    Z25, Z24, Z5
+	// 4: one lane each.
+	VSHUFPS   $0x88, Z5, Z4, Z24
+	VSHUFPS   $0xDD, Z5, Z4, Z25
+	VADDPS    Z25, Z24, Z6
+	VMOVUPS   Z6, (DX)
 	VZEROUPPER
 	RET
