@@ -20,7 +20,9 @@ func init() {
 theoretical bandwidth), the CUDA libraries mstar loads at run time (libcuda,
 NVRTC, cuBLAS, the CUDA headers — and where it looked for each), and the host
 limits that the arena and the spill tiers depend on: /dev/shm size and free
-space, RLIMIT_MEMLOCK, hugepages and the cgroup memory limit.
+space, RLIMIT_MEMLOCK, hugepages and the cgroup memory limit; and the CPU
+features the CPU backend's kernels use (AVX512-BF16, AVX2+FMA, else Go
+loops).
 
 Each check prints OK, WARN or FAIL with a one-line fix. A machine without a
 GPU is fine (mstar runs on the CPU backend): doctor says so and exits 0. It

@@ -1,21 +1,24 @@
 // Package doctor tells whether a machine is ready for mstar: the GPU and its
 // link, the CUDA libraries mstar loads at run time, and the host limits the
 // arena and the spill tiers depend on (/dev/shm, locked memory, hugepages,
-// cgroup memory). Each check is OK, WARN or FAIL with a one-line fix.
+// cgroup memory), and the CPU features the CPU backend's kernels use. Each check is OK, WARN or FAIL with a one-line fix.
 package doctor
 
 import (
 	"bufio"
 	"errors"
 	"fmt"
-	"github.com/mstar-dev/mstar/internal/units"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 
+	"golang.org/x/sys/cpu"
 	"golang.org/x/sys/unix"
 
+	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/mstar-dev/mstar/internal/gpu/nvmlinfo"
+	"github.com/mstar-dev/mstar/internal/units"
 )
 
 // Status of a check.
@@ -61,6 +64,14 @@ type Sources struct {
 	THP       string // transparent hugepage mode, "[always] madvise never"
 	CgroupMax int64  // bytes; -1 for no limit; 0 unknown
 	HostMem   int64
+	CPU       CPU
+}
+
+// CPU is what the CPU backend's kernels depend on.
+type CPU struct {
+	Model            string
+	Cores            int
+	AVX2, AVX512BF16 bool // AVX2+FMA; AVX512F+AVX512-BF16
 }
 
 // Statfs is the part of statfs(2) the checks use.
@@ -97,6 +108,9 @@ func Gather(libs []Library, shmDir string) Sources {
 		s.THP = strings.TrimSpace(string(b))
 	}
 	s.CgroupMax = cgroupMemMax()
+	s.CPU = CPU{Model: gpu.HostCPUModel(), Cores: runtime.NumCPU(),
+		AVX2:       cpu.X86.HasAVX2 && cpu.X86.HasFMA,
+		AVX512BF16: cpu.X86.HasAVX512F && cpu.X86.HasAVX512BF16}
 	return s
 }
 
@@ -107,8 +121,26 @@ func Run(s Sources) []Check {
 	for _, l := range s.Libraries {
 		out = append(out, libraryCheck(l, s.NVML != nil && len(s.NVML.GPUs) > 0))
 	}
-	out = append(out, shmCheck(s), memlockCheck(s), hugepageCheck(s), cgroupCheck(s))
+	out = append(out, cpuCheck(s), shmCheck(s), memlockCheck(s), hugepageCheck(s), cgroupCheck(s))
 	return out
+}
+
+// cpuCheck says which kernels the CPU backend (bench moe, ablate router on
+// the CPU) gets here: without AVX2+FMA it falls back to Go loops.
+func cpuCheck(s Sources) Check {
+	c := Check{Name: "cpu", Status: OK}
+	head := fmt.Sprintf("%s, %d cores: ", s.CPU.Model, s.CPU.Cores)
+	switch {
+	case s.CPU.AVX512BF16 && s.CPU.AVX2:
+		c.Detail = head + "AVX512-BF16 and AVX2+FMA kernels for the CPU backend"
+	case s.CPU.AVX2:
+		c.Detail = head + "AVX2+FMA kernels for the CPU backend (no AVX512-BF16: its prefill runs about half as fast)"
+	default:
+		c.Status = Warn
+		c.Detail = head + "no AVX2+FMA: the CPU backend runs its MoE layer in Go loops, 3-6x slower"
+		c.Fix = "for CPU runs, use an x86-64 CPU with AVX2 and FMA (x86-64-v3)"
+	}
+	return c
 }
 
 // Worst returns the most severe status among checks.

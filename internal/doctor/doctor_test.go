@@ -58,6 +58,9 @@ func TestChecks(t *testing.T) {
 		{"full /dev/shm warns", func(s *Sources) { s.Shm.Free = 10 << 20 }, "shm", Warn, "10 MiB free"},
 		{"small memlock warns", func(s *Sources) { s.MemlockKB = 64 }, "memlock", Warn, "64 KiB"},
 		{"cgroup below shm warns", func(s *Sources) { s.CgroupMax = 8 << 30 }, "cgroup memory", Warn, "8 GiB"},
+		{"AVX512-BF16 named", func(s *Sources) { s.CPU = CPU{Model: "AMD EPYC", Cores: 2, AVX2: true, AVX512BF16: true} }, "cpu", OK, "AVX512-BF16 and AVX2+FMA"},
+		{"AVX2 alone says what is missing", func(s *Sources) { s.CPU = CPU{Model: "Intel Xeon", Cores: 16, AVX2: true} }, "cpu", OK, "no AVX512-BF16"},
+		{"no AVX2 warns: Go loops", func(s *Sources) { s.CPU = CPU{Model: "Neoverse", Cores: 64} }, "cpu", Warn, "Go loops"},
 		{"hugepages reported", func(s *Sources) { s.THP = "always [madvise] never" }, "hugepages", OK, "madvise"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
