@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -218,6 +219,17 @@ gate), writes a results document with --out, exits 1 when any gate fails.`,
 				}
 				if runErr != nil {
 					return fmt.Errorf("spill-matrix stopped after %d of %d cells: %w", len(m.Outcomes), len(list), runErr)
+				}
+				// A pool too small for its cell's layout is bad input (exit 2),
+				// not a failed gate.
+				var small []string
+				for _, o := range m.Outcomes {
+					if bse := (*tier.BlockSizeError)(nil); errors.As(o.Err, &bse) {
+						small = append(small, o.Cell.Name())
+					}
+				}
+				if len(small) > 0 {
+					return usageErr("--sizes %s with --blocks %d: too small for the layout of %s (blocks of 8 bytes or less); give larger --sizes or fewer --blocks", sizes, blocks, strings.Join(small, ", "))
 				}
 				if !m.Passed() {
 					n := 0

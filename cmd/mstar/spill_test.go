@@ -171,6 +171,8 @@ func TestSpillMatrixBadUsage(t *testing.T) {
 		{"shm dir missing", []string{"spill-matrix", "--device", "cpu", "--cells", "hibernate/pinned", "--sizes", "1MiB", "--shm-dir", "/nonexistent"}, "--shm-dir /nonexistent: no such file or directory"},
 		{"shm dir a file", []string{"spill-matrix", "--device", "cpu", "--cells", "hibernate/pinned", "--sizes", "1MiB", "--shm-dir", "/etc/passwd"}, "--shm-dir /etc/passwd: not a directory"},
 		{"size beyond memory", []string{"spill-matrix", "--device", "cpu", "--cells", "hibernate/pageable", "--sizes", "1024TiB"}, "try smaller --sizes"},
+		// Found when the cell lays out its pool: a usage error, not FAIL.
+		{"pool too small for its layout", []string{"spill-matrix", "--device", "cpu", "--cells", "uneven/pageable", "--sizes", "64KiB"}, "--sizes 64KiB with --blocks 16: too small for the layout of uneven/pageable/64KiB"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, stderr, code := runMstar(t, tt.args...)
