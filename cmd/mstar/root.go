@@ -263,13 +263,9 @@ func checkOutputFlags(cmd *cobra.Command) error {
 		if st, err := os.Stat(f.Value.String()); err == nil && st.IsDir() {
 			return usageErr("--%s %s: is a directory; give a file path", name, f.Value.String())
 		}
-		dir := filepath.Dir(f.Value.String())
-		tmp, err := os.CreateTemp(dir, ".mstar-check-*")
-		if err != nil {
-			return usageErr("--%s %s: cannot write there: %v", name, f.Value.String(), errors.Unwrap(err))
+		if err := canCreateIn(filepath.Dir(f.Value.String())); err != nil {
+			return usageErr("--%s %s: cannot write there: %v", name, f.Value.String(), err)
 		}
-		tmp.Close()
-		os.Remove(tmp.Name())
 	}
 	return nil
 }

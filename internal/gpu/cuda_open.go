@@ -222,22 +222,19 @@ func (s *cudaStream) Memset(dst Buffer, off, n int64, v byte) error {
 }
 
 func (s *cudaStream) Record() (Event, error) {
-	ev, err := s.s.Context().NewEvent(true)
-	if err != nil {
-		return nil, err
-	}
-	if err := s.s.Record(ev); err != nil {
-		ev.Destroy()
-		return nil, err
-	}
-	return &cudaEvent{ev: ev}, nil
+	return s.record(s.s.Context().NewEvent(true))
 }
 
 // RecordBlocking is Record with an event that cannot time but whose Sync
 // sleeps instead of spinning (CU_EVENT_BLOCKING_SYNC): for goroutines that
 // wait on completions, like the arena's ACK watcher.
 func (s *cudaStream) RecordBlocking() (Event, error) {
-	ev, err := s.s.Context().NewBlockingEvent()
+	return s.record(s.s.Context().NewBlockingEvent())
+}
+
+// record records a new event ev (or passes on the error that creating it
+// gave) on the stream.
+func (s *cudaStream) record(ev *cuda.Event, err error) (Event, error) {
 	if err != nil {
 		return nil, err
 	}
