@@ -539,11 +539,10 @@ func checkFits(dev gpu.Device, local moe.Shape, opt MoEOptions, maxM int) error 
 		// ForwardCPU: float32 x, act, y and out, plus the host-side inputs.
 		need += 4 * (2*int64(maxM)*int64(local.H) + slots*int64(local.I) + slots*int64(local.H))
 	}
-	err := gpu.CheckFits(dev, fmt.Sprintf("shape %v at M=%d", local, maxM), need, "try --tp/--ep or smaller --batch")
-	if fe := (*gpu.FitError)(nil); errors.As(err, &fe) {
+	if err := gpu.CheckFits(dev, fmt.Sprintf("shape %v at M=%d", local, maxM), need, "try --tp/--ep or smaller --batch"); err != nil {
 		return &MoEInputError{err}
 	}
-	return err
+	return nil
 }
 
 func runCPU(ctx context.Context, l *moe.Layer, x []float32, r moe.Routing, samples int, stages bool) (out []float32, us []float64, st []moe.StageTime, cfg string, err error) {

@@ -138,11 +138,10 @@ func (o *Options) checkFits() error {
 		need = int64(f)
 	}
 	what := fmt.Sprintf("--max-size %s over %d producers and %d consumers", units.Bytes(o.MaxSize), o.Producers, o.Consumers)
-	err := gpu.CheckFits(gpu.NewCPU(), what, need, "try a smaller --max-size or fewer workers")
-	if errors.As(err, new(*gpu.FitError)) {
+	if err := gpu.CheckFits(gpu.NewCPU(), what, need, "try a smaller --max-size or fewer workers"); err != nil {
 		return fmt.Errorf("stress: %w", err)
 	}
-	return nil // memory that cannot be read refuses nothing
+	return nil
 }
 
 // arenaBytes is the segment space all producers may hold, and whether it

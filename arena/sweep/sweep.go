@@ -22,7 +22,6 @@ package sweep
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"sort"
@@ -205,11 +204,7 @@ func (o *Options) checkFits() error {
 		}
 	}
 	fits := func(d gpu.Device, need int64) error {
-		err := gpu.CheckFits(d, "a sweep up to "+units.Size(largest, ""), need, "try a smaller --max-size")
-		if errors.As(err, new(*gpu.FitError)) {
-			return err
-		}
-		return nil // memory that cannot be read refuses nothing
+		return gpu.CheckFits(d, "a sweep up to "+units.Size(largest, ""), need, "try a smaller --max-size")
 	}
 	if err := fits(gpu.NewCPU(), host); err != nil {
 		return err

@@ -319,8 +319,7 @@ func CheckFits(dev gpu.Device, cells []Cell) error {
 		if n.need == 0 {
 			continue
 		}
-		// Only a refusal counts: memory that cannot be read refuses nothing.
-		if err := gpu.CheckFits(n.d, what, n.need, "try smaller --sizes"); errors.As(err, new(*gpu.FitError)) {
+		if err := gpu.CheckFits(n.d, what, n.need, "try smaller --sizes"); err != nil {
 			return err
 		}
 	}

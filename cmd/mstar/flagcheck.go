@@ -96,11 +96,6 @@ func errIf(cond bool, format string, a ...any) error {
 
 // checkHostFits refuses, as bad input, work that needs more host memory
 // than is available (gpu.CheckFits, as bench moe does), before it starts.
-// Memory that cannot be read is no refusal.
 func checkHostFits(what string, need int64, hint string) error {
-	err := gpu.CheckFits(gpu.NewCPU(), what, need, hint)
-	if fe := (*gpu.FitError)(nil); errors.As(err, &fe) {
-		return badInput(err)
-	}
-	return nil
+	return badInput(gpu.CheckFits(gpu.NewCPU(), what, need, hint))
 }

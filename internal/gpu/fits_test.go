@@ -26,3 +26,16 @@ func TestCheckFits(t *testing.T) {
 		}
 	}
 }
+
+// noMemInfo is a device whose free memory cannot be read.
+type noMemInfo struct{ Device }
+
+func (noMemInfo) MemInfo() (int64, int64, error) { return 0, 0, errors.New("no figures") }
+
+// Memory that cannot be read refuses nothing: callers need not tell that
+// case from a refusal.
+func TestCheckFitsUnreadableMemory(t *testing.T) {
+	if err := CheckFits(noMemInfo{NewCPU()}, "the work", 1<<60, "try less"); err != nil {
+		t.Errorf("unreadable memory refused the work: %v", err)
+	}
+}
