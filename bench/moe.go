@@ -213,6 +213,11 @@ func PrepareMoE(opt *MoEOptions) (moe.Shape, error) {
 	if opt.TuneSamples < 0 {
 		return moe.Shape{}, moeInputErr("--tune-samples %d: must be at least 0 (0: 6)", opt.TuneSamples)
 	}
+	if opt.Tune {
+		if err := moe.ValidateTuneFilter(); err != nil {
+			return moe.Shape{}, &MoEInputError{err}
+		}
+	}
 	return local, nil
 }
 

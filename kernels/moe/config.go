@@ -2,6 +2,8 @@ package moe
 
 import (
 	"fmt"
+	"os"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -14,7 +16,7 @@ import (
 // register double buffering, shared-memory epilogue, a persistent grid
 // walking GM m-tiles per n-tile; moe.cu has the details).
 type Config struct {
-	Kernel string // "skinny", "tiled" or "tc"
+	Kernel string // "skinny", "tiled", "tc" or "wg" (Hopper)
 	NT     int    // skinny: 1, 2 or 4
 	// W1, W2: skinny warps per block (split-K) of gemm1 and gemm2: 4, or 16
 	// with NT 1 (0 means 4).
@@ -27,6 +29,46 @@ type Config struct {
 	// OV (tc): 1 issues the next tile's first loads before this tile's
 	// epilogue, which then stores from registers (no shared C tile).
 	OV int
+	// NC (wg): consumer warpgroups per block, each computing 64 token rows
+	// (BM = 64·NC); BN and Stages and GM as for tc, BK is 64. PP (wg): 1
+	// gives each consumer whole 64-row tiles in turn (BM = 64), so one
+	// warpgroup's epilogue overlaps the other's MMAs.
+	NC, PP int
+}
+
+// wgTable is the Hopper (sm_90a) prefill GEMM's named configurations
+// (warpgroup MMAs fed by a producer warpgroup; moe.cu has the details).
+// Names read BMxBN and the stages.
+var wgTable = map[string]Config{
+	"128x256s4": wg(2, 256, 4, 8),
+	"128x256s3": wg(2, 256, 3, 8),
+	"128x128s4": wg(2, 128, 4, 8),
+	"128x128s6": wg(2, 128, 6, 8),
+	"64x256s4":  wg(1, 256, 4, 8),
+	"64x128s4":  wg(1, 128, 4, 8),
+	"64x128s6":  wg(1, 128, 6, 8),
+	// Ping-pong: two consumers on alternate 64-row tiles.
+	"64x256s4pp": pp(wg(2, 256, 4, 8)),
+	"64x256s5pp": pp(wg(2, 256, 5, 8)),
+	"64x128s6pp": pp(wg(2, 128, 6, 8)),
+}
+
+func pp(c Config) Config {
+	c.PP, c.BM = 1, 64
+	return c
+}
+
+func wg(nc, bn, st, gm int) Config {
+	return Config{Kernel: "wg", NC: nc, BM: 64 * nc, BN: bn, BK: 64, Stages: st, GM: gm}
+}
+
+// WGConfigs is every named wg configuration, in name order.
+func WGConfigs() []Config {
+	var out []Config
+	for _, n := range tableNames(wgTable) {
+		out = append(out, wgTable[n])
+	}
+	return out
 }
 
 // tiledTable mirrors the TILED_KERNEL instantiations in moe.cu.
@@ -113,6 +155,12 @@ func (c Config) String() string {
 			s += fmt.Sprintf(",ov=%d", c.OV)
 		}
 		return s
+	case "wg":
+		s := fmt.Sprintf("wg:nc=%d,bn=%d,stages=%d,gm=%d", c.NC, c.BN, c.Stages, c.GM)
+		if c.PP != 0 {
+			s += ",pp=1"
+		}
+		return s
 	}
 	if c.Tile == "custom" {
 		return fmt.Sprintf("tiled:bm=%d,bn=%d,bk=%d,wm=%d,wn=%d,stages=%d", c.BM, c.BN, c.BK, c.WM, c.WN, c.Stages)
@@ -130,6 +178,9 @@ func (c Config) Block() int {
 
 // Threads is the block size of gemm1 (which = 1) or gemm2 (which = 2).
 func (c Config) Threads(which int) int {
+	if c.Kernel == "wg" {
+		return 128 * (c.NC + 1)
+	}
 	if c.Kernel == "skinny" {
 		if which == 1 {
 			return 32 * warpsOr4(c.W1)
@@ -151,6 +202,11 @@ func (c Config) SharedBytes() int {
 			return c.Stages * (c.BM + c.BN) * c.BK * 2
 		}
 		return max(c.Stages*(c.BM+c.BN)*c.BK*2, c.BM*c.BN*2)
+	case "wg":
+		// The stages, their full and empty mbarriers, the ping-pong turn
+		// barriers, and 1 KiB to align
+		// the tiles to the 128-byte swizzle's 1024-byte atoms.
+		return c.Stages*(c.BM+c.BN)*128 + 16*c.Stages + 16 + 1024
 	}
 	return 0
 }
@@ -171,6 +227,8 @@ func (c Config) Defines() []string {
 	switch {
 	case c.Kernel == "tc":
 		return []string{"-DMOE_TC_ONLY", "-DMOE_TC_LIST=" + c.tcEntry()}
+	case c.Kernel == "wg":
+		return []string{"-DMOE_TC_ONLY", "-DMOE_WG_LIST=" + c.wgEntry()}
 	case c.Kernel == "tiled" && c.Tile == "custom":
 		return []string{
 			"-DTL_BM=" + strconv.Itoa(c.BM), "-DTL_BN=" + strconv.Itoa(c.BN), "-DTL_BK=" + strconv.Itoa(c.BK),
@@ -189,6 +247,20 @@ func (c Config) tcID() string {
 	return id
 }
 
+// wgID names a wg instance in kernel names: its parameters.
+func (c Config) wgID() string {
+	id := fmt.Sprintf("%d_%d_%d_%d", c.NC, c.BN, c.Stages, c.GM)
+	if c.PP != 0 {
+		id += "_pp"
+	}
+	return id
+}
+
+// wgEntry is the configuration as one WG(...) entry of MOE_WG_LIST.
+func (c Config) wgEntry() string {
+	return fmt.Sprintf("WG(%s,%d,%d,%d,%d,%d)", c.wgID(), c.NC, c.BN, c.Stages, c.GM, c.PP)
+}
+
 // tcEntry is the configuration as one TC(...) entry of MOE_TC_LIST.
 func (c Config) tcEntry() string {
 	return fmt.Sprintf("TC(%s,%d,%d,%d,%d,%d,%d,%d,%d,%d)", c.tcID(), c.BM, c.BN, c.BK, c.WM, c.WN, c.Stages, c.GM, c.MinBlocks, c.OV)
@@ -200,6 +272,8 @@ func (c Config) kernelNames() (g1, g2 string) {
 		return fmt.Sprintf("moe_gemm1_skinny_nt%d_w%d", c.NT, warpsOr4(c.W1)), fmt.Sprintf("moe_gemm2_skinny_nt%d_w%d", c.NT, warpsOr4(c.W2))
 	case "tc":
 		return "moe_gemm1_tc_" + c.tcID(), "moe_gemm2_tc_" + c.tcID()
+	case "wg":
+		return "moe_gemm1_wg_" + c.wgID(), "moe_gemm2_wg_" + c.wgID()
 	}
 	return "moe_gemm1_tiled_" + c.Tile, "moe_gemm2_tiled_" + c.Tile
 }
@@ -237,8 +311,30 @@ func (c Config) Validate() error {
 		return nil
 	case "tc":
 		return c.validateTC()
+	case "wg":
+		if c.NC != 1 && c.NC != 2 {
+			return fmt.Errorf("config %v: nc must be 1 or 2 consumer warpgroups", c)
+		}
+		if c.BN != 64 && c.BN != 128 && c.BN != 256 {
+			return fmt.Errorf("config %v: bn must be 64, 128 or 256 (a wgmma N)", c)
+		}
+		if c.Stages < 3 || c.GM < 1 || c.PP < 0 || c.PP > 1 || (c.PP == 1 && c.NC != 2) {
+			return fmt.Errorf("config %v: want stages ≥ 3, gm ≥ 1, pp 0 or 1 (pp=1 with nc=2)", c)
+		}
+		if want := 64 * c.NC; c.PP == 1 {
+			want = 64
+			if c.BM != want {
+				return fmt.Errorf("config %v: bm %d, want %d", c, c.BM, want)
+			}
+		} else if c.BM != want {
+			return fmt.Errorf("config %v: bm %d, want %d", c, c.BM, want)
+		}
+		if n := c.SharedBytes(); n > maxBlockShared {
+			return fmt.Errorf("config %v: needs %d bytes of shared memory, more than the 227 KiB a block may have", c, n)
+		}
+		return nil
 	}
-	return fmt.Errorf("config %v: kernel must be skinny, tiled or tc", c)
+	return fmt.Errorf("config %v: kernel must be skinny, tiled, tc or wg", c)
 }
 
 func (c Config) validateTC() error {
@@ -273,7 +369,7 @@ func (c Config) validateTC() error {
 // batch size: the tc kernels address tokens and weights with 32-bit element
 // offsets.
 func CheckConfigShape(c Config, s Shape, m int) error {
-	if c.Kernel != "tc" {
+	if c.Kernel != "tc" && c.Kernel != "wg" {
 		return nil
 	}
 	const lim = 1 << 32
@@ -338,18 +434,31 @@ func ParseConfig(s string) (Config, error) {
 			return Config{}, err
 		}
 		return c, c.Validate()
+	case "wg":
+		if c, ok := wgTable[rest]; ok {
+			return c, nil
+		}
+		c := wgTable["128x256s4"]
+		if err := parseKeys(s, rest, &c, []string{"nc", "bn", "stages", "gm", "pp"}); err != nil {
+			return Config{}, err
+		}
+		c.BM = 64 * c.NC
+		if c.PP == 1 {
+			c.BM = 64
+		}
+		return c, c.Validate()
 	}
-	return Config{}, fmt.Errorf("bad config %q: want auto, skinny:nt=N[,w1=W,w2=W], tiled:NAME (%s) or tiled:bm=…,bn=…, tc:NAME (%s) or tc:bm=…,bn=…",
-		s, strings.Join(tableNames(tiledTable), ", "), strings.Join(tableNames(tcTable), ", "))
+	return Config{}, fmt.Errorf("bad config %q: want auto, skinny:nt=N[,w1=W,w2=W], tiled:NAME (%s) or tiled:bm=…,bn=…, tc:NAME (%s) or tc:bm=…,bn=…, wg:NAME (%s) or wg:nc=…,bn=…,stages=…,gm=…",
+		s, strings.Join(tableNames(tiledTable), ", "), strings.Join(tableNames(tcTable), ", "), strings.Join(tableNames(wgTable), ", "))
 }
 
 func parseKeys(s, rest string, c *Config, keys []string) error {
-	fields := map[string]*int{"bm": &c.BM, "bn": &c.BN, "bk": &c.BK, "wm": &c.WM, "wn": &c.WN, "stages": &c.Stages, "gm": &c.GM, "minb": &c.MinBlocks, "ov": &c.OV}
+	fields := map[string]*int{"nc": &c.NC, "pp": &c.PP, "bm": &c.BM, "bn": &c.BN, "bk": &c.BK, "wm": &c.WM, "wn": &c.WN, "stages": &c.Stages, "gm": &c.GM, "minb": &c.MinBlocks, "ov": &c.OV}
 	for _, kv := range strings.Split(rest, ",") {
 		k, v, ok := strings.Cut(kv, "=")
 		n, err := strconv.Atoi(v)
-		if !ok || err != nil || n < 0 || (n == 0 && k != "ov") {
-			return fmt.Errorf("bad config %q: %q is not key=positive integer (ov: 0 or 1)", s, kv)
+		if !ok || err != nil || n < 0 || (n == 0 && k != "ov" && k != "pp") {
+			return fmt.Errorf("bad config %q: %q is not key=positive integer (ov, pp: 0 or 1)", s, kv)
 		}
 		known := false
 		for _, name := range keys {
@@ -470,7 +579,47 @@ func Candidates(s Shape, m int) []Config {
 	if per >= 128 {
 		add(tcTable["256x128k64s3"])
 	}
+	// The Hopper wg kernels (refused on other GPUs, so a tuner there
+	// rejects them with the reason).
+	if per >= 12 {
+		add(wgTable["64x128s4"], wgTable["64x256s4"], wgTable["64x256s4pp"], wgTable["64x256s5pp"], wgTable["64x128s6pp"])
+	}
+	if per >= 40 {
+		add(wgTable["128x128s6"], wgTable["128x256s3"], wgTable["128x256s4"])
+	}
+	return filterCandidates(out, os.Getenv(EnvTuneFilter))
+}
+
+// EnvTuneFilter names a regular expression: the tuner then tries only the
+// candidates whose configuration string matches it (the static table's
+// pick is always kept, as the baseline), e.g. MSTAR_MOE_TUNE_FILTER='^wg:'.
+const EnvTuneFilter = "MSTAR_MOE_TUNE_FILTER"
+
+func filterCandidates(cs []Config, expr string) []Config {
+	if expr == "" {
+		return cs
+	}
+	re, err := regexp.Compile(expr)
+	if err != nil {
+		return cs // a bad filter filters nothing; ValidateTuneFilter reports it
+	}
+	out := cs[:1]
+	for _, c := range cs[1:] {
+		if re.MatchString(c.String()) {
+			out = append(out, c)
+		}
+	}
 	return out
+}
+
+// ValidateTuneFilter reports a MSTAR_MOE_TUNE_FILTER that is not a regular expression.
+func ValidateTuneFilter() error {
+	if v := os.Getenv(EnvTuneFilter); v != "" {
+		if _, err := regexp.Compile(v); err != nil {
+			return fmt.Errorf("%s=%q: %v", EnvTuneFilter, v, err)
+		}
+	}
+	return nil
 }
 
 // skinnyWarps splits K over 16 warps when a skinny GEMM's grid (16-row tiles

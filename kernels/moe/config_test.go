@@ -68,3 +68,52 @@ func TestCandidates(t *testing.T) {
 		}
 	}
 }
+
+func TestWGConfigs(t *testing.T) {
+	for _, c := range WGConfigs() {
+		if err := c.Validate(); err != nil {
+			t.Errorf("%v: %v", c, err)
+		}
+		if rows := 64 * c.NC / (1 + c.PP); c.Block() != rows || c.Threads(1) != 128*(c.NC+1) {
+			t.Errorf("%v: block %d rows, %d threads", c, c.Block(), c.Threads(1))
+		}
+		d := c.Defines()
+		if len(d) != 2 || d[0] != "-DMOE_TC_ONLY" || !strings.HasPrefix(d[1], "-DMOE_WG_LIST=WG("+c.wgID()+",") {
+			t.Errorf("%v: defines %q", c, d)
+		}
+		back, err := ParseConfig(c.String())
+		if err != nil || back != c {
+			t.Errorf("ParseConfig(%q) = %v, %v; want %v", c.String(), back, err, c)
+		}
+	}
+	for _, bad := range []string{"wg:nc=3", "wg:bn=96", "wg:stages=2", "wg:nc=2,bn=256,stages=5"} {
+		if _, err := ParseConfig(bad); err == nil {
+			t.Errorf("ParseConfig(%q): no error", bad)
+		}
+	}
+	if c, err := ParseConfig("wg:64x128s4"); err != nil || c != wgTable["64x128s4"] {
+		t.Errorf("wg:64x128s4 = %v, %v", c, err)
+	}
+}
+
+func TestTuneFilter(t *testing.T) {
+	s := Shape{E: 128, K: 8, H: 2048, I: 768}
+	all := Candidates(s, 4096)
+	t.Setenv(EnvTuneFilter, "^wg:")
+	got := Candidates(s, 4096)
+	if got[0] != all[0] {
+		t.Errorf("first candidate %v, want the static pick %v kept", got[0], all[0])
+	}
+	if len(got) < 2 || len(got) >= len(all) {
+		t.Fatalf("%d of %d candidates kept", len(got), len(all))
+	}
+	for _, c := range got[1:] {
+		if c.Kernel != "wg" {
+			t.Errorf("%v passed the filter ^wg:", c)
+		}
+	}
+	t.Setenv(EnvTuneFilter, "([")
+	if ValidateTuneFilter() == nil {
+		t.Error("a filter that is not a regular expression was accepted")
+	}
+}

@@ -67,8 +67,11 @@ func (k *Kernels) Module(c Config) (*cuda.CompileResult, error) {
 }
 
 func (k *Kernels) module(c Config) (*kmodule, error) {
-	if c.Kernel != "tc" {
+	if c.Kernel != "tc" && c.Kernel != "wg" {
 		return k.base, nil
+	}
+	if c.Kernel == "wg" && k.ctx.Props().CCMajor != 9 {
+		return nil, fmt.Errorf("config %v: the wg kernels need a Hopper GPU (sm_90a); this one is sm_%d%d", c, k.ctx.Props().CCMajor, k.ctx.Props().CCMinor)
 	}
 	key := strings.Join(c.Defines(), " ")
 	if m, ok := k.mods[key]; ok {
@@ -207,7 +210,7 @@ func (k *Kernels) NewPlan(s Shape, m int, c Config) (*Plan, error) {
 		return nil, err
 	}
 	p := &Plan{k: k, Shape: s, M: m, Config: c}
-	if c.Kernel == "tc" {
+	if c.Kernel == "tc" || c.Kernel == "wg" {
 		// The persistent grid: as many blocks as fit on the device at once.
 		g1, g2 := c.kernelNames()
 		for i, name := range []string{g1, g2} {

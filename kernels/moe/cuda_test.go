@@ -201,6 +201,7 @@ func TestCUDAForward(t *testing.T) {
 		tiledTable["w128x128"], tiledTable["w128x256"], tiledTable["w64x256"],
 	}
 	configs = append(configs, TCConfigs()...)
+	configs = append(configs, WGConfigs()...)
 	for _, c := range configs {
 		tests = append(tests, row{name: "odd " + c.String() + " M=77", shape: odd, m: 77, c: c})
 		tests = append(tests, row{name: "qwen3-30b " + c.String() + " M=200", shape: qwen, m: 200, c: c})
@@ -209,6 +210,9 @@ func TestCUDAForward(t *testing.T) {
 	tests = append(tests,
 		row{name: "qwen3-30b tc:128x256k64s3 M=3000", shape: qwen, m: 3000, c: tcTable["128x256k64s3"]},
 		row{name: "odd tc:64x128k64s4b2 zipf M=2000", shape: odd, m: 2000, c: tcTable["64x128k64s4b2"], routing: "zipf:1.2"},
+		row{name: "qwen3-30b wg:128x256s4 M=3000", shape: qwen, m: 3000, c: wgTable["128x256s4"]},
+		row{name: "odd wg:64x128s4 zipf M=2000", shape: odd, m: 2000, c: wgTable["64x128s4"], routing: "zipf:1.2"},
+		row{name: "qwen3-30b wg:128x128s6 ep4 M=1500", shape: qwen, m: 1500, c: wgTable["128x128s6"], ep: 4},
 	)
 	tests = append(tests,
 		row{name: "qwen3-30b zipf M=512", shape: qwen, m: 512, routing: "zipf:1.2"},
@@ -218,6 +222,9 @@ func TestCUDAForward(t *testing.T) {
 	cache := newLayerCache(t, k)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			if tt.c.Kernel == "wg" && cudaCtx.Props().CCMajor != 9 {
+				t.Skipf("the wg kernels need a Hopper GPU; this one is sm_%d%d", cudaCtx.Props().CCMajor, cudaCtx.Props().CCMinor)
+			}
 			shape := tt.shape
 			ep := max(tt.ep, 1)
 			shape.E /= ep
@@ -268,9 +275,13 @@ func TestCUDAForward(t *testing.T) {
 // multiprocessor fails. MSTAR_MOE_CUBIN_DIR=DIR also writes each module's
 // image there (for cuobjdump -res-usage / -sass).
 func TestCUDATCResources(t *testing.T) {
-	_, k := gpuKernels(t)
+	ctx, k := gpuKernels(t)
 	dir := os.Getenv("MSTAR_MOE_CUBIN_DIR")
-	for _, c := range TCConfigs() {
+	configs := TCConfigs()
+	if ctx.Props().CCMajor == 9 {
+		configs = append(configs, WGConfigs()...)
+	}
+	for _, c := range configs {
 		res, err := k.Module(c)
 		if err != nil {
 			t.Errorf("%v: %v", c, err)
@@ -297,8 +308,12 @@ func TestCUDATCResources(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Logf("%-60v %s: %3d registers, %6d B dynamic smem, %d blocks/SM (%d warps), compiled in %.2f s (cache hit %v)",
-				c, name[:9], regs, c.SharedBytes(), occ, occ*c.WM*c.WN, res.Seconds, res.CacheHit)
+			local, err := f.LocalBytes()
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%-60v %s: %3d registers, %d B local, %6d B dynamic smem, %d blocks/SM (%d warps), compiled in %.2f s (cache hit %v)",
+				c, name[:9], regs, local, c.SharedBytes(), occ, occ*c.Threads(i+1)/32, res.Seconds, res.CacheHit)
 			if occ < 1 {
 				t.Errorf("%v %s: no block fits on a multiprocessor", c, name)
 			}

@@ -54,7 +54,13 @@ var emuTestConfigs = []Config{
 	tc(16, 128, 64, 1, 4, 2, 2, 1),
 }
 
-func emuConfigs() []Config { return append(TCConfigs(), emuTestConfigs...) }
+// emuWGTestConfigs are wg configurations built into the emulator besides
+// the named ones: the fewest stages, no grouping, 64-wide n tiles.
+var emuWGTestConfigs = []Config{wg(1, 64, 3, 1), wg(2, 64, 3, 2), pp(wg(2, 64, 3, 1))}
+
+func emuConfigs() []Config {
+	return append(append(append(TCConfigs(), emuTestConfigs...), WGConfigs()...), emuWGTestConfigs...)
+}
 
 var errNoCXX = errors.New("no C++ compiler (g++) for the kernel emulator")
 
@@ -62,11 +68,19 @@ var errNoCXX = errors.New("no C++ compiler (g++) for the kernel emulator")
 // defines, once per test binary, or skips saying why.
 func emuBinary(t *testing.T, configs []Config, defines ...string) string {
 	t.Helper()
-	var list []string
+	var tcs, wgs []string
 	for _, c := range configs {
-		list = append(list, c.tcEntry())
+		if c.Kernel == "wg" {
+			wgs = append(wgs, c.wgEntry())
+		} else {
+			tcs = append(tcs, c.tcEntry())
+		}
 	}
-	args := append([]string{"-DMOE_TC_LIST=" + strings.Join(list, " ")}, defines...)
+	args := []string{"-DMOE_TC_LIST=" + strings.Join(tcs, " ")}
+	if len(wgs) > 0 {
+		args = append(args, "-DMOE_WG_LIST="+strings.Join(wgs, " "))
+	}
+	args = append(args, defines...)
 	key := strings.Join(args, " ")
 	emu.mu.Lock()
 	if emu.builds == nil {
@@ -228,6 +242,15 @@ func TestEmulatedKernels(t *testing.T) {
 		{name: "tiled w128x128", shape: small, m: 40, c: tiledTable["w128x128"], env: early},
 	}
 	for _, c := range emuConfigs() {
+		if c.Kernel == "wg" {
+			// The wgmma reads at issue (EMU_WG=early) with copies landing
+			// late, and at the retiring wait (late) with copies landing early.
+			rows = append(rows,
+				row{name: "wg " + c.wgID() + " early", shape: small, m: 40, c: c, resident: 3, env: append([]string{"EMU_WG=early"}, late...)},
+				row{name: "wg " + c.wgID() + " late", shape: long, m: 50, c: c, resident: 2, env: append([]string{"EMU_WG=late"}, random...)},
+			)
+			continue
+		}
 		rows = append(rows,
 			row{name: "tc " + c.tcID() + " early", shape: small, m: 40, c: c, resident: 3, env: early},
 			row{name: "tc " + c.tcID() + " late", shape: long, m: 50, c: c, resident: 2, env: late},
@@ -241,6 +264,11 @@ func TestEmulatedKernels(t *testing.T) {
 		row{name: "tc ov one block walks every tile", shape: long, m: 33, c: tcTable["64x128k64s4b2ov"], resident: 1, env: random},
 		row{name: "tc ov dropped slots ep2", shape: Shape{E: 8, K: 2, H: 128, I: 96}, ep: 2, m: 30, c: tcTable["128x128k32s4b2ov"], resident: 1, env: random},
 		row{name: "tc one token", shape: small, m: 1, c: tcTable["32x128k64s4b2"], resident: 4, env: early},
+		row{name: "wg one block walks every tile", shape: long, m: 70, c: wgTable["128x128s4"], resident: 1, env: append([]string{"EMU_WG=late"}, random...)},
+		row{name: "wg dropped slots ep2", shape: Shape{E: 8, K: 2, H: 128, I: 96}, ep: 2, m: 30, c: wgTable["64x128s4"], resident: 1, env: append([]string{"EMU_WG=late"}, random...)},
+		row{name: "wg one token", shape: small, m: 1, c: wgTable["128x256s4"], resident: 4, env: []string{"EMU_WG=early", "EMU_CP=early"}},
+		row{name: "wg pp one block walks every tile", shape: long, m: 70, c: wgTable["64x256s4pp"], resident: 1, env: append([]string{"EMU_WG=late"}, random...)},
+		row{name: "wg pp odd tile count", shape: long, m: 9, c: wgTable["64x128s6pp"], resident: 2, env: append([]string{"EMU_WG=early"}, late...)},
 		// Past 4096 slots the alignment runs over several blocks (count,
 		// scan, scatter); with expert parallelism half the slots are dropped.
 		row{name: "multi-block alignment", shape: Shape{E: 8, K: 4, H: 64, I: 32}, m: 1100, c: tcTable["64x128k64s4b2"], resident: 8, env: random},
@@ -288,17 +316,24 @@ func TestEmulatorCatchesBugs(t *testing.T) {
 	l := NewLayer(s, 41)
 	x := RandomInput(40, s.H, 42)
 	r := UniformRouting(40, s.E, s.K, 43)
-	configs := []Config{tcTable["128x128k64s4"], tcTable["64x128k64s4b2"], tcTable["64x128k64s4b2ov"]}
+	tcs := []Config{tcTable["128x128k64s4"], tcTable["64x128k64s4b2"], tcTable["64x128k64s4b2ov"]}
+	wgs := []Config{wgTable["128x256s4"], wgTable["64x128s4"], wgTable["64x256s4pp"]}
 	tests := []struct {
 		name, define string
 		env          []string
+		configs      []Config
 	}{
-		{"waits one cp.async group short, copies land late", "-DEMU_BUG_WAIT_ONE_LESS", []string{"EMU_CP=late", "EMU_SCHED=random:3"}},
-		{"no __syncthreads, warps drift, copies land early", "-DEMU_BUG_NO_SYNC", []string{"EMU_CP=early", "EMU_SCHED=lowest"}},
-		{"no __syncthreads, warps drift backwards", "-DEMU_BUG_NO_SYNC", []string{"EMU_CP=early", "EMU_SCHED=highest"}},
+		{"waits one cp.async group short, copies land late", "-DEMU_BUG_WAIT_ONE_LESS", []string{"EMU_CP=late", "EMU_SCHED=random:3"}, tcs},
+		{"no __syncthreads, warps drift, copies land early", "-DEMU_BUG_NO_SYNC", []string{"EMU_CP=early", "EMU_SCHED=lowest"}, tcs},
+		{"no __syncthreads, warps drift backwards", "-DEMU_BUG_NO_SYNC", []string{"EMU_CP=early", "EMU_SCHED=highest"}, tcs},
+		// wg: a stage reported full one cp.async group early, read at issue.
+		{"wg: producer waits one cp.async group short", "-DEMU_BUG_WAIT_ONE_LESS", []string{"EMU_CP=late", "EMU_WG=early", "EMU_SCHED=random:3"}, wgs},
+		// wg: a stage handed back while its MMAs are in flight, read at retirement.
+		{"wg: consumers retire one wgmma group short", "-DEMU_BUG_WG_WAIT_ONE_LESS", []string{"EMU_CP=early", "EMU_WG=late", "EMU_SCHED=random:5"}, wgs},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			configs := tt.configs
 			bin := emuBinary(t, configs, tt.define)
 			t.Parallel()
 			for _, c := range configs {

@@ -72,7 +72,7 @@ func newPlanLayout(s Shape, m int, c Config, resident [2]int) planLayout {
 	case "skinny":
 		grid1 = cuda.Dim3{X: (s.I + 15) / 16, Y: tiles}
 		grid2 = cuda.Dim3{X: (s.H + 15) / 16, Y: tiles}
-	case "tc":
+	case "tc", "wg":
 		// One block per resident slot, at most one per possible tile.
 		n1 := tiles * ((s.I + c.BN/2 - 1) / (c.BN / 2))
 		n2 := tiles * ((s.H + c.BN - 1) / c.BN)

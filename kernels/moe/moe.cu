@@ -992,6 +992,291 @@ __device__ __forceinline__ void tc(const bf16_t* __restrict__ W, const bf16_t* _
 MOE_TC_LIST
 #endif
 
+// ---------------------------------------------------------------- wg GEMMs (Hopper, sm_90a)
+
+// The "wg" family is the prefill grouped GEMM for Hopper: warpgroup MMAs
+// (wgmma, operands read by the tensor cores straight from shared memory)
+// fed by a producer warpgroup, so loads, MMAs and the epilogue of different
+// tiles overlap instead of taking turns.
+//  - block: warpgroup 0 loads, warpgroups 1..NC compute 64 token rows each
+//    (BM = 64·NC) × BN weight rows; BK = 64 (one 128-byte swizzled row);
+//  - the producer copies gathered token rows and weight rows with cp.async
+//    into ST stages laid out as wgmma's 128-byte-swizzled K-major tiles
+//    (chunk c of row r at r·128 + ((c ^ r%8)·16), 1024-byte aligned); it
+//    keeps LAG = ST-2 stages in flight, then waits for the oldest, fences it
+//    into the async proxy and arrives on that stage's "full" mbarrier;
+//  - consumers wait on "full", issue 4 wgmma k16 steps, keep one stage of
+//    MMAs in flight (wait_group 1) and arrive on "empty" of the stage
+//    before, which the producer waits on before overwriting it;
+//  - the epilogue stores bf16 pairs from the accumulators (SiLU·mul of the
+//    gate and up halves in MODE 1, the routing weight in MODE 2) while the
+//    producer already loads the next tile: a persistent grid walks the
+//    tiles in tc's grouped order.
+// Only compiled into wg modules (-DMOE_WG_LIST), for sm_90a.
+#ifdef MOE_WG_LIST
+typedef unsigned long long u64;
+
+#ifndef MOE_EMU
+// wg_desc: the shared-memory matrix descriptor of a K-major tile with
+// 128-byte swizzle: start address >> 4, leading offset 16 bytes (unused
+// for this layout), 8-row groups 1024 bytes apart, swizzle mode 1 (128 B).
+__device__ __forceinline__ u64 wg_desc(saddr_t a) {
+    return (u64)((a & 0x3FFFFu) >> 4) | ((u64)1 << 16) | ((u64)(1024 >> 4) << 32) | ((u64)1 << 62);
+}
+__device__ __forceinline__ saddr_t align1024(saddr_t a) { return (a + 1023u) & ~1023u; }
+__device__ __forceinline__ void mbar_init(saddr_t bar, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+__device__ __forceinline__ void mbar_arrive(saddr_t bar) {
+    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(saddr_t bar, int parity) {
+    u32 done = 0;
+    while (!done)
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(bar), "r"(parity)
+                     : "memory");
+}
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_arrive() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wg_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// wg_hold keeps the compiler from moving accumulator reads or writes
+// across the asynchronous MMAs (it cannot see that they use them).
+template <int R>
+__device__ __forceinline__ void wg_hold(float (&d)[R]) {
+#pragma unroll
+    for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+template <int R>
+__device__ __forceinline__ void setmaxnreg_inc() {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(R));
+}
+template <int R>
+__device__ __forceinline__ void setmaxnreg_dec() {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(R));
+}
+
+// wgmma_nN: D[64×N] (+)= A[64×16] · B[N×16]ᵀ, bf16 in, f32 accumulate, A
+// and B K-major in shared memory; scale_d = 0 overwrites D. Generated (one
+// asm operand per accumulator register) by kernels/moe/wgmma_gen.py.
+__device__ __forceinline__ void wgmma_n64(float (&d)[32], u64 da, u64 db, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(da), "l"(db), "r"(scale_d));
+}
+__device__ __forceinline__ void wgmma_n128(float (&d)[64], u64 da, u64 db, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(da), "l"(db), "r"(scale_d));
+}
+__device__ __forceinline__ void wgmma_n256(float (&d)[128], u64 da, u64 db, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127}, %128, %129, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "l"(da), "l"(db), "r"(scale_d));
+}
+#endif  // !MOE_EMU
+
+template <int BN>
+__device__ __forceinline__ void wgmma_bn(float (&d)[BN / 2], u64 da, u64 db, int scale_d) {
+    if constexpr (BN == 64) wgmma_n64(d, da, db, scale_d);
+    if constexpr (BN == 128) wgmma_n128(d, da, db, scale_d);
+    if constexpr (BN == 256) wgmma_n256(d, da, db, scale_d);
+}
+
+template <int MODE, int NC, int BN, int ST, int GM, int PP>
+__device__ __forceinline__ void wg(const bf16_t* __restrict__ W, const bf16_t* __restrict__ src,
+                                   bf16_t* __restrict__ dst, const float* __restrict__ wts,
+                                   const int* __restrict__ sorted, const int* __restrict__ block_expert,
+                                   const int* __restrict__ total_ptr, int N, int K, int topk, int pad) {
+    // PP (ping-pong): each consumer warpgroup takes whole 64-row tiles in
+    // turn, so one's epilogue runs while the other's MMAs do; otherwise
+    // (cooperative) they split each 64·NC-row tile.
+    constexpr int BM = PP ? 64 : 64 * NC, BK = 64, ROWB = 128;
+    constexpr int CONSUMERS_PER_STAGE = PP ? 1 : NC;
+    constexpr int A_BYTES = BM * ROWB, STAGE = (BM + BN) * ROWB;
+    constexpr int OUTN = MODE == 1 ? BN / 2 : BN;  // output columns per tile
+    constexpr int LAG = ST - 2;                    // stages in flight before one is reported full
+    constexpr int ACC = BN / 2;                    // accumulator registers per thread
+    static_assert(NC == 1 || NC == 2, "one or two consumer warpgroups");
+    static_assert(BN == 64 || BN == 128 || BN == 256, "wgmma N of 64, 128 or 256");
+    static_assert(ST >= 3, "at least 3 stages (the producer keeps ST-2 in flight)");
+    static_assert(MODE != 1 || (BN / 2) % 16 == 0, "MODE 1: gate and up halves of whole 16-row load passes");
+
+    MOE_DYNAMIC_SMEM(uint4, smem_u4);
+    const saddr_t base = align1024(to_saddr(smem_u4));
+    // full[ST], empty[ST], then (PP) go[NC]: 8 bytes each.
+    const saddr_t bars = base + ST * STAGE;
+    const int tid = threadIdx.x, wgi = tid >> 7;
+    if (tid == 0) {
+        for (int s = 0; s < ST; ++s) {
+            mbar_init(bars + 8 * s, 128);              // full: every producer thread
+            mbar_init(bars + 8 * (ST + s), 128 * CONSUMERS_PER_STAGE);  // empty: every consumer thread of the stage
+        }
+        for (int k = 0; k < NC; ++k) mbar_init(bars + 8 * (2 * ST + k), 128);
+        mbar_init_fence();
+    }
+    __syncthreads();
+
+    const int total = *total_ptr;
+    const int mtiles = total / BM;
+    const int ntiles = (N + OUTN - 1) / OUTN;
+    const int tiles = mtiles * ntiles;
+    const int KT = (K + BK - 1) / BK;
+    // tc's order: GM m-tiles per group, the group's n-tiles in turn.
+    auto tile_of = [&](int t, int& mt, int& nt) {
+        const int per_group = GM * ntiles;
+        const int grp = t / per_group, first_m = grp * GM;
+        const int gsz = min(mtiles - first_m, GM);
+        const int in = t - grp * per_group;
+        mt = first_m + in % gsz;
+        nt = in / gsz;
+    };
+
+    if (wgi == 0) {
+        // ---- producer: 128 threads, thread p copies chunk p%8 of rows p/8 + 16i.
+        if constexpr (NC == 2) setmaxnreg_dec<40>();
+        const int lc = tid & 7, lr = tid >> 3;
+        const int sw = lr * ROWB + ((lc ^ (lr & 7)) << 4);
+        int it = 0;
+        for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+            int mt, nt;
+            tile_of(t, mt, nt);
+            const int row0 = mt * BM, e = block_expert[mt], c0 = nt * OUTN;
+            // Padding rows read token row 0 and weight rows past N read row
+            // N-1: their results are never stored.
+            u32 a_off[BM / 16];
+#pragma unroll
+            for (int i = 0; i < BM / 16; ++i) {
+                const int slot = sorted[row0 + lr + 16 * i];
+                const int srow = slot == pad ? 0 : (MODE == 1 ? slot / topk : slot);
+                a_off[i] = (u32)srow * (u32)K;
+            }
+            const bf16_t* We = W + (size_t)e * (size_t)(MODE == 1 ? 2 * N : N) * K;
+            for (int kt = 0; kt < KT; ++kt, ++it) {
+                const int s = it % ST;
+                mbar_wait(bars + 8 * (ST + s), ((it / ST) & 1) ^ 1);
+                const saddr_t sa = base + s * STAGE;
+                const int k = kt * BK + lc * 8;
+                const int bytes = k < K ? 16 : 0, kc = k < K ? k : 0;
+#pragma unroll
+                for (int i = 0; i < BM / 16; ++i) cp_async16_s(sa + sw + i * 16 * ROWB, src + a_off[i] + kc, bytes);
+#pragma unroll
+                for (int j = 0; j < BN / 16; ++j) {
+                    int row;
+                    if (MODE == 1) {
+                        const bool up = j * 16 >= BN / 2;  // compile-time per j
+                        row = (up ? N : 0) + min(c0 + lr + 16 * j - (up ? BN / 2 : 0), N - 1);
+                    } else {
+                        row = min(c0 + lr + 16 * j, N - 1);
+                    }
+                    cp_async16_s(sa + A_BYTES + sw + j * 16 * ROWB, We + (u32)row * (u32)K + kc, bytes);
+                }
+                cp_async_commit();
+                if (it >= LAG) {
+                    cp_async_wait<LAG>();
+                    fence_proxy_async();
+                    mbar_arrive(bars + 8 * ((it - LAG) % ST));
+                }
+            }
+        }
+        cp_async_wait<0>();
+        fence_proxy_async();
+        for (int d = max(0, it - LAG); d < it; ++d) mbar_arrive(bars + 8 * (d % ST));
+        return;
+    }
+
+    // ---- consumers: warpgroup c computes rows 64c..64c+63 of each tile
+    // (cooperative), or every NC-th of the block's tiles from the c-th (PP).
+    if constexpr (NC == 2) setmaxnreg_inc<232>();
+    const int c = wgi - 1, tw = tid & 127;
+    const int w = tw >> 5, lane = tw & 31, g = lane >> 2, q = lane & 3;
+    const int first = PP ? c : 0, step = PP ? NC : 1;
+    for (int j = first, t = blockIdx.x + first * gridDim.x; t < tiles; j += step, t += step * gridDim.x) {
+        int it = j * KT;  // the block's stage counter at this tile's first stage
+        // PP: a tile's MMAs start once the other consumer has issued all of
+        // the previous tile's. Besides taking turns on the tensor cores, this
+        // keeps every wait on a "full" barrier at most one phase ahead of it
+        // (a parity wait cannot tell its phase from the one two later).
+        if (PP && j > 0) mbar_wait(bars + 8 * (2 * ST + c), ((j / NC) - (c == 0 ? 1 : 0)) & 1);
+        int mt, nt;
+        tile_of(t, mt, nt);
+        const int row0 = mt * BM + (PP ? 0 : 64 * c), c0 = nt * OUTN;
+        float acc[ACC];
+        for (int kt = 0; kt < KT; ++kt, ++it) {
+            const int s = it % ST;
+            mbar_wait(bars + 8 * s, (it / ST) & 1);
+            const saddr_t sa = base + s * STAGE;
+            const u64 da = wg_desc(sa + (PP ? 0 : 64 * c * ROWB)), db = wg_desc(sa + A_BYTES);
+            wg_hold(acc);
+            wg_arrive();
+#pragma unroll
+            for (int k16 = 0; k16 < BK / 16; ++k16) wgmma_bn<BN>(acc, da + 2 * k16, db + 2 * k16, (kt | k16) != 0);
+            wg_commit();
+            wg_hold(acc);
+            if (kt > 0) {
+                wg_wait<1>();
+                mbar_arrive(bars + 8 * (ST + (it - 1) % ST));
+            }
+        }
+        if (PP) mbar_arrive(bars + 8 * (2 * ST + (c + 1) % NC));
+        wg_wait<0>();
+        wg_hold(acc);
+        if (KT > 0) mbar_arrive(bars + 8 * (ST + (it - 1) % ST));
+
+        // Accumulator layout: register 4j + 2h + v holds row 16w + g + 8h,
+        // column 8j + 2q + v.
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int slot = sorted[row0 + 16 * w + g + 8 * h];
+            if (slot == pad) continue;
+            bf16_t* row = dst + (size_t)slot * N + c0;
+            if (MODE == 1) {
+#pragma unroll
+                for (int j = 0; j < BN / 16; ++j) {
+                    const int col = 8 * j + 2 * q;
+                    if (c0 + col < N) *(u32*)(row + col) = act_pair(&acc[4 * j], &acc[4 * (j + BN / 16)], h);
+                }
+            } else {
+                const float wt = wts[slot];
+#pragma unroll
+                for (int j = 0; j < BN / 8; ++j) {
+                    const int col = 8 * j + 2 * q;
+                    if (c0 + col < N) *(u32*)(row + col) = scaled_pair(&acc[4 * j], wt, h);
+                }
+            }
+        }
+    }
+}
+
+#define WG_KERNEL(NAME, MODE, NC, BN, ST, GM, PP)                                                         \
+    extern "C" __global__ void __launch_bounds__(128 * (NC + 1), 1)                                     \
+    NAME(const bf16_t* __restrict__ W, const bf16_t* __restrict__ src, bf16_t* __restrict__ dst,          \
+         const float* __restrict__ wts, const int* __restrict__ sorted, const int* __restrict__ bexp,     \
+         const int* __restrict__ total, int N, int K, int topk, int pad) {                                \
+        wg<MODE, NC, BN, ST, GM, PP>(W, src, dst, wts, sorted, bexp, total, N, K, topk, pad);             \
+    }                                                                                                    \
+    MOE_EMU_GEMM(NAME)
+
+// wg configurations come from the host as -DMOE_WG_LIST="WG(name,nc,bn,st,gm,pp) ...":
+// kernels moe_gemm1_wg_<name> and moe_gemm2_wg_<name>.
+#define WG(name, NC, BN, ST, GM, PP)                            \
+    WG_KERNEL(moe_gemm1_wg_##name, 1, NC, BN, ST, GM, PP)       \
+    WG_KERNEL(moe_gemm2_wg_##name, 2, NC, BN, ST, GM, PP)
+MOE_WG_LIST
+#endif  // MOE_WG_LIST
+
 // ---------------------------------------------------------------- combine
 
 // out[m, h] = Σ_j y[m·K+j, h] over the slots computed here, in j order.

@@ -76,6 +76,7 @@ const (
 
 	funcAttrMaxDynamicShared = 8 // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 	funcAttrNumRegs          = 4
+	funcAttrLocalBytes       = 3 // CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES
 )
 
 // CaptureMode is a CUstreamCaptureMode.

@@ -81,6 +81,16 @@ func (f *Function) NumRegs() (int, error) {
 	return int(v), err
 }
 
+// LocalBytes returns the local memory each thread of the kernel uses: its
+// stack frame and register spills (0 for a kernel that fits its registers).
+func (f *Function) LocalBytes() (int, error) {
+	var v int32
+	err := f.c.Do(func() error {
+		return checkf(drv.cuFuncGetAttribute(&v, funcAttrLocalBytes, f.h), "cuFuncGetAttribute(%s, LOCAL_SIZE_BYTES)", f.name)
+	})
+	return int(v), err
+}
+
 // MaxActiveBlocksPerSM is the occupancy of the kernel at this block size
 // and dynamic shared memory.
 func (f *Function) MaxActiveBlocksPerSM(blockThreads, dynSmem int) (int, error) {

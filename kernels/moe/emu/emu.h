@@ -74,7 +74,7 @@ struct Copy {
     int bytes;
 };
 
-enum State { Ready, WaitWarp, WaitBlock, Done };
+enum State { Ready, WaitWarp, WaitBlock, WaitGroup, WaitMbar, Done };
 
 struct Fiber {
     jmp_buf jb;
@@ -188,6 +188,9 @@ inline void release_block() {
         }
 }
 
+inline void reset_wg_state(int n);
+inline void check_wg_state();
+
 // run_block runs one block of n threads to completion.
 inline void run_block(int n) {
     fibers.assign(n, Fiber{});
@@ -208,6 +211,7 @@ inline void run_block(int n) {
         ready.set(i);
     }
     std::memset(dyn_smem, 0xff, dyn_bytes);
+    reset_wg_state(n);
     while (alive > 0) {
         const int c = ready.count();
         if (c == 0) fail("deadlock: every live thread waits at a barrier that cannot release%s");
@@ -230,6 +234,7 @@ inline void run_block(int n) {
         // exited are all there.
         if (block_arrived > 0 && block_arrived == alive) release_block();
     }
+    check_wg_state();
     for (Fiber& f : fibers) {
         // Copies never waited for land (as on the device); a kernel that
         // reads them without waiting is what the late mode catches.
@@ -442,3 +447,217 @@ struct Reg {
              *(const int**)a[4], *(const int**)a[5], *(const int**)a[6], *(int*)a[7], *(int*)a[8], *(int*)a[9],    \
              *(int*)a[10]);                                                                                     \
     });
+
+// ---------------------------------------------------------------- Hopper: mbarriers and wgmma
+//
+// mbarriers live in shared memory on the device; here each 8-byte slot maps
+// to a counter (arrivals still expected) and the number of completed
+// phases. A fiber that waits on an incomplete phase sleeps until an arrival
+// completes it. wgmma is a warpgroup collective: the 128 threads meet, and
+// the last one queues the MMA on the warpgroup; EMU_WG=early runs it there
+// (reading shared memory at issue: catches a stage read before it landed),
+// EMU_WG=late only at the wgmma.wait_group that retires it (catches a stage
+// overwritten while its MMAs are still in flight).
+typedef unsigned long long u64;
+
+namespace emu {
+struct Mbar {
+    int expected = 0, pending = 0;
+    unsigned phase = 0;  // completed phases
+};
+struct WGOp {
+    u64 da, db;
+    int n, scale;
+    float* acc[128];
+};
+struct WGroup {
+    int arrived = 0;
+    unsigned gen = 0;
+    float* acc[2][128];
+    u64 da[2][128], db[2][128];
+    int scale[2][128];
+    std::vector<WGOp> open;
+    std::vector<std::vector<WGOp>> groups;
+};
+inline std::map<char*, Mbar> mbars;
+inline std::vector<WGroup> wgroups;
+inline bool wg_late = false;
+
+inline void reset_wg_state_impl(int n) {
+    mbars.clear();
+    wgroups.assign((n + 127) / 128, WGroup{});
+}
+inline void check_wg_state_impl() {
+    for (const WGroup& g : wgroups)
+        if (!g.open.empty() || !g.groups.empty()) fail("block ended with wgmma operations not waited for%s");
+}
+
+inline Mbar& mbar_at(char* a) {
+    if (((uintptr_t)(a - dyn_smem) & 7) != 0 || !in_smem(a, 8)) fail("mbarrier outside shared memory or not 8-byte aligned%s");
+    auto it = mbars.find(a);
+    if (it == mbars.end()) fail("mbarrier used before mbarrier.init%s");
+    return it->second;
+}
+
+// wg_sync waits for the 128 threads of the caller's warpgroup; the last one
+// to arrive runs `last` before any of them goes on.
+inline int wg_sync(const std::function<void(int parity)>& last) {
+    const int gi = cur->warp / 4;
+    WGroup& g = wgroups[gi];
+    for (int w = gi * 4; w < gi * 4 + 4; ++w)
+        if (w >= (int)warps.size() || warps[w].alive != 32) fail("warpgroup collective with %s threads missing (exited)", "some");
+    const int parity = g.gen & 1;
+    if (++g.arrived == 128) {
+        g.arrived = 0;
+        ++g.gen;
+        last(parity);
+        for (int t = gi * 128; t < gi * 128 + 128; ++t) {
+            Fiber& f = fibers[t];
+            if (f.state == WaitGroup) {
+                f.state = Ready;
+                ready.set(f.flat);
+            }
+        }
+        return parity;
+    }
+    cur->state = WaitGroup;
+    ready.clear(cur->flat);
+    yield();
+    return parity;
+}
+
+// smem_elem is the bf16 at row r, element k (< 16) of a K-major
+// 128-byte-swizzled tile described by desc: rows 128 bytes apart within an
+// 8-row group, groups SBO apart, the 16-byte chunk XORed with the row's
+// line index (address bits 7–9 into bits 4–6), as the hardware does.
+inline float smem_elem(u64 desc, int r, int k) {
+    if ((desc >> 62) != 1) fail("wgmma descriptor: only the 128-byte swizzle is modelled%s");
+    if (((desc >> 49) & 7) != 0) fail("wgmma descriptor: base offset must be 0 (1024-byte aligned tiles)%s");
+    const size_t start = (size_t)(desc & 0x3FFF) << 4;
+    const size_t sbo = (size_t)((desc >> 32) & 0x3FFF) << 4;
+    size_t off = start + (size_t)(r / 8) * sbo + (size_t)(r % 8) * 128 + (size_t)k * 2;
+    off ^= ((off >> 7) & 7) << 4;
+    if (off + 2 > dyn_bytes) fail("wgmma operand outside shared memory%s");
+    unsigned short h;
+    std::memcpy(&h, dyn_smem + off, 2);
+    return bf(h);
+}
+
+inline void run_wgmma(const WGOp& op) {
+    // D[64×n] (+)= A[64×16]·B[n×16]ᵀ; thread t: rows 16(t/32) + (t%32)/4 + 8h,
+    // columns 8j + 2(t%4) + v in register 4j + 2h + v.
+    std::vector<float> A(64 * 16), B((size_t)op.n * 16);
+    for (int r = 0; r < 64; ++r)
+        for (int k = 0; k < 16; ++k) A[r * 16 + k] = smem_elem(op.da, r, k);
+    for (int c = 0; c < op.n; ++c)
+        for (int k = 0; k < 16; ++k) B[c * 16 + k] = smem_elem(op.db, c, k);
+    for (int t = 0; t < 128; ++t) {
+        const int l = t % 32, w = t / 32;
+        for (int j = 0; j < op.n / 8; ++j)
+            for (int h = 0; h < 2; ++h)
+                for (int v = 0; v < 2; ++v) {
+                    const int r = 16 * w + l / 4 + 8 * h, c = 8 * j + 2 * (l % 4) + v;
+                    float s = 0.f;
+                    for (int k = 0; k < 16; ++k) s += A[r * 16 + k] * B[c * 16 + k];
+                    float& d = op.acc[t][4 * j + 2 * h + v];
+                    d = op.scale ? d + s : s;
+                }
+    }
+}
+}  // namespace emu
+
+
+inline void emu::reset_wg_state(int n) { reset_wg_state_impl(n); }
+inline void emu::check_wg_state() { check_wg_state_impl(); }
+
+
+inline u64 wg_desc(saddr_t a) {
+    const size_t off = (size_t)(a - emu::dyn_smem);
+    if ((off & 1023) != 0) emu::fail("wgmma tile not 1024-byte aligned%s");
+    return (u64)((off & 0x3FFFFu) >> 4) | ((u64)1 << 16) | ((u64)(1024 >> 4) << 32) | ((u64)1 << 62);
+}
+inline saddr_t align1024(saddr_t a) { return emu::dyn_smem + (((size_t)(a - emu::dyn_smem) + 1023) & ~(size_t)1023); }
+inline void mbar_init(saddr_t bar, int count) {
+    if (((uintptr_t)(bar - emu::dyn_smem) & 7) != 0 || !emu::in_smem(bar, 8)) emu::fail("mbarrier.init outside shared memory%s");
+    emu::Mbar m;
+    m.expected = m.pending = count;
+    emu::mbars[bar] = m;
+}
+inline void mbar_init_fence() {}
+inline void mbar_arrive(saddr_t bar) {
+    emu::Mbar& m = emu::mbar_at(bar);
+    if (--m.pending == 0) {
+        m.pending = m.expected;
+        ++m.phase;
+        for (emu::Fiber& f : emu::fibers)
+            if (f.state == emu::WaitMbar) {
+                f.state = emu::Ready;
+                emu::ready.set(f.flat);
+            }
+    }
+}
+// try_wait.parity P succeeds once the phase of parity P has completed: the
+// current (incomplete) phase's parity differs from P.
+inline void mbar_wait(saddr_t bar, int parity) {
+    for (;;) {
+        emu::Mbar& m = emu::mbar_at(bar);
+        if ((int)(m.phase & 1) != (parity & 1)) return;
+        emu::cur->state = emu::WaitMbar;
+        emu::ready.clear(emu::cur->flat);
+        emu::yield();
+    }
+}
+inline void fence_proxy_async() {}
+template <int R>
+inline void setmaxnreg_inc() {}
+template <int R>
+inline void setmaxnreg_dec() {}
+inline void wg_arrive() {}
+template <int R>
+inline void wg_hold(float (&)[R]) {}
+
+inline void wgmma_any(float* d, int n, u64 da, u64 db, int scale_d) {
+    emu::WGroup& g = emu::wgroups[emu::cur->warp / 4];
+    const int t = emu::cur->flat % 128, p = g.gen & 1;
+    g.acc[p][t] = d, g.da[p][t] = da, g.db[p][t] = db, g.scale[p][t] = scale_d;
+    emu::wg_sync([&](int par) {
+        emu::WGOp op{g.da[par][0], g.db[par][0], n, g.scale[par][0] != 0, {}};
+        for (int i = 0; i < 128; ++i) {
+            if (g.da[par][i] != op.da || g.db[par][i] != op.db || (g.scale[par][i] != 0) != (op.scale != 0))
+                emu::fail("wgmma operands differ between the threads of a warpgroup%s");
+            op.acc[i] = g.acc[par][i];
+        }
+        if (emu::wg_late)
+            g.open.push_back(op);
+        else
+            emu::run_wgmma(op);
+    });
+}
+inline void wgmma_n64(float (&d)[32], u64 da, u64 db, int s) { wgmma_any(d, 64, da, db, s); }
+inline void wgmma_n128(float (&d)[64], u64 da, u64 db, int s) { wgmma_any(d, 128, da, db, s); }
+inline void wgmma_n256(float (&d)[128], u64 da, u64 db, int s) { wgmma_any(d, 256, da, db, s); }
+inline void wg_commit() {
+    emu::WGroup& g = emu::wgroups[emu::cur->warp / 4];
+    emu::wg_sync([&](int) {
+        g.groups.push_back(std::move(g.open));
+        g.open.clear();
+    });
+}
+// EMU_BUG_WG_WAIT_ONE_LESS: wgmma.wait_group retires one group too few
+// (a stage handed back while its MMAs still read it), for the test that
+// the late mode catches it.
+template <int N>
+inline void wg_wait() {
+#ifdef EMU_BUG_WG_WAIT_ONE_LESS
+    constexpr int pending = N + 1;
+#else
+    constexpr int pending = N;
+#endif
+    emu::WGroup& g = emu::wgroups[emu::cur->warp / 4];
+    emu::wg_sync([&](int) {
+        while ((int)g.groups.size() > pending) {
+            for (const emu::WGOp& op : g.groups.front()) emu::run_wgmma(op);
+            g.groups.erase(g.groups.begin());
+        }
+    });
+}

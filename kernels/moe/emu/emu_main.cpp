@@ -6,8 +6,9 @@
 //   launch NAME GX GY GZ BX BY BZ SMEM ARG...   ARG: bID (buffer) or iN (int)
 //   save ID FILE
 //
-// EMU_SCHED=lowest|highest|random:SEED and EMU_CP=early|late choose the
-// fiber order and when cp.async copies land (emu.h). Exit 3: the kernel did
+// EMU_SCHED=lowest|highest|random:SEED, EMU_CP=early|late and
+// EMU_WG=early|late choose the fiber order, when cp.async copies land and
+// when wgmma operations read shared memory (emu.h). Exit 3: the kernel did
 // something the hardware would not allow or that cannot finish.
 #include "emu.h"
 
@@ -64,6 +65,7 @@ int main(int argc, char** argv) {
         }
     }
     if (const char* s = std::getenv("EMU_CP")) emu::cp_late = std::string(s) == "late";
+    if (const char* s = std::getenv("EMU_WG")) emu::wg_late = std::string(s) == "late";
 
     std::ifstream in(argv[1]);
     if (!in) {
