@@ -25,6 +25,7 @@ func init() {
 func newBenchMoE(a *app) *cobra.Command {
 	var (
 		model, device, out, batches, routing, traceIn, traceOut, config, ceilings, dumpDir string
+		hfConfig                                                                           string
 		experts, topk, hidden, inter, tp, ep, samples, tuneSamples                         int
 		seed                                                                               uint64
 		tune, stages                                                                       bool
@@ -86,8 +87,12 @@ Flops: per computed (token, expert) slot 2·H·2I (W1) + 2·I·H (W2) + 4·I
 (SiLU·mul) + 2·H (weight, combine). Bytes: the weights of each touched expert
 once, x and out (bf16) once, the routing ids and weights once.
 
-Shapes: --model NAME, or --experts --topk --hidden --inter (these also
-override a preset's values). --tp N splits the intermediate size over N
+Shapes: --model NAME, --hf-config FILE (a Hugging Face config.json: the
+expert count from num_experts, num_local_experts or n_routed_experts, top-k
+from num_experts_per_tok, hidden_size, and moe_intermediate_size, else
+intermediate_size as in Mixtral; a missing or contradictory key exits 2
+naming it), or --experts --topk --hidden --inter (these also override a
+preset's or a file's values). --tp N splits the intermediate size over N
 ranks and --ep N the experts (rank 0 is measured: it holds experts
 [0, E/N); a token's slots on other ranks are dropped from the local compute).
 
@@ -104,6 +109,7 @@ Models:
 ` + strings.Join(names, "\n"),
 		Example: `  mstar bench moe --model qwen3-30b-a3b --batch 1,16 --device cpu
   mstar bench moe --model deepseek-v3 --tp 8 --device cuda:0 --out ds-tp8.json
+  mstar bench moe --hf-config kernels/moe/testdata/hf/qwen3-30b-a3b/config.json --batch 1,16 --device cpu
   mstar bench moe --model qwen3-30b-a3b --routing zipf:1.2 --batch 64,1024 --out zipf.json
   mstar bench moe --experts 64 --topk 4 --hidden 1024 --inter 512 --routing-trace routing.json
   mstar bench moe --model mixtral-8x7b --batch 4096 --config tiled:bm=128,bn=128,bk=32,wm=2,wn=4,stages=4
@@ -118,14 +124,23 @@ Models:
 			}
 			opt := bench.MoEOptions{Model: model, TP: tp, EP: ep, Routing: routing, Samples: samples, Seed: seed, DumpDir: dumpDir,
 				Tune: tune, TuneSamples: tuneSamples, Stages: stages}
-			if model != "" {
+			if hfConfig != "" {
+				if model != "" {
+					return usageErr("--hf-config and --model both give the shape: give one")
+				}
+				c, err := readHFConfig(hfConfig)
+				if err != nil {
+					return err
+				}
+				opt.Model, opt.Shape = c.Name, c.Shape
+			} else if model != "" {
 				p, err := moe.LookupPreset(model)
 				if err != nil {
 					return usageErr("--model: %v", err)
 				}
 				opt.Model, opt.Shape = p.Name, p.Shape
 			} else if !f.Changed("experts") || !f.Changed("topk") || !f.Changed("hidden") || !f.Changed("inter") {
-				return usageErr("give --model NAME or all of --experts --topk --hidden --inter (see 'mstar bench moe --help')")
+				return usageErr("give --model NAME, --hf-config FILE or all of --experts --topk --hidden --inter (see 'mstar bench moe --help')")
 			}
 			for _, o := range []struct {
 				name string
@@ -136,8 +151,8 @@ Models:
 					*o.dst = o.v
 				}
 			}
-			if model != "" && (f.Changed("experts") || f.Changed("topk") || f.Changed("hidden") || f.Changed("inter")) {
-				opt.Model = model + "-custom"
+			if opt.Model != "" && (f.Changed("experts") || f.Changed("topk") || f.Changed("hidden") || f.Changed("inter")) {
+				opt.Model += "-custom"
 			}
 			if batches != "" {
 				bs, err := parseBatches(batches)
@@ -261,6 +276,7 @@ Models:
 	}
 	f := cmd.Flags()
 	f.StringVar(&model, "model", "", "model preset (see the list above)")
+	addHFConfigFlag(cmd, &hfConfig)
 	f.IntVar(&experts, "experts", 0, "number of experts E (custom shape, or override)")
 	f.IntVar(&topk, "topk", 0, "experts per token k")
 	f.IntVar(&hidden, "hidden", 0, "hidden size H")
