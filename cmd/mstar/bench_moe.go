@@ -46,8 +46,15 @@ for the device): token-to-expert alignment, a grouped GEMM for W1 with SiLU·mul
 fused, a grouped GEMM for W2 with the routing weight fused, and a
 deterministic top-k combine, on bf16 tensor cores (mma.sync); a decode kernel
 streams the touched experts' weights through registers for small M, tiled
-kernels with a cp.async pipeline serve larger M (--config picks one; the
-default is a static table by tokens per expert). The timed region is all four
+kernels with a cp.async pipeline serve larger M. --config picks the
+kernels for every batch; without it each batch takes its configuration from
+the tuned file for the local shape and the device ('mstar tune moe' writes
+them to $MSTAR_MOE_CONFIG_DIR, else $XDG_CACHE_HOME/mstar/moe-configs; the
+H200's for the four reference shapes ship in the binary), the nearest tuned
+batch within 2× when the file lacks it, else a static table by tokens per
+expert; a file tuned on another moe.cu is ignored, saying so. CUDA results
+name both in params config and config_source ("--config", "--tune",
+"static", "cache:FILE" or "embedded:FILE"). The timed region is all four
 launches (alignment included), replayed from a CUDA graph; weights rotate
 among copies when the touched experts would fit in L2. On the CPU the layer
 is moe.ForwardCPU (float32 sums on all cores, AVX512-BF16 or AVX2 where the
