@@ -29,6 +29,7 @@ func newBenchMoE(a *app) *cobra.Command {
 		experts, topk, hidden, inter, tp, ep, samples, tuneSamples                         int
 		seed                                                                               uint64
 		tune, stages                                                                       bool
+		pf                                                                                 peerFlags
 	)
 	names := []string{}
 	for _, p := range moe.Presets() {
@@ -78,6 +79,20 @@ tune_latency samples, or why it was rejected, and its rel_l2):
   mstar report show --params batch,config --metrics latency,pct_floor tuned.json
   mstar report show --params batch,config --metrics tune_latency,rel_l2 tuned.json
 
+--peers (CUDA) runs the peers in the same call, over the same layer, weights
+and routing: the python script scripts/peers/moe_peers.py (embedded) runs
+with --python, else $MSTAR_PYTHON, else python3 — which must import torch —
+and times torch-loop, torch-grouped_mm, sglang's or vLLM's Triton fused_moe
+(when importable), triton-ref (the fused_experts of --triton-peer PATH, e.g.
+shared/peers' triton_moe_ref.py) and cublas-bmm (a bound, not a layer: the
+two GEMMs as cuBLAS batched GEMMs over balanced slots, GEMMs only). Every
+peer passes the same correctness gate (rel L2 ≤ 1e-2 against float64). The
+table after mstar's gives per batch each peer's µs and peer/mstar (above 1:
+mstar is faster), the best peer, and mstar's % of floor; a peer that cannot
+run is "unmeasured" with the reason, never a zero. Without a python that
+has torch it says why, once, and mstar's rows stand. --out holds the
+peers' results too (param impl).
+
 --stages also times each stage of the pass — alignment, gemm1 (W1 with
 SiLU·mul), gemm2 (W2 with the routing weight), combine — as "moe_stage"
 results with a "stage" param: each one's latency, its share of the pass, and
@@ -122,7 +137,8 @@ Models:
   mstar bench moe --model mixtral-8x7b --batch 4096 --config tiled:bm=128,bn=128,bk=32,wm=2,wn=4,stages=4
   mstar bench moe --model qwen3-30b-a3b --batch 256,1024,4096 --config tc:128x256k64s3 --device cuda:0
   mstar bench moe --model qwen3-235b-a22b --batch 1,64,1024,4096 --tune --device cuda:0 --out tuned.json
-  mstar bench moe --model mixtral-8x7b --batch 256,4096 --stages --device cuda:0`,
+  mstar bench moe --model mixtral-8x7b --batch 256,4096 --stages --device cuda:0
+  mstar bench moe --model qwen3-30b-a3b --peers --triton-peer .dev/peers/triton_moe_ref.py --device cuda:0 --out q30.json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			f := cmd.Flags()
@@ -194,6 +210,12 @@ Models:
 			if _, err := bench.PrepareMoE(&opt); err != nil {
 				return badInput(err)
 			}
+			dumpDir, err := pf.prepare(dumpDir)
+			if err != nil {
+				return err
+			}
+			defer pf.cleanup()
+			opt.DumpDir = dumpDir
 			if dumpDir != "" {
 				if err := os.MkdirAll(dumpDir, 0o755); err != nil {
 					return badInput(fmt.Errorf("--dump-dir: %w", err))
@@ -262,6 +284,12 @@ Models:
 			}
 			doc.Finish()
 			printMoE(a, dev.Info().ID, dev.Info().Name, opt, rep)
+			if !stopped {
+				if err := pf.run(ctx, a, dev.Info().Backend == "cuda", opt, rep, doc, dumpDir); err != nil {
+					return err
+				}
+				doc.Finish()
+			}
 			if traceOut != "" && rep.Routing.M > 0 { // none when interrupted before it was drawn
 				if err := moe.WriteTrace(traceOut, rep.Routing, opt.Shape.E); err != nil {
 					return err
@@ -303,6 +331,7 @@ Models:
 	f.BoolVar(&stages, "stages", false, "also time each stage of the pass (align, gemm1, gemm2, combine), each GEMM against its own floor")
 	f.IntVar(&tuneSamples, "tune-samples", 6, "timed samples per candidate under --tune (6, also for 0: the fewest that give a 95% interval)")
 	f.StringVar(&ceilings, "ceilings", "", "read the device's ceilings from a results `FILE` of 'mstar bench ceilings' instead of measuring them")
+	pf.add(cmd)
 	f.StringVar(&dumpDir, "dump-dir", "", "write each batch's output as raw bf16 to `DIR`/out-M<batch>.bf16 (for the peers' cross-check)")
 	return cmd
 }
