@@ -9,7 +9,7 @@ import (
 	"github.com/mstar-dev/mstar/kernels/router"
 )
 
-const hfConfigHelp = "read the shape from a Hugging Face `config.json` (or its folder): expert count, experts per token, hidden and MoE intermediate size"
+const hfConfigHelp = "read the shape from a Hugging Face config.json `FILE` (or its folder): experts, experts per token, hidden and MoE intermediate size"
 
 // addHFConfigFlag adds --hf-config.
 func addHFConfigFlag(cmd *cobra.Command, dst *string) {
