@@ -244,6 +244,8 @@ func ResolveMoEConfigs(local moe.Shape, device string, batches []int, opt MoEOpt
 	for _, m := range batches {
 		c, note := f.Pick(local, m)
 		switch {
+		case c.Kernel == "" && note == fmt.Sprintf("batch %d", m):
+			out[m] = BatchConfig{Config: moe.ChooseConfig(local, m), Source: "static", Note: "the tuned file says auto: static table"}
 		case c.Kernel == "":
 			out[m] = BatchConfig{Config: moe.ChooseConfig(local, m), Source: "static", Note: note}
 		case note == fmt.Sprintf("batch %d", m):

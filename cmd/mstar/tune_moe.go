@@ -198,6 +198,9 @@ Exit 1 when every candidate of some batch was rejected.`,
 				return err
 			}
 			doc.Results = rep.Results
+			if rep.Static != nil && rep.Static.Ceilings != nil {
+				doc.Results = append(doc.Results, rep.Static.Ceilings.Results()...)
+			}
 			doc.Warnings = append(doc.Warnings, rep.Warnings...)
 			doc.Env["moe_kernels_version"] = moe.KernelVersion
 			if stopped {

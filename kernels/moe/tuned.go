@@ -273,8 +273,8 @@ func DefaultTunedLookup() TunedLookup {
 // Find returns the tuned file for key and where it came from ("file PATH"
 // or "embedded configs/NAME"), or nil when there is none for this build's
 // kernels. Files passed over (another kernel version, malformed, for
-// another key) are named in the warnings; a file the user cannot read is
-// an error.
+// another key, unreadable) are named in the warnings. The error is always
+// nil today; it is there for lookups that can fail as a whole.
 func (l TunedLookup) Find(key TunedKey) (*TunedFile, string, []string, error) {
 	name := key.FileName()
 	var warns []string
@@ -300,7 +300,8 @@ func (l TunedLookup) Find(key TunedKey) (*TunedFile, string, []string, error) {
 			continue
 		}
 		if err != nil {
-			return nil, "", warns, fmt.Errorf("reading tuned config file: %w", err)
+			warns = append(warns, fmt.Sprintf("ignored tuned config file: %v", err))
+			continue
 		}
 		if f := try(b, p); f != nil {
 			return f, "file " + p, warns, nil

@@ -38,7 +38,16 @@ func TestShippedConfigs(t *testing.T) {
 	if *updateShipped {
 		now := time.Now().UTC().Truncate(time.Second)
 		for _, s := range shippedShapes {
-			f := NewTunedFile(KeyFor(s.shape, shippedDevice), now)
+			key := KeyFor(s.shape, shippedDevice)
+			if b, err := os.ReadFile(filepath.Join("configs", key.FileName())); err == nil {
+				if old, err := ParseTunedFile(b, key.FileName()); err == nil && measured(old) {
+					// Tuned on the GPU: only a new tune may replace it.
+					t.Errorf("%s: configs/%s was tuned on the GPU (kernels %s): re-tune it there (scripts/moe-tune-configs-h200.sh) instead of regenerating it from the static table",
+						s.name, key.FileName(), old.KernelVersion)
+					continue
+				}
+			}
+			f := NewTunedFile(key, now)
 			f.Note = s.name + ": generated from the static table (ChooseConfig), not measured; replace with 'mstar tune moe' output from the H200"
 			for _, m := range shippedBatches {
 				c := ChooseConfig(s.shape, m)
@@ -70,6 +79,17 @@ func TestShippedConfigs(t *testing.T) {
 			}
 		}
 	}
+}
+
+// measured reports whether a file holds timings (tuned on a device), as
+// opposed to the static table's placeholders.
+func measured(f *TunedFile) bool {
+	for _, b := range f.Batches {
+		if b.LatencyUS > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func TestTunedLookupOrderAndInvalidation(t *testing.T) {
