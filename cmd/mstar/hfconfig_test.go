@@ -38,6 +38,13 @@ func TestHFConfigFlag(t *testing.T) {
 		t.Errorf("ablate router --hf-config: exit %d, stdout:\n%s\nstderr: %s", code, stdout, stderr)
 	}
 
+	// tune moe takes it too, and names the file for the file's shape.
+	stdout, stderr, code = runMstar(t, "tune", "moe", "--hf-config", filepath.Dir(small), "--batch", "2", "--device", "cpu",
+		"--samples", "4", "--tune-samples", "2", "--dir", dir)
+	if code != exitOK || !strings.Contains(stdout, "# mstar tune moe: tiny-moe (tp 1, ep 1)") || !strings.Contains(stdout, "E=8 N=32 K=64 topk=2 bf16") {
+		t.Errorf("tune moe --hf-config: exit %d, stdout:\n%s\nstderr: %s", code, stdout, stderr)
+	}
+
 	bad := filepath.Join(dir, "bad.json")
 	os.WriteFile(bad, []byte(`{"num_experts": 8, "num_local_experts": 16, "num_experts_per_tok": 2, "hidden_size": 64, "intermediate_size": 32}`), 0o644)
 	for _, tt := range []struct {
