@@ -285,7 +285,7 @@ Models:
 			doc.Finish()
 			printMoE(a, dev.Info().ID, dev.Info().Name, opt, rep)
 			if !stopped {
-				if err := pf.run(ctx, a, dev.Info().Backend == "cuda", opt, rep, doc, dumpDir); err != nil {
+				if err := pf.run(ctx, a, dev.Info(), opt, rep, doc, dumpDir); err != nil {
 					return err
 				}
 				doc.Finish()

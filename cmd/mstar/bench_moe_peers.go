@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mstar-dev/mstar/bench"
+	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/mstar-dev/mstar/kernels/moe"
 	"github.com/mstar-dev/mstar/reports"
 	"github.com/mstar-dev/mstar/scripts/peers"
@@ -75,7 +76,7 @@ func (p *peerFlags) cleanup() {
 // run runs the peers after mstar's sweep and adds their results to doc; a
 // peer run that cannot happen at all (no torch, no GPU) is said once, as a
 // warning, and mstar's rows stand.
-func (p *peerFlags) run(ctx context.Context, a *app, onGPU bool, opt bench.MoEOptions, rep *bench.MoEReport, doc *reports.Document, dumpDir string) error {
+func (p *peerFlags) run(ctx context.Context, a *app, dev gpu.Info, opt bench.MoEOptions, rep *bench.MoEReport, doc *reports.Document, dumpDir string) error {
 	if !p.on || len(rep.Rows) == 0 {
 		return nil
 	}
@@ -92,15 +93,19 @@ func (p *peerFlags) run(ctx context.Context, a *app, onGPU bool, opt bench.MoEOp
 		}
 		return err
 	}
-	if !onGPU {
+	if dev.Backend != gpu.CUDA {
 		unavailable("they run on CUDA, and mstar ran on the CPU")
 		return nil
+	}
+	ordinal := 0
+	if s, err := gpu.ParseSpec(dev.ID); err == nil {
+		ordinal = s.Index
 	}
 	routing := filepath.Join(p.tmp, "routing.json")
 	if err := moe.WriteTrace(routing, rep.Routing, opt.Shape.E); err != nil {
 		return err
 	}
-	pdoc, err := peers.Run(ctx, peers.Options{Python: p.python, TritonPeer: p.tritonPeer, Impls: p.impls, Samples: opt.Samples, Log: a.stderr}, doc, routing, dumpDir)
+	pdoc, err := peers.Run(ctx, peers.Options{Python: p.python, TritonPeer: p.tritonPeer, Impls: p.impls, Samples: opt.Samples, Device: ordinal, Log: a.stderr}, doc, routing, dumpDir)
 	if err != nil {
 		if ctx.Err() != nil {
 			return err

@@ -37,6 +37,9 @@ type Options struct {
 	TritonPeer string // a module path whose fused_experts runs as "triton-ref"
 	Impls      string // the script's --impls ("": its default, every peer)
 	Samples    int    // per batch and peer (0: the script's 20)
+	// Device is the CUDA ordinal mstar ran on: the script sees only that
+	// device (CUDA_VISIBLE_DEVICES), as its cuda:0.
+	Device int
 	// Log receives the script's output lines (its progress and tuning).
 	Log io.Writer
 }
@@ -141,7 +144,7 @@ func Run(ctx context.Context, opt Options, mstarDoc *reports.Document, routingPa
 		args = append(args, "--samples", strconv.Itoa(opt.Samples))
 	}
 	cmd := exec.CommandContext(ctx, Python(opt.Python), args...)
-	cmd.Env = append(os.Environ(), "PYTHONUNBUFFERED=1", "PYTHONDONTWRITEBYTECODE=1")
+	cmd.Env = append(os.Environ(), "PYTHONUNBUFFERED=1", "PYTHONDONTWRITEBYTECODE=1", "CUDA_VISIBLE_DEVICES="+visibleDevice(os.Getenv("CUDA_VISIBLE_DEVICES"), opt.Device))
 	// Its own process group: a terminal's Ctrl-C reaches mstar, which
 	// stops it (CommandContext kills it when ctx ends).
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -182,6 +185,19 @@ func Run(ctx context.Context, opt Options, mstarDoc *reports.Document, routingPa
 		return nil, fmt.Errorf("moe_peers.py: %s", why)
 	}
 	return doc, nil
+}
+
+// visibleDevice is CUDA_VISIBLE_DEVICES for ordinal n given the current
+// value: n indexes the devices already visible.
+func visibleDevice(current string, n int) string {
+	if current == "" {
+		return strconv.Itoa(n)
+	}
+	list := strings.Split(current, ",")
+	if n < len(list) {
+		return strings.TrimSpace(list[n])
+	}
+	return strconv.Itoa(n)
 }
 
 // Cell is one implementation's latency at one batch.

@@ -119,6 +119,18 @@ func TestRunWithFakePython(t *testing.T) {
 	}
 }
 
+func TestVisibleDevice(t *testing.T) {
+	for _, tt := range []struct {
+		cur  string
+		n    int
+		want string
+	}{{"", 0, "0"}, {"", 3, "3"}, {"2,5", 1, "5"}, {"GPU-abc, GPU-def", 1, "GPU-def"}} {
+		if got := visibleDevice(tt.cur, tt.n); got != tt.want {
+			t.Errorf("visibleDevice(%q, %d) = %q, want %q", tt.cur, tt.n, got, tt.want)
+		}
+	}
+}
+
 // The embedded script compiles (python3 here has no torch; the syntax is
 // what can be checked).
 func TestScriptCompiles(t *testing.T) {
