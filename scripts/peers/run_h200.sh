@@ -3,7 +3,9 @@
 # --peers: same layer, weights and routing), for the four reference shapes,
 # then a compact ratio table: shape × batch, mstar µs, triton-ref µs, ratio
 # (triton-ref µs / mstar µs: above 1, mstar is faster), and cublas-bmm's
-# bound. Every results document is packed into one archive.
+# bound, over every shape whose document is in $OUT/docs (so shapes run in
+# separate calls with the same OUT make one table). Every results document
+# is packed into one archive.
 #
 #   bin/mstar must be built on the Go machine first (make build); on the GPU
 #   machine, from the repository root, with the reference peer copied in:
@@ -15,6 +17,7 @@
 # python3), TRITON_PEER (.dev/peers/triton_moe_ref.py), PEER_IMPLS (bench
 # moe --peer-impls; default every peer), BATCH (bench moe --batch; default
 # its 13 batches), TIMEOUT (seconds per shape, default 1200).
+# For the ratio table alone (triton-ref and cublas-bmm): PEER_IMPLS=bmm.
 set -u
 OUT=${OUT:-out}
 MSTAR=${MSTAR:-bin/mstar}
@@ -71,4 +74,4 @@ for path in sys.argv[1:]:
         print(f"{shape:18s} {m:5d} {f(ms):>10s} {f(tr):>14s} {ratio:>6s} {f(bm):>14s}{note}")
 print(f"mstar at or ahead of triton-ref in {wins} of {cells} measured cells (ratio = triton-ref us / mstar us)")
 PY
-tar -C "$OUT" -czf "$OUT/moe-h200.tgz" docs ratios.txt && rm -rf "$OUT/docs"
+tar -C "$OUT" -czf "$OUT/moe-h200.tgz" docs ratios.txt
