@@ -7,6 +7,7 @@ import (
 	"math"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -279,7 +280,10 @@ type MoETuneOptions struct {
 	Commit string
 	// Diff: the comparison's thresholds.
 	Diff reports.DiffOptions
-	Now  func() time.Time // nil: time.Now
+	// Rounds of the comparison, each sweeping the static table then the
+	// file (0: 2); the diff pools the rounds of each side.
+	Rounds int
+	Now    func() time.Time // nil: time.Now
 	// Runner, when set, replaces the device's own candidates for batch m
 	// (tests: a candidate that returns wrong numbers must be rejected).
 	Runner func(m int, l *moe.Layer, x []float32, r moe.Routing) (CandidateRunner, []moe.Config)
@@ -502,54 +506,78 @@ func RunMoETune(ctx context.Context, dev gpu.Device, opt MoETuneOptions) (*MoETu
 	base, tuned := mo, mo
 	base.StaticConfigs = true
 	tuned.ConfigLookup = &moe.TunedLookup{Dirs: []string{opt.Dir}}
-	var docs [2]*reports.Document
-	for i, side := range []struct {
-		name string
-		opt  MoEOptions
-		dst  **MoEReport
-	}{{"static", base, &rep.Static}, {"tuned", tuned, &rep.TunedRun}} {
-		progress("compare " + side.name)
-		r, err := RunMoE(ctx, dev, side.opt)
-		if err != nil {
-			return rep, err
+	// Interleaved rounds, pooled per side: the diff then sees some of the
+	// noise between sweeps, not only the noise within one.
+	rounds := opt.Rounds
+	if rounds <= 0 {
+		rounds = 2
+	}
+	var docs [2][]*reports.Document
+	for round := range rounds {
+		type sweep struct {
+			i    int
+			name string
+			opt  MoEOptions
+			dst  **MoEReport
 		}
-		*side.dst = r
-		docs[i] = &reports.Document{Format: reports.Format, Schema: reports.SchemaVersion, Suite: "tune moe"}
-		for _, res := range r.Results {
-			if res.Name != MoEResult {
-				continue
-			}
-			kept := res
-			kept.Params = reports.Params{}
-			for k, v := range res.Params {
-				kept.Params[k] = v
-			}
-			kept.Params["configs"] = side.name
-			rep.Results = append(rep.Results, kept)
-			// The diff pairs the two sides by batch: their configurations
-			// differ by design, and only latency gets a verdict.
-			cmp := reports.Result{Name: res.Name, Params: reports.Params{}}
-			for k, v := range res.Params {
-				if k != MoEConfigParam && k != MoEConfigSourceParam {
-					cmp.Params[k] = v
-				}
-			}
-			if lat := res.Metric(MoELatency); lat != nil {
-				cmp.Metrics = []reports.Metric{*lat}
-			}
-			docs[i].Results = append(docs[i].Results, cmp)
+		order := []sweep{{0, "static", base, &rep.Static}, {1, "tuned", tuned, &rep.TunedRun}}
+		if round%2 == 1 {
+			order[0], order[1] = order[1], order[0] // neither side always runs second
 		}
-		for _, w := range r.Warnings {
-			if !slices.Contains(rep.Warnings, w) {
-				rep.Warnings = append(rep.Warnings, w)
+		for _, side := range order {
+			i := side.i
+			progress(fmt.Sprintf("compare %s %d/%d", side.name, round+1, rounds))
+			r, err := RunMoE(ctx, dev, side.opt)
+			if err != nil {
+				return rep, err
 			}
+			*side.dst = r
+			doc := &reports.Document{Format: reports.Format, Schema: reports.SchemaVersion, Suite: "tune moe"}
+			docs[i] = append(docs[i], doc)
+			rep.compareSide(side.name, round, r, doc)
 		}
 	}
-	rep.Comparison = reports.Diff([]*reports.Document{docs[0]}, []*reports.Document{docs[1]}, opt.Diff)
+	rep.Comparison = reports.Diff(docs[0], docs[1], opt.Diff)
 	if len(rep.NoCandidate) > 0 {
 		return rep, fmt.Errorf("%w at M=%s", ErrNoCandidate, joinBatches(rep.NoCandidate))
 	}
 	return rep, nil
+}
+
+// compareSide records one sweep of the comparison: its results (param
+// "configs" names the side, "round" the round) and, in doc, their latency
+// keyed without the configuration, so that the two sides pair by batch.
+func (rep *MoETuneReport) compareSide(name string, round int, r *MoEReport, doc *reports.Document) {
+	for _, res := range r.Results {
+		if res.Name != MoEResult {
+			continue
+		}
+		kept := res
+		kept.Params = reports.Params{}
+		for k, v := range res.Params {
+			kept.Params[k] = v
+		}
+		kept.Params["configs"] = name
+		kept.Params["round"] = strconv.Itoa(round + 1)
+		rep.Results = append(rep.Results, kept)
+		// The two sides pair by batch: their configurations differ by
+		// design, and only latency gets a verdict.
+		cmp := reports.Result{Name: res.Name, Params: reports.Params{}}
+		for k, v := range res.Params {
+			if k != MoEConfigParam && k != MoEConfigSourceParam {
+				cmp.Params[k] = v
+			}
+		}
+		if lat := res.Metric(MoELatency); lat != nil {
+			cmp.Metrics = []reports.Metric{*lat}
+		}
+		doc.Results = append(doc.Results, cmp)
+	}
+	for _, w := range r.Warnings {
+		if !slices.Contains(rep.Warnings, w) {
+			rep.Warnings = append(rep.Warnings, w)
+		}
+	}
 }
 
 // round3 keeps a timing's nanoseconds: the file is read by people too.

@@ -43,6 +43,7 @@ func newTuneMoE(a *app) *cobra.Command {
 	var (
 		model, hfConfig, device, out, batches, routing, dir, ceilings string
 		experts, topk, hidden, inter, tp, ep, samples, tuneSamples    int
+		rounds                                                        int
 		seed                                                          uint64
 		force                                                         bool
 		threshold                                                     float64
@@ -71,10 +72,14 @@ $XDG_CACHE_HOME/mstar/moe-configs, else ~/.cache/mstar/moe-configs: where
 (kernels/moe/configs: the H200's, for the four reference shapes).
 
 It ends by measuring the static table against the tuned file over every
-batch, each as a 'bench moe' sweep (--samples per batch), and prints their
-latencies through the statistics of 'report diff' (medians, 95% CIs,
-Mann-Whitney U; '~' when not significant). --out writes every candidate
-("moe_tune" results) and both sweeps ("moe", param configs=static|tuned).
+batch, each as a 'bench moe' sweep (--samples per batch), in --rounds
+interleaved rounds pooled per side (so the diff sees some of the noise
+between sweeps), and prints their latencies through the statistics of
+'report diff' (medians, 95% CIs, Mann-Whitney U; '~' when not significant).
+A "regression" there only says the file lost to the static table in this
+run; it does not change the exit code. --out writes every candidate
+("moe_tune" results) and every sweep ("moe", params configs=static|tuned
+and round).
 
 On the CPU there is one implementation, so there is nothing to choose: the
 command checks and times it, writes its file (which bench moe does not
@@ -90,7 +95,7 @@ Exit 1 when every candidate of some batch was rejected.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			f := cmd.Flags()
-			if err := firstErr(atLeast("tp", tp, 1, ""), atLeast("ep", ep, 1, ""), atLeast("threshold", threshold, 0, "")); err != nil {
+			if err := firstErr(atLeast("tp", tp, 1, ""), atLeast("ep", ep, 1, ""), atLeast("threshold", threshold, 0, ""), atLeast("rounds", rounds, 1, "")); err != nil {
 				return err
 			}
 			mo := bench.MoEOptions{Model: model, TP: tp, EP: ep, Routing: routing, Samples: samples, Seed: seed, TuneSamples: tuneSamples}
@@ -176,7 +181,7 @@ Exit 1 when every candidate of some batch was rejected.`,
 					steps = len(bench.DefaultGPUBatches)
 				}
 			}
-			bar := progress.New(a.stderr, steps+3, "tune moe")
+			bar := progress.New(a.stderr, steps+1+2*rounds, "tune moe")
 			mo.Progress = func(step string) {
 				bar.Describe(step)
 				if strings.HasPrefix(step, "saved ") || strings.HasPrefix(step, "compare ") || step == "weights" {
@@ -187,7 +192,7 @@ Exit 1 when every candidate of some batch was rejected.`,
 			ctx, stop := interruptContext()
 			defer stop()
 			rep, err := bench.RunMoETune(ctx, dev, bench.MoETuneOptions{MoE: mo, Dir: dir, Force: force,
-				Commit: version.Get().Commit, Diff: reports.DiffOptions{Threshold: threshold}})
+				Commit: version.Get().Commit, Diff: reports.DiffOptions{Threshold: threshold}, Rounds: rounds})
 			bar.Finish()
 			stopped := err != nil && ctx.Err() != nil && rep != nil
 			noCandidate := errors.Is(err, bench.ErrNoCandidate)
@@ -244,6 +249,7 @@ Exit 1 when every candidate of some batch was rejected.`,
 	f.StringVar(&dir, "dir", "", "folder of the tuned files (default: $"+moe.EnvConfigDir+", else the user cache's mstar/moe-configs)")
 	f.BoolVar(&force, "force", false, "re-tune batches that the file already has")
 	f.StringVar(&ceilings, "ceilings", "", "read the device's ceilings from a results `FILE` of 'mstar bench ceilings' instead of measuring them")
+	f.IntVar(&rounds, "rounds", 2, "interleaved rounds of the tuned-versus-static comparison")
 	f.Float64Var(&threshold, "threshold", 5, "the comparison: smallest change, in percent, that counts (as in report diff)")
 	return cmd
 }

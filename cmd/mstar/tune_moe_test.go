@@ -41,7 +41,7 @@ func TestTuneMoECPU(t *testing.T) {
 			sides[r.Params["configs"]]++
 		}
 	}
-	if sides["static"] != 2 || sides["tuned"] != 2 {
+	if sides["static"] != 4 || sides["tuned"] != 4 { // 2 batches × 2 rounds
 		t.Errorf("results document sweeps: %v", sides)
 	}
 	stdout, stderr, code = runMstar(t, args...)
@@ -66,6 +66,7 @@ func TestTuneMoEBadInput(t *testing.T) {
 		{"tp", []string{"--model", "qwen3-30b-a3b", "--tp", "5", "--device", "cpu"}, "--tp 5 does not divide"},
 		{"dir is a file", []string{"--experts", "8", "--topk", "2", "--hidden", "64", "--inter", "32", "--device", "cpu", "--dir", notDir}, "--dir"},
 		{"negative threshold", append(small, "--threshold", "-1"), "--threshold -1"},
+		{"no rounds", append(small, "--rounds", "0"), "--rounds 0: must be at least 1"},
 		{"routing", append(small, "--routing", "pareto"), "want uniform or zipf"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
