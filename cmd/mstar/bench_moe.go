@@ -285,7 +285,11 @@ Models:
 			doc.Finish()
 			printMoE(a, dev.Info().ID, dev.Info().Name, opt, rep)
 			if !stopped {
-				if err := pf.run(ctx, a, dev.Info(), opt, rep, doc, dumpDir); err != nil {
+				err := pf.run(ctx, a, dev.Info(), opt, rep, doc, dumpDir)
+				if ctx.Err() != nil { // interrupted in the peers: mstar's rows are still written
+					stopped = true
+					noteInterrupted(doc)
+				} else if err != nil {
 					return err
 				}
 				doc.Finish()
