@@ -67,6 +67,13 @@ type MoEOptions struct {
 	Samples   int    // timed samples per batch (0: 20 on CUDA, 6 on the CPU)
 	Seed      uint64 // weights, inputs and routing
 	Config    moe.Config
+	// Without Config (CUDA): each batch's configuration comes from the
+	// tuned file for the local shape and device, found by ConfigLookup (nil:
+	// moe.DefaultTunedLookup, the user's folder then the shipped files),
+	// else the static table; StaticConfigs skips the files. Results name
+	// the configuration and its source (params config, config_source).
+	ConfigLookup  *moe.TunedLookup
+	StaticConfigs bool
 	// Tune (CUDA): per batch, try every candidate configuration
 	// (moe.Candidates), reject those whose output fails the correctness
 	// check, time the others with TuneSamples samples (0: 6), and measure
@@ -347,6 +354,15 @@ func RunMoE(ctx context.Context, dev gpu.Device, opt MoEOptions) (*MoEReport, er
 	xAll := moe.RandomInput(maxM, local.H, opt.Seed+1)
 
 	var gk *gpuMoE
+	var configs map[int]BatchConfig
+	if onGPU && !opt.Tune {
+		var warns []string
+		configs, warns, err = ResolveMoEConfigs(local, info.Name, opt.Batches, opt)
+		rep.Warnings = append(rep.Warnings, warns...)
+		if err != nil {
+			return nil, err
+		}
+	}
 	if onGPU {
 		gk, err = newGPUMoE(cctx, layer, opt, maxM)
 		if err != nil {
@@ -384,7 +400,11 @@ func RunMoE(ctx context.Context, dev gpu.Device, opt MoEOptions) (*MoEReport, er
 			}
 			out, us, stages, cfg, err = gk.run(ctx, m, x, r, opt.Samples, tuned[best].Config, opt.Stages)
 		case onGPU:
-			out, us, stages, cfg, err = gk.run(ctx, m, x, r, opt.Samples, opt.Config, opt.Stages)
+			out, us, stages, cfg, err = gk.run(ctx, m, x, r, opt.Samples, configs[m].Config, opt.Stages)
+			cfg += "; config from " + configs[m].Source
+			if n := configs[m].Note; n != "" {
+				cfg += " (" + n + ")"
+			}
 		default:
 			out, us, stages, cfg, err = runCPU(ctx, layer, x, r, opt.Samples, opt.Stages)
 		}
@@ -413,8 +433,12 @@ func RunMoE(ctx context.Context, dev gpu.Device, opt MoEOptions) (*MoEReport, er
 			cfg += fmt.Sprintf("; out[%d] (token %d) is %v", i, i/local.H, out[i])
 		}
 		res, row := moeResult(opt, local, m, r, us, rel, cfg, len(tokens))
+		if bc, ok := configs[m]; ok {
+			res = withConfigSource(res, bc)
+		}
 		if tuned != nil {
 			res, row = withTuning(opt, local, m, res, row, tuned)
+			res.Params[MoEConfigSourceParam] = "--tune"
 			for _, o := range tuned {
 				rep.Results = append(rep.Results, tuneResult(opt, local, m, o))
 			}
@@ -738,55 +762,12 @@ func (g *gpuMoE) run(ctx context.Context, m int, x []float32, r moe.Routing, sam
 	return out, us, st, note, nil
 }
 
-// tune runs every candidate configuration for one batch: a checked pass
-// (compared with want on the checked tokens) and, for those that pass,
-// `samples` timed samples. A canceled ctx stops it before the next
-// candidate (the caller then drops the batch).
+// tune runs every candidate configuration for one batch (TuneCandidates).
+// A canceled ctx stops it before the next candidate (the caller then drops
+// the batch).
 func (g *gpuMoE) tune(ctx context.Context, m int, x []float32, r moe.Routing, tokens []int, want []float64, samples int, progress func(string)) []TuneOutcome {
-	cands := moe.Candidates(g.layer.Shape, m)
-	outs := make([]TuneOutcome, 0, len(cands))
-	for i, c := range cands {
-		if ctx.Err() != nil {
-			break
-		}
-		progress(fmt.Sprintf("tune %d/%d %v", i+1, len(cands), c))
-		o := TuneOutcome{Config: c, RelL2: math.NaN()}
-		if res, err := g.k.Module(c); err != nil {
-			o.Reject = "compile: " + firstLine(err.Error())
-			outs = append(outs, o)
-			continue
-		} else {
-			o.Compile = fmt.Sprintf("%s, cache hit %v, %.2f s", res.Kind, res.CacheHit, res.Seconds)
-		}
-		p, out, err := g.checkedPass(m, x, r, c)
-		if err != nil {
-			o.Reject = firstLine(err.Error())
-			outs = append(outs, o)
-			continue
-		}
-		o.RelL2 = moe.RelL2(checkedRows(out, tokens, g.layer.Shape.H), want)
-		if i := firstNonFinite(out); i >= 0 {
-			o.Reject = fmt.Sprintf("out[%d] (token %d, column %d) is %v: never written or not finite", i, i/g.layer.Shape.H, i%g.layer.Shape.H, out[i])
-			p.Free()
-			outs = append(outs, o)
-			continue
-		}
-		if !(o.RelL2 <= MoEMaxRelL2) {
-			o.Reject = fmt.Sprintf("rel L2 %.3g > %g against the float64 reference", o.RelL2, MoEMaxRelL2)
-			p.Free()
-			outs = append(outs, o)
-			continue
-		}
-		us, _, err := g.timePlan(p, r, samples)
-		p.Free()
-		if err != nil {
-			o.Reject = firstLine(err.Error())
-		} else {
-			o.Latency = us
-		}
-		outs = append(outs, o)
-	}
-	return outs
+	chk := TuneCheck{Tokens: tokens, Want: want, H: g.layer.Shape.H}
+	return TuneCandidates(ctx, gpuCandidates{g: g, m: m, x: x, r: r}, moe.Candidates(g.layer.Shape, m), chk, samples, progress)
 }
 
 func firstLine(s string) string {

@@ -44,7 +44,7 @@ fused-MoE kernel.`,
 func newAblateRouter(a *app) *cobra.Command {
 	var (
 		model, device, out, heatmap, gates, tracePath, baseline string
-		recordPath                                              string
+		recordPath, hfConfig                                    string
 		routers                                                 []string
 		gateLayers                                              []int
 		experts, topk, hidden, inter                            int
@@ -71,6 +71,11 @@ and prints a routers × metrics table:
   kernel ms  fused-MoE layer time under this routing (median)
   ×uniform   kernel time / kernel time under perfectly uniform routing
   relL2      ‖out − out_baseline‖/‖out_baseline‖ of the MoE output vs --baseline
+
+--hf-config FILE takes the shape from a Hugging Face config.json (as bench
+moe does) and the model's own router from its model_type (deepseek_v3,
+deepseek_v2, mixtral; softmax-topk, or softmax-topk-norm with norm_topk_prob,
+otherwise) with n_group, topk_group, routed_scaling_factor and norm_topk_prob.
 
 Router settings come from the flags (--n-group, --scaling, ...), else from the
 model's config for its own router, else the router's defaults; on models
@@ -108,6 +113,7 @@ out-of-range expert id.`,
 		Example: `  mstar ablate router --model qwen3-30b-a3b --layers 4
   mstar ablate router --model deepseek-v3 --layers 2 --tokens 2048 --zipf 1.2 --out ablate.json --heatmap load.png
   mstar ablate router --model mixtral-8x7b --routers mixtral,switch,expert-choice --capacity-factor 1.0
+  mstar ablate router --hf-config kernels/moe/testdata/hf/deepseek-v3/config.json --layers 2 --kernel-tokens 0
   mstar ablate router --model qwen3-30b-a3b --gates /models/Qwen3-30B-A3B --gate-layers 0,24,47 --layers 3
   mstar ablate router --model qwen3-30b-a3b --kernel-tokens 0 --record-trace routing.jsonl
   mstar ablate router --model qwen3-30b-a3b --trace routing.jsonl --routers trace,softmax-topk-norm`,
@@ -117,8 +123,21 @@ out-of-range expert id.`,
 			if heatmap != "" && strings.ToLower(filepath.Ext(heatmap)) != ".png" {
 				return usageErr("--heatmap %s: the heat map is a PNG image: name it .png", heatmap)
 			}
-			m, err := router.ModelByName(model)
-			if err != nil {
+			var m router.Model
+			var err error
+			if hfConfig != "" {
+				if cmd.Flags().Changed("model") {
+					return usageErr("--hf-config and --model both give the shape: give one")
+				}
+				c, err := readHFConfig(hfConfig)
+				if err != nil {
+					return err
+				}
+				var note string
+				if m, note = hfRouterModel(c); note != "" {
+					fmt.Fprintln(a.stderr, "mstar: "+note)
+				}
+			} else if m, err = router.ModelByName(model); err != nil {
 				return usageErr("--model: %v", err)
 			}
 			custom := false
@@ -339,6 +358,7 @@ out-of-range expert id.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&model, "model", "qwen3-30b-a3b", "model preset: "+strings.Join(router.ModelNames(), ", "))
+	addHFConfigFlag(cmd, &hfConfig)
 	f.IntVar(&experts, "experts", 0, "override the model's number of experts")
 	f.IntVar(&topk, "topk", 0, "override the model's experts per token")
 	f.IntVar(&hidden, "hidden", 0, "override the model's hidden size")

@@ -25,9 +25,11 @@ func init() {
 func newBenchMoE(a *app) *cobra.Command {
 	var (
 		model, device, out, batches, routing, traceIn, traceOut, config, ceilings, dumpDir string
+		hfConfig                                                                           string
 		experts, topk, hidden, inter, tp, ep, samples, tuneSamples                         int
 		seed                                                                               uint64
 		tune, stages                                                                       bool
+		pf                                                                                 peerFlags
 	)
 	names := []string{}
 	for _, p := range moe.Presets() {
@@ -45,8 +47,15 @@ for the device): token-to-expert alignment, a grouped GEMM for W1 with SiLU·mul
 fused, a grouped GEMM for W2 with the routing weight fused, and a
 deterministic top-k combine, on bf16 tensor cores (mma.sync); a decode kernel
 streams the touched experts' weights through registers for small M, tiled
-kernels with a cp.async pipeline serve larger M (--config picks one; the
-default is a static table by tokens per expert). The timed region is all four
+kernels with a cp.async pipeline serve larger M. --config picks the
+kernels for every batch; without it each batch takes its configuration from
+the tuned file for the local shape and the device ('mstar tune moe' writes
+them to $MSTAR_MOE_CONFIG_DIR, else $XDG_CACHE_HOME/mstar/moe-configs; the
+H200's for the four reference shapes ship in the binary), the nearest tuned
+batch within 2× when the file lacks it, else a static table by tokens per
+expert; a file tuned on another moe.cu is ignored, saying so. CUDA results
+name both in params config and config_source ("--config", "--tune",
+"static", "cache:FILE" or "embedded:FILE"). The timed region is all four
 launches (alignment included), replayed from a CUDA graph; weights rotate
 among copies when the touched experts would fit in L2. On the CPU the layer
 is moe.ForwardCPU (float32 sums on all cores, AVX512-BF16 or AVX2 where the
@@ -70,6 +79,20 @@ tune_latency samples, or why it was rejected, and its rel_l2):
   mstar report show --params batch,config --metrics latency,pct_floor tuned.json
   mstar report show --params batch,config --metrics tune_latency,rel_l2 tuned.json
 
+--peers (CUDA) runs the peers in the same call, over the same layer, weights
+and routing: the python script scripts/peers/moe_peers.py (embedded) runs
+with --python, else $MSTAR_PYTHON, else python3 — which must import torch —
+and times torch-loop, torch-grouped_mm, sglang's or vLLM's Triton fused_moe
+(when importable), triton-ref (the fused_experts of --triton-peer PATH, e.g.
+shared/peers' triton_moe_ref.py) and cublas-bmm (a bound, not a layer: the
+two GEMMs as cuBLAS batched GEMMs over balanced slots, GEMMs only). Every
+peer passes the same correctness gate (rel L2 ≤ 1e-2 against float64). The
+table after mstar's gives per batch each peer's µs and peer/mstar (above 1:
+mstar is faster), the best peer, and mstar's % of floor; a peer that cannot
+run is "unmeasured" with the reason, never a zero. Without a python that
+has torch it says why, once, and mstar's rows stand. --out holds the
+peers' results too (param impl).
+
 --stages also times each stage of the pass — alignment, gemm1 (W1 with
 SiLU·mul), gemm2 (W2 with the routing weight), combine — as "moe_stage"
 results with a "stage" param: each one's latency, its share of the pass, and
@@ -86,8 +109,12 @@ Flops: per computed (token, expert) slot 2·H·2I (W1) + 2·I·H (W2) + 4·I
 (SiLU·mul) + 2·H (weight, combine). Bytes: the weights of each touched expert
 once, x and out (bf16) once, the routing ids and weights once.
 
-Shapes: --model NAME, or --experts --topk --hidden --inter (these also
-override a preset's values). --tp N splits the intermediate size over N
+Shapes: --model NAME, --hf-config FILE (a Hugging Face config.json: the
+expert count from num_experts, num_local_experts or n_routed_experts, top-k
+from num_experts_per_tok, hidden_size, and moe_intermediate_size, else
+intermediate_size as in Mixtral; a missing or contradictory key exits 2
+naming it), or --experts --topk --hidden --inter (these also override a
+preset's or a file's values). --tp N splits the intermediate size over N
 ranks and --ep N the experts (rank 0 is measured: it holds experts
 [0, E/N); a token's slots on other ranks are dropped from the local compute).
 
@@ -104,12 +131,14 @@ Models:
 ` + strings.Join(names, "\n"),
 		Example: `  mstar bench moe --model qwen3-30b-a3b --batch 1,16 --device cpu
   mstar bench moe --model deepseek-v3 --tp 8 --device cuda:0 --out ds-tp8.json
+  mstar bench moe --hf-config kernels/moe/testdata/hf/qwen3-30b-a3b/config.json --batch 1,16 --device cpu
   mstar bench moe --model qwen3-30b-a3b --routing zipf:1.2 --batch 64,1024 --out zipf.json
   mstar bench moe --experts 64 --topk 4 --hidden 1024 --inter 512 --routing-trace routing.json
   mstar bench moe --model mixtral-8x7b --batch 4096 --config tiled:bm=128,bn=128,bk=32,wm=2,wn=4,stages=4
   mstar bench moe --model qwen3-30b-a3b --batch 256,1024,4096 --config tc:128x256k64s3 --device cuda:0
   mstar bench moe --model qwen3-235b-a22b --batch 1,64,1024,4096 --tune --device cuda:0 --out tuned.json
-  mstar bench moe --model mixtral-8x7b --batch 256,4096 --stages --device cuda:0`,
+  mstar bench moe --model mixtral-8x7b --batch 256,4096 --stages --device cuda:0
+  mstar bench moe --model qwen3-30b-a3b --peers --triton-peer .dev/peers/triton_moe_ref.py --device cuda:0 --out q30.json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			f := cmd.Flags()
@@ -118,14 +147,23 @@ Models:
 			}
 			opt := bench.MoEOptions{Model: model, TP: tp, EP: ep, Routing: routing, Samples: samples, Seed: seed, DumpDir: dumpDir,
 				Tune: tune, TuneSamples: tuneSamples, Stages: stages}
-			if model != "" {
+			if hfConfig != "" {
+				if model != "" {
+					return usageErr("--hf-config and --model both give the shape: give one")
+				}
+				c, err := readHFConfig(hfConfig)
+				if err != nil {
+					return err
+				}
+				opt.Model, opt.Shape = c.Name, c.Shape
+			} else if model != "" {
 				p, err := moe.LookupPreset(model)
 				if err != nil {
 					return usageErr("--model: %v", err)
 				}
 				opt.Model, opt.Shape = p.Name, p.Shape
 			} else if !f.Changed("experts") || !f.Changed("topk") || !f.Changed("hidden") || !f.Changed("inter") {
-				return usageErr("give --model NAME or all of --experts --topk --hidden --inter (see 'mstar bench moe --help')")
+				return usageErr("give --model NAME, --hf-config FILE or all of --experts --topk --hidden --inter (see 'mstar bench moe --help')")
 			}
 			for _, o := range []struct {
 				name string
@@ -136,8 +174,8 @@ Models:
 					*o.dst = o.v
 				}
 			}
-			if model != "" && (f.Changed("experts") || f.Changed("topk") || f.Changed("hidden") || f.Changed("inter")) {
-				opt.Model = model + "-custom"
+			if opt.Model != "" && (f.Changed("experts") || f.Changed("topk") || f.Changed("hidden") || f.Changed("inter")) {
+				opt.Model += "-custom"
 			}
 			if batches != "" {
 				bs, err := parseBatches(batches)
@@ -172,6 +210,12 @@ Models:
 			if _, err := bench.PrepareMoE(&opt); err != nil {
 				return badInput(err)
 			}
+			dumpDir, err := pf.prepare(dumpDir)
+			if err != nil {
+				return err
+			}
+			defer pf.cleanup()
+			opt.DumpDir = dumpDir
 			if dumpDir != "" {
 				if err := os.MkdirAll(dumpDir, 0o755); err != nil {
 					return badInput(fmt.Errorf("--dump-dir: %w", err))
@@ -240,6 +284,16 @@ Models:
 			}
 			doc.Finish()
 			printMoE(a, dev.Info().ID, dev.Info().Name, opt, rep)
+			if !stopped {
+				err := pf.run(ctx, a, dev.Info(), opt, rep, doc, dumpDir)
+				if ctx.Err() != nil { // interrupted in the peers: mstar's rows are still written
+					stopped = true
+					noteInterrupted(doc)
+				} else if err != nil {
+					return err
+				}
+				doc.Finish()
+			}
 			if traceOut != "" && rep.Routing.M > 0 { // none when interrupted before it was drawn
 				if err := moe.WriteTrace(traceOut, rep.Routing, opt.Shape.E); err != nil {
 					return err
@@ -261,6 +315,7 @@ Models:
 	}
 	f := cmd.Flags()
 	f.StringVar(&model, "model", "", "model preset (see the list above)")
+	addHFConfigFlag(cmd, &hfConfig)
 	f.IntVar(&experts, "experts", 0, "number of experts E (custom shape, or override)")
 	f.IntVar(&topk, "topk", 0, "experts per token k")
 	f.IntVar(&hidden, "hidden", 0, "hidden size H")
@@ -280,6 +335,7 @@ Models:
 	f.BoolVar(&stages, "stages", false, "also time each stage of the pass (align, gemm1, gemm2, combine), each GEMM against its own floor")
 	f.IntVar(&tuneSamples, "tune-samples", 6, "timed samples per candidate under --tune (6, also for 0: the fewest that give a 95% interval)")
 	f.StringVar(&ceilings, "ceilings", "", "read the device's ceilings from a results `FILE` of 'mstar bench ceilings' instead of measuring them")
+	pf.add(cmd)
 	f.StringVar(&dumpDir, "dump-dir", "", "write each batch's output as raw bf16 to `DIR`/out-M<batch>.bf16 (for the peers' cross-check)")
 	return cmd
 }

@@ -60,7 +60,7 @@ func TestBenchMoEBadInput(t *testing.T) {
 	}{
 		{"k > E", []string{"--experts", "4", "--topk", "5", "--hidden", "8", "--inter", "8", "--device", "cpu"}, "top-k 5 is larger than the number of experts 4"},
 		{"zero size", []string{"--experts", "4", "--topk", "2", "--hidden", "0", "--inter", "8", "--device", "cpu"}, "hidden must be positive"},
-		{"no shape", []string{"--device", "cpu"}, "give --model NAME or all of"},
+		{"no shape", []string{"--device", "cpu"}, "give --model NAME, --hf-config FILE or all of"},
 		{"unknown model", []string{"--model", "gpt-5", "--device", "cpu"}, "unknown model"},
 		{"tp does not divide", []string{"--model", "qwen3-30b-a3b", "--tp", "5", "--device", "cpu"}, "--tp 5 does not divide the intermediate size 768"},
 		{"ep does not divide", []string{"--model", "mixtral-8x7b", "--ep", "3", "--device", "cpu"}, "--ep 3 does not divide the number of experts 8"},

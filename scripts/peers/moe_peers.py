@@ -10,6 +10,15 @@ it on the GPU:
   torch-grouped_mm  torch._grouped_mm over the expert-sorted tokens
   triton-fused_moe  sglang's (or else vLLM's) Triton fused_moe, when one of
                     them is importable; otherwise reported as unmeasured
+  triton-ref        the fused_experts of a module given by path (--triton-peer
+                    or $MSTAR_TRITON_PEER: a .py file, or a folder holding
+                    triton_moe_ref.py or a package), e.g. shared/peers'
+                    triton_moe_ref.py (the sglang/vLLM design, tuned per batch)
+  cublas-bmm        a bound, not a layer: the layer's two GEMMs as torch.bmm
+                    (cuBLAS batched GEMMs), the slots balanced over the touched
+                    experts (each of min(E, M*k) experts gets ceil(M*k/that)
+                    tokens), GEMMs only: no alignment, activation or combine.
+                    Its gate checks one expert's GEMM outputs against float64.
 
 Same layer: mstar's weights and inputs come from a counter-based generator
 (kernels/moe/layer.go: splitmix64 of seed, stream and element index), which
@@ -227,6 +236,71 @@ def impl_grouped(torch, F):
     return run, ""
 
 
+def load_triton_peer(path):
+    """fused_experts from a .py file, or a folder holding triton_moe_ref.py
+    or a package (__init__.py)."""
+    import importlib.util
+    path = os.path.abspath(path)
+    if os.path.isdir(path):
+        if os.path.exists(os.path.join(path, "triton_moe_ref.py")):
+            path = os.path.join(path, "triton_moe_ref.py")
+        elif os.path.exists(os.path.join(path, "__init__.py")):
+            path = os.path.join(path, "__init__.py")
+        else:
+            raise ImportError(f"{path}: a folder with neither triton_moe_ref.py nor __init__.py")
+    if not os.path.exists(path):
+        raise ImportError(f"{path}: no such file")
+    spec = importlib.util.spec_from_file_location("mstar_triton_peer", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, os.path.dirname(path))
+    spec.loader.exec_module(mod)
+    fe = getattr(mod, "fused_experts", None)
+    if fe is None:
+        raise ImportError(f"{path} defines no fused_experts")
+    return fe
+
+
+def impl_triton_ref(path):
+    try:
+        fe = load_triton_peer(path)
+    except Exception as ex:  # noqa: BLE001 - any import failure means "not available"
+        return None, f"--triton-peer {path}: {ex.__class__.__name__}: {ex}"
+
+    def run(x, w1, w2, r, out):
+        out.copy_(fe(x, w1, w2, r.topk_w, r.topk_ids, inplace=False))
+    return run, ""
+
+
+class BMM:
+    """The layer's two GEMMs as cuBLAS batched GEMMs over balanced slots."""
+
+    def __init__(self, torch, M, K, E, H, I, slots, dev):
+        self.experts = max(1, min(E, slots))
+        self.t = max(1, -(-slots // self.experts))
+        g = torch.Generator(device=dev)
+        g.manual_seed(7)
+        self.a1 = (torch.randn(self.experts, self.t, H, device=dev, generator=g) * 0.5).to(torch.bfloat16)
+        self.a2 = (torch.randn(self.experts, self.t, I, device=dev, generator=g) * 0.5).to(torch.bfloat16)
+        self.h = torch.empty(self.experts, self.t, 2 * I, dtype=torch.bfloat16, device=dev)
+        self.y = torch.empty(self.experts, self.t, H, dtype=torch.bfloat16, device=dev)
+        self.note = f"cublas-bmm: a bound, GEMMs only: {self.experts} experts x {self.t} tokens, no alignment/activation/combine"
+
+    def run(self, torch):
+        def fn(x, w1, w2, r, out):
+            n = self.experts
+            torch.bmm(self.a1, w1[:n].transpose(1, 2), out=self.h)
+            torch.bmm(self.a2, w2[:n].transpose(1, 2), out=self.y)
+        return fn
+
+    def check(self, torch, w1, w2):
+        """rel L2 of expert 0's two GEMMs against float64."""
+        h = torch.bmm(self.a1[:1], w1[:1].transpose(1, 2))
+        y = torch.bmm(self.a2[:1], w2[:1].transpose(1, 2))
+        rh = rel_l2(h, self.a1[0].double() @ w1[0].double().t())
+        ry = rel_l2(y, self.a2[0].double() @ w2[0].double().t())
+        return max(rh, ry)
+
+
 def impl_triton(torch):
     errs = []
     try:
@@ -343,7 +417,7 @@ def ceilings_of(doc):
 
 def result_for(params, impl, us, H, I, M, touched, slots, ceil, rel, rel_mstar, note):
     fl, by = flops(H, I, slots), bytes_moved(H, I, M, touched, slots)
-    p = dict(params)
+    p = {k: v for k, v in params.items() if k not in ("config", "config_source")}  # mstar's kernels, not the peer's
     p["impl"] = impl
     if us is None:
         reason = note
@@ -373,6 +447,8 @@ def result_for(params, impl, us, H, I, M, touched, slots, ceil, rel, rel_mstar, 
                          None if math.isfinite(rel_mstar) else f"not finite ({rel_mstar})"))
     ok = rel <= MAX_REL_L2
     reason = f"rel L2 {rel:.3g} against the float64 reference on {len(check_tokens(M))} of {M} tokens (limit {MAX_REL_L2:g}); {note}"
+    if impl == "cublas-bmm":
+        reason = f"rel L2 {rel:.3g} of expert 0's two GEMMs against float64 (limit {MAX_REL_L2:g}); {note}"
     return {"name": "moe", "params": p, "metrics": ms, "gates": [{"name": "correctness", "pass": ok, "reason": reason}]}
 
 
@@ -384,7 +460,9 @@ def main():
     ap.add_argument("--routing", help="the routing mstar used (bench moe --routing-out)")
     ap.add_argument("--dump-dir", help="mstar's --dump-dir, for the cross-check against mstar's outputs")
     ap.add_argument("--out", help="write the peers' results document here")
-    ap.add_argument("--impls", default="loop,grouped,triton", help="comma-separated: loop, grouped, triton")
+    ap.add_argument("--impls", default="loop,grouped,triton,bmm", help="comma-separated: loop, grouped, triton, bmm (cublas-bmm); triton-ref is added by --triton-peer")
+    ap.add_argument("--triton-peer", default=os.environ.get("MSTAR_TRITON_PEER", ""),
+                    help="a .py file, or a folder holding triton_moe_ref.py or a package, whose fused_experts runs as 'triton-ref' (default: $MSTAR_TRITON_PEER)")
     ap.add_argument("--samples", type=int, default=20)
     ap.add_argument("--batches", default="", help="only these batch sizes (default: every batch in the mstar document)")
     ap.add_argument("--selftest", action="store_true", help="check the generator against mstar's golden values and exit")
@@ -435,12 +513,25 @@ def main():
     xall = make_x(torch, maxM, H, seed, dev)
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     impls = []
-    for name in args.impls.split(","):
+    names = [n for n in args.impls.split(",") if n]
+    if args.triton_peer and "triton-ref" not in names:
+        names.append("triton-ref")
+    use_bmm = False
+    for name in names:
         if name == "loop":
             impls.append(("torch-loop", impl_loop(torch, F), ""))
         elif name == "grouped":
             fn, why = impl_grouped(torch, F)
             impls.append(("torch-grouped_mm", fn, why))
+        elif name == "bmm":
+            use_bmm = True
+        elif name == "triton-ref":
+            if not args.triton_peer:
+                raise SystemExit("--impls triton-ref needs --triton-peer PATH (or $MSTAR_TRITON_PEER)")
+            fn, why = impl_triton_ref(args.triton_peer)
+            impls.append(("triton-ref", fn, why))
+            if fn:
+                warnings.append(f"triton-ref: fused_experts from {os.path.abspath(args.triton_peer)}")
         elif name == "triton":
             fn, lib, why = impl_triton(torch)
             impls.append((f"triton-fused_moe-{lib}" if fn else "triton-fused_moe", fn, why))
@@ -468,7 +559,15 @@ def main():
         n = rotation_copies(rt.touched * 3 * I * H * 2, l2)
         while len(copies_cache) < n:
             copies_cache.append((w1.clone(), w2.clone()))
-        for impl, fn, why in impls:
+        batch_impls = list(impls)
+        bmm = None
+        if use_bmm:
+            try:
+                bmm = BMM(torch, M, K, E, H, I, rt.slots, dev)
+                batch_impls.append(("cublas-bmm", bmm.run(torch), ""))
+            except Exception as ex:  # noqa: BLE001
+                batch_impls.append(("cublas-bmm", None, f"cublas-bmm: {ex.__class__.__name__}: {str(ex)[:300]}"))
+        for impl, fn, why in batch_impls:
             if fn is None:
                 results.append(result_for(r["params"], impl, None, H, I, M, rt.touched, rt.slots, ceil, math.nan, None, why))
                 continue
@@ -476,16 +575,21 @@ def main():
             try:
                 fn(x, w1, w2, rt, out)
                 torch.cuda.synchronize()
-                got = out[tokens]
-                rel = rel_l2(got, ref)
-                rel_m = rel_l2(out, mstar_out.double()) if mstar_out is not None else None
+                if impl == "cublas-bmm":
+                    rel, rel_m = bmm.check(torch, w1, w2), None
+                else:
+                    got = out[tokens]
+                    rel = rel_l2(got, ref)
+                    rel_m = rel_l2(out, mstar_out.double()) if mstar_out is not None else None
                 outs = [torch.empty_like(out) for _ in range(n)]
                 calls_args = [(x, copies_cache[i][0], copies_cache[i][1], rt, outs[i]) for i in range(n)]
                 us, calls = time_graph(torch, fn, calls_args, args.samples)
                 note = f"{impl}, {calls} calls per graph, {n} weight copies"
+                if impl == "cublas-bmm":
+                    note = f"{bmm.note}, {calls} calls per graph, {n} weight copies"
                 results.append(result_for(r["params"], impl, us, H, I, M, rt.touched, rt.slots, ceil, rel, rel_m, note))
-                us.sort()
-                print(f"{p0['model']:16s} M={M:<5d} {impl:28s} {us[len(us)//2]:10.1f} us  rel_l2 {rel:.2g}"
+                su = sorted(us)  # the document keeps the samples in the order measured
+                print(f"{p0['model']:16s} M={M:<5d} {impl:28s} {su[len(su)//2]:10.1f} us  rel_l2 {rel:.2g}"
                       + (f"  vs mstar {rel_m:.2g}" if rel_m is not None else ""), flush=True)
             except Exception as ex:  # noqa: BLE001 - a peer that fails is reported, not fatal
                 torch.cuda.synchronize()

@@ -1,0 +1,320 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/mstar-dev/mstar/bench"
+	"github.com/mstar-dev/mstar/internal/envinfo"
+	"github.com/mstar-dev/mstar/internal/progress"
+	"github.com/mstar-dev/mstar/internal/version"
+	"github.com/mstar-dev/mstar/kernels/moe"
+	"github.com/mstar-dev/mstar/reports"
+)
+
+func init() {
+	register(func(a *app) *cobra.Command {
+		cmd := &cobra.Command{
+			Use:   "tune",
+			Short: "Tune kernel settings for this device and write them where bench finds them (moe)",
+			Long: `tune searches kernel settings on this device and writes them to files that
+'mstar bench' loads by itself. 'tune moe' tunes the fused-MoE kernels.`,
+			Example: `  mstar tune moe --model qwen3-30b-a3b --device cuda:0`,
+			Args:    cobra.ArbitraryArgs,
+			RunE: func(cmd *cobra.Command, args []string) error {
+				if len(args) > 0 {
+					return usageErr("unknown command %q for %q (see 'mstar tune --help')", args[0], cmd.CommandPath())
+				}
+				return cmd.Help()
+			},
+		}
+		cmd.AddCommand(newTuneMoE(a))
+		return cmd
+	})
+}
+
+func newTuneMoE(a *app) *cobra.Command {
+	var (
+		model, hfConfig, device, out, batches, routing, dir, ceilings string
+		experts, topk, hidden, inter, tp, ep, samples, tuneSamples    int
+		rounds                                                        int
+		seed                                                          uint64
+		force                                                         bool
+		threshold                                                     float64
+	)
+	cmd := &cobra.Command{
+		Use:   "moe",
+		Short: "Tune the fused-MoE kernels' tile settings per batch size and save them for bench moe",
+		Long: `moe tunes the fused-MoE layer of one shape on --device, batch by batch: every
+candidate configuration (moe.Candidates: decode kernels, 16- to 256-token
+tiles of the tiled and tc families) runs once on NaN-poisoned buffers and is
+checked against the float64 reference (rel L2 ≤ 1e-2, every element
+written) — a wrong candidate is rejected with the reason and never chosen —
+and the others are timed (--tune-samples each, CUDA-graph replays with the
+weights rotated past L2, as bench moe times them). The fastest is written to
+a JSON file for (E, N = local intermediate size, K = hidden size, top-k,
+dtype, device name), holding per batch the configuration, its timings, the
+static table's, what was rejected, the date and the mstar commit; the file
+also names the kernels' version (a hash of moe.cu), so files tuned on other
+kernels are ignored, with a warning saying so.
+
+The file is saved after every batch: an interrupted tune resumes where it
+stopped, skipping the batches already in the file (--force re-tunes them).
+It goes to --dir, by default $MSTAR_MOE_CONFIG_DIR, else
+$XDG_CACHE_HOME/mstar/moe-configs, else ~/.cache/mstar/moe-configs: where
+'bench moe' looks first, before the files shipped in the binary
+(kernels/moe/configs: the H200's, for the four reference shapes).
+
+It ends by measuring the static table against the tuned file over every
+batch, each as a 'bench moe' sweep (--samples per batch), in --rounds
+interleaved rounds pooled per side (so the diff sees some of the noise
+between sweeps), and prints their latencies through the statistics of
+'report diff' (medians, 95% CIs, Mann-Whitney U; '~' when not significant).
+A "regression" there only says the file lost to the static table in this
+run; it does not change the exit code. --out writes every candidate
+("moe_tune" results) and every sweep ("moe", params configs=static|tuned
+and round).
+
+On the CPU there is one implementation, so there is nothing to choose: the
+command checks and times it, writes its file (which bench moe does not
+need) and compares it with itself — an A/A pair, which should read '~'.
+
+Shapes as in 'bench moe': --model NAME, --hf-config FILE, or --experts
+--topk --hidden --inter; --tp and --ep shard it (rank 0's share is tuned).
+Exit 1 when every candidate of some batch was rejected.`,
+		Example: `  mstar tune moe --model qwen3-30b-a3b --device cuda:0
+  mstar tune moe --model deepseek-v3 --tp 8 --batch 1,64,1024,4096 --device cuda:0 --out tune-ds.json
+  mstar tune moe --hf-config /models/Qwen3-30B-A3B/config.json --device cuda:0 --force
+  mstar tune moe --experts 8 --topk 2 --hidden 256 --inter 128 --batch 1,16 --device cpu --dir /tmp/cfg`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			f := cmd.Flags()
+			if err := firstErr(atLeast("tp", tp, 1, ""), atLeast("ep", ep, 1, ""), atLeast("threshold", threshold, 0, ""), atLeast("rounds", rounds, 1, "")); err != nil {
+				return err
+			}
+			mo := bench.MoEOptions{Model: model, TP: tp, EP: ep, Routing: routing, Samples: samples, Seed: seed, TuneSamples: tuneSamples}
+			switch {
+			case hfConfig != "" && model != "":
+				return usageErr("--hf-config and --model both give the shape: give one")
+			case hfConfig != "":
+				c, err := readHFConfig(hfConfig)
+				if err != nil {
+					return err
+				}
+				mo.Model, mo.Shape = c.Name, c.Shape
+			case model != "":
+				p, err := moe.LookupPreset(model)
+				if err != nil {
+					return usageErr("--model: %v", err)
+				}
+				mo.Model, mo.Shape = p.Name, p.Shape
+			case !f.Changed("experts") || !f.Changed("topk") || !f.Changed("hidden") || !f.Changed("inter"):
+				return usageErr("give --model NAME, --hf-config FILE or all of --experts --topk --hidden --inter (see 'mstar tune moe --help')")
+			}
+			custom := false
+			for _, o := range []struct {
+				name string
+				v    int
+				dst  *int
+			}{{"experts", experts, &mo.Shape.E}, {"topk", topk, &mo.Shape.K}, {"hidden", hidden, &mo.Shape.H}, {"inter", inter, &mo.Shape.I}} {
+				if f.Changed(o.name) {
+					*o.dst, custom = o.v, true
+				}
+			}
+			if custom && mo.Model != "" {
+				mo.Model += "-custom"
+			}
+			if batches != "" {
+				bs, err := parseBatches(batches)
+				if err != nil {
+					return usageErr("--batch: %v", err)
+				}
+				mo.Batches = bs
+			}
+			if _, err := bench.PrepareMoE(&mo); err != nil {
+				return badInput(err)
+			}
+			if dir == "" {
+				d, err := moe.UserConfigDir()
+				if err != nil {
+					return badInput(fmt.Errorf("--dir: %w", err))
+				}
+				dir = d
+			}
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return badInput(fmt.Errorf("--dir: %w", err))
+			}
+			if err := checkShmDir("dir", dir, true); err != nil {
+				return err
+			}
+			if ceilings != "" {
+				c, err := bench.ReadCeilings(ceilings)
+				if err != nil {
+					return badInput(fmt.Errorf("--ceilings: %w", err))
+				}
+				mo.Ceilings = c
+			}
+			dev, err := a.openDevice(device)
+			if err != nil {
+				return err
+			}
+			defer dev.Close()
+			if mo.Ceilings != nil {
+				if err := mo.Ceilings.Matches(dev.Info()); err != nil {
+					return badInput(fmt.Errorf("--ceilings %s: %w", ceilings, err))
+				}
+			}
+			onGPU := dev.Info().Backend == "cuda"
+			if !onGPU {
+				fmt.Fprintln(a.stderr, "mstar: tune moe on the CPU: one implementation, nothing to choose; it is checked, timed and compared with itself")
+			}
+			steps := len(mo.Batches)
+			if steps == 0 {
+				steps = len(bench.DefaultCPUBatches)
+				if onGPU {
+					steps = len(bench.DefaultGPUBatches)
+				}
+			}
+			bar := progress.New(a.stderr, steps+1+2*rounds, "tune moe")
+			mo.Progress = func(step string) {
+				bar.Describe(step)
+				if strings.HasPrefix(step, "saved ") || strings.HasPrefix(step, "compare ") || step == "weights" {
+					bar.Add(1)
+				}
+			}
+			doc := reports.NewDocument("tune moe", a.args, envinfo.Collect(dev))
+			ctx, stop := interruptContext()
+			defer stop()
+			rep, err := bench.RunMoETune(ctx, dev, bench.MoETuneOptions{MoE: mo, Dir: dir, Force: force,
+				Commit: version.Get().Commit, Diff: reports.DiffOptions{Threshold: threshold}, Rounds: rounds})
+			bar.Finish()
+			stopped := err != nil && ctx.Err() != nil && rep != nil
+			noCandidate := errors.Is(err, bench.ErrNoCandidate)
+			if err != nil && !stopped && !noCandidate {
+				if bench.IsMoEInputError(err) {
+					return badInput(err)
+				}
+				return err
+			}
+			doc.Results = rep.Results
+			if rep.Static != nil && rep.Static.Ceilings != nil {
+				doc.Results = append(doc.Results, rep.Static.Ceilings.Results()...)
+			}
+			doc.Warnings = append(doc.Warnings, rep.Warnings...)
+			doc.Env["moe_kernels_version"] = moe.KernelVersion
+			if stopped {
+				noteInterrupted(doc)
+			}
+			doc.Finish()
+			if err := printTuneMoE(a.stdout, dev.Info().ID, dev.Info().Name, mo, rep); err != nil {
+				return err
+			}
+			if out != "" {
+				if err := a.writeResults(out, doc); err != nil {
+					return err
+				}
+			}
+			switch {
+			case stopped:
+				fmt.Fprintf(a.stderr, "mstar: %s keeps the %d batch(es) tuned so far; run the same command again to resume\n", rep.Path, len(rep.File.Batches))
+				return errInterrupted(fmt.Sprintf("tune moe (%d of %d batches tuned)", len(rep.Tuned), steps-len(rep.Skipped)), nil)
+			case noCandidate:
+				return failed("tune moe: %v", err)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&model, "model", "", "model preset (see 'mstar bench moe --help')")
+	addHFConfigFlag(cmd, &hfConfig)
+	f.IntVar(&experts, "experts", 0, "number of experts E (custom shape, or override)")
+	f.IntVar(&topk, "topk", 0, "experts per token k")
+	f.IntVar(&hidden, "hidden", 0, "hidden size H")
+	f.IntVar(&inter, "inter", 0, "expert intermediate size I")
+	f.IntVar(&tp, "tp", 1, "tensor-parallel ranks: each holds I/N")
+	f.IntVar(&ep, "ep", 1, "expert-parallel ranks: each holds E/N experts")
+	f.StringVar(&batches, "batch", "", "comma-separated token counts (default 1,2,4,…,4096 on a GPU; 1,4,16,64 on the CPU)")
+	addDeviceFlag(cmd, &device)
+	f.StringVarP(&out, "out", "o", "", "write the results document (every candidate, and both sweeps of the comparison) to `FILE`")
+	f.StringVar(&routing, "routing", "uniform", "routing while tuning: uniform or zipf:ALPHA")
+	f.Uint64Var(&seed, "seed", 1, "seed of weights, inputs and routing")
+	f.IntVar(&samples, "samples", 0, "samples per batch of the tuned-versus-static comparison (0: 20 on CUDA, 6 on the CPU)")
+	f.IntVar(&tuneSamples, "tune-samples", 6, "timed samples per candidate (6, also for 0: the fewest that give a 95% interval)")
+	f.StringVar(&dir, "dir", "", "folder of the tuned files (default: $"+moe.EnvConfigDir+", else the user cache's mstar/moe-configs)")
+	f.BoolVar(&force, "force", false, "re-tune batches that the file already has")
+	f.StringVar(&ceilings, "ceilings", "", "read the device's ceilings from a results `FILE` of 'mstar bench ceilings' instead of measuring them")
+	f.IntVar(&rounds, "rounds", 2, "interleaved rounds of the tuned-versus-static comparison")
+	f.Float64Var(&threshold, "threshold", 5, "the comparison: smallest change, in percent, that counts (as in report diff)")
+	return cmd
+}
+
+// printTuneMoE prints what was tuned, the file, and the comparison.
+func printTuneMoE(w io.Writer, id, name string, mo bench.MoEOptions, rep *bench.MoETuneReport) error {
+	model := mo.Model
+	if model == "" {
+		model = "custom"
+	}
+	fmt.Fprintf(w, "# mstar tune moe: %s (tp %d, ep %d) on %s (%s): %v\n", model, max(mo.TP, 1), max(mo.EP, 1), id, name, rep.Key)
+	fmt.Fprintf(w, "# file %s (kernels %s)\n", rep.Path, moe.KernelVersion)
+	for _, warn := range rep.Warnings {
+		fmt.Fprintf(w, "# warning: %s\n", strings.ReplaceAll(warn, "\n", "\n#   "))
+	}
+	if len(rep.Skipped) > 0 {
+		fmt.Fprintf(w, "# already in the file, not re-tuned (--force re-tunes): M=%s\n", joinInts(rep.Skipped))
+	}
+	if len(rep.Tuned)+len(rep.NoCandidate) > 0 {
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		io.WriteString(tw, "#\tbatch\tchosen\tus\tstatic table\tus\tcandidates\trejected\t\n")
+		for _, m := range append(append([]int{}, rep.Tuned...), rep.NoCandidate...) {
+			outs := rep.Outcomes[m]
+			rejected := 0
+			for _, o := range outs {
+				if o.Reject != "" {
+					rejected++
+				}
+			}
+			b, ok := rep.File.Batches[fmt.Sprint(m)]
+			if !ok || !rep.File.Has(m) || !contains(rep.Tuned, m) {
+				fmt.Fprintf(tw, "\t%d\tnone passed\t-\t\t\t%d\t%d\t\n", m, len(outs), rejected)
+				continue
+			}
+			fmt.Fprintf(tw, "\t%d\t%s\t%.1f\t%s\t%s\t%d\t%d\t\n", m, b.Config, b.LatencyUS, b.Static, dashIfZero(b.StaticUS), len(outs), rejected)
+		}
+		tw.Flush()
+		for _, m := range rep.Tuned {
+			for _, o := range rep.Outcomes[m] {
+				if o.Reject != "" {
+					fmt.Fprintf(w, "# M=%d rejected %v: %s\n", m, o.Config, o.Reject)
+				}
+			}
+		}
+	}
+	if rep.Comparison == nil {
+		return nil
+	}
+	fmt.Fprintln(w, "#")
+	fmt.Fprintln(w, "# tuned file (new) versus the static table (base), each a bench moe sweep:")
+	return reports.RenderDiff(w, rep.Comparison, reports.FormatText)
+}
+
+func contains(v []int, x int) bool {
+	for _, y := range v {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
+
+func dashIfZero(v float64) string {
+	if v == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f", v)
+}

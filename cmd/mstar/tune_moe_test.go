@@ -1,0 +1,79 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/mstar-dev/mstar/kernels/moe"
+	"github.com/mstar-dev/mstar/reports"
+)
+
+// On the CPU, tune moe checks and times the one implementation, writes the
+// file, compares it with itself; run again it skips the batches it has.
+func TestTuneMoECPU(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv(moe.EnvConfigDir, dir)
+	out := filepath.Join(dir, "tune.json")
+	args := []string{"tune", "moe", "--experts", "8", "--topk", "2", "--hidden", "64", "--inter", "32", "--batch", "1,5",
+		"--device", "cpu", "--samples", "4", "--tune-samples", "2"}
+	stdout, stderr, code := runMstar(t, append(args, "--out", out)...)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "E=8,N=32,K=64,topk=2,dtype=bf16,device=*.json"))
+	if len(files) != 1 {
+		t.Fatalf("tuned files in $%s: %v", moe.EnvConfigDir, files)
+	}
+	for _, want := range []string{"# file " + files[0], "tuned file (new) versus the static table (base)", "moe/batch=5", "one implementation, nothing to choose"} {
+		if !strings.Contains(stdout+stderr, want) {
+			t.Errorf("output lacks %q:\n%s\n%s", want, stdout, stderr)
+		}
+	}
+	d, err := reports.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sides := map[string]int{}
+	for _, r := range d.Results {
+		if r.Name == "moe" {
+			sides[r.Params["configs"]]++
+		}
+	}
+	if sides["static"] != 4 || sides["tuned"] != 4 { // 2 batches × 2 rounds
+		t.Errorf("results document sweeps: %v", sides)
+	}
+	stdout, stderr, code = runMstar(t, args...)
+	if code != exitOK || !strings.Contains(stdout, "already in the file, not re-tuned (--force re-tunes): M=1,5") {
+		t.Errorf("second run: exit %d, stdout:\n%s\nstderr: %s", code, stdout, stderr)
+	}
+}
+
+func TestTuneMoEBadInput(t *testing.T) {
+	dir := t.TempDir()
+	notDir := filepath.Join(dir, "file")
+	os.WriteFile(notDir, []byte("x"), 0o644)
+	small := []string{"--experts", "8", "--topk", "2", "--hidden", "64", "--inter", "32", "--device", "cpu", "--dir", dir}
+	for _, tt := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no shape", []string{"--device", "cpu"}, "give --model NAME, --hf-config FILE or all of"},
+		{"model and file", []string{"--model", "qwen3-30b-a3b", "--hf-config", "x.json"}, "--hf-config and --model both give the shape"},
+		{"bad batch", append(small, "--batch", "0"), "--batch"},
+		{"tp", []string{"--model", "qwen3-30b-a3b", "--tp", "5", "--device", "cpu"}, "--tp 5 does not divide"},
+		{"dir is a file", []string{"--experts", "8", "--topk", "2", "--hidden", "64", "--inter", "32", "--device", "cpu", "--dir", notDir}, "--dir"},
+		{"negative threshold", append(small, "--threshold", "-1"), "--threshold -1"},
+		{"no rounds", append(small, "--rounds", "0"), "--rounds 0: must be at least 1"},
+		{"routing", append(small, "--routing", "pareto"), "want uniform or zipf"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, stderr, code := runMstar(t, append([]string{"tune", "moe"}, tt.args...)...)
+			if code != exitBadUsge || !strings.Contains(stderr, tt.want) {
+				t.Errorf("exit %d, stderr %q; want exit 2 and %q", code, stderr, tt.want)
+			}
+		})
+	}
+}

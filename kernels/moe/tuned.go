@@ -1,0 +1,344 @@
+package moe
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Tuned configuration files: per (E, N, K, top-k, dtype, device, kernel
+// version), the configuration `mstar tune moe` picked for each batch size.
+// N is the local intermediate size (what GEMM1 produces per half), K the
+// hidden size (what it reduces over), as in vLLM's and sglang's tuned
+// fused-MoE files. The kernel version is inside the file, not in its name:
+// a file from another moe.cu is found, then ignored with a warning saying so.
+
+// TunedFormat names the files' format.
+const TunedFormat = "mstar.moe-configs"
+
+// EnvConfigDir overrides the user's folder of tuned files.
+const EnvConfigDir = "MSTAR_MOE_CONFIG_DIR"
+
+// KernelVersion identifies moe.cu: a tuned file is valid only for the
+// kernels it was tuned on.
+var KernelVersion = kernelVersion(Source)
+
+func kernelVersion(src string) string {
+	sum := sha256.Sum256([]byte(src))
+	return fmt.Sprintf("moe.cu-%x", sum[:6])
+}
+
+//go:embed configs/*.json
+var shippedConfigs embed.FS
+
+// ShippedConfigs is the tuned files built into the binary (kernels/moe/configs).
+func ShippedConfigs() fs.FS { return shippedConfigs }
+
+// TunedKey is what a tuned file is for.
+type TunedKey struct {
+	E, N, K, TopK int
+	DType         string // "bf16"
+	Device        string // the device's name, "NVIDIA H200"
+}
+
+// KeyFor is the key of a local shape on a device.
+func KeyFor(s Shape, device string) TunedKey {
+	return TunedKey{E: s.E, N: s.I, K: s.H, TopK: s.K, DType: "bf16", Device: device}
+}
+
+func (k TunedKey) String() string {
+	return fmt.Sprintf("E=%d N=%d K=%d topk=%d %s on %s", k.E, k.N, k.K, k.TopK, k.DType, k.Device)
+}
+
+// FileName is the key as a file name:
+// "E=128,N=768,K=2048,topk=8,dtype=bf16,device=NVIDIA_H200.json".
+func (k TunedKey) FileName() string {
+	dev := strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '.':
+			return r
+		}
+		return '_'
+	}, k.Device)
+	return fmt.Sprintf("E=%d,N=%d,K=%d,topk=%d,dtype=%s,device=%s.json", k.E, k.N, k.K, k.TopK, k.DType, dev)
+}
+
+// TunedFile is one tuned file.
+type TunedFile struct {
+	Format        string `json:"format"` // TunedFormat
+	E             int    `json:"E"`
+	N             int    `json:"N"`
+	K             int    `json:"K"`
+	TopK          int    `json:"topk"`
+	DType         string `json:"dtype"`
+	Device        string `json:"device"`
+	KernelVersion string `json:"kernel_version"`
+	// Batches maps a batch size (decimal) to its configuration.
+	Batches map[string]TunedBatch `json:"batches,omitempty"`
+	// Provenance.
+	Created time.Time `json:"created"`
+	Updated time.Time `json:"updated"`
+	Note    string    `json:"note,omitempty"`
+}
+
+// TunedBatch is one batch's pick and how it was chosen.
+type TunedBatch struct {
+	Config string `json:"config"` // ParseConfig reads it
+	// Timings of the pick and of the static table's configuration, µs per
+	// call (medians of the tuning samples); absent when not measured.
+	LatencyUS  float64   `json:"latency_us,omitempty"`
+	Samples    []float64 `json:"samples_us,omitempty"`
+	Static     string    `json:"static,omitempty"`
+	StaticUS   float64   `json:"static_us,omitempty"`
+	Candidates int       `json:"candidates,omitempty"`
+	Rejected   []string  `json:"rejected,omitempty"` // "config: why"
+	Date       time.Time `json:"date"`
+	Commit     string    `json:"mstar_commit,omitempty"`
+	Routing    string    `json:"routing,omitempty"`
+}
+
+// NewTunedFile is an empty file for key, for this build's kernels.
+func NewTunedFile(k TunedKey, now time.Time) *TunedFile {
+	return &TunedFile{Format: TunedFormat, E: k.E, N: k.N, K: k.K, TopK: k.TopK, DType: k.DType, Device: k.Device,
+		KernelVersion: KernelVersion, Batches: map[string]TunedBatch{}, Created: now.UTC(), Updated: now.UTC()}
+}
+
+// Key is the file's key.
+func (f *TunedFile) Key() TunedKey {
+	return TunedKey{E: f.E, N: f.N, K: f.K, TopK: f.TopK, DType: f.DType, Device: f.Device}
+}
+
+// Has reports whether batch m is in the file.
+func (f *TunedFile) Has(m int) bool {
+	_, ok := f.Batches[strconv.Itoa(m)]
+	return ok
+}
+
+// Set records batch m.
+func (f *TunedFile) Set(m int, b TunedBatch) {
+	if f.Batches == nil {
+		f.Batches = map[string]TunedBatch{}
+	}
+	f.Batches[strconv.Itoa(m)] = b
+	f.Updated = b.Date.UTC()
+}
+
+// TunedBatchSizes are the file's batch sizes, ascending.
+func (f *TunedFile) TunedBatchSizes() []int {
+	var out []int
+	for k := range f.Batches {
+		if n, err := strconv.Atoi(k); err == nil {
+			out = append(out, n)
+		}
+	}
+	sort.Ints(out)
+	return out
+}
+
+// ParseTunedFile reads and checks a tuned file; name is for errors.
+func ParseTunedFile(b []byte, name string) (*TunedFile, error) {
+	var f TunedFile
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.DisallowUnknownFields()
+	if err := d.Decode(&f); err != nil {
+		return nil, fmt.Errorf("tuned config file %s: %w", name, err)
+	}
+	if f.Format != TunedFormat {
+		return nil, fmt.Errorf("tuned config file %s: format %q, want %q", name, f.Format, TunedFormat)
+	}
+	if f.E <= 0 || f.N <= 0 || f.K <= 0 || f.TopK <= 0 || f.DType == "" || f.Device == "" || f.KernelVersion == "" {
+		return nil, fmt.Errorf("tuned config file %s: E, N, K, topk, dtype, device and kernel_version are all required", name)
+	}
+	for m, bt := range f.Batches {
+		if n, err := strconv.Atoi(m); err != nil || n <= 0 {
+			return nil, fmt.Errorf("tuned config file %s: batch %q is not a positive token count", name, m)
+		}
+		c, err := ParseConfig(bt.Config)
+		if err != nil {
+			return nil, fmt.Errorf("tuned config file %s: batch %s: %w", name, m, err)
+		}
+		if c.Kernel == "tiled" && c.Tile == "custom" {
+			// A custom tile is compiled into the base module: --config only.
+			return nil, fmt.Errorf("tuned config file %s: batch %s: a custom tiled tile (%v) can only be given with --config", name, m, c)
+		}
+	}
+	return &f, nil
+}
+
+// Marshal is the file's JSON, indented, batches in numeric order.
+func (f *TunedFile) Marshal() ([]byte, error) {
+	// encoding/json sorts map keys as strings ("1024" before "16"); the
+	// batches are written in numeric order by hand.
+	type alias TunedFile
+	head := alias(*f)
+	head.Batches = nil
+	b, err := json.MarshalIndent(head, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	buf.Write(b[:len(b)-2]) // drop "\n}"
+	buf.WriteString(",\n  \"batches\": {")
+	for i, m := range f.TunedBatchSizes() {
+		v, err := json.Marshal(f.Batches[strconv.Itoa(m)])
+		if err != nil {
+			return nil, err
+		}
+		if i > 0 {
+			buf.WriteByte(',')
+		}
+		fmt.Fprintf(&buf, "\n    \"%d\": %s", m, v)
+	}
+	buf.WriteString("\n  }\n}\n")
+	return buf.Bytes(), nil
+}
+
+// WriteTunedFile writes f into dir under its key's file name, atomically
+// (a temporary file renamed over it), creating dir; it returns the path.
+func WriteTunedFile(dir string, f *TunedFile) (string, error) {
+	b, err := f.Marshal()
+	if err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("tuned config folder: %w", err)
+	}
+	p := filepath.Join(dir, f.Key().FileName())
+	tmp, err := os.CreateTemp(dir, "."+f.Key().FileName()+".tmp*")
+	if err != nil {
+		return "", fmt.Errorf("writing %s: %w", p, err)
+	}
+	_, werr := tmp.Write(b)
+	if werr == nil {
+		werr = tmp.Sync()
+	}
+	if cerr := tmp.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr == nil {
+		werr = os.Chmod(tmp.Name(), 0o644)
+	}
+	if werr == nil {
+		werr = os.Rename(tmp.Name(), p)
+	}
+	if werr != nil {
+		os.Remove(tmp.Name())
+		return "", fmt.Errorf("writing %s: %w", p, werr)
+	}
+	return p, nil
+}
+
+// UserConfigDir is where `tune moe` writes and `bench moe` first looks:
+// $MSTAR_MOE_CONFIG_DIR, else $XDG_CACHE_HOME/mstar/moe-configs, else
+// ~/.cache/mstar/moe-configs.
+func UserConfigDir() (string, error) {
+	if d := os.Getenv(EnvConfigDir); d != "" {
+		return d, nil
+	}
+	base, err := os.UserCacheDir()
+	if err != nil {
+		return "", fmt.Errorf("tuned config folder: %w (set %s)", err, EnvConfigDir)
+	}
+	return filepath.Join(base, "mstar", "moe-configs"), nil
+}
+
+// TunedLookup says where to look for a key's tuned file.
+type TunedLookup struct {
+	Dirs     []string // searched first, in order (the user's folder)
+	Embedded fs.FS    // then this (ShippedConfigs); nil: none
+}
+
+// DefaultTunedLookup is the user's folder, then the shipped files. An
+// unusable user folder is left out (the shipped files still apply).
+func DefaultTunedLookup() TunedLookup {
+	l := TunedLookup{Embedded: shippedConfigs}
+	if d, err := UserConfigDir(); err == nil {
+		l.Dirs = []string{d}
+	}
+	return l
+}
+
+// Find returns the tuned file for key and where it came from ("file PATH"
+// or "embedded configs/NAME"), or nil when there is none for this build's
+// kernels. Files passed over (another kernel version, malformed, for
+// another key, unreadable) are named in the warnings. The error is always
+// nil today; it is there for lookups that can fail as a whole.
+func (l TunedLookup) Find(key TunedKey) (*TunedFile, string, []string, error) {
+	name := key.FileName()
+	var warns []string
+	try := func(b []byte, where string) *TunedFile {
+		f, err := ParseTunedFile(b, where)
+		switch {
+		case err != nil:
+			warns = append(warns, fmt.Sprintf("ignored %v", err))
+		case f.Key() != key:
+			warns = append(warns, fmt.Sprintf("ignored tuned config file %s: it is for %v, not %v", where, f.Key(), key))
+		case f.KernelVersion != KernelVersion:
+			warns = append(warns, fmt.Sprintf("ignored tuned config file %s: tuned for kernels %s, this build's are %s (moe.cu changed): run 'mstar tune moe' again",
+				where, f.KernelVersion, KernelVersion))
+		default:
+			return f
+		}
+		return nil
+	}
+	for _, d := range l.Dirs {
+		p := filepath.Join(d, name)
+		b, err := os.ReadFile(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			warns = append(warns, fmt.Sprintf("ignored tuned config file: %v", err))
+			continue
+		}
+		if f := try(b, p); f != nil {
+			return f, "file " + p, warns, nil
+		}
+	}
+	if l.Embedded != nil {
+		p := path.Join("configs", name)
+		if b, err := fs.ReadFile(l.Embedded, p); err == nil {
+			if f := try(b, "embedded "+p); f != nil {
+				return f, "embedded " + p, warns, nil
+			}
+		}
+	}
+	return nil, "", warns, nil
+}
+
+// Pick is the configuration for batch m: the file's own when it has m,
+// else the nearest tuned batch (in ratio) within a factor of 2 of m, where
+// that configuration can run m; else the empty Config (the static table).
+// note says which, for the results.
+func (f *TunedFile) Pick(s Shape, m int) (c Config, note string) {
+	if b, ok := f.Batches[strconv.Itoa(m)]; ok {
+		c, _ := ParseConfig(b.Config) // checked when read
+		return c, fmt.Sprintf("batch %d", m)
+	}
+	best, dist := 0, math.Inf(1)
+	for _, n := range f.TunedBatchSizes() {
+		if d := math.Abs(math.Log(float64(n) / float64(m))); d < dist {
+			best, dist = n, d
+		}
+	}
+	if best == 0 || dist > math.Log(2)+1e-9 {
+		return Config{}, fmt.Sprintf("M=%d not tuned and no tuned batch within 2×: static table", m)
+	}
+	c, _ = ParseConfig(f.Batches[strconv.Itoa(best)].Config)
+	if err := CheckConfigShape(c, s, m); err != nil {
+		return Config{}, fmt.Sprintf("M=%d not tuned; the nearest tuned batch's (%d) cannot run it: static table", m, best)
+	}
+	return c, fmt.Sprintf("nearest tuned batch %d (M=%d not tuned)", best, m)
+}

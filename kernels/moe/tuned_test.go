@@ -1,0 +1,178 @@
+package moe
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"testing/fstest"
+	"time"
+)
+
+var updateShipped = flag.Bool("update", false, "regenerate kernels/moe/configs from the static table (ChooseConfig)")
+
+// shippedShapes are the local shapes of the four reference sweeps, whose
+// H200 files ship in configs/.
+var shippedShapes = []struct {
+	name  string
+	shape Shape
+}{
+	{"qwen3-30b-a3b", Shape{E: 128, K: 8, H: 2048, I: 768}},
+	{"qwen3-235b-a22b", Shape{E: 128, K: 8, H: 4096, I: 1536}},
+	{"deepseek-v3 --tp 8", Shape{E: 256, K: 8, H: 7168, I: 256}},
+	{"mixtral-8x7b", Shape{E: 8, K: 2, H: 4096, I: 14336}},
+}
+
+// shippedBatches is bench's default GPU sweep.
+var shippedBatches = []int{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096}
+
+const shippedDevice = "NVIDIA H200"
+
+// The shipped files are for this moe.cu, cover the default sweep of the four
+// reference shapes, and every configuration in them can run its batch. With
+// -update they are regenerated from the static table (a placeholder until
+// files tuned on the H200 replace them).
+func TestShippedConfigs(t *testing.T) {
+	if *updateShipped {
+		now := time.Now().UTC().Truncate(time.Second)
+		for _, s := range shippedShapes {
+			key := KeyFor(s.shape, shippedDevice)
+			if b, err := os.ReadFile(filepath.Join("configs", key.FileName())); err == nil {
+				if old, err := ParseTunedFile(b, key.FileName()); err == nil && measured(old) {
+					// Tuned on the GPU: only a new tune may replace it.
+					t.Errorf("%s: configs/%s was tuned on the GPU (kernels %s): re-tune it there (scripts/moe-tune-configs-h200.sh) instead of regenerating it from the static table",
+						s.name, key.FileName(), old.KernelVersion)
+					continue
+				}
+			}
+			f := NewTunedFile(key, now)
+			f.Note = s.name + ": generated from the static table (ChooseConfig), not measured; replace with 'mstar tune moe' output from the H200"
+			for _, m := range shippedBatches {
+				c := ChooseConfig(s.shape, m)
+				f.Set(m, TunedBatch{Config: c.String(), Static: c.String(), Date: now})
+			}
+			if _, err := WriteTunedFile("configs", f); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, s := range shippedShapes {
+		key := KeyFor(s.shape, shippedDevice)
+		f, where, warns, err := TunedLookup{Embedded: ShippedConfigs()}.Find(key)
+		if err != nil || f == nil {
+			t.Errorf("%s: no usable shipped file %s (%v; %v): after changing moe.cu, re-tune on the H200 and copy the files into kernels/moe/configs, or regenerate the placeholders with 'go test ./kernels/moe -run TestShippedConfigs -update'",
+				s.name, key.FileName(), err, warns)
+			continue
+		}
+		if where != "embedded configs/"+key.FileName() {
+			t.Errorf("%s: found at %q", s.name, where)
+		}
+		for _, m := range shippedBatches {
+			c, note := f.Pick(s.shape, m)
+			if c.Kernel == "" || note != "batch "+strconv.Itoa(m) {
+				t.Errorf("%s M=%d: picked %v (%s), want the file's own batch", s.name, m, c, note)
+			}
+			if err := CheckConfigShape(c, s.shape, m); err != nil {
+				t.Errorf("%s M=%d: %v", s.name, m, err)
+			}
+		}
+	}
+}
+
+// measured reports whether a file holds timings (tuned on a device), as
+// opposed to the static table's placeholders.
+func measured(f *TunedFile) bool {
+	for _, b := range f.Batches {
+		if b.LatencyUS > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func TestTunedLookupOrderAndInvalidation(t *testing.T) {
+	s := Shape{E: 8, K: 2, H: 64, I: 32}
+	key := KeyFor(s, "Fake GPU 9000")
+	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	mk := func(cfg string, version string) []byte {
+		f := NewTunedFile(key, now)
+		f.KernelVersion = version
+		f.Set(16, TunedBatch{Config: cfg, Date: now})
+		b, err := f.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	emb := fstest.MapFS{"configs/" + key.FileName(): {Data: mk("tc:32x256k64s3", KernelVersion)}}
+	user := t.TempDir()
+
+	// Only the embedded file: it is used.
+	l := TunedLookup{Dirs: []string{user}, Embedded: emb}
+	f, where, warns, err := l.Find(key)
+	if err != nil || f == nil || where != "embedded configs/"+key.FileName() || len(warns) != 0 {
+		t.Fatalf("embedded only: %v %q %v %v", f, where, warns, err)
+	}
+	// A user file wins over the embedded one.
+	os.WriteFile(filepath.Join(user, key.FileName()), mk("skinny:nt=2", KernelVersion), 0o644)
+	f, where, _, _ = l.Find(key)
+	if f == nil || where != "file "+filepath.Join(user, key.FileName()) || f.Batches["16"].Config != "skinny:nt=2" {
+		t.Fatalf("user file: %v from %q", f, where)
+	}
+	// A user file of another moe.cu is ignored, saying so, and the embedded one applies.
+	os.WriteFile(filepath.Join(user, key.FileName()), mk("skinny:nt=2", "moe.cu-000000000000"), 0o644)
+	f, where, warns, _ = l.Find(key)
+	if f == nil || !strings.HasPrefix(where, "embedded") || len(warns) != 1 ||
+		!strings.Contains(warns[0], "tuned for kernels moe.cu-000000000000, this build's are "+KernelVersion+" (moe.cu changed)") {
+		t.Fatalf("stale user file: %v from %q, warnings %q", f, where, warns)
+	}
+	// A malformed one too.
+	os.WriteFile(filepath.Join(user, key.FileName()), []byte(`{"format": "mstar.moe-configs", "E": 8,`), 0o644)
+	if f, _, warns, _ = l.Find(key); f == nil || len(warns) != 1 || !strings.Contains(warns[0], "ignored tuned config file") {
+		t.Fatalf("malformed user file: %v, warnings %q", f, warns)
+	}
+	// Another device: nothing, no warnings.
+	if f, _, warns, _ := l.Find(KeyFor(s, "Other GPU")); f != nil || len(warns) != 0 {
+		t.Errorf("other device: %v %v", f, warns)
+	}
+}
+
+func TestTunedPickNearest(t *testing.T) {
+	s := Shape{E: 128, K: 8, H: 2048, I: 768}
+	f := NewTunedFile(KeyFor(s, "x"), time.Now())
+	f.Set(64, TunedBatch{Config: "tc:32x256k64s3", Date: time.Now()})
+	f.Set(1024, TunedBatch{Config: "tc:128x256k64s3", Date: time.Now()})
+	for _, tt := range []struct {
+		m          int
+		want, note string
+	}{
+		{64, "tc:bm=32,bn=256,bk=64,wm=1,wn=4,stages=3,gm=8,minb=1", "batch 64"},
+		{100, "tc:bm=32,bn=256,bk=64,wm=1,wn=4,stages=3,gm=8,minb=1", "nearest tuned batch 64 (M=100 not tuned)"},
+		{600, "tc:bm=128,bn=256,bk=64,wm=2,wn=4,stages=3,gm=8,minb=1", "nearest tuned batch 1024 (M=600 not tuned)"},
+		{4096, "auto", "M=4096 not tuned and no tuned batch within 2×: static table"},
+		{8, "auto", "M=8 not tuned and no tuned batch within 2×: static table"},
+	} {
+		c, note := f.Pick(s, tt.m)
+		if c.String() != tt.want || note != tt.note {
+			t.Errorf("M=%d: %v (%s), want %s (%s)", tt.m, c, note, tt.want, tt.note)
+		}
+	}
+	// Round trip, batches in numeric order.
+	b, err := f.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if i, j := strings.Index(string(b), `"64"`), strings.Index(string(b), `"1024"`); i < 0 || j < i {
+		t.Errorf("batches not in numeric order:\n%s", b)
+	}
+	g, err := ParseTunedFile(b, "x")
+	if err != nil || len(g.Batches) != 2 || g.Batches["1024"].Config != "tc:128x256k64s3" {
+		t.Errorf("round trip: %+v %v", g, err)
+	}
+	// A file with a configuration this build cannot read is refused.
+	if _, err := ParseTunedFile([]byte(strings.Replace(string(b), "tc:32x256k64s3", "tc:bk=48", 1)), "bad.json"); err == nil || !strings.Contains(err.Error(), "batch 64") {
+		t.Errorf("bad config: %v", err)
+	}
+}
