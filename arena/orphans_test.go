@@ -156,6 +156,9 @@ func TestMain(m *testing.M) {
 	if path := os.Getenv(dialChildEnv); path != "" {
 		dialChild(path)
 	}
+	if parent := os.Getenv(runDirChildEnv); parent != "" {
+		runDirChild(parent)
+	}
 	if dir := os.Getenv(childEnv); dir != "" {
 		a, err := New(Config{Dir: dir, Entity: "child", SegmentSize: 1 << 20, MaxSegments: 2})
 		if err != nil {

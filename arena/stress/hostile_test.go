@@ -19,7 +19,7 @@ import (
 // reading the good ones, and stops cleanly.
 func TestWorkerRefusesHugeDescriptors(t *testing.T) {
 	runDir := shmDir(t)
-	sockDir := t.TempDir()
+	sockDir := shortTempDir(t)
 	cfg := WorkerConfig{Role: "consumer", Index: 0, RunDir: runDir, SockDir: sockDir, Producers: 1, Consumers: 1,
 		Transport: string(arena.TransportArena), MinSize: 1 << 10, MaxSize: 64 << 10, Fanout: 1, Inflight: 4,
 		SegmentSize: 1 << 20, MaxSegments: 1, ReportEvery: 20 * time.Millisecond}

@@ -156,10 +156,13 @@ func stopReason(stopped string) string {
 	return stopped
 }
 
-// plural is "1 producer", "4 producers".
+// plural is "1 producer", "4 producers", "2 directories".
 func plural(n int, noun string) string {
 	if n == 1 {
 		return "1 " + noun
+	}
+	if strings.HasSuffix(noun, "y") {
+		return strconv.Itoa(n) + " " + strings.TrimSuffix(noun, "y") + "ies"
 	}
 	return strconv.Itoa(n) + " " + noun + "s"
 }
@@ -182,6 +185,9 @@ func (s *Summary) WriteSummary(w io.Writer) error {
 	p("corrupted payloads", "%d", s.Corrupt)
 	p("leaked slots", "%d slots, %d spill files", s.LeakedSlots, s.LeakedSpillFiles)
 	p("leftover files", "%d before the sweep, %d after", len(s.LeftBeforeSweep), len(s.LeftAfterSweep))
+	if ss := s.StartSweep; len(ss.RemovedDirs) > 0 || len(ss.Removed) > 0 {
+		p("before the run", "removed %s of killed runs (%s, %s)", plural(len(ss.RemovedDirs), "directory"), plural(len(ss.Removed), "file"), units.Bytes(ss.RemovedBytes))
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
