@@ -375,3 +375,14 @@ func TestBadLineColumnsAgreeWithReports(t *testing.T) {
 		}
 	}
 }
+
+// A file of garbage costs one counter per line, not a kept error each.
+func TestReadKeepsFewBadLines(t *testing.T) {
+	f := readAll(t, []byte(strings.Repeat("garbage\n", 1000)))
+	if len(f.Bad) != MaxBadKept || f.BadCount != 1000 || f.Bad[MaxBadKept-1].Line != MaxBadKept {
+		t.Fatalf("kept %d bad lines, counted %d; want %d kept, 1000 counted", len(f.Bad), f.BadCount, MaxBadKept)
+	}
+	if _, err := Read(bytes.NewReader([]byte("\x00\x00\n")), "z"); err == nil || !strings.Contains(err.Error(), "NUL") {
+		t.Errorf("binary input: %v", err)
+	}
+}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/mstar-dev/mstar/internal/limits"
 	"github.com/mstar-dev/mstar/kernels/router"
 )
 
@@ -226,9 +227,9 @@ func routerFlagUse(cmd *cobra.Command, name string, cfg router.Config) (unused, 
 
 func readInput(a *app, path string) ([]byte, error) {
 	if path == "-" {
-		return io.ReadAll(a.stdin)
+		return limits.ReadAll(a.stdin, true)
 	}
-	return os.ReadFile(path)
+	return limits.ReadFile(path, true)
 }
 
 // readLogits reads a JSON array of T rows of E numbers.
@@ -266,7 +267,7 @@ func readLogits(a *app, path string) ([]float32, int, int, error) {
 
 // readVector reads a JSON array of numbers.
 func readVector(path string) ([]float32, error) {
-	data, err := os.ReadFile(path)
+	data, err := limits.ReadFile(path, true)
 	if err != nil {
 		return nil, err
 	}

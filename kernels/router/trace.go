@@ -9,6 +9,8 @@ import (
 	"math"
 	"os"
 	"sort"
+
+	"github.com/mstar-dev/mstar/internal/limits"
 )
 
 // TraceFormat is the "format" value on a routing trace's header line.
@@ -76,7 +78,7 @@ func ReadTraceFile(path string) (*Trace, error) {
 
 // ReadTrace reads a routing trace in either form described on Trace.
 func ReadTrace(r io.Reader) (*Trace, error) {
-	data, err := io.ReadAll(r)
+	data, err := limits.ReadAll(r, true)
 	if err != nil {
 		return nil, err
 	}
