@@ -198,7 +198,13 @@ func jsonError(b []byte, base int, err error) error {
 		if te.Field != "" {
 			what = "field " + te.Field
 		}
-		return fmt.Errorf("line %d, column %d: %s: expected %s, found %s", base+line, col, what, kindName(te.Type), te.Value)
+		want := kindName(te.Type)
+		// A number too large for its field is reported as the wrong
+		// type ("expected a number, found number 1e999"): say what it is.
+		if v, ok := strings.CutPrefix(te.Value, "number "); ok && (want == "a number" || want == "an integer") {
+			return fmt.Errorf("line %d, column %d: %s: %s is out of range for %s", base+line, col, what, v, want)
+		}
+		return fmt.Errorf("line %d, column %d: %s: expected %s, found %s", base+line, col, what, want, te.Value)
 	default:
 		// Errors from a field's own decoder (a malformed time) carry no
 		// offset; a single NDJSON line still has its number.

@@ -347,7 +347,7 @@ func Plot(w io.Writer, format string, docs []*Document, opt PlotOptions) ([]stri
 	}
 	wt, err := writerTo(p, format)
 	if err != nil {
-		return warnings, fmt.Errorf("plot: %w", err)
+		return warnings, err // says "plot: " already
 	}
 	_, err = wt.WriteTo(w)
 	return warnings, err
@@ -402,12 +402,18 @@ func seriesLabel(it *plotItem, opt PlotOptions, envKeys []string) string {
 	return strings.Join(parts, " ")
 }
 
+// drawPanicError is the error of a panic in gonum's drawing; its messages
+// may say "plot: " already ("plot: illegal range"), which is not repeated.
+func drawPanicError(r any) error {
+	return fmt.Errorf("plot: cannot draw these values: %s", strings.TrimPrefix(fmt.Sprint(r), "plot: "))
+}
+
 // writerTo renders the plot; gonum panics on some degenerate data (a log
 // axis given a value <= 0), which becomes an error here.
 func writerTo(p *plot.Plot, format string) (wt io.WriterTo, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			wt, err = nil, fmt.Errorf("plot: %v", r)
+			wt, err = nil, drawPanicError(r)
 		}
 	}()
 	return p.WriterTo(8*vg.Inch, 5*vg.Inch, format)

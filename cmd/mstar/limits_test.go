@@ -32,3 +32,12 @@ func TestReadersRefuseDevZero(t *testing.T) {
 		}
 	}
 }
+
+// A logit outside float32 is refused where it is read, naming its place.
+func TestRouteLogitOutsideFloat32(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := run([]string{"route", "--router", "softmax-topk", "--topk", "2", "--logits", "-"}, strings.NewReader("[[1,2,1e39,0]]"), &out, &errb)
+	if code != exitBadUsge || !strings.Contains(errb.String(), "row 0, column 2: 1e+39 is outside float32's range") {
+		t.Errorf("exit %d, stderr %q", code, errb.String())
+	}
+}

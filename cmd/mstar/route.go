@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"reflect"
 	"strconv"
@@ -258,7 +259,10 @@ func readLogits(a *app, path string) ([]float32, int, int, error) {
 		if len(r) != E {
 			return nil, 0, 0, fmt.Errorf("%s: row %d has %s, row 0 has %d: every token needs one logit per expert", name, t, plural(len(r), "number"), E)
 		}
-		for _, v := range r {
+		for j, v := range r {
+			if math.Abs(v) > math.MaxFloat32 {
+				return nil, 0, 0, fmt.Errorf("%s: row %d, column %d: %g is outside float32's range (±%g)", name, t, j, v, math.MaxFloat32)
+			}
 			logits = append(logits, float32(v))
 		}
 	}
@@ -277,6 +281,9 @@ func readVector(path string) ([]float32, error) {
 	}
 	out := make([]float32, len(v))
 	for i, x := range v {
+		if math.Abs(x) > math.MaxFloat32 {
+			return nil, fmt.Errorf("%s: element %d: %g is outside float32's range (±%g)", path, i, x, math.MaxFloat32)
+		}
 		out[i] = float32(x)
 	}
 	return out, nil

@@ -213,6 +213,11 @@ func (tr *Trace) appendRow(li int, ids []int64, ws []float64) error {
 			if math.IsNaN(w) || math.IsInf(w, 0) {
 				return fmt.Errorf("weight %d is %v", j, w)
 			}
+			// Stored as float32: 1e39 would become +Inf here and be
+			// refused only later, far from its line.
+			if math.Abs(w) > math.MaxFloat32 {
+				return fmt.Errorf("weight %d is %g, outside float32's range (±%g)", j, w, math.MaxFloat32)
+			}
 		}
 		tr.Weights[li] = append(tr.Weights[li], float32(w))
 	}
