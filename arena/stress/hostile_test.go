@@ -104,3 +104,34 @@ func TestWorkerRefusesHugeDescriptors(t *testing.T) {
 		t.Errorf("worker errors %q: want 2 refusals naming the segment's end", errs)
 	}
 }
+
+// A run that was only too short cannot tell; one that also failed a gate,
+// or that ran to its count, is judged as it is.
+func TestCannotTell(t *testing.T) {
+	short := Summary{Options: Options{Duration: 2 * time.Second}, Stopped: "duration", Delivered: 3, Elapsed: 2 * time.Second}
+	if why := short.CannotTell(); !strings.Contains(why, "3 tensors delivered in 2.0s") {
+		t.Errorf("short run: %q", why)
+	}
+	for _, g := range short.Gates() {
+		if !g.Pass {
+			t.Errorf("short run failed gate %q: %s", g.Name, g.Reason)
+		}
+	}
+	if r := short.Result(); !r.Passed() || len(r.Warnings) == 0 || !strings.HasPrefix(r.Warnings[0], "cannot tell") {
+		t.Errorf("short run's result: passed %v, warnings %q", r.Passed(), r.Warnings)
+	}
+	corrupt := short
+	corrupt.Corrupt = 1
+	if corrupt.CannotTell() != "" {
+		t.Error("a run with a corrupted payload is a failure, not cannot-tell")
+	}
+	none := Summary{Stopped: "duration", Delivered: 0, Unexpected: []string{"producer 0 exited"}}
+	if none.CannotTell() != "" || gateMap(&none)["tensors delivered"] {
+		t.Error("a run whose worker died and that delivered nothing must fail its gates")
+	}
+	enough := short
+	enough.Delivered = MinJudged
+	if enough.CannotTell() != "" || !gateMap(&enough)["tensors delivered"] {
+		t.Error("a run that delivered enough is judged")
+	}
+}

@@ -314,7 +314,9 @@ throughput, tensors/s, send->ack latency p50/p99, spills, peak
 fragmentation, and the gates — no corrupted payload, no leaked slot, no
 file left in the run directory after the final orphan sweep (and none at
 all when nothing was killed), no read error, no unexpected worker exit. A
-failed gate exits 1.
+failed gate exits 1. A run ended by --duration that delivered fewer than 20
+tensors (e.g. --max-size 1GiB --duration 2s) cannot tell: it says so
+("CANNOT TELL") and exits 4, not 1.
 --transport arena,file runs both, one after the other, and prints the
 ratio.`,
 		Example: `  mstar arena stress --duration 30s
@@ -422,6 +424,11 @@ ratio.`,
 			}
 			if len(bad) > 0 {
 				return failed("arena stress failed %d gate(s): %s", len(bad), strings.Join(bad, "; "))
+			}
+			for _, s := range sums {
+				if why := s.CannotTell(); why != "" {
+					return &exitError{code: exitCannot, err: fmt.Errorf("arena stress (transport %s): %s", s.Options.Transport, why)}
+				}
 			}
 			return nil
 		},
