@@ -2,6 +2,7 @@ package arena
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -34,8 +35,9 @@ const (
 	helloMagic   = 0x4d535441 // "MSTA"
 	protoVersion = 1
 	maxFrame     = 16 << 20
-	maxHello     = 1 << 10 // a hello is under 600 bytes: a peer cannot make us allocate before it says who it is
-	maxPerFrame  = 4096    // descriptors or ids per frame
+	maxHello     = 1 << 10  // a hello is under 600 bytes: a peer cannot make us allocate before it says who it is
+	frameChunk   = 64 << 10 // frames above this are read as their bytes arrive
+	maxPerFrame  = 4096     // descriptors or ids per frame
 )
 
 // Role is a side of a link.
@@ -332,10 +334,25 @@ func (l *Link) readFrameMax(limit uint32) (byte, []byte, error) {
 	if n == 0 || n > limit {
 		return 0, nil, fmt.Errorf("frame of %d bytes refused (at most %d)", n, limit)
 	}
-	buf := make([]byte, n)
-	if _, err := io.ReadFull(l.br, buf); err != nil {
-		return 0, nil, fmt.Errorf("reading frame: %w", err)
+	if n <= frameChunk {
+		buf := make([]byte, n)
+		if _, err := io.ReadFull(l.br, buf); err != nil {
+			return 0, nil, fmt.Errorf("reading frame: %w", err)
+		}
+		l.framesIn.Add(1)
+		return buf[0], buf[1:], nil
 	}
+	// A large frame grows as its bytes arrive: a 4-byte header claiming
+	// 16 MiB does not make us allocate 16 MiB.
+	var b bytes.Buffer
+	b.Grow(frameChunk)
+	if got, err := io.CopyN(&b, l.br, int64(n)); err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return 0, nil, fmt.Errorf("reading frame: %d of %d bytes: %w", got, n, err)
+	}
+	buf := b.Bytes()
 	l.framesIn.Add(1)
 	return buf[0], buf[1:], nil
 }
