@@ -3,7 +3,7 @@ export CGO_CFLAGS ?= -Wno-deprecated-declarations
 GO ?= go
 BIN := bin/mstar
 
-.PHONY: build test race lint run bench gpu-bins fmt clean
+.PHONY: build test race lint run bench gpu-bins fmt clean fuzz
 
 build:
 	$(GO) build -buildvcs=auto -o $(BIN) ./cmd/mstar
@@ -13,6 +13,12 @@ test:
 	$(GO) vet ./...
 	$(GO) test ./...
 	$(GO) test -race -short ./arena/...
+	scripts/fuzz.sh 2s
+
+# The hostile-input fuzz targets, each for FUZZTIME.
+FUZZTIME ?= 60s
+fuzz:
+	scripts/fuzz.sh $(FUZZTIME)
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi

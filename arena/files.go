@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -72,10 +73,43 @@ func createFile(dir, name string, size int64, mapped bool) (*shmFile, error) {
 	return f, nil
 }
 
+// DefaultLockTimeout bounds how long a consumer waits for a segment's
+// shared lock. Only a sweep holds the exclusive lock, for the instant it
+// takes to judge an orphan; a wait longer than this is another process
+// holding it on purpose or by mistake, and the read fails instead of hanging.
+const DefaultLockTimeout = 5 * time.Second
+
+// ErrLockTimeout is the error of a lock wait that ran out of time.
+var ErrLockTimeout = errors.New("timed out waiting for the shared lock")
+
+// lockWaitHook, when set (by tests), runs each time a lock wait finds the
+// lock held.
+var lockWaitHook func()
+
+// lockShared takes fd's shared lock, waiting at most timeout.
+func lockShared(fd int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	pause := 50 * time.Microsecond
+	for {
+		err := unix.Flock(fd, unix.LOCK_SH|unix.LOCK_NB)
+		if err == nil || !errors.Is(err, unix.EWOULDBLOCK) {
+			return err
+		}
+		if lockWaitHook != nil {
+			lockWaitHook()
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w (%s): another process holds it exclusively", ErrLockTimeout, timeout)
+		}
+		time.Sleep(pause)
+		pause = min(2*pause, 10*time.Millisecond)
+	}
+}
+
 // openFile opens a peer's file after checking, before mapping or reading a
 // byte, that it is a regular file (not a symlink: O_NOFOLLOW), owned by uid,
-// still linked, and locked by us in shared mode.
-func openFile(dir, name string, uid int, mapped bool) (*shmFile, error) {
+// still linked, and locked by us in shared mode (waiting at most lockWait).
+func openFile(dir, name string, uid int, mapped bool, lockWait time.Duration) (*shmFile, error) {
 	path := filepath.Join(dir, name)
 	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CLOEXEC|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
 	if err != nil {
@@ -100,9 +134,9 @@ func openFile(dir, name string, uid int, mapped bool) (*shmFile, error) {
 		return fail(fmt.Errorf("%s is owned by uid %d, not %d: refused", path, st.Uid, uid))
 	}
 	if mapped {
-		// Blocks only while a sweep holds the exclusive lock, for the
+		// Waits only while a sweep holds the exclusive lock, for the
 		// instant it takes to judge and unlink an orphan.
-		if err := unix.Flock(fd, unix.LOCK_SH); err != nil {
+		if err := lockShared(fd, lockWait); err != nil {
 			return fail(fmt.Errorf("locking %s: %w", path, err))
 		}
 		if err := unix.Fstat(fd, &st); err != nil {

@@ -2,6 +2,7 @@ package arena
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -34,7 +35,9 @@ const (
 	helloMagic   = 0x4d535441 // "MSTA"
 	protoVersion = 1
 	maxFrame     = 16 << 20
-	maxPerFrame  = 4096 // descriptors or ids per frame
+	maxHello     = 1 << 10  // a hello is under 600 bytes: a peer cannot make us allocate before it says who it is
+	frameChunk   = 64 << 10 // frames above this are read as their bytes arrive
+	maxPerFrame  = 4096     // descriptors or ids per frame
 )
 
 // Role is a side of a link.
@@ -87,42 +90,127 @@ type Link struct {
 type Listener struct {
 	l    *net.UnixListener
 	path string
+	ino  uint64 // the socket file this listener made: Close removes only it
+	uid  int
 }
 
-// Listen listens on path, replacing a stale socket file left by a dead
-// process (a live one keeps its own path: Listen is per process).
+// ErrAddrInUse is Listen's error when a live listener holds the path.
+var ErrAddrInUse = errors.New("a live listener holds this socket path")
+
+// Listen listens on path. A socket file left by a dead process is replaced;
+// one that a live listener answers on is not (ErrAddrInUse). The socket is
+// made mode 0600 whatever the umask, and Accept admits only peers of our
+// own uid: the uid is the trust boundary.
 func Listen(path string) (*Listener, error) {
 	if st, err := os.Lstat(path); err == nil && st.Mode()&os.ModeSocket != 0 {
-		_ = os.Remove(path)
+		c, err := net.DialTimeout("unix", path, time.Second)
+		if err == nil {
+			c.Close()
+			return nil, fmt.Errorf("listening on %s: %w", path, ErrAddrInUse)
+		}
+		if errors.Is(err, unix.ECONNREFUSED) { // nobody listens: stale
+			_ = os.Remove(path)
+		}
 	}
 	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
 	if err != nil {
 		return nil, fmt.Errorf("listening on %s: %w", path, err)
 	}
-	l.SetUnlinkOnClose(true)
-	return &Listener{l: l, path: path}, nil
+	// Close removes the file only if it is still ours (by inode), never a
+	// socket another listener has made at the same path since.
+	l.SetUnlinkOnClose(false)
+	// bind(2) applies the umask; the mode must not depend on it. Peers are
+	// checked by SO_PEERCRED as well, so the instant before the chmod
+	// admits nobody else either.
+	if err := os.Chmod(path, 0o600); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("listening on %s: %w", path, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(path, &st); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("listening on %s: %w", path, err)
+	}
+	return &Listener{l: l, path: path, ino: st.Ino, uid: os.Getuid()}, nil
 }
 
-// Accept waits for a connection and completes the handshake.
+// Accept waits for a connection and completes the handshake. A peer of
+// another uid, or one whose hello names a pid that is not its own
+// (SO_PEERCRED), is refused: the error says why, and the caller should log
+// it and accept again.
 func (l *Listener) Accept(local Hello) (*Link, error) {
 	c, err := l.l.AcceptUnix()
 	if err != nil {
 		return nil, fmt.Errorf("accepting on %s: %w", l.path, err)
 	}
-	return handshake(c, local)
+	cred, err := peerCred(c)
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("accepting on %s: %w", l.path, err)
+	}
+	if int(cred.Uid) != l.uid {
+		c.Close()
+		return nil, fmt.Errorf("accepting on %s: peer pid %d is uid %d, not %d: refused", l.path, cred.Pid, cred.Uid, l.uid)
+	}
+	lk, err := handshake(c, local)
+	if err != nil {
+		return nil, err
+	}
+	if lk.Remote.PID != int(cred.Pid) {
+		lk.Close()
+		return nil, fmt.Errorf("accepting on %s: peer says it is %s but its pid is %d: refused", l.path, lk.Remote, cred.Pid)
+	}
+	return lk, nil
 }
 
-// Close stops listening and removes the socket file.
-func (l *Listener) Close() error { return l.l.Close() }
+// peerCred is the kernel's word on who the peer is.
+func peerCred(c *net.UnixConn) (*unix.Ucred, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := rc.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return nil, err
+	}
+	if cerr != nil {
+		return nil, fmt.Errorf("reading the peer's credentials: %w", cerr)
+	}
+	return cred, nil
+}
 
-// Dial connects to a listener and completes the handshake.
+// Close stops listening and removes the socket file, if it is still the
+// one this listener made.
+func (l *Listener) Close() error {
+	var st unix.Stat_t
+	if unix.Lstat(l.path, &st) == nil && st.Ino == l.ino {
+		_ = unix.Unlink(l.path)
+	}
+	return l.l.Close()
+}
+
+// Dial connects to a listener and completes the handshake. A listener of
+// another uid is refused before anything is sent.
 func Dial(path string, local Hello, timeout time.Duration) (*Link, error) {
 	d := net.Dialer{Timeout: timeout}
 	c, err := d.Dial("unix", path)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to %s: %w", path, err)
 	}
-	return handshake(c.(*net.UnixConn), local)
+	uc := c.(*net.UnixConn)
+	cred, err := peerCred(uc)
+	if err != nil {
+		uc.Close()
+		return nil, fmt.Errorf("connecting to %s: %w", path, err)
+	}
+	if uid := os.Getuid(); int(cred.Uid) != uid {
+		uc.Close()
+		return nil, fmt.Errorf("connecting to %s: listener pid %d is uid %d, not %d: refused", path, cred.Pid, cred.Uid, uid)
+	}
+	return handshake(uc, local)
 }
 
 // LinkPair returns the two ends of a connected socket pair, handshaken: for
@@ -188,7 +276,7 @@ func handshake(c *net.UnixConn, local Hello) (*Link, error) {
 		c.Close()
 		return nil, fmt.Errorf("handshake: sending hello: %w", err)
 	}
-	typ, p, err := l.readFrame()
+	typ, p, err := l.readFrameMax(maxHello)
 	if err != nil {
 		c.Close()
 		return nil, fmt.Errorf("handshake: %w", err)
@@ -233,19 +321,38 @@ func frame(typ byte, payload []byte) []byte {
 	return append(b, payload...)
 }
 
-func (l *Link) readFrame() (byte, []byte, error) {
+func (l *Link) readFrame() (byte, []byte, error) { return l.readFrameMax(maxFrame) }
+
+// readFrameMax reads a frame of at most limit bytes; the length is checked
+// before the buffer is allocated.
+func (l *Link) readFrameMax(limit uint32) (byte, []byte, error) {
 	var hdr [4]byte
 	if _, err := io.ReadFull(l.br, hdr[:]); err != nil {
 		return 0, nil, err
 	}
 	n := binary.LittleEndian.Uint32(hdr[:])
-	if n == 0 || n > maxFrame {
-		return 0, nil, fmt.Errorf("frame of %d bytes (at most %d)", n, maxFrame)
+	if n == 0 || n > limit {
+		return 0, nil, fmt.Errorf("frame of %d bytes refused (at most %d)", n, limit)
 	}
-	buf := make([]byte, n)
-	if _, err := io.ReadFull(l.br, buf); err != nil {
-		return 0, nil, fmt.Errorf("reading frame: %w", err)
+	if n <= frameChunk {
+		buf := make([]byte, n)
+		if _, err := io.ReadFull(l.br, buf); err != nil {
+			return 0, nil, fmt.Errorf("reading frame: %w", err)
+		}
+		l.framesIn.Add(1)
+		return buf[0], buf[1:], nil
 	}
+	// A large frame grows as its bytes arrive: a 4-byte header claiming
+	// 16 MiB does not make us allocate 16 MiB.
+	var b bytes.Buffer
+	b.Grow(frameChunk)
+	if got, err := io.CopyN(&b, l.br, int64(n)); err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return 0, nil, fmt.Errorf("reading frame: %d of %d bytes: %w", got, n, err)
+	}
+	buf := b.Bytes()
 	l.framesIn.Add(1)
 	return buf[0], buf[1:], nil
 }
@@ -585,9 +692,17 @@ type pendingCopy struct {
 func NewReceiver(l *Link, r *Reader) *Receiver {
 	rc := &Receiver{link: l, reader: r, in: make(chan []Descriptor, 64), done: make(chan struct{}), quit: make(chan struct{}), wdone: make(chan struct{})}
 	rc.wcond = sync.NewCond(&rc.wmu)
-	r.mu.Lock()
-	delete(r.gone, owner{l.Remote.Entity, l.Remote.PID}) // a new producer may reuse a dead one's pid
-	r.mu.Unlock()
+	if !r.claim(l.Remote.Entity, l.Remote.PID) {
+		// Refused: Next reports why, and nothing of the real producer's
+		// state in the Reader is touched when this link goes.
+		rc.err = fmt.Errorf("link from %s refused: that producer already has a live link to this reader", l.Remote)
+		_ = l.Close()
+		close(rc.in)
+		close(rc.done)
+		close(rc.wdone)
+		rc.wclosed = true
+		return rc
+	}
 	go rc.loop()
 	go rc.watch()
 	return rc
@@ -634,7 +749,7 @@ func (rc *Receiver) loop() {
 		}
 	}
 	rc.link.c.Close()
-	rc.reader.ForgetOwner(rc.link.Remote.Entity, rc.link.Remote.PID)
+	rc.reader.unclaim(rc.link.Remote.Entity, rc.link.Remote.PID)
 }
 
 // Next returns the next batch of descriptors, blocking until one arrives.

@@ -1,11 +1,13 @@
 package arena
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -31,6 +33,18 @@ type SweepReport struct {
 	RemovedBytes int64
 	InUse        []string   // a live process maps or holds them
 	Left         []LeftFile // files it could not or would not judge
+	RemovedDirs  []string   // run directories of dead runs (SweepRunDirs)
+	InUseDirs    []string   // run directories whose owner is alive
+}
+
+// Add appends another sweep's report to r.
+func (r *SweepReport) Add(o SweepReport) {
+	r.Removed = append(r.Removed, o.Removed...)
+	r.RemovedBytes += o.RemovedBytes
+	r.InUse = append(r.InUse, o.InUse...)
+	r.Left = append(r.Left, o.Left...)
+	r.RemovedDirs = append(r.RemovedDirs, o.RemovedDirs...)
+	r.InUseDirs = append(r.InUseDirs, o.InUseDirs...)
 }
 
 // LeftFile is a file the sweep left alone, with the reason.
@@ -40,7 +54,11 @@ type LeftFile struct {
 }
 
 func (r SweepReport) String() string {
-	return fmt.Sprintf("removed %d orphaned files (%d bytes), %d in use, %d left alone", len(r.Removed), r.RemovedBytes, len(r.InUse), len(r.Left))
+	s := fmt.Sprintf("removed %d orphaned files (%d bytes), %d in use, %d left alone", len(r.Removed), r.RemovedBytes, len(r.InUse), len(r.Left))
+	if len(r.RemovedDirs)+len(r.InUseDirs) > 0 {
+		s += fmt.Sprintf("; removed %d run directories of dead runs, %d of live runs in use", len(r.RemovedDirs), len(r.InUseDirs))
+	}
+	return s
 }
 
 // SweepOrphans removes segments and spill files in dir whose owner is dead.
@@ -140,8 +158,24 @@ func sweepOne(dir string, n Name, uid int, opt SweepOptions) (reason string, rem
 
 const goneMeanwhile = "removed by someone else meanwhile"
 
-// pidAlive reports whether a process with this pid exists (in our namespace).
+// pidAlive reports whether a process with this pid exists (in our
+// namespace) and is not a zombie: a killed process not yet reaped has
+// already closed its files, and so dropped its locks.
 func pidAlive(pid int) bool {
 	err := unix.Kill(pid, 0)
-	return err == nil || errors.Is(err, unix.EPERM)
+	if err != nil && !errors.Is(err, unix.EPERM) {
+		return false
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return true // no /proc: the signal said it exists
+	}
+	// "pid (comm) S ...": comm may hold spaces and parentheses. The leader
+	// of a threaded process shows Z while its other threads still exit
+	// (and hold its files): dead only once it is the last task.
+	if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) && b[i+2] == 'Z' {
+		tasks, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
+		return err == nil && len(tasks) > 1
+	}
+	return true
 }

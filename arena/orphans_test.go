@@ -153,6 +153,12 @@ const childEnv = "MSTAR_ARENA_TEST_CHILD"
 // TestMain lets a test re-execute this binary as a child process that
 // builds an arena and waits to be signalled.
 func TestMain(m *testing.M) {
+	if path := os.Getenv(dialChildEnv); path != "" {
+		dialChild(path)
+	}
+	if parent := os.Getenv(runDirChildEnv); parent != "" {
+		runDirChild(parent)
+	}
 	if dir := os.Getenv(childEnv); dir != "" {
 		a, err := New(Config{Dir: dir, Entity: "child", SegmentSize: 1 << 20, MaxSegments: 2})
 		if err != nil {

@@ -29,6 +29,10 @@ type ReaderConfig struct {
 	// CopyThreads is how many threads copy one large tensor out (or read
 	// its file); default half the cores, at most 8.
 	CopyThreads int
+	// LockTimeout bounds the wait for a segment's shared lock when it is
+	// first mapped (default DefaultLockTimeout); the read then fails with
+	// ErrLockTimeout. The wait never holds up reads of other segments.
+	LockTimeout time.Duration
 }
 
 // Reader is the consumer side: it maps each producer segment once, caches
@@ -42,7 +46,9 @@ type Reader struct {
 	pinned    int64
 	lastEvict time.Time
 	gone      map[owner]bool
+	live      map[owner]bool // producers with a Receiver open on this Reader
 	evicted   uint64
+	closed    bool
 }
 
 type owner struct {
@@ -72,12 +78,15 @@ func NewReader(cfg ReaderConfig) *Reader {
 	if cfg.EvictEvery == 0 {
 		cfg.EvictEvery = 100 * time.Millisecond
 	}
+	if cfg.LockTimeout <= 0 {
+		cfg.LockTimeout = DefaultLockTimeout
+	}
 	cfg.CopyThreads = resolveThreads(cfg.CopyThreads)
 	uid := os.Getuid()
 	if cfg.UID != nil {
 		uid = *cfg.UID
 	}
-	return &Reader{cfg: cfg, uid: uid, maps: make(map[string]*peerSeg), gone: make(map[owner]bool), lastEvict: time.Now()}
+	return &Reader{cfg: cfg, uid: uid, maps: make(map[string]*peerSeg), gone: make(map[owner]bool), live: make(map[owner]bool), lastEvict: time.Now()}
 }
 
 // check validates a descriptor against this consumer before anything is
@@ -145,19 +154,40 @@ func (r *Reader) view(d *Descriptor) (mem []byte, release func(), err error) {
 	return ps.f.mem[d.Offset : d.Offset+d.Size : d.Offset+d.Size], release, nil
 }
 
+// mapLocked returns the mapping of segment name, mapping it the first time.
+// It is called with r.mu held and returns with it held, but releases it
+// while it opens the file and waits for its lock: one segment whose lock
+// another process holds must not stall reads of unrelated segments.
 func (r *Reader) mapLocked(name string) (*peerSeg, error) {
 	if ps, ok := r.maps[name]; ok {
 		return ps, nil
 	}
 	n, _ := ParseName(name) // validated by check
-	if r.gone[owner{n.Entity, n.PID}] {
-		return nil, fmt.Errorf("segment %s belongs to a producer that is gone", name)
+	o := owner{n.Entity, n.PID}
+	gone := func() error { return fmt.Errorf("segment %s belongs to a producer that is gone", name) }
+	if r.gone[o] {
+		return nil, gone()
 	}
-	f, err := openFile(r.cfg.Dir, name, r.uid, true)
+	r.mu.Unlock()
+	f, err := openFile(r.cfg.Dir, name, r.uid, true, r.cfg.LockTimeout)
+	r.mu.Lock()
 	if err != nil {
 		return nil, err
 	}
-	ps := &peerSeg{f: f, owner: owner{n.Entity, n.PID}}
+	// While r.mu was released, another read may have mapped it, the
+	// producer may have gone, or the Reader may have closed.
+	if ps, ok := r.maps[name]; ok {
+		_ = f.close()
+		return ps, nil
+	}
+	if r.gone[o] || r.closed {
+		_ = f.close()
+		if r.closed {
+			return nil, errors.New("reader is closed")
+		}
+		return nil, gone()
+	}
+	ps := &peerSeg{f: f, owner: o}
 	if r.cfg.Device != nil && r.pinned+f.size <= r.cfg.PinBudget {
 		if unpin, err := r.cfg.Device.Register(f.mem); err == nil {
 			ps.unpin = unpin
@@ -238,15 +268,30 @@ func (r *Reader) ReadBatchInto(ds []Descriptor, dst [][]byte, errs []error) {
 	r.mu.Unlock()
 }
 
-func (r *Reader) readFile(d Descriptor, dst []byte) error {
-	f, err := openFile(r.cfg.Dir, d.File, r.uid, false)
+// openSpill opens a per-tensor file and checks the descriptor's size
+// against the real file, before the caller allocates anything for it.
+func (r *Reader) openSpill(d *Descriptor) (*shmFile, error) {
+	f, err := openFile(r.cfg.Dir, d.File, r.uid, false, r.cfg.LockTimeout)
 	if err != nil {
-		return fmt.Errorf("tensor %d: %w", d.ID, err)
+		return nil, fmt.Errorf("tensor %d: %w", d.ID, err)
+	}
+	if f.size < d.Size {
+		_ = f.close()
+		return nil, fmt.Errorf("descriptor for tensor %d refused: %d bytes, but file %s has %d", d.ID, d.Size, d.File, f.size)
+	}
+	return f, nil
+}
+
+func (r *Reader) readFile(d Descriptor, dst []byte) error {
+	f, err := r.openSpill(&d)
+	if err != nil {
+		return err
 	}
 	defer f.close()
-	if f.size < d.Size {
-		return fmt.Errorf("descriptor for tensor %d refused: %d bytes, but file %s has %d", d.ID, d.Size, d.File, f.size)
-	}
+	return r.readSpill(f, &d, dst)
+}
+
+func (r *Reader) readSpill(f *shmFile, d *Descriptor, dst []byte) error {
 	short, err := ppread(f.fd, dst, r.cfg.CopyThreads)
 	if err != nil {
 		return fmt.Errorf("tensor %d: reading %s: %w", d.ID, f.path, err)
@@ -266,8 +311,16 @@ func (r *Reader) CopyToDevice(s gpu.Stream, dst gpu.Buffer, off int64, d Descrip
 		return nil, err
 	}
 	if d.Loc == InFile {
+		// The size is checked against the real file before the staging
+		// buffer is allocated: a hostile descriptor cannot make us allocate.
+		f, err := r.openSpill(&d)
+		if err != nil {
+			return nil, err
+		}
 		stage := make([]byte, d.Size)
-		if err := r.readFile(d, stage); err != nil {
+		err = r.readSpill(f, &d, stage)
+		_ = f.close()
+		if err != nil {
 			return nil, err
 		}
 		if err := s.CopyHtoD(dst, off, stage); err != nil {
@@ -284,6 +337,52 @@ func (r *Reader) CopyToDevice(s gpu.Stream, dst gpu.Buffer, off int64, d Descrip
 		return nil, fmt.Errorf("tensor %d: copy to device: %w", d.ID, err)
 	}
 	return release, nil
+}
+
+// CheckSize validates d and checks its range against the real segment or
+// file, mapping the segment as a read would: a caller that allocates a
+// destination of d.Size bytes calls it first, so a descriptor claiming more
+// bytes than exist is refused before anything is allocated.
+func (r *Reader) CheckSize(d Descriptor) error {
+	if err := r.check(&d); err != nil {
+		return err
+	}
+	if d.Loc == InFile {
+		f, err := r.openSpill(&d)
+		if err != nil {
+			return err
+		}
+		return f.close()
+	}
+	_, release, err := r.view(&d)
+	if err != nil {
+		return err
+	}
+	release()
+	return nil
+}
+
+// claim records a Receiver for the producer (entity, pid); false when one
+// is open already: a second link claiming a live producer's identity is
+// refused, so closing it cannot make the Reader forget the real producer.
+func (r *Reader) claim(entity string, pid int) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	o := owner{entity, pid}
+	if r.live[o] {
+		return false
+	}
+	r.live[o] = true
+	delete(r.gone, o) // a new producer may reuse a dead one's pid
+	return true
+}
+
+// unclaim ends a claim and forgets the producer's segments.
+func (r *Reader) unclaim(entity string, pid int) {
+	r.mu.Lock()
+	delete(r.live, owner{entity, pid})
+	r.mu.Unlock()
+	r.ForgetOwner(entity, pid)
 }
 
 // ForgetOwner marks every segment of the producer (entity, pid) as gone —
@@ -375,6 +474,7 @@ func (r *Reader) Stats() ReaderStats {
 func (r *Reader) Close() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.closed = true
 	var errs []error
 	for name, ps := range r.maps {
 		if ps.inflight > 0 {

@@ -12,6 +12,8 @@ import (
 	"reflect"
 	"strings"
 	"time"
+
+	"github.com/mstar-dev/mstar/internal/limits"
 )
 
 // NewDocument starts a document for one run of suite, recording the command
@@ -113,9 +115,11 @@ func writeFileAtomic(path string, b []byte) error {
 }
 
 // ReadFile reads a results document in either form, a whole JSON document or
-// an NDJSON stream (see StreamWriter), and validates it.
+// an NDJSON stream (see StreamWriter), and validates it. Input that starts
+// with a NUL byte, or is larger than limits.MaxInput ($MSTAR_MAX_INPUT,
+// default 256 MiB), is refused.
 func ReadFile(path string) (*Document, error) {
-	b, err := os.ReadFile(path)
+	b, err := limits.ReadFile(path, true)
 	if err != nil {
 		var pe *fs.PathError
 		if errors.As(err, &pe) {
@@ -129,7 +133,7 @@ func ReadFile(path string) (*Document, error) {
 // Read reads a results document in either form from r; name is used in
 // error messages.
 func Read(r io.Reader, name string) (*Document, error) {
-	b, err := io.ReadAll(r)
+	b, err := limits.ReadAll(r, true)
 	if err != nil {
 		return nil, fmt.Errorf("reading %s: %w", name, err)
 	}
@@ -194,7 +198,13 @@ func jsonError(b []byte, base int, err error) error {
 		if te.Field != "" {
 			what = "field " + te.Field
 		}
-		return fmt.Errorf("line %d, column %d: %s: expected %s, found %s", base+line, col, what, kindName(te.Type), te.Value)
+		want := kindName(te.Type)
+		// A number too large for its field is reported as the wrong
+		// type ("expected a number, found number 1e999"): say what it is.
+		if v, ok := strings.CutPrefix(te.Value, "number "); ok && (want == "a number" || want == "an integer") {
+			return fmt.Errorf("line %d, column %d: %s: %s is out of range for %s", base+line, col, what, v, want)
+		}
+		return fmt.Errorf("line %d, column %d: %s: expected %s, found %s", base+line, col, what, want, te.Value)
 	default:
 		// Errors from a field's own decoder (a malformed time) carry no
 		// offset; a single NDJSON line still has its number.

@@ -107,6 +107,8 @@ func TestReadErrors(t *testing.T) {
 		{"truncated", "{\n  \"format\": \"mstar.res", "reading in.json: line 2, column 23: unexpected end of input (truncated file?)"},
 		{"trailing data", `{"format":"mstar.results","schema":1}` + "\n}", "reading in.json: line 2, column 1: invalid character '}' after top-level value"},
 		{"wrong type", "{\"format\": \"mstar.results\",\n\"schema\": \"one\"}", "reading in.json: line 2, column 15: field schema: expected an integer, found string"},
+		{"number out of range", "{\"format\": \"mstar.results\",\n\"schema\": 1e999}", "reading in.json: line 2, column 15: field schema: 1e999 is out of range for an integer"},
+		{"binary", "\x00\x00", "reading in.json: binary data: the first byte is NUL, and this format is text"},
 		{"array", "[1, 2]", "reading in.json: line 1, column 1: the document: expected an object, found array"},
 		{"bad time", "{\"format\": \"mstar.results\", \"schema\": 1, \"start\": \"yesterday\"}", `reading in.json: line 1: parsing time "yesterday" as "2006-01-02T15:04:05Z07:00": cannot parse "yesterday" as "2006"`},
 		{"schema", `{"format":"mstar.results","schema":2}`, "reading in.json: unsupported schema version 2 (this mstar reads version 1)"},

@@ -114,13 +114,21 @@ func PlotSeries(docs []*Document, opt PlotOptions) (series []Series, unit string
 	}
 
 	// Environment keys that differ between the plotted results.
+	// A key varies when some item's value differs from the first item's
+	// (absent counts as ""): one pass, not every pair of items.
 	varying := map[string]bool{}
+	keys := map[string]bool{}
 	for _, it := range items {
-		for k, v := range it.env {
-			for _, o := range items {
-				if o.env[k] != v {
-					varying[k] = true
-				}
+		for k := range it.env {
+			keys[k] = true
+		}
+	}
+	for k := range keys {
+		first := items[0].env[k]
+		for _, o := range items[1:] {
+			if o.env[k] != first {
+				varying[k] = true
+				break
 			}
 		}
 	}
@@ -143,6 +151,7 @@ func PlotSeries(docs []*Document, opt PlotOptions) (series []Series, unit string
 	}
 
 	byLabel := map[string]*Series{}
+	xsOf := map[string]map[float64]bool{} // a map, not a scan: 1e5 points in one series
 	var order []string
 	for i := range items {
 		it := &items[i]
@@ -159,13 +168,13 @@ func PlotSeries(docs []*Document, opt PlotOptions) (series []Series, unit string
 		if s == nil {
 			s = &Series{Label: label}
 			byLabel[label] = s
+			xsOf[label] = map[float64]bool{}
 			order = append(order, label)
 		}
-		for _, p := range s.Points {
-			if p.X == it.x {
-				return nil, "", nil, fmt.Errorf("plot: series %q has several results at %s=%v (%s among them): narrow it with --where or choose --series", label, opt.X, it.x, it.r.Key())
-			}
+		if xsOf[label][it.x] {
+			return nil, "", nil, fmt.Errorf("plot: series %q has several results at %s=%v (%s among them): narrow it with --where or choose --series", label, opt.X, it.x, it.r.Key())
 		}
+		xsOf[label][it.x] = true
 		s.Points = append(s.Points, Point{X: it.x, Summary: Summarize(it.m.Samples)})
 	}
 	for _, l := range order {
@@ -309,6 +318,10 @@ func Plot(w io.Writer, format string, docs []*Document, opt PlotOptions) ([]stri
 	p.Legend.Top = true
 	p.Legend.Left = true
 	for i, s := range series {
+		if n := len(s.Points); n > MaxPlotPoints {
+			s.Points = Decimate(s.Points, MaxPlotPoints)
+			warnings = append(warnings, fmt.Sprintf("series %q: %d points drawn as %d (each of %d stretches of x keeps its lowest and highest median)", s.Label, n, len(s.Points), MaxPlotPoints/2))
+		}
 		pts := make(plotter.XYs, len(s.Points))
 		errs := make(plotter.YErrors, len(s.Points))
 		for j, pt := range s.Points {
@@ -342,15 +355,64 @@ func Plot(w io.Writer, format string, docs []*Document, opt PlotOptions) ([]stri
 		}
 		bars.Color = c
 		bars.LineStyle.Width = vg.Points(0.75)
-		p.Add(line, points, bars)
+		p.Add(points, bars)
+		// The rasterizer's cost grows faster than a path's length: a long
+		// line is stroked as short pieces (sharing their end points).
+		for lo := 0; lo < len(pts)-1 || lo == 0; lo += linePiece {
+			piece, err := plotter.NewLine(pts[lo:min(lo+linePiece+1, len(pts))])
+			if err != nil {
+				return warnings, fmt.Errorf("plot: series %q: %w", s.Label, err)
+			}
+			piece.LineStyle = line.LineStyle
+			p.Add(piece)
+		}
 		p.Legend.Add(s.Label, line, points)
 	}
 	wt, err := writerTo(p, format)
 	if err != nil {
-		return warnings, fmt.Errorf("plot: %w", err)
+		return warnings, err // says "plot: " already
 	}
 	_, err = wt.WriteTo(w)
 	return warnings, err
+}
+
+// MaxPlotPoints bounds the points Plot draws per line: a line of 1e5
+// points takes minutes to draw and shows no more than the screen's pixels.
+const MaxPlotPoints = 500
+
+// linePiece is how many segments of a line are stroked as one path.
+const linePiece = 16
+
+// Decimate thins points (sorted by X) to at most limit: the x range is cut
+// into limit/2 stretches of as many points each, and each keeps its lowest
+// and highest median, in x order, so spikes and dips survive.
+func Decimate(points []Point, limit int) []Point {
+	if len(points) <= limit || limit < 2 {
+		return points
+	}
+	buckets := limit / 2
+	out := make([]Point, 0, 2*buckets)
+	for b := 0; b < buckets; b++ {
+		lo, hi := b*len(points)/buckets, (b+1)*len(points)/buckets
+		if lo >= hi {
+			continue
+		}
+		minI, maxI := lo, lo
+		for i := lo; i < hi; i++ {
+			if points[i].Median < points[minI].Median {
+				minI = i
+			}
+			if points[i].Median > points[maxI].Median {
+				maxI = i
+			}
+		}
+		first, second := min(minI, maxI), max(minI, maxI)
+		out = append(out, points[first])
+		if second != first {
+			out = append(out, points[second])
+		}
+	}
+	return out
 }
 
 // PlotFile draws the plot into path (format from its extension), written
@@ -402,12 +464,18 @@ func seriesLabel(it *plotItem, opt PlotOptions, envKeys []string) string {
 	return strings.Join(parts, " ")
 }
 
+// drawPanicError is the error of a panic in gonum's drawing; its messages
+// may say "plot: " already ("plot: illegal range"), which is not repeated.
+func drawPanicError(r any) error {
+	return fmt.Errorf("plot: cannot draw these values: %s", strings.TrimPrefix(fmt.Sprint(r), "plot: "))
+}
+
 // writerTo renders the plot; gonum panics on some degenerate data (a log
 // axis given a value <= 0), which becomes an error here.
 func writerTo(p *plot.Plot, format string) (wt io.WriterTo, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			wt, err = nil, fmt.Errorf("plot: %v", r)
+			wt, err = nil, drawPanicError(r)
 		}
 	}()
 	return p.WriterTo(8*vg.Inch, 5*vg.Inch, format)

@@ -9,6 +9,8 @@ import (
 	"io"
 	"os"
 	"strings"
+
+	"github.com/mstar-dev/mstar/internal/limits"
 )
 
 // BadLine is a line Read could not use, and why.
@@ -20,11 +22,23 @@ type BadLine struct {
 func (b BadLine) String() string { return fmt.Sprintf("line %d: %s", b.Line, b.Err) }
 
 // File is what Read found: the records it could use, in file order, and the
-// lines it could not.
+// lines it could not: the first MaxBadKept of them, and their count.
 type File struct {
-	Name    string
-	Records []Record
-	Bad     []BadLine
+	Name     string
+	Records  []Record
+	Bad      []BadLine
+	BadCount int
+}
+
+// MaxBadKept is how many bad lines Read keeps (it counts the rest): a file
+// of garbage must not cost memory and time per line.
+const MaxBadKept = 10
+
+func (f *File) bad(line int, msg func() string) {
+	f.BadCount++
+	if len(f.Bad) < MaxBadKept {
+		f.Bad = append(f.Bad, BadLine{Line: line, Err: msg()})
+	}
 }
 
 // maxLine bounds one line, so a file of garbage without newlines cannot
@@ -34,14 +48,19 @@ const maxLine = 1 << 20
 // Read reads NDJSON records from r. A line that is not a valid record (a
 // torn last line, garbage, a record failing Validate) is reported in Bad with
 // its line number and skipped; Read keeps going. Blank lines are skipped
-// silently. The error is only for failing to read r at all.
+// silently. The error is for failing to read r at all, for binary data (a
+// NUL byte) and for more than limits.MaxInput bytes.
 func Read(r io.Reader, name string) (*File, error) {
 	f := &File{Name: name}
-	br := bufio.NewReaderSize(r, 64<<10)
+	lr, err := limits.NewReader(r, true)
+	if err != nil {
+		return nil, err
+	}
+	br := bufio.NewReaderSize(lr, 64<<10)
 	for line := 1; ; line++ {
 		b, long, err := readLine(br)
 		if long {
-			f.Bad = append(f.Bad, BadLine{Line: line, Err: errLong.Error()})
+			f.bad(line, errLong.Error)
 		} else if len(b) > 0 {
 			f.parse(line, b)
 		}
@@ -78,26 +97,42 @@ func (f *File) parse(line int, b []byte) {
 		return
 	}
 	var rec Record
+	// Garbage is refused by its first byte, before the decoder runs.
+	if t := bytes.TrimLeft(b, " \t"); t[0] != '{' {
+		f.bad(line, func() string {
+			return fmt.Sprintf("column 1: invalid character %q where a JSON object starts (torn or garbled line)", clipBytes(t, 16))
+		})
+		return
+	}
 	if err := json.Unmarshal(b, &rec); err != nil {
-		msg := err.Error()
-		var se *json.SyntaxError
-		if errors.As(err, &se) {
-			// Offset is just past the wrong byte: its 1-based column, as
-			// reports counts; at the end of input, the column after it.
-			col := se.Offset
-			if col >= int64(len(b)) && strings.HasPrefix(se.Error(), "unexpected end of JSON input") {
-				col = int64(len(b)) + 1
+		f.bad(line, func() string {
+			msg := err.Error()
+			var se *json.SyntaxError
+			if errors.As(err, &se) {
+				// Offset is just past the wrong byte: its 1-based column, as
+				// reports counts; at the end of input, the column after it.
+				col := se.Offset
+				if col >= int64(len(b)) && strings.HasPrefix(se.Error(), "unexpected end of JSON input") {
+					col = int64(len(b)) + 1
+				}
+				msg = fmt.Sprintf("column %d: %v (torn or garbled line)", col, err)
 			}
-			msg = fmt.Sprintf("column %d: %v (torn or garbled line)", col, err)
-		}
-		f.Bad = append(f.Bad, BadLine{Line: line, Err: msg})
+			return msg
+		})
 		return
 	}
 	if err := rec.Validate(); err != nil {
-		f.Bad = append(f.Bad, BadLine{Line: line, Err: "invalid record: " + err.Error()})
+		f.bad(line, func() string { return "invalid record: " + err.Error() })
 		return
 	}
 	f.Records = append(f.Records, rec)
+}
+
+func clipBytes(b []byte, n int) string {
+	if len(b) > n {
+		return string(b[:n]) + "..."
+	}
+	return string(b)
 }
 
 // ReadFile reads a trace file.

@@ -77,7 +77,8 @@ type SessionSummary struct {
 // Summary is a whole trace.
 type Summary struct {
 	Sessions []SessionSummary `json:"sessions"`
-	Bad      []BadLine        `json:"bad_lines,omitempty"`
+	Bad      []BadLine        `json:"bad_lines,omitempty"` // the first few (File.Bad)
+	BadCount int              `json:"bad_line_count,omitempty"`
 }
 
 // SummaryOptions tune Summarize.
@@ -93,7 +94,7 @@ func Summarize(f *File, opt SummaryOptions) Summary {
 	for _, r := range f.Records {
 		by[r.Session] = append(by[r.Session], r)
 	}
-	out := Summary{Bad: f.Bad}
+	out := Summary{Bad: f.Bad, BadCount: f.BadCount}
 	for name, recs := range by {
 		out.Sessions = append(out.Sessions, summarizeSession(name, recs, opt))
 	}

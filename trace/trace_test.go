@@ -375,3 +375,40 @@ func TestBadLineColumnsAgreeWithReports(t *testing.T) {
 		}
 	}
 }
+
+// A file of garbage costs one counter per line, not a kept error each.
+func TestReadKeepsFewBadLines(t *testing.T) {
+	f := readAll(t, []byte(strings.Repeat("garbage\n", 1000)))
+	if len(f.Bad) != MaxBadKept || f.BadCount != 1000 || f.Bad[MaxBadKept-1].Line != MaxBadKept {
+		t.Fatalf("kept %d bad lines, counted %d; want %d kept, 1000 counted", len(f.Bad), f.BadCount, MaxBadKept)
+	}
+	if _, err := Read(bytes.NewReader([]byte("\x00\x00\n")), "z"); err == nil || !strings.Contains(err.Error(), "NUL") {
+		t.Errorf("binary input: %v", err)
+	}
+}
+
+// FuzzRead: a regulator trace reads without a panic; every line is a
+// record, a counted bad line or blank; at most MaxBadKept are kept; and
+// the summary of whatever was read does not panic either.
+func FuzzRead(f *testing.F) {
+	var good bytes.Buffer
+	w := NewWriter(&good, Options{})
+	for i := 0; i < 3; i++ {
+		w.Write(tick("s", i, 0))
+	}
+	w.Close()
+	f.Add(good.Bytes())
+	f.Add([]byte("\x00\xffnot json\n{\"session\":\"\",\"tick\":1}\n"))
+	f.Add([]byte(`{"session":"s","tick":1e999}` + "\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		tf, err := Read(bytes.NewReader(data), "fuzz")
+		if err != nil {
+			return
+		}
+		lines := bytes.Count(data, []byte("\n")) + 1
+		if len(tf.Records)+tf.BadCount > lines || len(tf.Bad) > MaxBadKept || len(tf.Bad) > tf.BadCount {
+			t.Fatalf("%d records, %d bad (%d kept) from %d lines", len(tf.Records), tf.BadCount, len(tf.Bad), lines)
+		}
+		_ = Summarize(tf, SummaryOptions{})
+	})
+}

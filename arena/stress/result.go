@@ -41,7 +41,25 @@ func thin(xs []float64, n int) []float64 {
 	return out
 }
 
-// Gates are the run's pass/fail checks.
+// MinJudged is the fewest tensors a run ended by its --duration must
+// deliver for the gates to judge it: fewer (a 2s run of 1 GiB tensors) says
+// nothing about the arena, so it is "cannot tell", not a failure.
+const MinJudged = 20
+
+// CannotTell says why a run delivered too few tensors to judge, or "" when
+// it can be judged. Only a run that was merely short qualifies: one with a
+// failed gate, a read error or an unexpected exit is judged as it is.
+func (s *Summary) CannotTell() string {
+	if s.Stopped != "duration" || s.Delivered >= MinJudged || s.Corrupt > 0 || s.ReadErrors > 0 || len(s.Unexpected) > 0 ||
+		s.LeakedSlots > 0 || s.LeakedSpillFiles > 0 || len(s.LeftAfterSweep) > 0 {
+		return ""
+	}
+	return fmt.Sprintf("cannot tell: %s delivered in %.1fs (at least %d are needed to judge the gates); run longer (--duration) or with smaller tensors (--max-size)",
+		plural(int(s.Delivered), "tensor"), s.Elapsed.Seconds(), MinJudged)
+}
+
+// Gates are the run's pass/fail checks. A run that cannot tell
+// (CannotTell) has no "tensors delivered" gate: it did not fail it.
 func (s *Summary) Gates() []reports.Gate {
 	gate := func(name string, pass bool, format string, a ...any) reports.Gate {
 		g := reports.Gate{Name: name, Pass: pass}
@@ -52,14 +70,17 @@ func (s *Summary) Gates() []reports.Gate {
 	}
 	left := s.LeftAfterSweep
 	orderly := s.Options.KillRate == 0 && len(s.LeftBeforeSweep) > 0
-	return []reports.Gate{
+	gates := []reports.Gate{
 		gate("no corrupted payloads", s.Corrupt == 0, "%d payloads failed their checksum or header", s.Corrupt),
 		gate("no leaked slots", s.LeakedSlots == 0 && s.LeakedSpillFiles == 0, "%d slots and %d spill files still live when the producers stopped", s.LeakedSlots, s.LeakedSpillFiles),
 		gate("no leftover files", len(left) == 0 && !orderly, "%s", leftReason(s, orderly)),
 		gate("no read errors", s.ReadErrors == 0, "%d descriptors from live producers could not be read", s.ReadErrors),
 		gate("no unexpected worker exits", len(s.Unexpected) == 0, "%s", strings.Join(s.Unexpected, "; ")),
-		gate("tensors delivered", s.Delivered > 0, "no tensor was delivered"),
 	}
+	if s.CannotTell() == "" {
+		gates = append(gates, gate("tensors delivered", s.Delivered > 0, "no tensor was delivered"))
+	}
+	return gates
 }
 
 func leftReason(s *Summary, orderly bool) string {
@@ -135,6 +156,9 @@ func (s *Summary) Result() reports.Result {
 		Metrics: metrics,
 		Gates:   s.Gates(),
 	}
+	if why := s.CannotTell(); why != "" {
+		r.Warnings = append(r.Warnings, why)
+	}
 	for _, e := range s.Errors {
 		if len(r.Warnings) < 20 {
 			r.Warnings = append(r.Warnings, e)
@@ -156,10 +180,13 @@ func stopReason(stopped string) string {
 	return stopped
 }
 
-// plural is "1 producer", "4 producers".
+// plural is "1 producer", "4 producers", "2 directories".
 func plural(n int, noun string) string {
 	if n == 1 {
 		return "1 " + noun
+	}
+	if strings.HasSuffix(noun, "y") {
+		return strconv.Itoa(n) + " " + strings.TrimSuffix(noun, "y") + "ies"
 	}
 	return strconv.Itoa(n) + " " + noun + "s"
 }
@@ -182,6 +209,9 @@ func (s *Summary) WriteSummary(w io.Writer) error {
 	p("corrupted payloads", "%d", s.Corrupt)
 	p("leaked slots", "%d slots, %d spill files", s.LeakedSlots, s.LeakedSpillFiles)
 	p("leftover files", "%d before the sweep, %d after", len(s.LeftBeforeSweep), len(s.LeftAfterSweep))
+	if ss := s.StartSweep; len(ss.RemovedDirs) > 0 || len(ss.Removed) > 0 {
+		p("before the run", "removed %s of killed runs (%s, %s)", plural(len(ss.RemovedDirs), "directory"), plural(len(ss.Removed), "file"), units.Bytes(ss.RemovedBytes))
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -195,6 +225,11 @@ func (s *Summary) WriteSummary(w io.Writer) error {
 			line += ": " + g.Reason
 		}
 		if _, err := fmt.Fprintln(w, line); err != nil {
+			return err
+		}
+	}
+	if why := s.CannotTell(); why != "" {
+		if _, err := fmt.Fprintln(w, "CANNOT TELL  tensors delivered: "+strings.TrimPrefix(why, "cannot tell: ")); err != nil {
 			return err
 		}
 	}

@@ -19,6 +19,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -40,6 +41,7 @@ type Options struct {
 	KillRate             float64       // SIGKILLs per delivered tensor (0.01: one per hundred), workers restarted
 	Transport            arena.Transport
 	ShmDir               string // the run directory is made under it; default /dev/shm
+	SocketParent         string // the socket directory is made under it; default os.TempDir()
 	SegmentSize          int64  // producer arenas; default 256 MiB
 	MaxSegments          int    // default 4
 	Inflight             int    // tensors in flight per producer, default 8
@@ -83,6 +85,9 @@ func (o *Options) defaults() error {
 	}
 	if o.ShmDir == "" {
 		o.ShmDir = arena.DefaultDir
+	}
+	if o.SocketParent == "" {
+		o.SocketParent = os.TempDir()
 	}
 	if o.SegmentSize == 0 {
 		o.SegmentSize = 256 << 20
@@ -176,7 +181,8 @@ type Summary struct {
 	LeftBeforeSweep   []string // files in the run directory after every worker exited
 	Swept             arena.SweepReport
 	LeftAfterSweep    []string
-	SweptAtStartup    int // orphans removed by restarted producers' startup sweeps
+	SweptAtStartup    int               // orphans removed by restarted producers' startup sweeps
+	StartSweep        arena.SweepReport // dead runs' directories removed before this run started
 	Kills, Restarts   int
 	Unexpected        []string // workers that died without being killed
 	Errors            []string // worker-reported errors (first ones)
@@ -227,16 +233,32 @@ func Run(ctx context.Context, opt Options) (*Summary, error) {
 	if err := opt.checkFits(); err != nil {
 		return nil, err
 	}
-	runDir, err := os.MkdirTemp(opt.ShmDir, "mstar-stress-")
+	// Run and socket directories of earlier runs that were killed (SIGKILL,
+	// the OOM killer, a cgroup kill) go first; live runs' are left alone.
+	var startSweep arena.SweepReport
+	for _, parent := range []string{opt.ShmDir, opt.SocketParent} {
+		if rep, err := arena.SweepRunDirs(parent, arena.SweepOptions{}); err == nil {
+			startSweep.Add(rep)
+		}
+	}
+	// Both directories carry this process's lock: `arena clean` and the
+	// next run's sweep remove them (and what is in them) once it is dead.
+	rd, err := arena.MakeRunDir(opt.ShmDir, "stress")
 	if err != nil {
 		return nil, fmt.Errorf("stress: run directory: %w", err)
 	}
-	defer os.RemoveAll(runDir)
-	sockDir, err := os.MkdirTemp("", "mstar-stress-")
+	defer rd.Remove()
+	sd, err := arena.MakeRunDir(opt.SocketParent, "stress")
 	if err != nil {
 		return nil, fmt.Errorf("stress: socket directory: %w", err)
 	}
-	defer os.RemoveAll(sockDir)
+	defer sd.Remove()
+	runDir, sockDir := rd.Path, sd.Path
+	// sun_path holds 108 bytes with its NUL: say so now, not as a worker's
+	// "bind: invalid argument".
+	if longest := filepath.Join(sockDir, fmt.Sprintf("c%d.sock", opt.Consumers-1)); len(longest) > 107 {
+		return nil, fmt.Errorf("stress: socket path %s is %d bytes, over the 107 a Unix socket allows: set TMPDIR to a shorter directory", longest, len(longest))
+	}
 	if fs, err := arena.StatFS(runDir); err == nil {
 		need, _ := opt.arenaBytes()
 		if opt.Transport == arena.TransportArena && need > fs.Total {
@@ -244,6 +266,7 @@ func Run(ctx context.Context, opt Options) (*Summary, error) {
 		}
 	}
 	r := &runner{opt: opt, runDir: runDir, sockDir: sockDir, events: make(chan event, 1024), rng: rand.New(rand.NewPCG(opt.Seed, 99))}
+	r.sum.StartSweep = startSweep
 	return r.run(ctx)
 }
 

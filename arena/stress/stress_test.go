@@ -43,11 +43,22 @@ func shmDir(t *testing.T) string {
 	return d
 }
 
+// shortTempDir is a private directory with a short path: a Unix socket's
+// path must fit in 108 bytes, and t.TempDir's carry the test's name.
+func shortTempDir(t *testing.T) string {
+	d, err := os.MkdirTemp("", "ms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	return d
+}
+
 func testOptions(t *testing.T) Options {
 	return Options{
 		Producers: 2, Consumers: 2, Duration: 1500 * time.Millisecond,
 		MinSize: 1 << 10, MaxSize: 256 << 10, Fanout: 2,
-		ShmDir: shmDir(t), SegmentSize: 1 << 20, MaxSegments: 2, Interval: 250 * time.Millisecond,
+		ShmDir: shmDir(t), SocketParent: shortTempDir(t), SegmentSize: 1 << 20, MaxSegments: 2, Interval: 250 * time.Millisecond,
 		Seed: 42, Exe: os.Args[0], Env: []string{workerEnv + "=1"}, DrainTimeout: 5 * time.Second,
 	}
 }

@@ -538,11 +538,21 @@ func (w *worker) serve(rc *arena.Receiver, rd *arena.Reader) {
 			return
 		}
 		for _, d := range ds {
-			if int64(cap(buf)) < d.Size {
-				buf = make([]byte, d.Size)
+			// The size is checked against the real segment or file (and
+			// against the run's largest payload) before buf grows to it.
+			err := rd.CheckSize(d)
+			if err == nil && d.Size > w.cfg.MaxSize {
+				err = fmt.Errorf("descriptor for tensor %d refused: %d bytes, over the run's --max-size %d", d.ID, d.Size, w.cfg.MaxSize)
 			}
-			b := buf[:d.Size]
-			if err := rd.ReadInto(d, b); err != nil {
+			var b []byte
+			if err == nil {
+				if int64(cap(buf)) < d.Size {
+					buf = make([]byte, d.Size)
+				}
+				b = buf[:d.Size]
+				err = rd.ReadInto(d, b)
+			}
+			if err != nil {
 				w.mu.Lock()
 				if !alive(remote.PID) || strings.Contains(err.Error(), "gone") {
 					w.rep.Lost++

@@ -314,7 +314,9 @@ throughput, tensors/s, send->ack latency p50/p99, spills, peak
 fragmentation, and the gates — no corrupted payload, no leaked slot, no
 file left in the run directory after the final orphan sweep (and none at
 all when nothing was killed), no read error, no unexpected worker exit. A
-failed gate exits 1.
+failed gate exits 1. A run ended by --duration that delivered fewer than 20
+tensors (e.g. --max-size 1GiB --duration 2s) cannot tell: it says so
+("CANNOT TELL") and exits 4, not 1.
 --transport arena,file runs both, one after the other, and prints the
 ratio.`,
 		Example: `  mstar arena stress --duration 30s
@@ -423,6 +425,11 @@ ratio.`,
 			if len(bad) > 0 {
 				return failed("arena stress failed %d gate(s): %s", len(bad), strings.Join(bad, "; "))
 			}
+			for _, s := range sums {
+				if why := s.CannotTell(); why != "" {
+					return &exitError{code: exitCannot, err: fmt.Errorf("arena stress (transport %s): %s", s.Options.Transport, why)}
+				}
+			}
 			return nil
 		},
 	}
@@ -465,17 +472,44 @@ func arenaWorkerCommand(a *app) *cobra.Command {
 	return cmd
 }
 
+// prefixSweep names the entries of a sweep of parent by their full path
+// (the socket directories are not under --shm-dir); directories keep
+// their trailing slash.
+func prefixSweep(r *arena.SweepReport, parent string) {
+	join := func(name string) string {
+		p := filepath.Join(parent, name)
+		if strings.HasSuffix(name, "/") {
+			p += "/"
+		}
+		return p
+	}
+	for _, xs := range [][]string{r.Removed, r.InUse, r.RemovedDirs, r.InUseDirs} {
+		for i := range xs {
+			xs[i] = join(xs[i])
+		}
+	}
+	for i := range r.Left {
+		r.Left[i].Name = join(r.Left[i].Name)
+	}
+}
+
 func arenaCleanCmd(a *app) *cobra.Command {
 	var dir string
 	var dry bool
 	cmd := &cobra.Command{
 		Use:   "clean",
-		Short: "Remove orphaned arena segments and spill files whose owner is dead",
+		Short: "Remove orphaned arena segments, spill files and run directories whose owner is dead",
 		Long: `clean runs the arena's orphan sweep on --shm-dir: a segment or spill file
 (named mstar_arena_* or mstar_spill_*) that no live process holds a lock on is
 removed. Files of other users, files whose names do not match, and young files
 whose creator is alive are left alone and listed with the reason. Every
-arena also runs this sweep when it starts.`,
+arena also runs this sweep when it starts.
+
+It also removes the run directories of 'arena stress' runs that were killed
+(mstar-stress-N under --shm-dir, and its socket directory mstar-stress-N under
+$TMPDIR or /tmp): a live run holds a lock on each; a dead run's directory goes
+with its orphaned files and sockets, and empty ones go too. --dry-run lists
+what would go.`,
 		Example: `  mstar arena clean
   mstar arena clean --dry-run --shm-dir /dev/shm`,
 		Args: cobra.NoArgs,
@@ -483,15 +517,39 @@ arena also runs this sweep when it starts.`,
 			if err := checkShmDir("shm-dir", dir, !dry); err != nil {
 				return err
 			}
-			rep, err := arena.SweepOrphans(dir, arena.SweepOptions{DryRun: dry})
+			opt := arena.SweepOptions{DryRun: dry}
+			rep, err := arena.SweepOrphans(dir, opt)
 			if err != nil {
 				return badInput(err)
+			}
+			for _, parent := range []string{dir, os.TempDir()} {
+				if parent != dir && filepath.Clean(parent) == filepath.Clean(dir) {
+					continue
+				}
+				r, err := arena.SweepRunDirs(parent, opt)
+				if err != nil {
+					if parent == dir {
+						return badInput(err)
+					}
+					fmt.Fprintf(a.stderr, "mstar: warning: %v\n", err)
+					continue
+				}
+				if parent != dir {
+					prefixSweep(&r, parent)
+				}
+				rep.Add(r)
 			}
 			for _, n := range rep.Removed {
 				fmt.Fprintln(a.stdout, "removed  "+n)
 			}
+			for _, n := range rep.RemovedDirs {
+				fmt.Fprintln(a.stdout, "removed  "+n+" (run directory of a dead run)")
+			}
 			for _, n := range rep.InUse {
 				fmt.Fprintln(a.stdout, "in use   "+n)
+			}
+			for _, n := range rep.InUseDirs {
+				fmt.Fprintln(a.stdout, "in use   "+n+" (run directory of a live run)")
 			}
 			for _, l := range rep.Left {
 				fmt.Fprintf(a.stdout, "left     %s: %s\n", l.Name, l.Reason)

@@ -12,13 +12,19 @@ import (
 	"github.com/mstar-dev/mstar/reports"
 )
 
-const arenaWorkerEnv = "MSTAR_CMD_ARENA_WORKER"
+const (
+	arenaWorkerEnv = "MSTAR_CMD_ARENA_WORKER"
+	asMstarEnv     = "MSTAR_CMD_AS_MSTAR" // the test binary runs as mstar with the arguments after --
+)
 
 // Stress workers are this test binary re-executed into the hidden
 // 'arena worker' command.
 func init() {
 	if os.Getenv(arenaWorkerEnv) == "1" {
 		os.Exit(run(append([]string{"arena", "worker"}, afterDashes(os.Args[1:])...), os.Stdin, os.Stdout, os.Stderr))
+	}
+	if os.Getenv(asMstarEnv) == "1" {
+		defer func() { os.Exit(run(afterDashes(os.Args[1:]), os.Stdin, os.Stdout, os.Stderr)) }()
 	}
 	arenaWorkerCmd.Exe = os.Args[0]
 	arenaWorkerCmd.Args = []string{"-test.run=^$", "--"}
@@ -27,6 +33,15 @@ func init() {
 
 func arenaShmDir(t *testing.T) string {
 	t.Helper()
+	// Socket directories go under $TMPDIR: a private one keeps the runs'
+	// sweeps away from everyone else's.
+	// (short: a socket's path must fit in 108 bytes).
+	tmp, err := os.MkdirTemp("", "ms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(tmp) })
+	t.Setenv("TMPDIR", tmp)
 	d, err := os.MkdirTemp("/dev/shm", "mstar-cmd-arena-")
 	if err != nil {
 		return t.TempDir()

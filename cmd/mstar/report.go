@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/mstar-dev/mstar/internal/limits"
 	"github.com/mstar-dev/mstar/reports"
 	"github.com/mstar-dev/mstar/trace"
 	"github.com/spf13/cobra"
@@ -65,8 +66,8 @@ func (a *app) readDocs(paths []string) ([]*reports.Document, error) {
 			}
 			stdin = true
 			var b []byte
-			if b, err = io.ReadAll(a.stdin); err != nil {
-				return nil, fmt.Errorf("reading stdin: %w", err)
+			if b, err = limits.ReadAll(a.stdin, true); err != nil {
+				return nil, badInput(fmt.Errorf("reading stdin: %w", err))
 			}
 			if d, err = reports.Read(bytes.NewReader(b), "stdin"); err != nil && isTrace(bytes.NewReader(b)) {
 				return nil, usageErr("stdin: this is a trace; use mstar trace summarize")

@@ -22,6 +22,7 @@ const (
 	exitFailed  = 1 // a gate, a correctness check or a regression failed
 	exitBadUsge = 2 // bad usage or bad input
 	exitBroken  = 3 // the run could not complete: I/O, device or internal error
+	exitCannot  = 4 // the run completed but was too short to judge (arena stress)
 )
 
 // app carries what every command shares: where to write, and the command
@@ -83,7 +84,8 @@ plots them.
 
 Exit codes: 0 ok; 1 a gate, a correctness check or a regression failed;
 2 bad usage or bad input; 3 the run could not complete (an I/O, device or
-internal error), so a CI job can tell a failed gate from a broken run.`,
+internal error), so a CI job can tell a failed gate from a broken run;
+4 the run completed but cannot tell (arena stress: too few tensors to judge).`,
 		Example: `  mstar doctor                       # is this machine ready: GPU, CUDA libraries, /dev/shm, memlock?
   mstar report show results.json     # tables from results documents
   mstar report diff base.json new.json --threshold 5   # exit 1 on a significant regression`,

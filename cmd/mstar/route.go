@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"reflect"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/mstar-dev/mstar/internal/limits"
 	"github.com/mstar-dev/mstar/kernels/router"
 )
 
@@ -226,9 +228,9 @@ func routerFlagUse(cmd *cobra.Command, name string, cfg router.Config) (unused, 
 
 func readInput(a *app, path string) ([]byte, error) {
 	if path == "-" {
-		return io.ReadAll(a.stdin)
+		return limits.ReadAll(a.stdin, true)
 	}
-	return os.ReadFile(path)
+	return limits.ReadFile(path, true)
 }
 
 // readLogits reads a JSON array of T rows of E numbers.
@@ -257,7 +259,10 @@ func readLogits(a *app, path string) ([]float32, int, int, error) {
 		if len(r) != E {
 			return nil, 0, 0, fmt.Errorf("%s: row %d has %s, row 0 has %d: every token needs one logit per expert", name, t, plural(len(r), "number"), E)
 		}
-		for _, v := range r {
+		for j, v := range r {
+			if math.Abs(v) > math.MaxFloat32 {
+				return nil, 0, 0, fmt.Errorf("%s: row %d, column %d: %g is outside float32's range (±%g)", name, t, j, v, math.MaxFloat32)
+			}
 			logits = append(logits, float32(v))
 		}
 	}
@@ -266,7 +271,7 @@ func readLogits(a *app, path string) ([]float32, int, int, error) {
 
 // readVector reads a JSON array of numbers.
 func readVector(path string) ([]float32, error) {
-	data, err := os.ReadFile(path)
+	data, err := limits.ReadFile(path, true)
 	if err != nil {
 		return nil, err
 	}
@@ -276,6 +281,9 @@ func readVector(path string) ([]float32, error) {
 	}
 	out := make([]float32, len(v))
 	for i, x := range v {
+		if math.Abs(x) > math.MaxFloat32 {
+			return nil, fmt.Errorf("%s: element %d: %g is outside float32's range (±%g)", path, i, x, math.MaxFloat32)
+		}
 		out[i] = float32(x)
 	}
 	return out, nil

@@ -33,13 +33,15 @@ func (a *app) readTrace(path string, strict bool) (*trace.File, error) {
 	}
 	for i, b := range f.Bad {
 		if i == maxBadLines {
-			fmt.Fprintf(a.stderr, "mstar: %s: %s%s\n", path, plural(len(f.Bad)-i, "more bad line"), what)
 			break
 		}
 		fmt.Fprintf(a.stderr, "mstar: %s: %s%s\n", path, b, what)
 	}
-	if strict && len(f.Bad) > 0 {
-		return nil, badInput(fmt.Errorf("%s: %s (--strict)", path, plural(len(f.Bad), "bad line")))
+	if f.BadCount > maxBadLines {
+		fmt.Fprintf(a.stderr, "mstar: %s: %s%s\n", path, plural(f.BadCount-maxBadLines, "more bad line"), what)
+	}
+	if strict && f.BadCount > 0 {
+		return nil, badInput(fmt.Errorf("%s: %s (--strict)", path, plural(f.BadCount, "bad line")))
 	}
 	if len(f.Records) == 0 {
 		return nil, badInput(fmt.Errorf("%s: no valid trace records", path))
@@ -109,8 +111,8 @@ stderr with their line numbers and skipped; --strict makes them an error.`,
 				if err := s.WriteText(a.stdout); err != nil {
 					return err
 				}
-				if len(f.Bad) > 0 {
-					fmt.Fprintf(a.stdout, "\n%d bad line(s) skipped; the summary covers the other %d records\n", len(f.Bad), len(f.Records))
+				if f.BadCount > 0 {
+					fmt.Fprintf(a.stdout, "\n%d bad line(s) skipped; the summary covers the other %d records\n", f.BadCount, len(f.Records))
 				}
 				return nil
 			},

@@ -102,12 +102,19 @@ func parseSafetensors(f *os.File, path string) (*Safetensors, error) {
 			return nil, fmt.Errorf("%s: tensor %s: bad header entry: %v", path, name, err)
 		}
 		ti.Name = name
+		// Checked products: [2^32, 2^32] must not wrap to 0 elements.
 		elems := int64(1)
 		for _, d := range ti.Shape {
 			if d < 0 {
 				return nil, fmt.Errorf("%s: tensor %s: negative dimension in shape %v", path, name, ti.Shape)
 			}
+			if d != 0 && elems > math.MaxInt64/int64(d) {
+				return nil, fmt.Errorf("%s: tensor %s: shape %v has more elements than an int64 counts", path, name, ti.Shape)
+			}
 			elems *= int64(d)
+		}
+		if sz, ok := dtypeSize(ti.DType); ok && elems > math.MaxInt64/int64(sz) {
+			return nil, fmt.Errorf("%s: tensor %s: shape %v of %s is more bytes than an int64 counts", path, name, ti.Shape, ti.DType)
 		}
 		b, e := ti.DataOffsets[0], ti.DataOffsets[1]
 		if b < 0 || e < b || e > dataLen {

@@ -122,6 +122,11 @@ func TestSafetensorsBadFiles(t *testing.T) {
 		{"size does not match the shape", rawST(`{"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}}`, make([]byte, 8)),
 			"tensor w: 8 bytes for shape [3] of F32, want 12"},
 		{"bad metadata", rawST(`{"__metadata__":{"a":1}}`, nil), "__metadata__ is not a map of strings"},
+		// 2^32 x 2^32 wrapped to 0 elements, so 0 bytes matched it.
+		{"shape overflows", rawST(`{"w":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]}}`, nil),
+			"more elements than an int64 counts"},
+		{"bytes overflow", rawST(`{"w":{"dtype":"F32","shape":[4611686018427387904],"data_offsets":[0,0]}}`, nil),
+			"more bytes than an int64 counts"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -9,6 +9,8 @@ import (
 	"math"
 	"os"
 	"sort"
+
+	"github.com/mstar-dev/mstar/internal/limits"
 )
 
 // TraceFormat is the "format" value on a routing trace's header line.
@@ -76,7 +78,7 @@ func ReadTraceFile(path string) (*Trace, error) {
 
 // ReadTrace reads a routing trace in either form described on Trace.
 func ReadTrace(r io.Reader) (*Trace, error) {
-	data, err := io.ReadAll(r)
+	data, err := limits.ReadAll(r, true)
 	if err != nil {
 		return nil, err
 	}
@@ -210,6 +212,11 @@ func (tr *Trace) appendRow(li int, ids []int64, ws []float64) error {
 			w = ws[j]
 			if math.IsNaN(w) || math.IsInf(w, 0) {
 				return fmt.Errorf("weight %d is %v", j, w)
+			}
+			// Stored as float32: 1e39 would become +Inf here and be
+			// refused only later, far from its line.
+			if math.Abs(w) > math.MaxFloat32 {
+				return fmt.Errorf("weight %d is %g, outside float32's range (±%g)", j, w, math.MaxFloat32)
 			}
 		}
 		tr.Weights[li] = append(tr.Weights[li], float32(w))

@@ -75,6 +75,7 @@ func TestReadTrace(t *testing.T) {
 		{name: "negative expert id", text: hdr + `{"layer":0,"ids":[-1,1]}`, want: "line 2: expert id -1 out of range [0,4)"},
 		{name: "repeated id", text: hdr + `{"layer":0,"ids":[2,2]}`, want: "line 2: expert id 2 appears twice"},
 		{name: "wrong count", text: hdr + `{"layer":0,"ids":[2]}`, want: "line 2: 1 expert ids, want topk=2"},
+		{name: "weight outside float32", text: hdr + `{"layer":0,"ids":[0,1]}` + "\n" + `{"layer":0,"ids":[0,1],"weights":[1e39,0]}`, want: "line 3: weight 0 is 1e+39, outside float32's range"},
 		{name: "weights count", text: hdr + `{"layer":0,"ids":[0,1],"weights":[1]}`, want: "line 2: 1 weights for 2 expert ids"},
 		{name: "malformed line", text: hdr + `{"layer":0,"ids":[0,1]` + "\n", want: "line 2:"},
 		{name: "unknown field", text: hdr + `{"layer":0,"ids":[0,1],"experts":[1]}`, want: `line 2: json: unknown field "experts"`},
