@@ -17,7 +17,7 @@ import (
 	"github.com/mstar-dev/mstar/internal/gpu/cuda"
 	"github.com/mstar-dev/mstar/kernels/moe"
 	"github.com/mstar-dev/mstar/kernels/router"
-	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/reports/results"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/palette/moreland"
 	"gonum.org/v1/plot/plotter"
@@ -635,7 +635,7 @@ func RunAblation(ctx context.Context, opt AblationOptions) (*Ablation, error) {
 			}
 		}
 		a.ReferenceMS = append(a.ReferenceMS, refMS)
-		refMed := reports.Summarize(refMS).Median
+		refMed := results.Summarize(refMS).Median
 		var want []float64
 		if baseIdx >= 0 {
 			want = make([]float64, n*H)
@@ -709,7 +709,7 @@ func concatOutputs(outs []router.Output) router.Output {
 // how it is named, unit and direction in results documents.
 type column struct {
 	name, unit string
-	better     reports.Direction
+	better     results.Direction
 	header     string
 	get        func(ls *LayerStats) []float64 // nil or NaN: not measured for this layer
 	why        string                         // why it can be unmeasured
@@ -718,20 +718,20 @@ type column struct {
 func one(v float64) []float64 { return []float64{v} }
 
 var columns = []column{
-	{"maxvio", "ratio", reports.LowerIsBetter, "MaxVio", func(ls *LayerStats) []float64 { return one(ls.MaxVio) }, "no tokens were routed"},
-	{"balancedness", "ratio", reports.HigherIsBetter, "balance", func(ls *LayerStats) []float64 { return one(ls.Balancedness) }, "no tokens were routed"},
-	{"cv", "ratio", reports.LowerIsBetter, "CV", func(ls *LayerStats) []float64 { return one(ls.CV) }, "no tokens were routed"},
-	{"entropy", "ratio", reports.HigherIsBetter, "entropy", func(ls *LayerStats) []float64 { return one(ls.Entropy) }, "no tokens were routed"},
-	{"token_drop", "%", reports.LowerIsBetter, "drop%", func(ls *LayerStats) []float64 { return one(100 * ls.TokenDrop) }, ""},
-	{"aux_loss", "ratio", reports.LowerIsBetter, "aux", func(ls *LayerStats) []float64 { return one(ls.AuxLoss) }, "a replayed trace has no logits"},
-	{"z_loss", "ratio", reports.LowerIsBetter, "z-loss", func(ls *LayerStats) []float64 { return one(ls.ZLoss) }, "a replayed trace has no logits"},
-	{"route_time", "us", reports.LowerIsBetter, "route µs", func(ls *LayerStats) []float64 {
+	{"maxvio", "ratio", results.LowerIsBetter, "MaxVio", func(ls *LayerStats) []float64 { return one(ls.MaxVio) }, "no tokens were routed"},
+	{"balancedness", "ratio", results.HigherIsBetter, "balance", func(ls *LayerStats) []float64 { return one(ls.Balancedness) }, "no tokens were routed"},
+	{"cv", "ratio", results.LowerIsBetter, "CV", func(ls *LayerStats) []float64 { return one(ls.CV) }, "no tokens were routed"},
+	{"entropy", "ratio", results.HigherIsBetter, "entropy", func(ls *LayerStats) []float64 { return one(ls.Entropy) }, "no tokens were routed"},
+	{"token_drop", "%", results.LowerIsBetter, "drop%", func(ls *LayerStats) []float64 { return one(100 * ls.TokenDrop) }, ""},
+	{"aux_loss", "ratio", results.LowerIsBetter, "aux", func(ls *LayerStats) []float64 { return one(ls.AuxLoss) }, "a replayed trace has no logits"},
+	{"z_loss", "ratio", results.LowerIsBetter, "z-loss", func(ls *LayerStats) []float64 { return one(ls.ZLoss) }, "a replayed trace has no logits"},
+	{"route_time", "us", results.LowerIsBetter, "route µs", func(ls *LayerStats) []float64 {
 		return one(float64(ls.RouteTime) / float64(time.Microsecond))
 	}, ""},
-	{"kernel_time", "ms", reports.LowerIsBetter, "kernel ms", func(ls *LayerStats) []float64 { return ls.KernelMS }, "the fused-MoE kernel ran on the last layers only (--kernel-layers)"},
-	{"slowdown", "x", reports.LowerIsBetter, "×uniform", func(ls *LayerStats) []float64 { return ls.Slowdown }, "the fused-MoE kernel ran on the last layers only (--kernel-layers)"},
-	{"rel_l2", "ratio", reports.LowerIsBetter, "relL2", func(ls *LayerStats) []float64 { return one(ls.RelL2) }, "no baseline output for this layer"},
-	{"touched_experts", "experts", reports.LowerIsBetter, "touched", func(ls *LayerStats) []float64 { return one(ls.Touched) }, "the fused-MoE kernel ran on the last layers only (--kernel-layers)"},
+	{"kernel_time", "ms", results.LowerIsBetter, "kernel ms", func(ls *LayerStats) []float64 { return ls.KernelMS }, "the fused-MoE kernel ran on the last layers only (--kernel-layers)"},
+	{"slowdown", "x", results.LowerIsBetter, "×uniform", func(ls *LayerStats) []float64 { return ls.Slowdown }, "the fused-MoE kernel ran on the last layers only (--kernel-layers)"},
+	{"rel_l2", "ratio", results.LowerIsBetter, "relL2", func(ls *LayerStats) []float64 { return one(ls.RelL2) }, "no baseline output for this layer"},
+	{"touched_experts", "experts", results.LowerIsBetter, "touched", func(ls *LayerStats) []float64 { return one(ls.Touched) }, "the fused-MoE kernel ran on the last layers only (--kernel-layers)"},
 }
 
 func finite(vs []float64) []float64 {
@@ -744,9 +744,9 @@ func finite(vs []float64) []float64 {
 	return out
 }
 
-func (a *Ablation) params(router string) reports.Params {
+func (a *Ablation) params(router string) results.Params {
 	o := a.Opt
-	p := reports.Params{
+	p := results.Params{
 		"model":  o.Model.Name,
 		"router": router,
 		"tokens": strconv.Itoa(o.Tokens),
@@ -780,10 +780,10 @@ func (a *Ablation) inputDesc() string {
 // layer's value as a sample (kernel metrics: every timing), one per router
 // and layer ("ablate router/layer", with the expert loads as the metric
 // expert_load, sample i = expert i), and the uniform-routing reference.
-func (a *Ablation) Results() []reports.Result {
-	var res []reports.Result
+func (a *Ablation) Results() []results.Result {
+	var res []results.Result
 	for _, run := range a.Runs {
-		agg := reports.Result{Name: "router", Params: a.params(run.Router), Warnings: run.Warnings}
+		agg := results.Result{Name: "router", Params: a.params(run.Router), Warnings: run.Warnings}
 		for _, c := range columns {
 			var samples []float64
 			for i := range run.Layers {
@@ -796,7 +796,7 @@ func (a *Ablation) Results() []reports.Result {
 			ls := &run.Layers[i]
 			p := a.params(run.Router)
 			p["layer"] = strconv.Itoa(ls.Layer)
-			r := reports.Result{Name: "router/layer", Params: p}
+			r := results.Result{Name: "router/layer", Params: p}
 			for _, c := range columns {
 				r.Metrics = append(r.Metrics, metric(c, finite(c.get(ls))))
 			}
@@ -804,7 +804,7 @@ func (a *Ablation) Results() []reports.Result {
 			for e, v := range ls.Load {
 				load[e] = float64(v)
 			}
-			r.Metrics = append(r.Metrics, reports.Metric{Name: "expert_load", Unit: "tokens", Better: reports.LowerIsBetter, Samples: load})
+			r.Metrics = append(r.Metrics, results.Metric{Name: "expert_load", Unit: "tokens", Better: results.LowerIsBetter, Samples: load})
 			res = append(res, r)
 		}
 	}
@@ -814,15 +814,15 @@ func (a *Ablation) Results() []reports.Result {
 			all = append(all, v...)
 		}
 		p := a.params("balanced")
-		res = append(res, reports.Result{Name: "router/uniform-reference", Params: p, Metrics: []reports.Metric{
-			{Name: "kernel_time", Unit: "ms", Better: reports.LowerIsBetter, Samples: all},
+		res = append(res, results.Result{Name: "router/uniform-reference", Params: p, Metrics: []results.Metric{
+			{Name: "kernel_time", Unit: "ms", Better: results.LowerIsBetter, Samples: all},
 		}})
 	}
 	return res
 }
 
-func metric(c column, samples []float64) reports.Metric {
-	m := reports.Metric{Name: c.name, Unit: c.unit, Better: c.better, Samples: samples}
+func metric(c column, samples []float64) results.Metric {
+	m := results.Metric{Name: c.name, Unit: c.unit, Better: c.better, Samples: samples}
 	if len(samples) == 0 {
 		m.Unmeasured = c.why
 		if m.Unmeasured == "" {
@@ -881,7 +881,7 @@ func (a *Ablation) WriteTable(w io.Writer) error {
 		for j, c := range columns {
 			switch c.name {
 			case "kernel_time":
-				row[j] = reports.Summarize(all).Median
+				row[j] = results.Summarize(all).Median
 			case "slowdown":
 				row[j] = 1
 			case "touched_experts":
@@ -954,7 +954,7 @@ func cellValue(c column, vals []float64) float64 {
 		return math.NaN()
 	}
 	if c.name == "kernel_time" || c.name == "slowdown" {
-		return reports.Summarize(vals).Median
+		return results.Summarize(vals).Median
 	}
 	var v float64
 	for _, x := range vals {

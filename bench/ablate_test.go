@@ -12,7 +12,7 @@ import (
 	"testing"
 
 	"github.com/mstar-dev/mstar/kernels/router"
-	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 // tiny is a model small enough for unit tests: 16 experts, top-2.
@@ -102,10 +102,10 @@ func TestAblationSmall(t *testing.T) {
 	}
 
 	// The results document validates and carries per-layer detail.
-	doc := reports.NewDocument(AblationSuite, []string{"test"}, reports.Env{})
+	doc := results.NewDocument(AblationSuite, []string{"test"}, results.Env{})
 	doc.Results = a.Results()
 	var buf bytes.Buffer
-	if err := reports.Write(&buf, doc); err != nil {
+	if err := results.Write(&buf, doc); err != nil {
 		t.Fatalf("results document: %v", err)
 	}
 	perLayer, ref := 0, 0
@@ -419,7 +419,7 @@ func TestAblationInterrupted(t *testing.T) {
 			if tc.kernelLayers > 0 && len(a.Runs[0].Layers[1].KernelMS) != 2 {
 				t.Errorf("layer 1 (done before the interrupt) has %d kernel samples, want 2", len(a.Runs[0].Layers[1].KernelMS))
 			}
-			doc := reports.NewDocument(AblationSuite, nil, reports.Env{})
+			doc := results.NewDocument(AblationSuite, nil, results.Env{})
 			doc.Results = a.Results()
 			doc.Finish()
 			if err := doc.Validate(); err != nil {

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/mstar-dev/mstar/internal/cpupeak"
-	"github.com/mstar-dev/mstar/internal/units"
 	"math"
 	"math/rand/v2"
 	"runtime"
@@ -13,12 +11,15 @@ import (
 	"sync"
 	"unsafe"
 
+	"github.com/mstar-dev/mstar/internal/cpupeak"
+	"github.com/mstar-dev/mstar/internal/units"
+
 	"gonum.org/v1/gonum/blas"
 	"gonum.org/v1/gonum/blas/blas64"
 
 	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/mstar-dev/mstar/internal/gpu/cuda"
-	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 // Units of the ceilings. Every ceiling of a kind has the same unit on every
@@ -190,7 +191,7 @@ func median(v []float64) float64 {
 	if len(v) == 0 {
 		return math.NaN()
 	}
-	return reports.Summarize(v).Median
+	return results.Summarize(v).Median
 }
 
 func measureD2D(dev gpu.Device, s gpu.Stream, n int64, t Timing) Ceiling {
@@ -458,15 +459,15 @@ const CeilingResult = "ceiling"
 // what (d2d, h2d, d2h, gemm), size and method, and one metric with every
 // sample ("bandwidth" in GB/s or "throughput" in TFLOP/s), or the reason it
 // is unmeasured.
-func (c *Ceilings) Results() []reports.Result {
-	var out []reports.Result
+func (c *Ceilings) Results() []results.Result {
+	var out []results.Result
 	for _, k := range ceilingKinds {
 		ce := c.byKind(k)
 		name := "bandwidth"
 		if ce.Unit == UnitTFLOPs {
 			name = "throughput"
 		}
-		m := reports.Metric{Name: name, Unit: ce.Unit, Better: reports.HigherIsBetter, Samples: append([]float64(nil), ce.Samples...)}
+		m := results.Metric{Name: name, Unit: ce.Unit, Better: results.HigherIsBetter, Samples: append([]float64(nil), ce.Samples...)}
 		if !ce.Measured() {
 			m.Samples = nil
 			m.Unmeasured = ce.Unmeasured
@@ -474,10 +475,10 @@ func (c *Ceilings) Results() []reports.Result {
 				m.Unmeasured = "no samples"
 			}
 		}
-		out = append(out, reports.Result{
+		out = append(out, results.Result{
 			Name:    CeilingResult,
-			Params:  reports.Params{"what": k, "size": ce.Size, "method": ce.Method},
-			Metrics: []reports.Metric{m},
+			Params:  results.Params{"what": k, "size": ce.Size, "method": ce.Method},
+			Metrics: []results.Metric{m},
 		})
 	}
 	return out
@@ -486,7 +487,7 @@ func (c *Ceilings) Results() []reports.Result {
 // CeilingsFrom reads ceilings back from a results document's "ceiling"
 // rows (as `mstar bench ceilings --out` writes them), for suites given
 // --ceilings FILE. Kinds the document lacks are Unmeasured, saying so.
-func CeilingsFrom(d *reports.Document) (*Ceilings, error) {
+func CeilingsFrom(d *results.Document) (*Ceilings, error) {
 	c := &Ceilings{Device: d.Env["device"], Backend: gpu.Backend(d.Env["backend"]), Name: d.Env["gpu"]}
 	if c.Backend == gpu.CPU {
 		c.Name = d.Env["cpu"]
@@ -548,7 +549,7 @@ func (c *Ceilings) Matches(info gpu.Info) error {
 
 // ReadCeilings reads ceilings from a results document file.
 func ReadCeilings(path string) (*Ceilings, error) {
-	d, err := reports.ReadFile(path)
+	d, err := results.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/mstar-dev/mstar/internal/gpu"
-	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 // small keeps the CPU measurements to milliseconds.
@@ -133,7 +133,7 @@ func TestCeilingsResultsRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.GEMM = Ceiling{Unit: UnitTFLOPs, Size: "64", Method: "none", Unmeasured: "cuBLAS unavailable (test)"}
-	doc := reports.NewDocument("bench ceilings", []string{"mstar", "bench", "ceilings"}, reports.Env{"device": "cpu", "backend": "cpu"})
+	doc := results.NewDocument("bench ceilings", []string{"mstar", "bench", "ceilings"}, results.Env{"device": "cpu", "backend": "cpu"})
 	doc.Results = c.Results()
 	doc.Finish()
 	if err := doc.Validate(); err != nil {
@@ -143,12 +143,12 @@ func TestCeilingsResultsRoundTrip(t *testing.T) {
 		t.Fatalf("%d results, want 4", len(doc.Results))
 	}
 	for _, r := range doc.Results {
-		if r.Name != CeilingResult || r.Metrics[0].Better != reports.HigherIsBetter {
+		if r.Name != CeilingResult || r.Metrics[0].Better != results.HigherIsBetter {
 			t.Errorf("result %+v", r)
 		}
 	}
 	path := filepath.Join(t.TempDir(), "ceilings.json")
-	if err := reports.WriteFile(path, doc); err != nil {
+	if err := results.WriteFile(path, doc); err != nil {
 		t.Fatal(err)
 	}
 	back, err := ReadCeilings(path)
@@ -172,24 +172,24 @@ func TestCeilingsResultsRoundTrip(t *testing.T) {
 func TestCeilingsFromBadDocuments(t *testing.T) {
 	tests := []struct {
 		name    string
-		results []reports.Result
+		results []results.Result
 		want    string
 	}{
-		{"no ceilings", []reports.Result{{Name: "moe"}}, "no ceiling results"},
-		{"unknown kind", []reports.Result{{Name: CeilingResult, Params: reports.Params{"what": "nvlink"}, Metrics: []reports.Metric{{Name: "bandwidth", Unit: UnitGBps}}}}, "want what="},
-		{"wrong unit", []reports.Result{{Name: CeilingResult, Params: reports.Params{"what": "gemm"}, Metrics: []reports.Metric{{Name: "throughput", Unit: "GFLOP/s", Samples: []float64{1}}}}}, `unit "GFLOP/s"`},
+		{"no ceilings", []results.Result{{Name: "moe"}}, "no ceiling results"},
+		{"unknown kind", []results.Result{{Name: CeilingResult, Params: results.Params{"what": "nvlink"}, Metrics: []results.Metric{{Name: "bandwidth", Unit: UnitGBps}}}}, "want what="},
+		{"wrong unit", []results.Result{{Name: CeilingResult, Params: results.Params{"what": "gemm"}, Metrics: []results.Metric{{Name: "throughput", Unit: "GFLOP/s", Samples: []float64{1}}}}}, `unit "GFLOP/s"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := CeilingsFrom(&reports.Document{Results: tt.results})
+			_, err := CeilingsFrom(&results.Document{Results: tt.results})
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("err = %v, want %q", err, tt.want)
 			}
 		})
 	}
 	// A document with only some kinds: the rest say they are missing.
-	c, err := CeilingsFrom(&reports.Document{Results: []reports.Result{{Name: CeilingResult, Params: reports.Params{"what": "h2d"},
-		Metrics: []reports.Metric{{Name: "bandwidth", Unit: UnitGBps, Samples: []float64{50, 55, 52}}}}}})
+	c, err := CeilingsFrom(&results.Document{Results: []results.Result{{Name: CeilingResult, Params: results.Params{"what": "h2d"},
+		Metrics: []results.Metric{{Name: "bandwidth", Unit: UnitGBps, Samples: []float64{50, 55, 52}}}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,7 +259,7 @@ func TestCeilingsInterrupted(t *testing.T) {
 	if c.GEMM.Measured() || !strings.Contains(c.GEMM.Unmeasured, "interrupted") {
 		t.Errorf("gemm %+v: want unmeasured, saying it was interrupted", c.GEMM)
 	}
-	doc := reports.NewDocument("bench ceilings", nil, reports.Env{})
+	doc := results.NewDocument("bench ceilings", nil, results.Env{})
 	doc.Results = c.Results()
 	doc.Finish()
 	if err := doc.Validate(); err != nil {

@@ -17,7 +17,7 @@ import (
 	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/mstar-dev/mstar/internal/gpu/cuda"
 	"github.com/mstar-dev/mstar/kernels/moe"
-	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 // MoE result and metric names. Peers (scripts/peers/moe_peers.py) write the
@@ -100,7 +100,7 @@ func moeInputErr(format string, a ...any) error { return &MoEInputError{fmt.Erro
 type MoERow struct {
 	M, Slots, Touched int
 	Config            string
-	Latency           reports.Summary // µs
+	Latency           results.Summary // µs
 	TFLOPs, GBps      float64         // at the median latency
 	PctBW, PctCompute float64         // NaN when the ceiling is unmeasured
 	PctFloor          float64
@@ -125,7 +125,7 @@ func (o TuneOutcome) Median() float64 {
 	if len(o.Latency) == 0 {
 		return math.NaN()
 	}
-	return reports.Summarize(o.Latency).Median
+	return results.Summarize(o.Latency).Median
 }
 
 // pickFastest marks and returns the eligible outcome with the lowest median
@@ -150,7 +150,7 @@ func pickFastest(outs []TuneOutcome) int {
 // MoEReport is what a sweep produced.
 type MoEReport struct {
 	Local    moe.Shape // the shape one rank computes
-	Results  []reports.Result
+	Results  []results.Result
 	Rows     []MoERow
 	Ceilings *Ceilings
 	Warnings []string
@@ -461,7 +461,7 @@ func rejections(outs []TuneOutcome) []string {
 
 // withTuning names the chosen configuration in the batch's result (param
 // "config") and says what it was chosen over.
-func withTuning(opt MoEOptions, local moe.Shape, m int, res reports.Result, row MoERow, outs []TuneOutcome) (reports.Result, MoERow) {
+func withTuning(opt MoEOptions, local moe.Shape, m int, res results.Result, row MoERow, outs []TuneOutcome) (results.Result, MoERow) {
 	var chosen moe.Config
 	var others []string
 	for _, o := range outs {
@@ -484,15 +484,15 @@ func withTuning(opt MoEOptions, local moe.Shape, m int, res reports.Result, row 
 
 // tuneResult is one candidate's record: its latency samples (or why it was
 // rejected) and its error against the reference.
-func tuneResult(opt MoEOptions, local moe.Shape, m int, o TuneOutcome) reports.Result {
+func tuneResult(opt MoEOptions, local moe.Shape, m int, o TuneOutcome) results.Result {
 	p := MoEParams(opt, local, m, "mstar")
 	p[MoEConfigParam] = o.Config.String()
-	lat := reports.Metric{Name: MoETuneLatency, Unit: "µs", Better: reports.LowerIsBetter, Samples: o.Latency}
+	lat := results.Metric{Name: MoETuneLatency, Unit: "µs", Better: results.LowerIsBetter, Samples: o.Latency}
 	if len(o.Latency) == 0 {
 		lat.Samples = nil
 		lat.Unmeasured = "rejected: " + o.Reject
 	}
-	rel := reports.Metric{Name: MoERelL2, Better: reports.LowerIsBetter, Samples: []float64{o.RelL2}}
+	rel := results.Metric{Name: MoERelL2, Better: results.LowerIsBetter, Samples: []float64{o.RelL2}}
 	if math.IsNaN(o.RelL2) || math.IsInf(o.RelL2, 0) {
 		rel.Samples = nil
 		rel.Unmeasured = "no finite output"
@@ -500,7 +500,7 @@ func tuneResult(opt MoEOptions, local moe.Shape, m int, o TuneOutcome) reports.R
 			rel.Unmeasured = o.Reject
 		}
 	}
-	r := reports.Result{Name: MoETuneResult, Params: p, Metrics: []reports.Metric{lat, rel}}
+	r := results.Result{Name: MoETuneResult, Params: p, Metrics: []results.Metric{lat, rel}}
 	if o.Reject != "" {
 		r.Warnings = append(r.Warnings, "rejected: "+o.Reject)
 	}
@@ -803,12 +803,12 @@ func dumpBF16(path string, v []float32) error {
 }
 
 // MoEParams are a result's parameters; the peers write the same ones.
-func MoEParams(opt MoEOptions, local moe.Shape, m int, impl string) reports.Params {
+func MoEParams(opt MoEOptions, local moe.Shape, m int, impl string) results.Params {
 	model := opt.Model
 	if model == "" {
 		model = "custom"
 	}
-	return reports.Params{
+	return results.Params{
 		"model":   model,
 		"experts": strconv.Itoa(local.E),
 		"topk":    strconv.Itoa(local.K),
@@ -827,7 +827,7 @@ func MoEParams(opt MoEOptions, local moe.Shape, m int, impl string) reports.Para
 // Shape.Flops of the computed slots; bandwidth counts Shape.Bytes (touched
 // experts' weights once, x and out once, the routing once); the floor is
 // max(bytes / D2D ceiling, flops / GEMM ceiling).
-func moeResult(opt MoEOptions, local moe.Shape, m int, r moe.Routing, us []float64, rel float64, cfg string, checked int) (reports.Result, MoERow) {
+func moeResult(opt MoEOptions, local moe.Shape, m int, r moe.Routing, us []float64, rel float64, cfg string, checked int) (results.Result, MoERow) {
 	slots, touched := r.Slots(), r.Touched(local.E)
 	flops, bytes := local.Flops(slots), local.Bytes(m, touched, slots)
 	c := opt.Ceilings
@@ -840,20 +840,20 @@ func moeResult(opt MoEOptions, local moe.Shape, m int, r moe.Routing, us []float
 	}
 	tflops := per(func(s float64) float64 { return flops / s / 1e12 })
 	gbps := per(func(s float64) float64 { return bytes / s / 1e9 })
-	metric := func(name, unit string, better reports.Direction, samples []float64) reports.Metric {
-		return reports.Metric{Name: name, Unit: unit, Better: better, Samples: samples}
+	metric := func(name, unit string, better results.Direction, samples []float64) results.Metric {
+		return results.Metric{Name: name, Unit: unit, Better: better, Samples: samples}
 	}
-	pct := func(name string, ce Ceiling, vals []float64) reports.Metric {
+	pct := func(name string, ce Ceiling, vals []float64) results.Metric {
 		if !ce.Measured() {
-			return reports.Metric{Name: name, Unit: "%", Better: reports.HigherIsBetter, Unmeasured: "ceiling unmeasured: " + ce.Unmeasured}
+			return results.Metric{Name: name, Unit: "%", Better: results.HigherIsBetter, Unmeasured: "ceiling unmeasured: " + ce.Unmeasured}
 		}
 		out := make([]float64, len(vals))
 		for i, v := range vals {
 			out[i] = 100 * v / ce.Value
 		}
-		return metric(name, "%", reports.HigherIsBetter, out)
+		return metric(name, "%", results.HigherIsBetter, out)
 	}
-	floor := reports.Metric{Name: MoEPctFloor, Unit: "%", Better: reports.HigherIsBetter}
+	floor := results.Metric{Name: MoEPctFloor, Unit: "%", Better: results.HigherIsBetter}
 	if c.D2D.Measured() && c.GEMM.Measured() {
 		floorSec := math.Max(bytes/(c.D2D.Value*1e9), flops/(c.GEMM.Value*1e12))
 		floor.Samples = per(func(s float64) float64 { return 100 * floorSec / s })
@@ -861,27 +861,27 @@ func moeResult(opt MoEOptions, local moe.Shape, m int, r moe.Routing, us []float
 		floor.Unmeasured = "needs both the d2d and gemm ceilings"
 	}
 	pass := rel <= MoEMaxRelL2
-	gate := reports.Gate{Name: MoEGate, Pass: pass,
+	gate := results.Gate{Name: MoEGate, Pass: pass,
 		Reason: fmt.Sprintf("rel L2 %.3g against the float64 reference on %d of %d tokens (limit %g); %s", rel, checked, m, MoEMaxRelL2, cfg)}
-	relMetric := metric(MoERelL2, "", reports.LowerIsBetter, []float64{rel})
+	relMetric := metric(MoERelL2, "", results.LowerIsBetter, []float64{rel})
 	if math.IsNaN(rel) || math.IsInf(rel, 0) {
-		relMetric = reports.Metric{Name: MoERelL2, Better: reports.LowerIsBetter, Unmeasured: fmt.Sprintf("output not finite (%v)", rel)}
+		relMetric = results.Metric{Name: MoERelL2, Better: results.LowerIsBetter, Unmeasured: fmt.Sprintf("output not finite (%v)", rel)}
 	}
-	res := reports.Result{
+	res := results.Result{
 		Name:   MoEResult,
 		Params: MoEParams(opt, local, m, "mstar"),
-		Metrics: []reports.Metric{
-			metric(MoELatency, "µs", reports.LowerIsBetter, us),
-			metric(MoEThroughput, "TFLOP/s", reports.HigherIsBetter, tflops),
-			metric(MoEBandwidth, "GB/s", reports.HigherIsBetter, gbps),
+		Metrics: []results.Metric{
+			metric(MoELatency, "µs", results.LowerIsBetter, us),
+			metric(MoEThroughput, "TFLOP/s", results.HigherIsBetter, tflops),
+			metric(MoEBandwidth, "GB/s", results.HigherIsBetter, gbps),
 			pct(MoEPctBW, c.D2D, gbps),
 			pct(MoEPctCompute, c.GEMM, tflops),
 			floor,
 			relMetric,
 		},
-		Gates: []reports.Gate{gate},
+		Gates: []results.Gate{gate},
 	}
-	sum := reports.Summarize(us)
+	sum := results.Summarize(us)
 	med := sum.Median * 1e-6
 	row := MoERow{M: m, Slots: slots, Touched: touched, Config: cfg, Latency: sum,
 		TFLOPs: flops / med / 1e12, GBps: bytes / med / 1e9, RelL2: rel, Pass: pass,

@@ -4,7 +4,7 @@ import (
 	"math"
 
 	"github.com/mstar-dev/mstar/kernels/moe"
-	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 // MoEStageResult is one kernel of a pass timed alone (--stages): params are
@@ -57,17 +57,17 @@ func localTokens(r moe.Routing) int {
 // stageResults turns the per-stage samples of one batch into results and
 // table rows. A GEMM stage's floor is max(bytes / d2d, flops / gemm) of its
 // own work, so "% of floor" says which GEMM leaves time on the table.
-func stageResults(opt MoEOptions, local moe.Shape, m int, r moe.Routing, stages []moe.StageTime) ([]reports.Result, []StageRow) {
+func stageResults(opt MoEOptions, local moe.Shape, m int, r moe.Routing, stages []moe.StageTime) ([]results.Result, []StageRow) {
 	slots, touched, tokens := r.Slots(), r.Touched(local.E), localTokens(r)
 	c := opt.Ceilings
 	total := 0.0
 	for _, st := range stages {
-		total += reports.Summarize(st.US).Median
+		total += results.Summarize(st.US).Median
 	}
-	var res []reports.Result
+	var res []results.Result
 	var rows []StageRow
 	for _, st := range stages {
-		sum := reports.Summarize(st.US)
+		sum := results.Summarize(st.US)
 		flops, bytes := stageCost(local, st.Stage, tokens, slots, touched)
 		share := math.NaN()
 		if total > 0 {
@@ -77,9 +77,9 @@ func stageResults(opt MoEOptions, local moe.Shape, m int, r moe.Routing, stages 
 			TFLOPs: math.NaN(), GBps: math.NaN(), PctFloor: math.NaN(), HalfWidthPct: sum.HalfWidthPct()}
 		params := MoEParams(opt, local, m, "mstar")
 		params["stage"] = st.Stage
-		metrics := []reports.Metric{
-			{Name: MoELatency, Unit: "µs", Better: reports.LowerIsBetter, Samples: st.US},
-			{Name: MoEStageShare, Unit: "%", Better: reports.LowerIsBetter, Samples: []float64{row.Share}},
+		metrics := []results.Metric{
+			{Name: MoELatency, Unit: "µs", Better: results.LowerIsBetter, Samples: st.US},
+			{Name: MoEStageShare, Unit: "%", Better: results.LowerIsBetter, Samples: []float64{row.Share}},
 		}
 		if flops > 0 {
 			per := func(f func(sec float64) float64) []float64 {
@@ -90,10 +90,10 @@ func stageResults(opt MoEOptions, local moe.Shape, m int, r moe.Routing, stages 
 				return out
 			}
 			metrics = append(metrics,
-				reports.Metric{Name: MoEThroughput, Unit: "TFLOP/s", Better: reports.HigherIsBetter, Samples: per(func(s float64) float64 { return flops / s / 1e12 })},
-				reports.Metric{Name: MoEBandwidth, Unit: "GB/s", Better: reports.HigherIsBetter, Samples: per(func(s float64) float64 { return bytes / s / 1e9 })})
+				results.Metric{Name: MoEThroughput, Unit: "TFLOP/s", Better: results.HigherIsBetter, Samples: per(func(s float64) float64 { return flops / s / 1e12 })},
+				results.Metric{Name: MoEBandwidth, Unit: "GB/s", Better: results.HigherIsBetter, Samples: per(func(s float64) float64 { return bytes / s / 1e9 })})
 			row.TFLOPs, row.GBps = flops/(sum.Median*1e-6)/1e12, bytes/(sum.Median*1e-6)/1e9
-			floor := reports.Metric{Name: MoEPctFloor, Unit: "%", Better: reports.HigherIsBetter}
+			floor := results.Metric{Name: MoEPctFloor, Unit: "%", Better: results.HigherIsBetter}
 			if c != nil && c.D2D.Measured() && c.GEMM.Measured() {
 				floorSec := math.Max(bytes/(c.D2D.Value*1e9), flops/(c.GEMM.Value*1e12))
 				floor.Samples = per(func(s float64) float64 { return 100 * floorSec / s })
@@ -103,7 +103,7 @@ func stageResults(opt MoEOptions, local moe.Shape, m int, r moe.Routing, stages 
 			}
 			metrics = append(metrics, floor)
 		}
-		res = append(res, reports.Result{Name: MoEStageResult, Params: params, Metrics: metrics})
+		res = append(res, results.Result{Name: MoEStageResult, Params: params, Metrics: metrics})
 		rows = append(rows, row)
 	}
 	return res, rows

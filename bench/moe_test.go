@@ -13,7 +13,7 @@ import (
 
 	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/mstar-dev/mstar/kernels/moe"
-	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 // fakeCeilings are round numbers so the percentages can be checked by hand.
@@ -44,9 +44,9 @@ func TestRunMoECPU(t *testing.T) {
 	}
 	for i, r := range rep.Results {
 		m := opt.Batches[i]
-		wantParams := reports.Params{"model": "tiny", "experts": "4", "topk": "2", "hidden": "64", "inter": "40",
+		wantParams := results.Params{"model": "tiny", "experts": "4", "topk": "2", "hidden": "64", "inter": "40",
 			"tp": "1", "ep": "2", "batch": itoa(m), "routing": "uniform", "seed": "5", "impl": "mstar"}
-		if r.Key() != (reports.Result{Name: MoEResult, Params: wantParams}).Key() {
+		if r.Key() != (results.Result{Name: MoEResult, Params: wantParams}).Key() {
 			t.Errorf("result key %s, want params %v", r.Key(), wantParams)
 		}
 		lat := r.Metric(MoELatency)

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/mstar-dev/mstar/reports/results"
 	"golang.org/x/perf/benchmath"
 )
 
@@ -229,8 +230,8 @@ func compareMetric(key string, bm, nm *pooled, opt DiffOptions) MetricDiff {
 		d.Unmeasured = fmt.Sprintf("direction changed from %q to %q", bm.Better, nm.Better)
 		return d
 	}
-	d.Base, d.New = Summarize(bm.Samples), Summarize(nm.Samples)
-	bs, ns := newSample(bm.Samples, opt.Alpha), newSample(nm.Samples, opt.Alpha)
+	d.Base, d.New = results.Summarize(bm.Samples), results.Summarize(nm.Samples)
+	bs, ns := results.NewSample(bm.Samples, opt.Alpha), results.NewSample(nm.Samples, opt.Alpha)
 	cmp := benchmath.AssumeNothing.Compare(bs, ns)
 	d.P = cmp.P
 	for _, w := range cmp.Warnings {

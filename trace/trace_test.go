@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
@@ -365,7 +365,7 @@ func TestBadLineColumnsAgreeWithReports(t *testing.T) {
 	colRE := regexp.MustCompile(`column (\d+)`)
 	for _, line := range []string{`{"session":"a",,"x":1}`, `{"bad`, `{"tick":1}}`} {
 		f := readAll(t, []byte(line+"\n"))
-		_, rerr := reports.Read(strings.NewReader(line), "x")
+		_, rerr := results.Read(strings.NewReader(line), "x")
 		if len(f.Bad) != 1 || rerr == nil {
 			t.Fatalf("%s: bad %v, reports error %v", line, f.Bad, rerr)
 		}

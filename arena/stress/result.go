@@ -2,7 +2,6 @@ package stress
 
 import (
 	"fmt"
-	"github.com/mstar-dev/mstar/internal/units"
 	"io"
 	"math"
 	"sort"
@@ -10,7 +9,9 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/internal/units"
+
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 // Percentile returns the p-th percentile (0-100) of xs by nearest rank, or
@@ -42,9 +43,9 @@ func thin(xs []float64, n int) []float64 {
 }
 
 // Gates are the run's pass/fail checks.
-func (s *Summary) Gates() []reports.Gate {
-	gate := func(name string, pass bool, format string, a ...any) reports.Gate {
-		g := reports.Gate{Name: name, Pass: pass}
+func (s *Summary) Gates() []results.Gate {
+	gate := func(name string, pass bool, format string, a ...any) results.Gate {
+		g := results.Gate{Name: name, Pass: pass}
 		if !pass {
 			g.Reason = fmt.Sprintf(format, a...)
 		}
@@ -52,7 +53,7 @@ func (s *Summary) Gates() []reports.Gate {
 	}
 	left := s.LeftAfterSweep
 	orderly := s.Options.KillRate == 0 && len(s.LeftBeforeSweep) > 0
-	return []reports.Gate{
+	return []results.Gate{
 		gate("no corrupted payloads", s.Corrupt == 0, "%d payloads failed their checksum or header", s.Corrupt),
 		gate("no leaked slots", s.LeakedSlots == 0 && s.LeakedSpillFiles == 0, "%d slots and %d spill files still live when the producers stopped", s.LeakedSlots, s.LeakedSpillFiles),
 		gate("no leftover files", len(left) == 0 && !orderly, "%s", leftReason(s, orderly)),
@@ -82,18 +83,18 @@ func clipList(xs []string) string {
 // Result is the run as one results-document result: every interval's
 // rates and every latency as samples, the counts as single samples, and
 // the gates.
-func (s *Summary) Result() reports.Result {
+func (s *Summary) Result() results.Result {
 	o := s.Options
 	var gbps, rate []float64
 	for _, iv := range s.Interval {
 		gbps = append(gbps, iv.GBps)
 		rate = append(rate, iv.TensorsPerS)
 	}
-	one := func(name, unit string, better reports.Direction, v float64) reports.Metric {
-		return reports.Metric{Name: name, Unit: unit, Better: better, Samples: []float64{v}}
+	one := func(name, unit string, better results.Direction, v float64) results.Metric {
+		return results.Metric{Name: name, Unit: unit, Better: better, Samples: []float64{v}}
 	}
-	lower, higher := reports.LowerIsBetter, reports.HigherIsBetter
-	metrics := []reports.Metric{
+	lower, higher := results.LowerIsBetter, results.HigherIsBetter
+	metrics := []results.Metric{
 		{Name: "throughput", Unit: "GB/s", Better: higher, Samples: gbps},
 		{Name: "tensors_per_s", Unit: "tensors/s", Better: higher, Samples: rate},
 		{Name: "latency", Unit: "us", Better: lower, Samples: thin(s.Latencies, MaxLatencySamples)},
@@ -125,9 +126,9 @@ func (s *Summary) Result() reports.Result {
 	if o.Count > 0 {
 		what = fmt.Sprintf("%d tensors", o.Count)
 	}
-	r := reports.Result{
+	r := results.Result{
 		Name: "stress",
-		Params: reports.Params{
+		Params: results.Params{
 			"transport": string(o.Transport), "producers": fmt.Sprint(o.Producers), "consumers": fmt.Sprint(o.Consumers),
 			"fanout": fmt.Sprint(o.Fanout), "sizes": fmt.Sprintf("%d-%d", o.MinSize, o.MaxSize),
 			"kill_rate": fmt.Sprint(o.KillRate), "run": what,

@@ -5,12 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/mstar-dev/mstar/internal/units"
 	"time"
+
+	"github.com/mstar-dev/mstar/internal/units"
 
 	"github.com/mstar-dev/mstar/arena"
 	"github.com/mstar-dev/mstar/internal/gpu"
-	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 // hostPair is two host regions of one memory kind: a D2H destination and
@@ -274,7 +275,7 @@ func measureCopy(ctx context.Context, opt Options, s1, s2 gpu.Stream, hp *hostPa
 	return nil
 }
 
-func copyResults(opt Options, points []*copyPoint) []reports.Result {
+func copyResults(opt Options, points []*copyPoint) []results.Result {
 	// Pinned memory at the same size and direction is the reference; the
 	// best pinned median of the run, per direction, is the ceiling.
 	type key struct {
@@ -290,11 +291,11 @@ func copyResults(opt Options, points []*copyPoint) []reports.Result {
 			ceiling[p.dir] = max(ceiling[p.dir], m)
 		}
 	}
-	var rs []reports.Result
+	var rs []results.Result
 	for _, p := range points {
-		r := reports.Result{
+		r := results.Result{
 			Name:   "copy",
-			Params: reports.Params{"memory": p.memory, "dir": p.dir, "size": sizeParam(p.size)},
+			Params: results.Params{"memory": p.memory, "dir": p.dir, "size": sizeParam(p.size)},
 		}
 		us := make([]float64, len(p.secs))
 		for i, s := range p.secs {
@@ -312,16 +313,16 @@ func copyResults(opt Options, points []*copyPoint) []reports.Result {
 			pcie = 0
 			pcieWhy = "no PCIe transfer on the CPU backend"
 		}
-		r.Metrics = []reports.Metric{
-			{Name: MetricTime, Unit: "us", Better: reports.LowerIsBetter, Samples: us},
-			{Name: MetricBandwidth, Unit: "GB/s", Better: reports.HigherIsBetter, Samples: p.gbps},
+		r.Metrics = []results.Metric{
+			{Name: MetricTime, Unit: "us", Better: results.LowerIsBetter, Samples: us},
+			{Name: MetricBandwidth, Unit: "GB/s", Better: results.HigherIsBetter, Samples: p.gbps},
 			ratio(MetricPctPinned, "%", p.gbps, pinned[key{p.dir, p.size}], 100, "no pinned measurement at this size"),
 			ratio(MetricPctCeiling, "%", p.gbps, ceiling[p.dir], 100, "no pinned ceiling measured"),
 			ratio(MetricPctPCIe, "%", p.gbps, pcie, 100, pcieWhy),
-			{Name: MetricWrong, Unit: "copies", Better: reports.LowerIsBetter, Samples: p.wrong},
+			{Name: MetricWrong, Unit: "copies", Better: results.LowerIsBetter, Samples: p.wrong},
 			countMetric("copies/sample", p.reps),
 		}
-		r.Gates = []reports.Gate{verifiedGate(p.wrong, p.reps, "copies")}
+		r.Gates = []results.Gate{verifiedGate(p.wrong, p.reps, "copies")}
 		rs = append(rs, r)
 	}
 	return rs
@@ -330,12 +331,12 @@ func copyResults(opt Options, points []*copyPoint) []reports.Result {
 // verifiedGate passes when no copy in any sample differed from its source;
 // wrong holds each sample's count of differing copies (of perSample, each a
 // unit named noun).
-func verifiedGate(wrong []float64, perSample int, noun string) reports.Gate {
+func verifiedGate(wrong []float64, perSample int, noun string) results.Gate {
 	total := 0.0
 	for _, w := range wrong {
 		total += w
 	}
-	g := reports.Gate{Name: "every copy verified", Pass: total == 0}
+	g := results.Gate{Name: "every copy verified", Pass: total == 0}
 	if total > 0 {
 		g.Reason = fmt.Sprintf("%.0f of %d %s differ from their source", total, len(wrong)*perSample, noun)
 	}
@@ -348,10 +349,10 @@ func verifiedGate(wrong []float64, perSample int, noun string) reports.Gate {
 func runRegister(ctx context.Context, opt Options, out *Outcome) error {
 	cuda := opt.Device.Info().Backend == gpu.CUDA
 	for _, size := range opt.Sizes() {
-		r := reports.Result{Name: "register", Params: reports.Params{"size": sizeParam(size)}}
-		reg := reports.Metric{Name: MetricRegister, Unit: "ms", Better: reports.LowerIsBetter}
-		unreg := reports.Metric{Name: MetricUnregister, Unit: "ms", Better: reports.LowerIsBetter}
-		per := reports.Metric{Name: MetricRegPerGiB, Unit: "ms/GiB", Better: reports.LowerIsBetter}
+		r := results.Result{Name: "register", Params: results.Params{"size": sizeParam(size)}}
+		reg := results.Metric{Name: MetricRegister, Unit: "ms", Better: results.LowerIsBetter}
+		unreg := results.Metric{Name: MetricUnregister, Unit: "ms", Better: results.LowerIsBetter}
+		per := results.Metric{Name: MetricRegPerGiB, Unit: "ms/GiB", Better: results.LowerIsBetter}
 		if !cuda {
 			why := "the CPU backend does not page-lock memory (Register is a no-op)"
 			reg.Unmeasured, unreg.Unmeasured, per.Unmeasured = why, why, why
@@ -386,7 +387,7 @@ func runRegister(ctx context.Context, opt Options, out *Outcome) error {
 				per.Samples = append(per.Samples, ms*float64(1<<30)/float64(size))
 			}
 		}
-		r.Metrics = []reports.Metric{reg, unreg, per}
+		r.Metrics = []results.Metric{reg, unreg, per}
 		out.Results = append(out.Results, r)
 	}
 	return nil

@@ -30,7 +30,7 @@ import (
 	"github.com/mstar-dev/mstar/arena"
 	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/mstar-dev/mstar/internal/units"
-	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 // Mode selects what a sweep measures.
@@ -72,7 +72,7 @@ type Options struct {
 
 // Outcome is a sweep's results and run-level warnings.
 type Outcome struct {
-	Results  []reports.Result
+	Results  []results.Result
 	Warnings []string
 }
 
@@ -280,8 +280,8 @@ func median(xs []float64) float64 {
 }
 
 // ratio returns 100*x/ref per sample, or an unmeasured metric.
-func ratio(name, unit string, xs []float64, ref float64, scale float64, why string) reports.Metric {
-	m := reports.Metric{Name: name, Unit: unit, Better: reports.HigherIsBetter}
+func ratio(name, unit string, xs []float64, ref float64, scale float64, why string) results.Metric {
+	m := results.Metric{Name: name, Unit: unit, Better: results.HigherIsBetter}
 	if ref <= 0 || math.IsNaN(ref) || math.IsInf(ref, 0) {
 		m.Unmeasured = why
 		return m
@@ -294,8 +294,8 @@ func ratio(name, unit string, xs []float64, ref float64, scale float64, why stri
 
 func sizeParam(n int64) string { return strconv.FormatInt(n, 10) }
 
-func countMetric(unit string, n int) reports.Metric {
-	return reports.Metric{Name: MetricCount, Unit: unit, Better: reports.HigherIsBetter, Samples: []float64{float64(n)}}
+func countMetric(unit string, n int) results.Metric {
+	return results.Metric{Name: MetricCount, Unit: unit, Better: results.HigherIsBetter, Samples: []float64{float64(n)}}
 }
 
 // pattern fills b with pseudo-random bytes from seed (xorshift64*).

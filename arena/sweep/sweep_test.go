@@ -13,7 +13,7 @@ import (
 
 	"github.com/mstar-dev/mstar/arena"
 	"github.com/mstar-dev/mstar/internal/gpu"
-	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 func shmDir(t *testing.T) string {
@@ -30,7 +30,7 @@ func small(dir string, mode Mode) Options {
 	return Options{Mode: mode, MinSize: 4 << 10, MaxSize: 64 << 10, Factor: 4, Samples: 3, Dir: dir, SampleBytes: 256 << 10}
 }
 
-func find(t *testing.T, rs []reports.Result, name string, params map[string]string) reports.Result {
+func find(t *testing.T, rs []results.Result, name string, params map[string]string) results.Result {
 	t.Helper()
 next:
 	for _, r := range rs {
@@ -45,7 +45,7 @@ next:
 		return r
 	}
 	t.Fatalf("no %s result with %v", name, params)
-	return reports.Result{}
+	return results.Result{}
 }
 
 func TestSizes(t *testing.T) {

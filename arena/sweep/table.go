@@ -8,19 +8,19 @@ import (
 	"strconv"
 	"text/tabwriter"
 
-	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 // WriteTable prints a sweep's results as nccl-tests prints its own: one
 // line per size, medians of the samples, #wrong summed over them. A metric
 // that could not be measured prints "n/a", with the reason below the table.
-func WriteTable(w io.Writer, results []reports.Result) error {
-	by := map[string][]reports.Result{}
-	for _, r := range results {
+func WriteTable(w io.Writer, rs []results.Result) error {
+	by := map[string][]results.Result{}
+	for _, r := range rs {
 		by[r.Name] = append(by[r.Name], r)
 	}
 	notes := map[string]bool{}
-	med := func(r reports.Result, name string) string {
+	med := func(r results.Result, name string) string {
 		m := r.Metric(name)
 		if m == nil {
 			return ""
@@ -31,7 +31,7 @@ func WriteTable(w io.Writer, results []reports.Result) error {
 		}
 		return formatNum(median(m.Samples))
 	}
-	sum := func(r reports.Result, name string) string {
+	sum := func(r results.Result, name string) string {
 		m := r.Metric(name)
 		if m == nil {
 			return ""
@@ -42,9 +42,9 @@ func WriteTable(w io.Writer, results []reports.Result) error {
 		}
 		return strconv.FormatFloat(t, 'f', 0, 64)
 	}
-	size := func(r reports.Result) int64 { n, _ := strconv.ParseInt(r.Params["size"], 10, 64); return n }
-	order := func(rs []reports.Result, keys ...string) {
-		rank := func(r reports.Result) []int {
+	size := func(r results.Result) int64 { n, _ := strconv.ParseInt(r.Params["size"], 10, 64); return n }
+	order := func(rs []results.Result, keys ...string) {
+		rank := func(r results.Result) []int {
 			out := []int{}
 			for _, k := range keys {
 				out = append(out, indexOf(k, r.Params[k]))

@@ -6,14 +6,15 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/mstar-dev/mstar/internal/units"
 	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/mstar-dev/mstar/internal/units"
+
 	"github.com/mstar-dev/mstar/arena"
-	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 // Transports of the transport mode, in table order.
@@ -331,7 +332,7 @@ func measurePipe(ctx context.Context, opt Options, tr arena.Transport, src []byt
 	return nil
 }
 
-func transportResults(points []*transportPoint) []reports.Result {
+func transportResults(points []*transportPoint) []results.Result {
 	memcpyBW := map[int64]float64{}
 	fileRate := map[int64]float64{}
 	for _, p := range points {
@@ -350,7 +351,7 @@ func transportResults(points []*transportPoint) []reports.Result {
 			fileRate[p.size] = median(rates)
 		}
 	}
-	var rs []reports.Result
+	var rs []results.Result
 	for _, p := range points {
 		us := make([]float64, len(p.secs))
 		bw := make([]float64, len(p.secs))
@@ -360,13 +361,13 @@ func transportResults(points []*transportPoint) []reports.Result {
 			bw[i] = float64(p.size) * float64(p.count) / s / 1e9
 			rate[i] = float64(p.count) / s
 		}
-		r := reports.Result{
+		r := results.Result{
 			Name:   "transport",
-			Params: reports.Params{"transport": p.transport, "size": sizeParam(p.size)},
-			Metrics: []reports.Metric{
-				{Name: MetricTime, Unit: "us", Better: reports.LowerIsBetter, Samples: us},
-				{Name: MetricBandwidth, Unit: "GB/s", Better: reports.HigherIsBetter, Samples: bw},
-				{Name: MetricTensorsPerS, Unit: "tensors/s", Better: reports.HigherIsBetter, Samples: rate},
+			Params: results.Params{"transport": p.transport, "size": sizeParam(p.size)},
+			Metrics: []results.Metric{
+				{Name: MetricTime, Unit: "us", Better: results.LowerIsBetter, Samples: us},
+				{Name: MetricBandwidth, Unit: "GB/s", Better: results.HigherIsBetter, Samples: bw},
+				{Name: MetricTensorsPerS, Unit: "tensors/s", Better: results.HigherIsBetter, Samples: rate},
 				ratio(MetricPctMemcpy, "%", bw, memcpyBW[p.size], 100, "no memcpy measurement at this size"),
 			},
 		}
@@ -374,10 +375,10 @@ func transportResults(points []*transportPoint) []reports.Result {
 			why := "no file-transport measurement at this size"
 			m := ratio(MetricVsFile, "x", rate, fileRate[p.size], 1, why)
 			r.Metrics = append(r.Metrics, m)
-			r.Metrics = append(r.Metrics, reports.Metric{Name: MetricSpills, Unit: "tensors", Better: reports.LowerIsBetter, Samples: p.spills})
+			r.Metrics = append(r.Metrics, results.Metric{Name: MetricSpills, Unit: "tensors", Better: results.LowerIsBetter, Samples: p.spills})
 		}
-		r.Metrics = append(r.Metrics, reports.Metric{Name: MetricWrong, Unit: "copies", Better: reports.LowerIsBetter, Samples: p.wrong}, countMetric("tensors/sample", p.count))
-		r.Gates = []reports.Gate{verifiedGate(p.wrong, p.count, "tensors")}
+		r.Metrics = append(r.Metrics, results.Metric{Name: MetricWrong, Unit: "copies", Better: results.LowerIsBetter, Samples: p.wrong}, countMetric("tensors/sample", p.count))
+		r.Gates = []results.Gate{verifiedGate(p.wrong, p.count, "tensors")}
 		rs = append(rs, r)
 	}
 	return rs

@@ -2,13 +2,14 @@ package spill
 
 import (
 	"fmt"
-	"github.com/mstar-dev/mstar/internal/units"
 	"io"
 	"strings"
 	"text/tabwriter"
 
+	"github.com/mstar-dev/mstar/internal/units"
+
 	"github.com/mstar-dev/mstar/bench/spill/tier"
-	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 // Matrix is a run's outcomes and the tier ceilings they were gated against.
@@ -42,19 +43,19 @@ func (m *Matrix) Failures() []string {
 // Results returns the ceilings and every cell's results, for a results
 // document. A cell that could not run becomes a result whose "ran" gate
 // fails with the error, so the document says what happened to every cell.
-func (m *Matrix) Results() []reports.Result {
-	var out []reports.Result
+func (m *Matrix) Results() []results.Result {
+	var out []results.Result
 	for _, c := range m.Ceilings {
 		out = append(out, c.Result())
 	}
 	for _, o := range m.Outcomes {
 		out = append(out, o.Results...)
 		if o.Err != nil {
-			out = append(out, reports.Result{
+			out = append(out, results.Result{
 				Name:    string(o.Cell.Scenario),
-				Params:  reports.Params{"scenario": string(o.Cell.Scenario), "tier": string(o.Cell.Tier), "size": units.Size(o.Cell.Size, ""), "status": "error"},
-				Metrics: []reports.Metric{},
-				Gates:   []reports.Gate{fail("ran", "%v", o.Err)},
+				Params:  results.Params{"scenario": string(o.Cell.Scenario), "tier": string(o.Cell.Tier), "size": units.Size(o.Cell.Size, ""), "status": "error"},
+				Metrics: []results.Metric{},
+				Gates:   []results.Gate{fail("ran", "%v", o.Err)},
 			})
 		}
 	}

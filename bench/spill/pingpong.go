@@ -9,7 +9,7 @@ import (
 
 	"github.com/mstar-dev/mstar/bench/spill/tier"
 	"github.com/mstar-dev/mstar/internal/gpu"
-	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 // Ping-pong: models A and B (a draft and a target) of L layers each take
@@ -375,23 +375,23 @@ func runPingPong(ctx context.Context, e *cellEnv) error {
 	medErr := median(errPct)
 	what := fmt.Sprintf("predicted %.2f ms per turn (overhead %.3f + compute %.2f + max(0, transfer %.2f − overhead − compute), medians; %s compute, %d pass(es) per layer), measured %.2f ms; median error %.1f%%",
 		median(preds), O*1e3, median(cSamples), T*1e3, computeKind, pp.passes, median(turns), medErr)
-	var model reports.Gate
+	var model results.Gate
 	if medErr <= 100*tol {
 		model = pass("cost-model", "%s ≤ %.0f%%; raw pricing (overhead + compute + transfer) would be off by %.0f%%", what, 100*tol, median(rawPct))
 	} else {
 		model = fail("cost-model", "%s > %.0f%%", what, 100*tol)
 	}
-	r := reports.Result{Name: string(e.cell.Scenario), Params: e.params("layers", fmt.Sprint(L), "compute", computeKind, "passes", fmt.Sprint(pp.passes)),
-		Metrics: []reports.Metric{
-			metric("turn", "ms", reports.LowerIsBetter, turns...),
-			metric("predicted", "ms", reports.LowerIsBetter, preds...),
-			metric("transfer", "ms", reports.LowerIsBetter, scale(tSamples, 1e3)...),
-			metric("compute", "ms", reports.LowerIsBetter, cSamples...),
-			metric("compute_alone", "ms", reports.LowerIsBetter, scale(cAlone, 1e3)...),
-			metric("overhead", "ms", reports.LowerIsBetter, scale(oSamples, 1e3)...),
-			metric("model_error", "%", reports.LowerIsBetter, errPct...),
-			metric("raw_error", "%", reports.LowerIsBetter, rawPct...),
-			metric("transfer_bw", "GB/s", reports.HigherIsBetter, float64(2*layer*int64(L)*int64(pp.passes))/T/1e9),
+	r := results.Result{Name: string(e.cell.Scenario), Params: e.params("layers", fmt.Sprint(L), "compute", computeKind, "passes", fmt.Sprint(pp.passes)),
+		Metrics: []results.Metric{
+			metric("turn", "ms", results.LowerIsBetter, turns...),
+			metric("predicted", "ms", results.LowerIsBetter, preds...),
+			metric("transfer", "ms", results.LowerIsBetter, scale(tSamples, 1e3)...),
+			metric("compute", "ms", results.LowerIsBetter, cSamples...),
+			metric("compute_alone", "ms", results.LowerIsBetter, scale(cAlone, 1e3)...),
+			metric("overhead", "ms", results.LowerIsBetter, scale(oSamples, 1e3)...),
+			metric("model_error", "%", results.LowerIsBetter, errPct...),
+			metric("raw_error", "%", results.LowerIsBetter, rawPct...),
+			metric("transfer_bw", "GB/s", results.HigherIsBetter, float64(2*layer*int64(L)*int64(pp.passes))/T/1e9),
 		}}
 	r.Gates = append(r.Gates, model, ident.gate(GIdentical), GateReached(pp.reach))
 	for m := range pp.homes {

@@ -16,7 +16,7 @@ import (
 	"github.com/mstar-dev/mstar/internal/progress"
 	"github.com/mstar-dev/mstar/kernels/moe"
 	"github.com/mstar-dev/mstar/kernels/router"
-	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 func init() {
@@ -244,7 +244,7 @@ out-of-range expert id.`,
 					fmt.Fprintln(a.stderr, "mstar: "+note)
 				}
 			}
-			doc := reports.NewDocument(bench.AblationSuite, a.args, envinfo.Collect(dev))
+			doc := results.NewDocument(bench.AblationSuite, a.args, envinfo.Collect(dev))
 			var bar *progress.Bar
 			last := 0
 			opt.Progress = func(what string, done, total int) {

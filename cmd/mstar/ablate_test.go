@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/mstar-dev/mstar/kernels/router"
-	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 // tinyModel overrides the preset's shape so the whole command runs in a blink.
@@ -30,7 +30,7 @@ func TestAblateRouterCommand(t *testing.T) {
 			t.Errorf("table lacks %q:\n%s", want, stdout)
 		}
 	}
-	doc, err := reports.ReadFile(out)
+	doc, err := results.ReadFile(out)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,12 +3,14 @@ package main
 import (
 	"errors"
 	"fmt"
-	"github.com/mstar-dev/mstar/internal/units"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/mstar-dev/mstar/internal/units"
+	"github.com/mstar-dev/mstar/reports/results"
 
 	"github.com/spf13/cobra"
 
@@ -80,7 +82,7 @@ func parseSizeBounds(minSize, maxSize string) (lo, hi int64, err error) {
 // arenaPCIe finds the link's theoretical rate from the environment NVML
 // filled in ("pcie": "gen5 x16 (max gen5 x16)"): the maximum generation and
 // width, since an idle link trains down.
-func arenaPCIe(env reports.Env) (gbps float64, note string) {
+func arenaPCIe(env results.Env) (gbps float64, note string) {
 	v, ok := env["pcie"]
 	if !ok {
 		return 0, "PCIe link unknown (NVML did not report it); pass --pcie-gbps"
@@ -170,7 +172,7 @@ with "-transport" added to its name).`,
 			} else if dev.Info().Backend == gpu.CUDA {
 				opt.PCIeGBps, opt.PCIeNote = arenaPCIe(env)
 			}
-			doc := reports.NewDocument("arena sweep", a.args, env)
+			doc := results.NewDocument("arena sweep", a.args, env)
 			bar := progress.New(a.stderr, 0, "arena sweep")
 			opt.Progress = func(step string) { bar.Describe(step) }
 			// On an interrupt the point in flight stops and removes its
@@ -241,8 +243,8 @@ with "-transport" added to its name).`,
 }
 
 // arenaPlots draws the copy and transport results, each in its own image.
-func arenaPlots(a *app, path string, doc *reports.Document) error {
-	parts := map[string]*reports.Document{}
+func arenaPlots(a *app, path string, doc *results.Document) error {
+	parts := map[string]*results.Document{}
 	for _, r := range doc.Results {
 		if r.Name != "copy" && r.Name != "transport" {
 			continue
@@ -271,7 +273,7 @@ func arenaPlots(a *app, path string, doc *reports.Document) error {
 			title = "arena sweep: producer->consumer bandwidth, arena vs files vs memcpy"
 		}
 		// Transport rates span decades; copy rates mostly sit within one.
-		warns, err := reports.PlotFile(p, []*reports.Document{d}, reports.PlotOptions{Metric: sweep.MetricBandwidth, X: "size", LogX: true, LogY: name == "transport", Title: title})
+		warns, err := reports.PlotFile(p, []*results.Document{d}, reports.PlotOptions{Metric: sweep.MetricBandwidth, X: "size", LogX: true, LogY: name == "transport", Title: title})
 		for _, w := range warns {
 			fmt.Fprintln(a.stderr, "mstar: plot: "+w)
 		}
@@ -366,7 +368,7 @@ ratio.`,
 			}
 			ctx, stop := interruptContext()
 			defer stop()
-			doc := reports.NewDocument("arena stress", a.args, envinfo.Collect(nil))
+			doc := results.NewDocument("arena stress", a.args, envinfo.Collect(nil))
 			// Progress lines follow the rule of every command's progress
 			// (internal/progress): on a terminal only, so logs stay clean.
 			var live io.Writer

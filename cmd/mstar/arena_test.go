@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/mstar-dev/mstar/arena"
-	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 const arenaWorkerEnv = "MSTAR_CMD_ARENA_WORKER"
@@ -38,14 +38,14 @@ func arenaShmDir(t *testing.T) string {
 func TestArenaPCIe(t *testing.T) {
 	tests := []struct {
 		name string
-		env  reports.Env
+		env  results.Env
 		want float64
 		note string
 	}{
-		{"gen5 x16 at idle downtrained", reports.Env{"pcie": "gen1 x16 (max gen5 x16)"}, 63.0, "gen5 x16"},
-		{"gen4 x8", reports.Env{"pcie": "gen4 x8 (max gen4 x8)"}, 15.75, "gen4 x8"},
-		{"not reported", reports.Env{}, 0, "--pcie-gbps"},
-		{"garbled", reports.Env{"pcie": "fast"}, 0, "not understood"},
+		{"gen5 x16 at idle downtrained", results.Env{"pcie": "gen1 x16 (max gen5 x16)"}, 63.0, "gen5 x16"},
+		{"gen4 x8", results.Env{"pcie": "gen4 x8 (max gen4 x8)"}, 15.75, "gen4 x8"},
+		{"not reported", results.Env{}, 0, "--pcie-gbps"},
+		{"garbled", results.Env{"pcie": "fast"}, 0, "not understood"},
 	}
 	for _, tc := range tests {
 		got, note := arenaPCIe(tc.env)
@@ -129,7 +129,7 @@ func TestArenaSweepCPU(t *testing.T) {
 			t.Errorf("stdout lacks %q:\n%s", want, stdout)
 		}
 	}
-	doc, err := reports.ReadFile(out)
+	doc, err := results.ReadFile(out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +161,7 @@ func TestArenaStressCLI(t *testing.T) {
 	if strings.Contains(stderr, "tensors/s") {
 		t.Errorf("progress lines on stderr that is not a terminal:\n%s", stderr)
 	}
-	doc, err := reports.ReadFile(out)
+	doc, err := results.ReadFile(out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,11 +209,11 @@ func TestArenaStressInterrupted(t *testing.T) {
 	if code != exitBroken || !strings.Contains(stderr, "interrupted") {
 		t.Fatalf("exit %d, stderr %q; want exit 3 saying it was interrupted", code, stderr)
 	}
-	doc, err := reports.ReadFile(out)
+	doc, err := results.ReadFile(out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Contains(doc.Warnings, reports.WarnInterrupted) {
+	if !slices.Contains(doc.Warnings, results.WarnInterrupted) {
 		t.Errorf("document warnings %q do not say the run was interrupted", doc.Warnings)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/mstar-dev/mstar/internal/progress"
 	"github.com/mstar-dev/mstar/kernels/moe"
 	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 func init() {
@@ -198,7 +199,7 @@ Models:
 			if len(opt.Batches) == 0 && dev.Info().Backend != "cuda" {
 				fmt.Fprintf(a.stderr, "mstar: on the CPU the default sweep is --batch %s (the GPU's goes to 4096)\n", joinInts(bench.DefaultCPUBatches))
 			}
-			doc := reports.NewDocument("bench moe", a.args, envinfo.Collect(dev))
+			doc := results.NewDocument("bench moe", a.args, envinfo.Collect(dev))
 			steps := len(opt.Batches)
 			if steps == 0 {
 				steps = len(bench.DefaultCPUBatches)

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 func TestBenchMoECPU(t *testing.T) {
@@ -22,7 +22,7 @@ func TestBenchMoECPU(t *testing.T) {
 			t.Errorf("stdout lacks %q:\n%s", want, stdout)
 		}
 	}
-	d, err := reports.ReadFile(out)
+	d, err := results.ReadFile(out)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/mstar-dev/mstar/internal/envinfo"
 	"github.com/mstar-dev/mstar/internal/progress"
 	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 func init() {
@@ -54,7 +55,7 @@ with --ceilings FILE.`,
 					return err
 				}
 				defer dev.Close()
-				doc := reports.NewDocument("bench ceilings", a.args, envinfo.Collect(dev))
+				doc := results.NewDocument("bench ceilings", a.args, envinfo.Collect(dev))
 				bar := progress.New(a.stderr, 4, "ceilings")
 				// On an interrupt the ceilings not measured yet are left
 				// unmeasured; those done are still printed and written.
@@ -110,7 +111,7 @@ func printCeilings(a *app, id, name string, c *bench.Ceilings) {
 			fmt.Fprintf(tw, "%s\tunmeasured\t\t%s\t0\t%s\t%s\n", what, m.Unit, r.Params["size"], m.Unmeasured)
 			continue
 		}
-		s := reports.Summarize(m.Samples)
+		s := results.Summarize(m.Samples)
 		ci := "±?"
 		if p := s.HalfWidthPct(); p == p && p < 1e9 {
 			ci = fmt.Sprintf("±%.1f%%", p)

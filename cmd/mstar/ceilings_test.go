@@ -8,7 +8,7 @@ import (
 
 	"github.com/mstar-dev/mstar/bench"
 	"github.com/mstar-dev/mstar/internal/gpu/cuda"
-	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 func runCeilingsCLI(args ...string) (stdout, stderr string, code int) {
@@ -28,7 +28,7 @@ func TestBenchCeilingsCPUWritesDocument(t *testing.T) {
 			t.Errorf("table lacks %q:\n%s", want, stdout)
 		}
 	}
-	doc, err := reports.ReadFile(path)
+	doc, err := results.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}

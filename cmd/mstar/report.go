@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/reports/results"
 	"github.com/mstar-dev/mstar/trace"
 	"github.com/spf13/cobra"
 )
@@ -53,11 +54,11 @@ Exit codes: 0 ok; 1 a regression (diff only); 2 bad usage or bad input
 
 // readDocs reads results documents, "-" from stdin; any problem is bad
 // input (exit 2).
-func (a *app) readDocs(paths []string) ([]*reports.Document, error) {
-	docs := make([]*reports.Document, 0, len(paths))
+func (a *app) readDocs(paths []string) ([]*results.Document, error) {
+	docs := make([]*results.Document, 0, len(paths))
 	stdin := false
 	for _, p := range paths {
-		var d *reports.Document
+		var d *results.Document
 		var err error
 		if p == "-" {
 			if stdin {
@@ -68,11 +69,11 @@ func (a *app) readDocs(paths []string) ([]*reports.Document, error) {
 			if b, err = io.ReadAll(a.stdin); err != nil {
 				return nil, fmt.Errorf("reading stdin: %w", err)
 			}
-			if d, err = reports.Read(bytes.NewReader(b), "stdin"); err != nil && isTrace(bytes.NewReader(b)) {
+			if d, err = results.Read(bytes.NewReader(b), "stdin"); err != nil && isTrace(bytes.NewReader(b)) {
 				return nil, usageErr("stdin: this is a trace; use mstar trace summarize")
 			}
 		} else {
-			d, err = reports.ReadFile(p)
+			d, err = results.ReadFile(p)
 			if err != nil {
 				// The two kinds of file are easy to mix up; the JSON error
 				// about one read as the other would not say so.
@@ -318,7 +319,7 @@ document prints the same tables, grouped by environment, as on its parts;
 			if err != nil {
 				return badInput(err)
 			}
-			if err := reports.WriteFile(out, m); err != nil {
+			if err := results.WriteFile(out, m); err != nil {
 				return badInput(err)
 			}
 			envs := map[string]bool{}

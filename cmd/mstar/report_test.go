@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 var updateReport = flag.Bool("update-report", false, "rewrite cmd/mstar/testdata/report*.golden")
@@ -33,21 +33,21 @@ func mstarReport(t *testing.T, args ...string) (stdout, stderr string, code int)
 func latencyDoc(t *testing.T, dir, name string, seed uint64, n int, center, noise float64) string {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(seed, 99))
-	d := reports.NewDocument("bench moe", []string{"mstar", "bench", "moe"}, reports.Env{"host": "gpu-a", "gpu": "NVIDIA H200"})
+	d := results.NewDocument("bench moe", []string{"mstar", "bench", "moe"}, results.Env{"host": "gpu-a", "gpu": "NVIDIA H200"})
 	d.Start = time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
 	for _, batch := range []int{1, 16, 64} {
 		var s []float64
 		for range n {
 			s = append(s, math.Round(center*float64(batch)*(1+noise*rng.NormFloat64())*1000)/1000)
 		}
-		d.Results = append(d.Results, reports.Result{
-			Name: "moe", Params: reports.Params{"batch": strconv.Itoa(batch)},
-			Metrics: []reports.Metric{{Name: "latency", Unit: "us", Better: reports.LowerIsBetter, Samples: s}},
+		d.Results = append(d.Results, results.Result{
+			Name: "moe", Params: results.Params{"batch": strconv.Itoa(batch)},
+			Metrics: []results.Metric{{Name: "latency", Unit: "us", Better: results.LowerIsBetter, Samples: s}},
 		})
 	}
 	d.Finish()
 	path := filepath.Join(dir, name)
-	if err := reports.WriteFile(path, d); err != nil {
+	if err := results.WriteFile(path, d); err != nil {
 		t.Fatal(err)
 	}
 	return path
@@ -214,13 +214,13 @@ func TestReportShowGolden(t *testing.T) {
 func TestReportMergeExportPlot(t *testing.T) {
 	dir := t.TempDir()
 	a := latencyDoc(t, dir, "a.json", 1, 6, 50, 0.01)
-	b0, err := reports.ReadFile(latencyDoc(t, dir, "b0.json", 2, 6, 50, 0.01))
+	b0, err := results.ReadFile(latencyDoc(t, dir, "b0.json", 2, 6, 50, 0.01))
 	if err != nil {
 		t.Fatal(err)
 	}
 	b0.Env["host"] = "gpu-b"
 	b := filepath.Join(dir, "b.json")
-	if err := reports.WriteFile(b, b0); err != nil {
+	if err := results.WriteFile(b, b0); err != nil {
 		t.Fatal(err)
 	}
 	merged := filepath.Join(dir, "m.json")
@@ -255,7 +255,7 @@ func TestReportMergeExportPlot(t *testing.T) {
 func TestReportDiffNothingCompared(t *testing.T) {
 	dir := t.TempDir()
 	base := latencyDoc(t, dir, "base.json", 1, 10, 50, 0.01)
-	doc, err := reports.ReadFile(base)
+	doc, err := results.ReadFile(base)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,7 +263,7 @@ func TestReportDiffNothingCompared(t *testing.T) {
 		doc.Results[i].Params["batch"] += "0" // renamed parameter values
 	}
 	renamed := filepath.Join(dir, "renamed.json")
-	if err := reports.WriteFile(renamed, doc); err != nil {
+	if err := results.WriteFile(renamed, doc); err != nil {
 		t.Fatal(err)
 	}
 	stdout, stderr, code := runMstar(t, "report", "diff", base, renamed)

@@ -11,7 +11,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/reports/results"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -208,8 +208,8 @@ func flagErrorText(err error) string {
 }
 
 // writeResults writes a results document atomically and says where.
-func (a *app) writeResults(path string, doc *reports.Document) error {
-	if err := reports.WriteFile(path, doc); err != nil {
+func (a *app) writeResults(path string, doc *results.Document) error {
+	if err := results.WriteFile(path, doc); err != nil {
 		return err
 	}
 	fmt.Fprintf(a.stderr, "mstar: wrote %s\n", path)

@@ -12,7 +12,7 @@ import (
 	"github.com/mstar-dev/mstar/internal/envinfo"
 	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/mstar-dev/mstar/internal/progress"
-	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/reports/results"
 	"github.com/mstar-dev/mstar/trace"
 	"github.com/spf13/cobra"
 )
@@ -170,7 +170,7 @@ gate), writes a results document with --out, exits 1 when any gate fails.`,
 					tw = trace.NewWriter(f, trace.Options{Every: traceEvery})
 					cfg.Trace = tw
 				}
-				doc := reports.NewDocument("spill-matrix", a.args, envinfo.Collect(dev))
+				doc := results.NewDocument("spill-matrix", a.args, envinfo.Collect(dev))
 				// On an interrupt the cell in flight stops between copies and
 				// cleans up (segments unlinked, holders told to quit); the
 				// cells done so far are still printed and written.
@@ -210,7 +210,7 @@ gate), writes a results document with --out, exits 1 when any gate fails.`,
 				}
 				doc.Finish()
 				if out != "" {
-					if err := reports.WriteFile(out, doc); err != nil {
+					if err := results.WriteFile(out, doc); err != nil {
 						return err
 					}
 				}

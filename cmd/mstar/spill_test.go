@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/mstar-dev/mstar/bench/spill/tier"
-	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/reports/results"
 	"github.com/mstar-dev/mstar/trace"
 )
 
@@ -49,7 +49,7 @@ func TestSpillMatrixWritesDocumentAndTrace(t *testing.T) {
 			t.Errorf("matrix lacks %q:\n%s", want, stdout)
 		}
 	}
-	doc, err := reports.ReadFile(out)
+	doc, err := results.ReadFile(out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +118,7 @@ func TestSpillMatrixInject(t *testing.T) {
 			if !strings.Contains(stdout+stderr, tt.gate) || !strings.Contains(stderr, "failed their gates") {
 				t.Errorf("output does not name gate %s:\n%s\n%s", tt.gate, stdout, stderr)
 			}
-			doc, err := reports.ReadFile(out)
+			doc, err := results.ReadFile(out)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -197,7 +197,7 @@ func TestCommittedSpillResults(t *testing.T) {
 		t.Fatalf("committed spill-matrix results missing: %d CPU, %d H200", len(cpu), len(h200))
 	}
 	for _, p := range paths {
-		doc, err := reports.ReadFile(p)
+		doc, err := results.ReadFile(p)
 		if err != nil {
 			t.Errorf("%s: %v", p, err)
 			continue

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/reports/results"
 	"github.com/mstar-dev/mstar/trace"
 	"github.com/spf13/cobra"
 )
@@ -23,7 +23,7 @@ func (a *app) readTrace(path string, strict bool) (*trace.File, error) {
 	}
 	if len(f.Records) == 0 {
 		// Every line of a results document is a "bad line" of a trace.
-		if _, err := reports.ReadFile(path); err == nil {
+		if _, err := results.ReadFile(path); err == nil {
 			return nil, usageErr("%s: this is a results document; use mstar report show", path)
 		}
 	}

@@ -13,13 +13,13 @@ import (
 	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/mstar-dev/mstar/internal/gpu/nvmlinfo"
 	"github.com/mstar-dev/mstar/internal/version"
-	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 // Collect returns the environment of this process on dev (nil: host only).
 // Facts that cannot be read are left out rather than written as empty.
-func Collect(dev gpu.Device) reports.Env {
-	env := reports.Env{}
+func Collect(dev gpu.Device) results.Env {
+	env := results.Env{}
 	set := func(k, v string) {
 		if v = strings.TrimSpace(v); v != "" {
 			env[k] = v

@@ -1,4 +1,4 @@
-package reports
+package results
 
 import (
 	"bytes"
@@ -66,13 +66,14 @@ func WriteFile(path string, d *Document) error {
 	if err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
-	if err := writeFileAtomic(path, b); err != nil {
+	if err := WriteFileAtomic(path, b); err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	return nil
 }
 
-func writeFileAtomic(path string, b []byte) error {
+// WriteFileAtomic writes b to path the way WriteFile writes a document.
+func WriteFileAtomic(path string, b []byte) error {
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
 	if err != nil {

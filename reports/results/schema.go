@@ -1,6 +1,8 @@
-// Package reports defines mstar's results document — the one file format that
+// Package results defines mstar's results document — the one file format that
 // every measuring command writes and every table, diff, export and plot reads —
-// and the readers, writers, tables and statistics built on it.
+// with its validation, atomic writer, NDJSON stream and summaries. It imports
+// nothing heavy, so every producer can depend on it; the tables, diffs, merges
+// and plots built on it live in package reports, which only the CLI imports.
 //
 // The shape follows benchfmt and vegeta: measuring and reporting are separate
 // steps joined by this format. A document carries the environment it was
@@ -24,18 +26,11 @@
 // reject a missing, empty or malformed file, a wrong format or schema version
 // with one line that names the file and, for syntax, the line and column.
 //
-// # Reporting
+// # Summaries
 //
-// Summarize gives the median and its 95% confidence interval; Diff compares
-// two sets of documents with the Mann-Whitney U test, as benchstat does (both
-// through golang.org/x/perf/benchmath), and says for each metric whether it
-// got worse, significantly, by more than the threshold, with enough samples
-// to tell. Render prints tables (text, markdown, CSV, JSON), one per
-// environment; RenderDiff prints a comparison; ExportGoBench writes the Go
-// benchmark format for benchstat; Merge joins documents from several machines
-// keeping each result's environment (Result.Env, Document.EnvOf); Plot draws a
-// metric against a numeric parameter.
-package reports
+// Summarize gives the median and its 95% confidence interval (through
+// golang.org/x/perf/benchmath).
+package results
 
 import (
 	"fmt"

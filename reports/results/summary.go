@@ -1,4 +1,4 @@
-package reports
+package results
 
 import (
 	"math"
@@ -26,7 +26,7 @@ func Summarize(samples []float64) Summary {
 	if len(samples) == 0 {
 		return Summary{Median: math.NaN(), Lo: math.Inf(-1), Hi: math.Inf(1), Warning: "no samples"}
 	}
-	s := benchmath.AssumeNothing.Summary(newSample(samples, 0), Confidence)
+	s := benchmath.AssumeNothing.Summary(NewSample(samples, 0), Confidence)
 	out := Summary{Median: s.Center, Lo: s.Lo, Hi: s.Hi, N: len(samples)}
 	if len(s.Warnings) > 0 {
 		out.Warning = s.Warnings[0].Error()
@@ -34,9 +34,9 @@ func Summarize(samples []float64) Summary {
 	return out
 }
 
-// newSample copies samples (benchmath sorts in place) into a benchmath
+// NewSample copies samples (benchmath sorts in place) into a benchmath
 // sample compared at alpha (0 for the default, 0.05).
-func newSample(samples []float64, alpha float64) *benchmath.Sample {
+func NewSample(samples []float64, alpha float64) *benchmath.Sample {
 	t := benchmath.DefaultThresholds
 	if alpha > 0 {
 		t.CompareAlpha = alpha
