@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"image/png"
 	"math"
-	"path/filepath"
 	"reflect"
 	"regexp"
 	"strings"
@@ -264,48 +262,6 @@ func TestSummarizeFlapWindow(t *testing.T) {
 func TestQuantilesUnmeasured(t *testing.T) {
 	if q := quantiles(nil); q.N != 0 || q.String() != "unmeasured" {
 		t.Errorf("no values: %+v %q, want unmeasured", q, q.String())
-	}
-}
-
-func TestPlot(t *testing.T) {
-	var recs []Record
-	for i := 0; i < 20; i++ {
-		recs = append(recs, tick("a", i, i/5%4), tick("b", i, 0))
-	}
-	f := &File{Records: recs}
-	dir := t.TempDir()
-	png1 := filepath.Join(dir, "t.png")
-	if err := Plot(f, png1, PlotOptions{Title: "test"}); err != nil {
-		t.Fatal(err)
-	}
-	var buf bytes.Buffer
-	if err := WritePlot(&buf, "png", f, PlotOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	img, err := png.Decode(&buf)
-	if err != nil {
-		t.Fatalf("not a PNG: %v", err)
-	}
-	if b := img.Bounds(); b.Dx() < 500 || b.Dy() < 500 {
-		t.Errorf("image %v is too small for three panels", b)
-	}
-	buf.Reset()
-	if err := WritePlot(&buf, "svg", f, PlotOptions{}); err != nil || !strings.Contains(buf.String(), "<svg") {
-		t.Errorf("svg: %v", err)
-	}
-	errs := []struct {
-		name string
-		err  error
-		want string
-	}{
-		{"bad extension", Plot(f, filepath.Join(dir, "t.gif"), PlotOptions{}), ".png or .svg"},
-		{"no records", Plot(&File{}, filepath.Join(dir, "e.png"), PlotOptions{}), "no records"},
-		{"unknown session", Plot(f, filepath.Join(dir, "u.png"), PlotOptions{Sessions: []string{"zz"}}), "session(s) zz"},
-	}
-	for _, e := range errs {
-		if e.err == nil || !strings.Contains(e.err.Error(), e.want) {
-			t.Errorf("%s: error %v, want %q", e.name, e.err, e.want)
-		}
 	}
 }
 

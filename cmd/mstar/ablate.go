@@ -16,6 +16,7 @@ import (
 	"github.com/mstar-dev/mstar/internal/progress"
 	"github.com/mstar-dev/mstar/kernels/moe"
 	"github.com/mstar-dev/mstar/kernels/router"
+	"github.com/mstar-dev/mstar/reports"
 	"github.com/mstar-dev/mstar/reports/results"
 )
 
@@ -288,7 +289,7 @@ out-of-range expert id.`,
 				if err != nil {
 					return badInput(fmt.Errorf("--heatmap: %w", err))
 				}
-				if err := res.WriteHeatMap(f); err != nil {
+				if err := reports.WriteLoadHeatMap(f, res.Results()); err != nil {
 					f.Close()
 					return fmt.Errorf("writing %s: %w", heatmap, err)
 				}

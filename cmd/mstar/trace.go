@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/mstar-dev/mstar/reports/results"
+	"github.com/mstar-dev/mstar/reports/traceplot"
 	"github.com/mstar-dev/mstar/trace"
 	"github.com/spf13/cobra"
 )
@@ -139,7 +140,7 @@ extension: .png or .svg.`,
 				if err != nil {
 					return err
 				}
-				if err := trace.Plot(f, outPath, trace.PlotOptions{Sessions: sessions, Title: title}); err != nil {
+				if err := traceplot.Plot(f, outPath, traceplot.PlotOptions{Sessions: sessions, Title: title}); err != nil {
 					return badInput(err)
 				}
 				fmt.Fprintf(a.stdout, "wrote %s (%d records)\n", outPath, len(f.Records))

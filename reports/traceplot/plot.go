@@ -1,4 +1,4 @@
-package trace
+package traceplot
 
 import (
 	"fmt"
@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/mstar-dev/mstar/trace"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
@@ -26,7 +27,7 @@ type PlotOptions struct {
 
 // Plot draws a timeline of headroom, rung and host tail, one line per
 // session, three panels sharing the time axis, to path (.png or .svg).
-func Plot(f *File, path string, opt PlotOptions) error {
+func Plot(f *trace.File, path string, opt PlotOptions) error {
 	format := strings.TrimPrefix(strings.ToLower(filepath.Ext(path)), ".")
 	if format != "png" && format != "svg" {
 		return fmt.Errorf("plot %s: want a .png or .svg file name", path)
@@ -47,12 +48,12 @@ func Plot(f *File, path string, opt PlotOptions) error {
 }
 
 // WritePlot writes the plot in format ("png" or "svg") to w.
-func WritePlot(w io.Writer, format string, f *File, opt PlotOptions) error {
+func WritePlot(w io.Writer, format string, f *trace.File, opt PlotOptions) error {
 	want := map[string]bool{}
 	for _, s := range opt.Sessions {
 		want[s] = true
 	}
-	by := map[string][]Record{}
+	by := map[string][]trace.Record{}
 	for _, r := range f.Records {
 		if len(want) == 0 || want[r.Session] {
 			by[r.Session] = append(by[r.Session], r)
@@ -76,12 +77,12 @@ func WritePlot(w io.Writer, format string, f *File, opt PlotOptions) error {
 	// that ran one after another overlay instead of trailing off.
 	panels := []struct {
 		title, y string
-		value    func(Record) float64
+		value    func(trace.Record) float64
 		step     bool
 	}{
-		{"headroom", "free / budget", func(r Record) float64 { return r.Headroom }, false},
-		{"rung", "0 resident · 1 pinned · 2 deep · 3 refuse", func(r Record) float64 { return float64(r.Rung) }, true},
-		{"host tail", "MiB", func(r Record) float64 { return float64(r.HostTail) / (1 << 20) }, true},
+		{"headroom", "free / budget", func(r trace.Record) float64 { return r.Headroom }, false},
+		{"rung", "0 resident · 1 pinned · 2 deep · 3 refuse", func(r trace.Record) float64 { return float64(r.Rung) }, true},
+		{"host tail", "MiB", func(r trace.Record) float64 { return float64(r.HostTail) / (1 << 20) }, true},
 	}
 	plots := make([][]*plot.Plot, len(panels))
 	for i, pn := range panels {
