@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/mstar-dev/mstar/internal/badinput"
 	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/mstar-dev/mstar/internal/gpu/cuda"
 	"github.com/mstar-dev/mstar/kernels/moe"
@@ -310,12 +311,10 @@ func (a *Ablation) Trace(name string) (*router.Trace, error) {
 	return tr, nil
 }
 
-// ErrAblationInput marks errors in the options or the inputs (bad router
-// settings, a trace that does not fit): the caller's fault, not the run's.
-var ErrAblationInput = errors.New("ablate router: bad input")
-
+// inputErr is bad input to the ablation (bad router settings, a trace that
+// does not fit): the caller's fault, not the run's.
 func inputErr(format string, a ...any) error {
-	return fmt.Errorf("%w: %s", ErrAblationInput, fmt.Sprintf(format, a...))
+	return badinput.Errorf("ablate router: bad input: %s", fmt.Sprintf(format, a...))
 }
 
 // timed wraps a router to accumulate the time its Route calls take.
@@ -390,7 +389,7 @@ func (o *AblationOptions) newRouter(name string) (router.Router, error) {
 	}
 	r, err := router.New(name, o.configFor(name))
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrAblationInput, err)
+		return nil, badinput.Errorf("ablate router: bad input: %v", err)
 	}
 	return r, nil
 }
@@ -468,7 +467,7 @@ func RunAblation(ctx context.Context, opt AblationOptions) (*Ablation, error) {
 	}
 	hidden, _, err := w.Hidden(gates, E, H)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrAblationInput, err)
+		return nil, badinput.Errorf("ablate router: bad input: %v", err)
 	}
 	logits := make([][]float32, L)
 	for l := range logits {
@@ -531,7 +530,7 @@ func RunAblation(ctx context.Context, opt AblationOptions) (*Ablation, error) {
 		}
 		if routeErr != nil {
 			if explicit || name == opt.baseline() {
-				return nil, fmt.Errorf("%w: %v", ErrAblationInput, routeErr)
+				return nil, badinput.Errorf("ablate router: bad input: %v", routeErr)
 			}
 			a.Warnings = append(a.Warnings, fmt.Sprintf("left out %s: %v", name, routeErr))
 			done += L

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mstar-dev/mstar/internal/badinput"
 	"github.com/mstar-dev/mstar/kernels/router"
 	"github.com/mstar-dev/mstar/reports/results"
 )
@@ -238,8 +239,8 @@ func TestAblationTraceReplay(t *testing.T) {
 	// A trace over another expert count is bad input.
 	other := tiny
 	other.E = 32
-	if _, err := RunAblation(t.Context(), AblationOptions{Model: other, Trace: tr}); !errors.Is(err, ErrAblationInput) {
-		t.Errorf("trace over 16 experts on a 32-expert model: %v, want ErrAblationInput", err)
+	if _, err := RunAblation(t.Context(), AblationOptions{Model: other, Trace: tr}); !badinput.Is(err) {
+		t.Errorf("trace over 16 experts on a 32-expert model: %v, want bad input", err)
 	}
 	if _, err := RunAblation(t.Context(), AblationOptions{Model: tiny, Trace: tr, Layers: 3}); err == nil || !strings.Contains(err.Error(), "the trace has 2 layers, 3 asked") {
 		t.Errorf("3 layers of a 2-layer trace: %v", err)
@@ -265,8 +266,8 @@ func TestAblationBadInput(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.opt.Workload = skewed(1)
 			_, err := RunAblation(t.Context(), tc.opt)
-			if !errors.Is(err, ErrAblationInput) || !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("error %v, want ErrAblationInput containing %q", err, tc.want)
+			if !badinput.Is(err) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %v, want bad input containing %q", err, tc.want)
 			}
 		})
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/mstar-dev/mstar/internal/badinput"
 	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/mstar-dev/mstar/internal/gpu/cuda"
 	"github.com/mstar-dev/mstar/kernels/moe"
@@ -86,15 +87,6 @@ type MoEOptions struct {
 	// Progress, when set, hears each step.
 	Progress func(step string)
 }
-
-// MoEInputError is a problem with the user's input (shape, sharding,
-// routing, memory): the CLI exits 2 for it.
-type MoEInputError struct{ Err error }
-
-func (e *MoEInputError) Error() string { return e.Err.Error() }
-func (e *MoEInputError) Unwrap() error { return e.Err }
-
-func moeInputErr(format string, a ...any) error { return &MoEInputError{fmt.Errorf(format, a...)} }
 
 // MoERow is one batch's outcome, for the command's table.
 type MoERow struct {
@@ -182,36 +174,36 @@ func PrepareMoE(opt *MoEOptions) (moe.Shape, error) {
 	}
 	local, err := opt.Shape.Shard(opt.TP, opt.EP)
 	if err != nil {
-		return moe.Shape{}, &MoEInputError{err}
+		return moe.Shape{}, badinput.Wrap(err)
 	}
 	for _, m := range opt.Batches {
 		if m <= 0 {
-			return moe.Shape{}, moeInputErr("--batch %d: token counts must be positive", m)
+			return moe.Shape{}, badinput.Errorf("--batch %d: token counts must be positive", m)
 		}
 	}
 	if opt.Trace != nil {
 		if opt.Trace.K != opt.Shape.K {
-			return moe.Shape{}, moeInputErr("routing trace %s has topk %d, the shape has %d", opt.TraceName, opt.Trace.K, opt.Shape.K)
+			return moe.Shape{}, badinput.Errorf("routing trace %s has topk %d, the shape has %d", opt.TraceName, opt.Trace.K, opt.Shape.K)
 		}
 		if err := opt.Trace.Validate(opt.Shape.E); err != nil {
-			return moe.Shape{}, moeInputErr("routing trace %s: %v", opt.TraceName, err)
+			return moe.Shape{}, badinput.Errorf("routing trace %s: %v", opt.TraceName, err)
 		}
 	} else if _, err := moe.ParseRoutingSpec(opt.Routing); err != nil {
-		return moe.Shape{}, &MoEInputError{err}
+		return moe.Shape{}, badinput.Wrap(err)
 	}
 	if opt.Samples < 0 {
-		return moe.Shape{}, moeInputErr("--samples %d: must be at least 0 (0: 20 on CUDA, 6 on the CPU)", opt.Samples)
+		return moe.Shape{}, badinput.Errorf("--samples %d: must be at least 0 (0: 20 on CUDA, 6 on the CPU)", opt.Samples)
 	}
 	if opt.Config.Kernel != "" {
 		if opt.Tune {
-			return moe.Shape{}, moeInputErr("--tune tries every candidate configuration: it excludes --config %v", opt.Config)
+			return moe.Shape{}, badinput.Errorf("--tune tries every candidate configuration: it excludes --config %v", opt.Config)
 		}
 		if err := opt.Config.Validate(); err != nil {
-			return moe.Shape{}, &MoEInputError{err}
+			return moe.Shape{}, badinput.Wrap(err)
 		}
 	}
 	if opt.TuneSamples < 0 {
-		return moe.Shape{}, moeInputErr("--tune-samples %d: must be at least 0 (0: 6)", opt.TuneSamples)
+		return moe.Shape{}, badinput.Errorf("--tune-samples %d: must be at least 0 (0: 6)", opt.TuneSamples)
 	}
 	return local, nil
 }
@@ -261,7 +253,7 @@ func checkTokens(m int) []int {
 // RunMoE runs the sweep on dev. Per batch: one pass on poisoned output
 // buffers checked against moe.Reference (all tokens up to 64, else 64
 // sampled), then the timed samples. Errors of input (shape does not fit in
-// memory) are *MoEInputError. A canceled ctx stops it between batches (on
+// memory) are bad input (badinput.Is). A canceled ctx stops it between batches (on
 // the CPU also between samples): it returns the report of the batches done
 // so far with ctx's error; the batch in flight is left out.
 func RunMoE(ctx context.Context, dev gpu.Device, opt MoEOptions) (*MoEReport, error) {
@@ -298,7 +290,7 @@ func RunMoE(ctx context.Context, dev gpu.Device, opt MoEOptions) (*MoEReport, er
 			return nil, fmt.Errorf("device %s says CUDA but has no CUDA context", info.ID)
 		}
 		if err := moe.CheckCUDAShape(local); err != nil {
-			return nil, &MoEInputError{err}
+			return nil, badinput.Wrap(err)
 		}
 	}
 	if err := checkFits(dev, local, opt, maxM); err != nil {
@@ -540,7 +532,7 @@ func checkFits(dev gpu.Device, local moe.Shape, opt MoEOptions, maxM int) error 
 		need += 4 * (2*int64(maxM)*int64(local.H) + slots*int64(local.I) + slots*int64(local.H))
 	}
 	if err := gpu.CheckFits(dev, fmt.Sprintf("shape %v at M=%d", local, maxM), need, "try --tp/--ep or smaller --batch"); err != nil {
-		return &MoEInputError{err}
+		return badinput.Wrap(err)
 	}
 	return nil
 }
@@ -896,10 +888,4 @@ func moeResult(opt MoEOptions, local moe.Shape, m int, r moe.Routing, us []float
 		row.PctFloor = 100 * math.Max(bytes/(c.D2D.Value*1e9), flops/(c.GEMM.Value*1e12)) / med
 	}
 	return res, row
-}
-
-// IsMoEInputError reports whether err is bad input (exit 2).
-func IsMoEInputError(err error) bool {
-	var ie *MoEInputError
-	return errors.As(err, &ie)
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mstar-dev/mstar/internal/badinput"
 	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/mstar-dev/mstar/kernels/moe"
 	"github.com/mstar-dev/mstar/reports/results"
@@ -116,8 +117,8 @@ func TestRunMoEBadInput(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := RunMoE(t.Context(), gpu.NewCPU(), tt.opt)
-			if err == nil || !IsMoEInputError(err) || !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("error %v (input error: %v), want an input error containing %q", err, IsMoEInputError(err), tt.want)
+			if err == nil || !badinput.Is(err) || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error %v (input error: %v), want an input error containing %q", err, badinput.Is(err), tt.want)
 			}
 		})
 	}
@@ -226,7 +227,7 @@ func TestTuneResults(t *testing.T) {
 func TestRunMoETuneOptions(t *testing.T) {
 	c, _ := moe.ParseConfig("tc:128x128k64s4")
 	_, err := RunMoE(t.Context(), gpu.NewCPU(), MoEOptions{Shape: moe.Shape{E: 4, K: 2, H: 16, I: 8}, Tune: true, Config: c, Batches: []int{1}})
-	if !IsMoEInputError(err) || !strings.Contains(err.Error(), "excludes --config") {
+	if !badinput.Is(err) || !strings.Contains(err.Error(), "excludes --config") {
 		t.Errorf("--tune with --config: %v, want an input error", err)
 	}
 	// On the CPU there is nothing to tune: a warning, and the sweep runs.

@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/mstar-dev/mstar/arena"
+	"github.com/mstar-dev/mstar/internal/badinput"
 	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/mstar-dev/mstar/internal/units"
 )
@@ -222,14 +223,14 @@ type event struct {
 // drains, sweeps and reports).
 func Run(ctx context.Context, opt Options) (*Summary, error) {
 	if err := opt.defaults(); err != nil {
-		return nil, err
+		return nil, badinput.Wrap(err)
 	}
 	if err := opt.checkFits(); err != nil {
-		return nil, err
+		return nil, badinput.Wrap(err)
 	}
 	runDir, err := os.MkdirTemp(opt.ShmDir, "mstar-stress-")
 	if err != nil {
-		return nil, fmt.Errorf("stress: run directory: %w", err)
+		return nil, badinput.Errorf("stress: run directory: %w", err)
 	}
 	defer os.RemoveAll(runDir)
 	sockDir, err := os.MkdirTemp("", "mstar-stress-")
@@ -240,7 +241,7 @@ func Run(ctx context.Context, opt Options) (*Summary, error) {
 	if fs, err := arena.StatFS(runDir); err == nil {
 		need, _ := opt.arenaBytes()
 		if opt.Transport == arena.TransportArena && need > fs.Total {
-			return nil, fmt.Errorf("stress: %d producers x %d segments x %d bytes = %d bytes exceeds %s (%d bytes)", opt.Producers, opt.MaxSegments, opt.SegmentSize, need, opt.ShmDir, fs.Total)
+			return nil, badinput.Errorf("stress: %d producers x %d segments x %d bytes = %d bytes exceeds %s (%d bytes)", opt.Producers, opt.MaxSegments, opt.SegmentSize, need, opt.ShmDir, fs.Total)
 		}
 	}
 	r := &runner{opt: opt, runDir: runDir, sockDir: sockDir, events: make(chan event, 1024), rng: rand.New(rand.NewPCG(opt.Seed, 99))}

@@ -28,6 +28,7 @@ import (
 	"strconv"
 
 	"github.com/mstar-dev/mstar/arena"
+	"github.com/mstar-dev/mstar/internal/badinput"
 	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/mstar-dev/mstar/internal/units"
 	"github.com/mstar-dev/mstar/reports/results"
@@ -227,22 +228,15 @@ func (o Options) Sizes() []int64 {
 	return out
 }
 
-// OptionsError is Run's error for options it refuses before measuring
-// anything: bad input, where other errors are failures of the run.
-type OptionsError struct{ Err error }
-
-func (e *OptionsError) Error() string { return e.Err.Error() }
-func (e *OptionsError) Unwrap() error { return e.Err }
-
 // Run runs the sweep. A canceled ctx stops it between samples: the point in
 // flight is dropped and its segments and files removed, and Run returns the
 // points done so far with ctx's error.
 func Run(ctx context.Context, opt Options) (*Outcome, error) {
 	if err := opt.defaults(); err != nil {
-		return nil, &OptionsError{Err: err}
+		return nil, badinput.Wrap(err)
 	}
 	if err := opt.checkFits(); err != nil {
-		return nil, &OptionsError{Err: err}
+		return nil, badinput.Wrap(err)
 	}
 	out := &Outcome{}
 	if opt.Mode == ModeCopy || opt.Mode == ModeAll {

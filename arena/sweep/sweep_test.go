@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/mstar-dev/mstar/arena"
+	"github.com/mstar-dev/mstar/internal/badinput"
 	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/mstar-dev/mstar/reports/results"
 )
@@ -99,10 +100,9 @@ func TestOptionsRejected(t *testing.T) {
 func TestSizesBeyondMemoryRejected(t *testing.T) {
 	for _, mode := range []Mode{ModeCopy, ModeTransport} {
 		_, err := Run(t.Context(), Options{Mode: mode, MinSize: 1 << 50, MaxSize: 1 << 50, Dir: t.TempDir()})
-		var oe *OptionsError
 		var fe *gpu.FitError
-		if !errors.As(err, &oe) || !errors.As(err, &fe) || fe.Need < 4<<50 {
-			t.Errorf("%s at 1 PiB: %v; want an OptionsError holding a FitError of at least 4 PiB", mode, err)
+		if !badinput.Is(err) || !errors.As(err, &fe) || fe.Need < 4<<50 {
+			t.Errorf("%s at 1 PiB: %v; want bad input holding a FitError of at least 4 PiB", mode, err)
 		}
 	}
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -267,9 +266,6 @@ out-of-range expert id.`,
 				err = nil
 			}
 			if err != nil {
-				if errors.Is(err, bench.ErrAblationInput) {
-					return badInput(err)
-				}
 				return err
 			}
 			doc.Results = res.Results()

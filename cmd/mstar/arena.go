@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -191,10 +190,6 @@ with "-transport" added to its name).`,
 				noteInterrupted(doc)
 			}
 			if err != nil {
-				var oe *sweep.OptionsError
-				if errors.As(err, &oe) { // the options were refused before anything ran
-					return usageErr("%v", err)
-				}
 				return err
 			}
 			if opt.PCIeNote != "" {
@@ -386,9 +381,6 @@ ratio.`,
 				fmt.Fprintf(a.stderr, "mstar: arena stress, transport %s\n", tr)
 				s, err := stress.Run(ctx, opt)
 				if err != nil {
-					if strings.HasPrefix(err.Error(), "stress: ") {
-						return usageErr("%v", err)
-					}
 					return err
 				}
 				sums = append(sums, s)

@@ -101,7 +101,7 @@ func TestArenaUsageErrors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, stderr, code := runMstar(t, tc.args...)
-			if code != exitBadUsge || !strings.Contains(stderr, tc.want) {
+			if code != exitBadInput || !strings.Contains(stderr, tc.want) {
 				t.Errorf("exit %d, stderr %q; want exit 2 mentioning %q", code, stderr, tc.want)
 			}
 			if strings.Contains(stderr, "panic") || strings.Contains(stderr, "goroutine ") {
@@ -195,7 +195,7 @@ func TestArenaClean(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, orphan)); !os.IsNotExist(err) {
 		t.Fatal("the orphan is still there")
 	}
-	if _, stderr, code := runMstar(t, "arena", "clean", "--shm-dir", filepath.Join(dir, "missing")); code != exitBadUsge {
+	if _, stderr, code := runMstar(t, "arena", "clean", "--shm-dir", filepath.Join(dir, "missing")); code != exitBadInput {
 		t.Fatalf("missing directory: exit %d, %s", code, stderr)
 	}
 }

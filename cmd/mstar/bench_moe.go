@@ -226,9 +226,6 @@ Models:
 				noteInterrupted(doc)
 			}
 			if err != nil {
-				if bench.IsMoEInputError(err) {
-					return badInput(err)
-				}
 				return err
 			}
 			doc.Results = append(doc.Results, rep.Results...)

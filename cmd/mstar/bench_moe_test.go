@@ -79,7 +79,7 @@ func TestBenchMoEBadInput(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, stderr, code := runMstar(t, append([]string{"bench", "moe"}, tt.args...)...)
-			if code != exitBadUsge || !strings.Contains(stderr, tt.want) {
+			if code != exitBadInput || !strings.Contains(stderr, tt.want) {
 				t.Errorf("exit %d, stderr %q; want exit 2 mentioning %q", code, stderr, tt.want)
 			}
 		})

@@ -69,8 +69,8 @@ func TestBenchCeilingsBadInput(t *testing.T) {
 				t.Skip("this machine has a CUDA driver")
 			}
 			_, stderr, code := runCeilingsCLI(tt.args...)
-			if code != exitBadUsge {
-				t.Errorf("exit %d, want %d; stderr: %s", code, exitBadUsge, stderr)
+			if code != exitBadInput {
+				t.Errorf("exit %d, want %d; stderr: %s", code, exitBadInput, stderr)
 			}
 			if !strings.Contains(stderr, tt.want) || strings.Contains(stderr, "goroutine ") {
 				t.Errorf("stderr %q lacks %q (or shows a panic)", stderr, tt.want)

@@ -163,8 +163,8 @@ func TestReportBadInput(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, stderr, code := mstarReport(t, tc.args...)
-			if code != exitBadUsge {
-				t.Errorf("exit code %d, want %d", code, exitBadUsge)
+			if code != exitBadInput {
+				t.Errorf("exit code %d, want %d", code, exitBadInput)
 			}
 			if stderr != tc.want {
 				t.Errorf("stderr (-want +got):\n-%q\n+%q", tc.want, stderr)
@@ -246,7 +246,7 @@ func TestReportMergeExportPlot(t *testing.T) {
 		t.Errorf("plot wrote no PNG: %v", err)
 	}
 	_, stderr, code = mstarReport(t, "report", "plot", "--metric", "nope", "--x", "batch", "-o", png, merged)
-	if code != exitBadUsge || !strings.Contains(stderr, `no result has parameter "batch" and metric "nope"`) {
+	if code != exitBadInput || !strings.Contains(stderr, `no result has parameter "batch" and metric "nope"`) {
 		t.Errorf("plot of a missing metric: exit %d: %s", code, stderr)
 	}
 }
@@ -267,7 +267,7 @@ func TestReportDiffNothingCompared(t *testing.T) {
 		t.Fatal(err)
 	}
 	stdout, stderr, code := runMstar(t, "report", "diff", base, renamed)
-	if code != exitBadUsge || !strings.Contains(stderr, "nothing to compare") {
+	if code != exitBadInput || !strings.Contains(stderr, "nothing to compare") {
 		t.Errorf("exit %d, stderr %q; want exit 2 saying nothing to compare", code, stderr)
 	}
 	if stdout != "" {

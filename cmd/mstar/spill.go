@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -9,6 +8,7 @@ import (
 
 	"github.com/mstar-dev/mstar/bench/spill"
 	"github.com/mstar-dev/mstar/bench/spill/tier"
+	"github.com/mstar-dev/mstar/internal/badinput"
 	"github.com/mstar-dev/mstar/internal/envinfo"
 	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/mstar-dev/mstar/internal/progress"
@@ -224,7 +224,7 @@ gate), writes a results document with --out, exits 1 when any gate fails.`,
 				// not a failed gate.
 				var small []string
 				for _, o := range m.Outcomes {
-					if bse := (*tier.BlockSizeError)(nil); errors.As(o.Err, &bse) {
+					if badinput.Is(o.Err) {
 						small = append(small, o.Cell.Name())
 					}
 				}

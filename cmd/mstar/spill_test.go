@@ -176,7 +176,7 @@ func TestSpillMatrixBadUsage(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, stderr, code := runMstar(t, tt.args...)
-			if code != exitBadUsge || !strings.Contains(stderr, tt.want) {
+			if code != exitBadInput || !strings.Contains(stderr, tt.want) {
 				t.Errorf("exit %d, stderr %q; want 2 and %q", code, stderr, tt.want)
 			}
 			if strings.Contains(stderr, "panic") || strings.Contains(stderr, "goroutine ") {

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/cespare/xxhash/v2"
+	"github.com/mstar-dev/mstar/internal/badinput"
 	"github.com/mstar-dev/mstar/internal/gpu"
 )
 
@@ -48,25 +49,15 @@ func EvenBlocks(size int64, n int) []int64 {
 	return out
 }
 
-// BlockSizeError is a pool layout with a block too small to hold a
-// block's header: the pool size and block count asked for do not fit the
-// scenario's layout (bad input, not a failed gate).
-type BlockSizeError struct {
-	Index int
-	Len   int64
-}
-
-func (e *BlockSizeError) Error() string {
-	return fmt.Sprintf("pool: block %d of %d bytes (want more than 8)", e.Index, e.Len)
-}
-
 // NewPool allocates device memory for blocks of the given lengths.
 func NewPool(dev gpu.Device, lens []int64) (*Pool, error) {
 	p := &Pool{dev: dev}
 	var off int64
 	for i, n := range lens {
 		if n <= 8 {
-			return nil, &BlockSizeError{Index: i, Len: n}
+			// The pool size and block count asked for do not fit the scenario's
+			// layout: bad input, not a failed gate.
+			return nil, badinput.Errorf("pool: block %d of %d bytes (want more than 8)", i, n)
 		}
 		p.blocks = append(p.blocks, Block{Off: off, Len: n})
 		off = roundUp(off+n, page)
