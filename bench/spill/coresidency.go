@@ -7,7 +7,7 @@ import (
 
 	"github.com/mstar-dev/mstar/internal/units"
 
-	"github.com/mstar-dev/mstar/bench/spill/tier"
+	"github.com/mstar-dev/mstar/internal/spill/tier"
 	"github.com/mstar-dev/mstar/reports/results"
 )
 

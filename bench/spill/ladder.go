@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/mstar-dev/mstar/bench/spill/regulator"
-	"github.com/mstar-dev/mstar/bench/spill/tier"
+	"github.com/mstar-dev/mstar/internal/spill/regulator"
+	"github.com/mstar-dev/mstar/internal/spill/tier"
 	"github.com/mstar-dev/mstar/reports/results"
 	"github.com/mstar-dev/mstar/trace"
 )

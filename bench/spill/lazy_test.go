@@ -3,7 +3,7 @@ package spill
 import (
 	"testing"
 
-	"github.com/mstar-dev/mstar/bench/spill/tier"
+	"github.com/mstar-dev/mstar/internal/spill/tier"
 	"github.com/mstar-dev/mstar/internal/gpu/gputest"
 )
 

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/mstar-dev/mstar/bench/spill/tier"
+	"github.com/mstar-dev/mstar/internal/spill/tier"
 	"github.com/mstar-dev/mstar/reports/results"
 )
 

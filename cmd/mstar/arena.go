@@ -14,8 +14,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mstar-dev/mstar/arena"
-	"github.com/mstar-dev/mstar/arena/stress"
-	"github.com/mstar-dev/mstar/arena/sweep"
+	"github.com/mstar-dev/mstar/bench/stress"
+	"github.com/mstar-dev/mstar/bench/sweep"
 	"github.com/mstar-dev/mstar/internal/envinfo"
 	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/mstar-dev/mstar/internal/gpu/nvmlinfo"
