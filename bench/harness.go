@@ -149,14 +149,14 @@ func TimeGraph(s gpu.Stream, t Timing, fn func() error) ([]float64, error) {
 	return samples, err
 }
 
-// errNoSamples is returned by rate helpers given no time.
-var errNoSamples = errors.New("no samples")
+// ErrNoSamples is returned by rate helpers given no time.
+var ErrNoSamples = errors.New("no samples")
 
-// rates turns seconds per call into work per second in units of unit
+// Rates turns seconds per call into work per second in units of unit
 // (e.g. bytes per call and 1e9 for GB/s).
-func rates(seconds []float64, work, unit float64) ([]float64, error) {
+func Rates(seconds []float64, work, unit float64) ([]float64, error) {
 	if len(seconds) == 0 {
-		return nil, errNoSamples
+		return nil, ErrNoSamples
 	}
 	out := make([]float64, len(seconds))
 	for i, s := range seconds {

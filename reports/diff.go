@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/mstar-dev/mstar/internal/units"
 	"github.com/mstar-dev/mstar/reports/results"
 	"golang.org/x/perf/benchmath"
 )
@@ -395,7 +396,7 @@ func cannotTellSummary(ms []*MetricDiff) []string {
 	out := make([]string, 0, len(order))
 	for _, name := range order {
 		a := by[name]
-		out = append(out, fmt.Sprintf("%s in %s (n=%s)", name, plural(a.n, "result"), strings.Join(a.ns, ", ")))
+		out = append(out, fmt.Sprintf("%s in %s (n=%s)", name, units.Plural(a.n, "result"), strings.Join(a.ns, ", ")))
 	}
 	return out
 }
@@ -409,14 +410,6 @@ func (c *Comparison) SamplesNeeded() int {
 		n++
 	}
 	return n
-}
-
-// plural is "1 result", "2 results".
-func plural(n int, noun string) string {
-	if n == 1 {
-		return "1 " + noun
-	}
-	return strconv.Itoa(n) + " " + noun + "s"
 }
 
 // RenderDiff writes the comparison as text or markdown: a table per metric

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/mstar-dev/mstar/internal/units"
 	"github.com/mstar-dev/mstar/reports/results"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -200,7 +201,9 @@ func emptyPlotError(docs []*Document, opt PlotOptions, unmeasured bool) error {
 	if len(left) == 0 {
 		return fmt.Errorf("plot: no result has parameter %q and metric %q", opt.X, opt.Metric)
 	}
-	what := func() string { return fmt.Sprintf("%s with %s and %s", plural(len(left), "result"), opt.Metric, opt.X) }
+	what := func() string {
+		return fmt.Sprintf("%s with %s and %s", units.Plural(len(left), "result"), opt.Metric, opt.X)
+	}
 	have := func() string {
 		if len(left) == 1 {
 			return "has"

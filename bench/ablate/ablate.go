@@ -15,6 +15,7 @@ import (
 	"github.com/mstar-dev/mstar/internal/badinput"
 	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/mstar-dev/mstar/internal/gpu/cuda"
+	"github.com/mstar-dev/mstar/internal/units"
 	"github.com/mstar-dev/mstar/kernels/moe"
 	"github.com/mstar-dev/mstar/kernels/router"
 	"github.com/mstar-dev/mstar/reports/results"
@@ -828,14 +829,14 @@ func metric(c column, samples []float64) results.Metric {
 // over the layers, kernel figures medians over every sample.
 func (a *Ablation) WriteTable(w io.Writer) error {
 	o := a.Opt
-	fmt.Fprintf(w, "# %s: E=%d k=%d H=%d I=%d, %s × %s", o.Model.Name, o.Model.E, o.Model.K, o.Model.H, o.Model.I, plural(o.Layers, "layer"), plural(o.Tokens, "token"))
+	fmt.Fprintf(w, "# %s: E=%d k=%d H=%d I=%d, %s × %s", o.Model.Name, o.Model.E, o.Model.K, o.Model.H, o.Model.I, units.Plural(o.Layers, "layer"), units.Plural(o.Tokens, "token"))
 	if o.Batch > 0 && o.Batch < o.Tokens {
 		fmt.Fprintf(w, " in batches of %d", o.Batch)
 	}
 	fmt.Fprintf(w, "; input %s\n", a.inputDesc())
 	if a.KernelTokens > 0 {
 		fmt.Fprintf(w, "# kernel: %s; the last %d of %d tokens of the last %s, %s (median); ×uniform = time / time under perfectly uniform routing; relL2 = output difference vs %s\n",
-			a.KernelName, a.KernelTokens, o.Tokens, plural(len(a.ReferenceMS), "layer"), plural(o.KernelSamples, "sample"), o.baseline())
+			a.KernelName, a.KernelTokens, o.Tokens, units.Plural(len(a.ReferenceMS), "layer"), units.Plural(o.KernelSamples, "sample"), o.baseline())
 	} else if o.KernelSkipped != "" {
 		fmt.Fprintln(w, "# kernel: not run: "+o.KernelSkipped)
 	} else if o.KernelTokens > 0 && o.KernelLayers > 0 && o.KernelSamples > 0 {
@@ -985,12 +986,4 @@ func columnFormat(c column, vals []float64) func(float64) string {
 		dec = min(max(3-int(math.Floor(math.Log10(big))), 0), 6)
 	}
 	return func(v float64) string { return strconv.FormatFloat(v, 'f', dec, 64) }
-}
-
-// plural is "1 layer", "4 layers".
-func plural(n int, noun string) string {
-	if n == 1 {
-		return "1 " + noun
-	}
-	return strconv.Itoa(n) + " " + noun + "s"
 }

@@ -3,6 +3,7 @@ package ablate
 import (
 	"testing"
 
+	"github.com/mstar-dev/mstar/internal/gpu/gputest"
 	"github.com/mstar-dev/mstar/kernels/moe"
 	"github.com/mstar-dev/mstar/kernels/router"
 )
@@ -15,7 +16,7 @@ import (
 // hands them: plain top-k, capacity drops (-1 slots), and expert choice's
 // wider, ragged rows.
 func TestCUDAAblationKernelMatchesCPU(t *testing.T) {
-	dev := openCUDA(t)
+	dev := gputest.OpenCUDA(t)
 	shape := moe.Shape{E: 16, K: 2, H: 64, I: 32}
 	l := moe.NewLayer(shape, 5)
 	gk, err := NewCUDAKernel(dev, l)
@@ -63,7 +64,7 @@ func TestCUDAAblationKernelMatchesCPU(t *testing.T) {
 }
 
 func TestCUDAAblationRun(t *testing.T) {
-	dev := openCUDA(t)
+	dev := gputest.OpenCUDA(t)
 	m := router.Model{Name: "small", E: 32, K: 4, H: 128, I: 64, Router: "softmax-topk-norm"}
 	k, note, release := KernelFor(dev, moe.Shape{E: m.E, K: m.K, H: m.H, I: m.I}, 1)
 	defer release()

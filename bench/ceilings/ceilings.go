@@ -11,6 +11,7 @@ import (
 	"sync"
 	"unsafe"
 
+	"github.com/mstar-dev/mstar/bench"
 	"github.com/mstar-dev/mstar/internal/cpupeak"
 	"github.com/mstar-dev/mstar/internal/units"
 
@@ -155,20 +156,20 @@ func MeasureCeilings(ctx context.Context, dev gpu.Device, opt CeilingOptions) (*
 		return c, err
 	}
 	progress("d2d")
-	c.D2D = measureD2D(dev, s, opt.CopyBytes, Timing{Warmup: 2, Samples: opt.Samples, Reps: copyReps})
+	c.D2D = measureD2D(dev, s, opt.CopyBytes, bench.Timing{Warmup: 2, Samples: opt.Samples, Reps: copyReps})
 	if err := ctx.Err(); err != nil {
 		return c, err
 	}
 	progress("h2d")
-	c.H2D, c.D2H = measureHost(dev, s, opt.HostBytes, Timing{Warmup: 2, Samples: opt.Samples, Reps: hostReps}, progress)
+	c.H2D, c.D2H = measureHost(dev, s, opt.HostBytes, bench.Timing{Warmup: 2, Samples: opt.Samples, Reps: hostReps}, progress)
 	if err := ctx.Err(); err != nil {
 		return c, err
 	}
 	progress("gemm")
 	if onGPU {
-		c.GEMM = measureGEMMCUDA(dev, s, opt.GEMMSize, Timing{Warmup: 30, Samples: opt.Samples, Reps: 5})
+		c.GEMM = measureGEMMCUDA(dev, s, opt.GEMMSize, bench.Timing{Warmup: 30, Samples: opt.Samples, Reps: 5})
 	} else {
-		c.GEMM = measureGEMMCPU(opt.GEMMSize, Timing{Warmup: 1, Samples: opt.Samples, Reps: 1})
+		c.GEMM = measureGEMMCPU(opt.GEMMSize, bench.Timing{Warmup: 1, Samples: opt.Samples, Reps: 1})
 	}
 	return c, nil
 }
@@ -183,18 +184,11 @@ func finish(c Ceiling, samples []float64, err error) Ceiling {
 		return c
 	}
 	c.Samples = samples
-	c.Value = median(samples)
+	c.Value = results.Median(samples)
 	return c
 }
 
-func median(v []float64) float64 {
-	if len(v) == 0 {
-		return math.NaN()
-	}
-	return results.Summarize(v).Median
-}
-
-func measureD2D(dev gpu.Device, s gpu.Stream, n int64, t Timing) Ceiling {
+func measureD2D(dev gpu.Device, s gpu.Stream, n int64, t bench.Timing) Ceiling {
 	onGPU := dev.Info().Backend == gpu.CUDA
 	method := "cuMemcpyDtoDAsync, read+write bytes"
 	workers := 1
@@ -240,14 +234,14 @@ func measureD2D(dev gpu.Device, s gpu.Stream, n int64, t Timing) Ceiling {
 			return errors.Join(errs...)
 		}
 	}
-	sec, err := Time(s, t, copyAll)
+	sec, err := bench.Time(s, t, copyAll)
 	if err == nil {
-		sec, err = rates(sec, float64(2*n), 1e9)
+		sec, err = bench.Rates(sec, float64(2*n), 1e9)
 	}
 	return finish(c, sec, err)
 }
 
-func measureHost(dev gpu.Device, s gpu.Stream, n int64, t Timing, progress func(string)) (h2d, d2h Ceiling) {
+func measureHost(dev gpu.Device, s gpu.Stream, n int64, t bench.Timing, progress func(string)) (h2d, d2h Ceiling) {
 	method := "cuMemHostAlloc'd memory, cuMemcpy*Async"
 	if dev.Info().Backend != gpu.CUDA {
 		method = "one stream's copy (memcpy)"
@@ -272,15 +266,15 @@ func measureHost(dev gpu.Device, s gpu.Stream, n int64, t Timing, progress func(
 		return fail("allocating the device buffer: %v", err)
 	}
 	defer buf.Free()
-	sec, err := Time(s, t, func() error { return s.CopyHtoD(buf, 0, host) })
+	sec, err := bench.Time(s, t, func() error { return s.CopyHtoD(buf, 0, host) })
 	if err == nil {
-		sec, err = rates(sec, float64(n), 1e9)
+		sec, err = bench.Rates(sec, float64(n), 1e9)
 	}
 	h2d = finish(h2d, sec, err)
 	progress("d2h")
-	sec, err = Time(s, t, func() error { return s.CopyDtoH(host, buf, 0) })
+	sec, err = bench.Time(s, t, func() error { return s.CopyDtoH(host, buf, 0) })
 	if err == nil {
-		sec, err = rates(sec, float64(n), 1e9)
+		sec, err = bench.Rates(sec, float64(n), 1e9)
 	}
 	d2h = finish(d2h, sec, err)
 	return h2d, d2h
@@ -313,11 +307,11 @@ type gemmVariant struct {
 
 var defaultGEMM = gemmVariant{outType: cuda.DataBF16, fill: "uniform"}
 
-func measureGEMMCUDA(dev gpu.Device, s gpu.Stream, n int, t Timing) Ceiling {
+func measureGEMMCUDA(dev gpu.Device, s gpu.Stream, n int, t bench.Timing) Ceiling {
 	return measureGEMMCUDAWith(dev, s, n, t, defaultGEMM)
 }
 
-func measureGEMMCUDAWith(dev gpu.Device, s gpu.Stream, n int, t Timing, v gemmVariant) Ceiling {
+func measureGEMMCUDAWith(dev gpu.Device, s gpu.Stream, n int, t bench.Timing, v gemmVariant) Ceiling {
 	size := strconv.Itoa(n)
 	method := "cublasGemmEx bf16 in/out, fp32 compute, random data"
 	ctx, _ := gpu.CUDAOf(dev)
@@ -387,9 +381,9 @@ func measureGEMMCUDAWith(dev gpu.Device, s gpu.Stream, n int, t Timing, v gemmVa
 	gemm := func() error {
 		return blasH.GemmEx(cuda.OpN, cuda.OpN, n, n, n, 1, pa, cuda.DataBF16, n, pb, cuda.DataBF16, n, 0, pc, v.outType, n)
 	}
-	sec, err := Time(s, t, gemm)
+	sec, err := bench.Time(s, t, gemm)
 	if err == nil {
-		sec, err = rates(sec, 2*math.Pow(float64(n), 3), 1e12)
+		sec, err = bench.Rates(sec, 2*math.Pow(float64(n), 3), 1e12)
 	}
 	return finish(Ceiling{Unit: UnitTFLOPs, Size: size, Method: method}, sec, err)
 }
@@ -402,7 +396,7 @@ var cpuPeak = cpupeak.Available
 // the CPU has a peak kernel (cpupeak), else gonum's float64 Dgemm at n³.
 // The CPU path's own AVX2 kernels outrun gonum, so gonum is only the
 // fallback: a ceiling the layer beats says nothing.
-func measureGEMMCPU(n int, t Timing) Ceiling {
+func measureGEMMCPU(n int, t bench.Timing) Ceiling {
 	if cpuPeak() {
 		threads := runtime.GOMAXPROCS(0)
 		c := Ceiling{Unit: UnitTFLOPs, Size: "registers", Method: fmt.Sprintf("%s, %d threads", cpupeak.Method(), threads)}
@@ -425,12 +419,12 @@ func measureGEMMCPU(n int, t Timing) Ceiling {
 		return m
 	}
 	a, b, out := mk(1), mk(2), mk(3)
-	sec, err := TimeWall(t, func() error {
+	sec, err := bench.TimeWall(t, func() error {
 		blas64.Gemm(blas.NoTrans, blas.NoTrans, 1, a, b, 0, out)
 		return nil
 	})
 	if err == nil {
-		sec, err = rates(sec, 2*math.Pow(float64(n), 3), 1e12)
+		sec, err = bench.Rates(sec, 2*math.Pow(float64(n), 3), 1e12)
 	}
 	return finish(c, sec, err)
 }
@@ -522,7 +516,7 @@ func CeilingsFrom(d *results.Document) (*Ceilings, error) {
 		}
 		if m.Measured() {
 			ce.Samples = append([]float64(nil), m.Samples...)
-			ce.Value = median(ce.Samples)
+			ce.Value = results.Median(ce.Samples)
 		} else if ce.Unmeasured == "" {
 			ce.Unmeasured = "no samples"
 		}

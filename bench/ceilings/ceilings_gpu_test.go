@@ -4,25 +4,17 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/mstar-dev/mstar/internal/gpu"
+	"github.com/mstar-dev/mstar/bench"
 	"github.com/mstar-dev/mstar/internal/gpu/cuda"
+	"github.com/mstar-dev/mstar/internal/gpu/gputest"
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 // GPU tests: they skip without a CUDA device. Build for the GPU machine with
 // go test -c -o bin/bench.test ./bench.
 
-func openCUDA(t *testing.T) gpu.Device {
-	t.Helper()
-	d, _, err := gpu.Open(gpu.Spec{Backend: gpu.CUDA})
-	if err != nil {
-		t.Skipf("no CUDA device: %v", err)
-	}
-	t.Cleanup(func() { d.Close() })
-	return d
-}
-
 func TestCUDACeilingsQuick(t *testing.T) {
-	d := openCUDA(t)
+	d := gputest.OpenCUDA(t)
 	c, err := MeasureCeilings(t.Context(), d, CeilingOptions{Quick: true})
 	if err != nil {
 		t.Fatal(err)
@@ -37,7 +29,7 @@ func TestCUDACeilingsQuick(t *testing.T) {
 }
 
 func TestCUDATimeGraph(t *testing.T) {
-	d := openCUDA(t)
+	d := gputest.OpenCUDA(t)
 	s, err := d.NewStream()
 	if err != nil {
 		t.Fatal(err)
@@ -51,18 +43,18 @@ func TestCUDATimeGraph(t *testing.T) {
 	defer buf.Free()
 	calls := 0
 	memset := func() error { calls++; return s.Memset(buf, 0, n, byte(calls)) }
-	graph, err := TimeGraph(s, Timing{Warmup: 1, Samples: 5, Reps: 10}, memset)
+	graph, err := bench.TimeGraph(s, bench.Timing{Warmup: 1, Samples: 5, Reps: 10}, memset)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if calls != 10 {
 		t.Errorf("fn called %d times; a graph of 10 reps should capture it 10 times and replay it", calls)
 	}
-	plain, err := Time(s, Timing{Warmup: 1, Samples: 5, Reps: 10}, memset)
+	plain, err := bench.Time(s, bench.Timing{Warmup: 1, Samples: 5, Reps: 10}, memset)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("memset %d MiB: graph %.2f µs, stream %.2f µs per call (medians %v / %v)", n>>20, median(graph)*1e6, median(plain)*1e6, graph, plain)
+	t.Logf("memset %d MiB: graph %.2f µs, stream %.2f µs per call (medians %v / %v)", n>>20, results.Median(graph)*1e6, results.Median(plain)*1e6, graph, plain)
 	for i, v := range graph {
 		if v <= 0 {
 			t.Errorf("graph sample %d = %v", i, v)
@@ -83,7 +75,7 @@ func TestCUDATimeGraph(t *testing.T) {
 // TestCUDAGEMMVariants compares ways of running the GEMM ceiling, to show
 // which choices matter on this GPU (logged; the ceiling keeps the default).
 func TestCUDAGEMMVariants(t *testing.T) {
-	d := openCUDA(t)
+	d := gputest.OpenCUDA(t)
 	if testing.Short() {
 		t.Skip("a diagnostic: several hundred 8192³ GEMMs")
 	}
@@ -105,7 +97,7 @@ func TestCUDAGEMMVariants(t *testing.T) {
 		{"zeros", 30, gemmVariant{outType: cuda.DataBF16, fill: "zero"}},
 		{"default again", 30, defaultGEMM},
 	} {
-		c := measureGEMMCUDAWith(d, s, 8192, Timing{Warmup: tt.warmup, Samples: 20, Reps: 5}, tt.v)
+		c := measureGEMMCUDAWith(d, s, 8192, bench.Timing{Warmup: tt.warmup, Samples: 20, Reps: 5}, tt.v)
 		if !c.Measured() {
 			t.Errorf("%s: %s", tt.name, c.Unmeasured)
 			continue

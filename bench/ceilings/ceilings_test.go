@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mstar-dev/mstar/bench"
 	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/mstar-dev/mstar/reports/results"
 )
@@ -69,7 +70,7 @@ func cpuGEMMSize(n string) string {
 func TestCPUGEMMCeilingFallback(t *testing.T) {
 	defer func(f func() bool) { cpuPeak = f }(cpuPeak)
 	cpuPeak = func() bool { return false }
-	c := measureGEMMCPU(64, Timing{Samples: 2})
+	c := measureGEMMCPU(64, bench.Timing{Samples: 2})
 	if !c.Measured() || c.Size != "64" || !strings.Contains(c.Method, "gonum") || len(c.Samples) != 2 {
 		t.Errorf("fallback ceiling %+v", c)
 	}
@@ -200,7 +201,7 @@ func TestCeilingsFromBadDocuments(t *testing.T) {
 
 // The H200 document in the repo must stay readable as --ceilings input.
 func TestReadH200Ceilings(t *testing.T) {
-	c, err := ReadCeilings(filepath.Join("..", "testdata", "h200", "ceilings.json"))
+	c, err := ReadCeilings(filepath.Join("..", "..", "testdata", "h200", "ceilings.json"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,9 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/mstar-dev/mstar/bench/ceilings"
+
+	"github.com/mstar-dev/mstar/bench"
 	"github.com/mstar-dev/mstar/internal/badinput"
 	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/mstar-dev/mstar/internal/gpu/cuda"
@@ -80,7 +83,7 @@ type MoEOptions struct {
 	// times each stage's kernels alone; the CPU times each stage within
 	// further full passes.
 	Stages   bool
-	Ceilings *Ceilings // nil: measured quickly first
+	Ceilings *ceilings.Ceilings // nil: measured quickly first
 	// DumpDir, when set, receives out-M<batch>.bf16 (the raw bf16 output of
 	// the checked pass) per batch, for the peers' cross-check.
 	DumpDir string
@@ -144,7 +147,7 @@ type MoEReport struct {
 	Local    moe.Shape // the shape one rank computes
 	Results  []results.Result
 	Rows     []MoERow
-	Ceilings *Ceilings
+	Ceilings *ceilings.Ceilings
 	Warnings []string
 	Routing  moe.Routing // the routing of the largest batch (global ids); smaller batches use its first tokens
 	Compile  string      // CUDA: how moe.cu was compiled (cache hit, seconds)
@@ -299,7 +302,7 @@ func RunMoE(ctx context.Context, dev gpu.Device, opt MoEOptions) (*MoEReport, er
 
 	if opt.Ceilings == nil {
 		progress("ceilings")
-		c, err := MeasureCeilings(ctx, dev, CeilingOptions{Quick: true})
+		c, err := ceilings.MeasureCeilings(ctx, dev, ceilings.CeilingOptions{Quick: true})
 		if err != nil && c != nil && errors.Is(err, ctx.Err()) {
 			rep.Ceilings = c
 			return rep, err
@@ -322,7 +325,7 @@ func RunMoE(ctx context.Context, dev gpu.Device, opt MoEOptions) (*MoEReport, er
 	}
 
 	rep.Ceilings = opt.Ceilings
-	for _, c := range []*Ceiling{&opt.Ceilings.D2D, &opt.Ceilings.GEMM} {
+	for _, c := range []*ceilings.Ceiling{&opt.Ceilings.D2D, &opt.Ceilings.GEMM} {
 		if !c.Measured() {
 			rep.Warnings = append(rep.Warnings, "ceiling unmeasured: "+c.Unmeasured+": percentages of it are unmeasured")
 		}
@@ -544,7 +547,7 @@ func runCPU(ctx context.Context, l *moe.Layer, x []float32, r moe.Routing, sampl
 	}
 	moe.ForwardCPU(l, x, r, out) // the checked pass, also the warm-up
 	scratch := make([]float32, len(out))
-	sec, err := TimeWall(Timing{Samples: samples}, func() error {
+	sec, err := bench.TimeWall(bench.Timing{Samples: samples}, func() error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
@@ -835,7 +838,7 @@ func moeResult(opt MoEOptions, local moe.Shape, m int, r moe.Routing, us []float
 	metric := func(name, unit string, better results.Direction, samples []float64) results.Metric {
 		return results.Metric{Name: name, Unit: unit, Better: better, Samples: samples}
 	}
-	pct := func(name string, ce Ceiling, vals []float64) results.Metric {
+	pct := func(name string, ce ceilings.Ceiling, vals []float64) results.Metric {
 		if !ce.Measured() {
 			return results.Metric{Name: name, Unit: "%", Better: results.HigherIsBetter, Unmeasured: "ceiling unmeasured: " + ce.Unmeasured}
 		}

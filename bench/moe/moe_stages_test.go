@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mstar-dev/mstar/bench/ceilings"
 	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/mstar-dev/mstar/kernels/moe"
 )
@@ -54,7 +55,7 @@ func TestStageResults(t *testing.T) {
 		}
 	}
 	// Without a gemm ceiling the floor is unmeasured, not zero.
-	opt.Ceilings.GEMM = Ceiling{Unmeasured: "no GPU"}
+	opt.Ceilings.GEMM = ceilings.Ceiling{Unmeasured: "no GPU"}
 	res, rows = stageResults(opt, s, 2, r, stages)
 	if m := res[1].Metric(MoEPctFloor); m == nil || m.Measured() || !math.IsNaN(rows[1].PctFloor) {
 		t.Errorf("gemm1 floor without a gemm ceiling: %+v, row %v", m, rows[1].PctFloor)

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mstar-dev/mstar/bench/ceilings"
 	"github.com/mstar-dev/mstar/internal/badinput"
 	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/mstar-dev/mstar/kernels/moe"
@@ -18,12 +19,12 @@ import (
 )
 
 // fakeCeilings are round numbers so the percentages can be checked by hand.
-func fakeCeilings() *Ceilings {
-	return &Ceilings{
+func fakeCeilings() *ceilings.Ceilings {
+	return &ceilings.Ceilings{
 		Device: "cpu", Backend: gpu.CPU,
-		D2D:  Ceiling{Value: 10, Unit: UnitGBps, Samples: []float64{10}},
-		GEMM: Ceiling{Value: 0.01, Unit: UnitTFLOPs, Samples: []float64{0.01}},
-		H2D:  Ceiling{Unmeasured: "not needed"}, D2H: Ceiling{Unmeasured: "not needed"},
+		D2D:  ceilings.Ceiling{Value: 10, Unit: ceilings.UnitGBps, Samples: []float64{10}},
+		GEMM: ceilings.Ceiling{Value: 0.01, Unit: ceilings.UnitTFLOPs, Samples: []float64{0.01}},
+		H2D:  ceilings.Ceiling{Unmeasured: "not needed"}, D2H: ceilings.Ceiling{Unmeasured: "not needed"},
 	}
 }
 

@@ -8,8 +8,8 @@ import (
 
 	"github.com/mstar-dev/mstar/internal/units"
 
-	"github.com/mstar-dev/mstar/internal/spill/tier"
 	"github.com/mstar-dev/mstar/internal/gpu"
+	"github.com/mstar-dev/mstar/internal/spill/tier"
 	"github.com/mstar-dev/mstar/reports/results"
 )
 

@@ -9,8 +9,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/mstar-dev/mstar/internal/spill/tier"
 	"github.com/mstar-dev/mstar/internal/gpu"
+	"github.com/mstar-dev/mstar/internal/spill/tier"
 	"github.com/mstar-dev/mstar/reports/results"
 )
 

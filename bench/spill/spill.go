@@ -45,9 +45,9 @@ import (
 
 	"github.com/mstar-dev/mstar/internal/units"
 
+	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/mstar-dev/mstar/internal/spill/regulator"
 	"github.com/mstar-dev/mstar/internal/spill/tier"
-	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/mstar-dev/mstar/reports/results"
 )
 

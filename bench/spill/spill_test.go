@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/mstar-dev/mstar/internal/spill/regulator"
 	"github.com/mstar-dev/mstar/internal/spill/tier"
-	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/mstar-dev/mstar/reports/results"
 )
 

@@ -5,7 +5,6 @@ import (
 	"io"
 	"math"
 	"sort"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -157,21 +156,13 @@ func stopReason(stopped string) string {
 	return stopped
 }
 
-// plural is "1 producer", "4 producers".
-func plural(n int, noun string) string {
-	if n == 1 {
-		return "1 " + noun
-	}
-	return strconv.Itoa(n) + " " + noun + "s"
-}
-
 // WriteSummary prints the end-of-run summary and the gates.
 func (s *Summary) WriteSummary(w io.Writer) error {
 	o := s.Options
 	secs := s.Elapsed.Seconds()
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	p := func(k, format string, a ...any) { fmt.Fprintf(tw, "%s\t%s\n", k, fmt.Sprintf(format, a...)) }
-	p("transport", "%s, %s x %s, fan-out %d, sizes %s-%s log-uniform", o.Transport, plural(o.Producers, "producer"), plural(o.Consumers, "consumer"), o.Fanout, units.Bytes(o.MinSize), units.Bytes(o.MaxSize))
+	p("transport", "%s, %s x %s, fan-out %d, sizes %s-%s log-uniform", o.Transport, units.Plural(o.Producers, "producer"), units.Plural(o.Consumers, "consumer"), o.Fanout, units.Bytes(o.MinSize), units.Bytes(o.MaxSize))
 	p("run", "%.1fs (%s), kill rate %v", secs, stopReason(s.Stopped), o.KillRate)
 	p("delivered", "%d tensors (%.1f tensors/s), %d abandoned by a killed consumer, %d lost with a killed producer", s.Delivered, float64(s.Delivered)/secs, s.Abandoned, s.Lost)
 	p("throughput", "%.3f GB/s copied out by consumers (%d copies, %s)", float64(s.Bytes)/secs/1e9, s.Received, units.Bytes(s.Bytes))

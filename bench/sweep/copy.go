@@ -286,7 +286,7 @@ func copyResults(opt Options, points []*copyPoint) []results.Result {
 	ceiling := map[string]float64{}
 	for _, p := range points {
 		if p.memory == MemPinned {
-			m := median(p.gbps)
+			m := results.Median(p.gbps)
 			pinned[key{p.dir, p.size}] = m
 			ceiling[p.dir] = max(ceiling[p.dir], m)
 		}

@@ -24,7 +24,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"sort"
 	"strconv"
 
 	"github.com/mstar-dev/mstar/arena"
@@ -258,19 +257,6 @@ func Run(ctx context.Context, opt Options) (*Outcome, error) {
 // repeats is how many copies of size bytes one sample makes.
 func repeats(size, sampleBytes int64) int {
 	return int(min(max(sampleBytes/size, 1), 256))
-}
-
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return math.NaN()
-	}
-	s := append([]float64(nil), xs...)
-	sort.Float64s(s)
-	if n := len(s); n%2 == 1 {
-		return s[n/2]
-	} else {
-		return (s[n/2-1] + s[n/2]) / 2
-	}
 }
 
 // ratio returns 100*x/ref per sample, or an unmeasured metric.

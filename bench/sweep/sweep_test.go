@@ -184,11 +184,11 @@ func TestTransportSweep(t *testing.T) {
 				t.Errorf("arena at %s: no %s metric", size, name)
 			}
 		}
-		if s := arenaR.Metric(MetricSpills).Samples; median(s) != 0 {
+		if s := arenaR.Metric(MetricSpills).Samples; results.Median(s) != 0 {
 			t.Errorf("arena at %s spilled %v tensors: the sweep must measure the arena, not its spill path", size, s)
 		}
 		file := find(t, out.Results, "transport", map[string]string{"transport": TrFile, "size": size})
-		if v := median(file.Metric(MetricVsFile).Samples); math.Abs(v-1) > 1e-9 && len(file.Metric(MetricVsFile).Samples)%2 == 1 {
+		if v := results.Median(file.Metric(MetricVsFile).Samples); math.Abs(v-1) > 1e-9 && len(file.Metric(MetricVsFile).Samples)%2 == 1 {
 			t.Errorf("file vs itself at %s: median %v, want 1", size, v)
 		}
 	}
@@ -223,7 +223,7 @@ func TestCopySweepCPU(t *testing.T) {
 				t.Errorf("%s: pct_pcie on the CPU backend: %+v, want unmeasured with the reason", r.Key(), m)
 			}
 			if r.Params["memory"] == MemPinned && opt.Samples%2 == 1 {
-				if v := median(r.Metric(MetricPctPinned).Samples); math.Abs(v-100) > 1e-9 {
+				if v := results.Median(r.Metric(MetricPctPinned).Samples); math.Abs(v-100) > 1e-9 {
 					t.Errorf("%s: pinned vs pinned median %v%%, want 100", r.Key(), v)
 				}
 			}

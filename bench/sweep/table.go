@@ -29,7 +29,7 @@ func WriteTable(w io.Writer, rs []results.Result) error {
 			notes[name+": "+m.Unmeasured] = true
 			return "n/a"
 		}
-		return formatNum(median(m.Samples))
+		return formatNum(results.Median(m.Samples))
 	}
 	sum := func(r results.Result, name string) string {
 		m := r.Metric(name)

@@ -342,13 +342,13 @@ func transportResults(points []*transportPoint) []results.Result {
 		}
 		switch p.transport {
 		case TrMemcpy:
-			memcpyBW[p.size] = median(bw)
+			memcpyBW[p.size] = results.Median(bw)
 		case TrFile:
 			rates := make([]float64, len(p.secs))
 			for i, s := range p.secs {
 				rates[i] = float64(p.count) / s
 			}
-			fileRate[p.size] = median(rates)
+			fileRate[p.size] = results.Median(rates)
 		}
 	}
 	var rs []results.Result

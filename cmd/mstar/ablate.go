@@ -9,10 +9,11 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/mstar-dev/mstar/bench"
+	"github.com/mstar-dev/mstar/bench/ablate"
 	"github.com/mstar-dev/mstar/internal/envinfo"
 	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/mstar-dev/mstar/internal/progress"
+	"github.com/mstar-dev/mstar/internal/units"
 	"github.com/mstar-dev/mstar/kernels/moe"
 	"github.com/mstar-dev/mstar/kernels/router"
 	"github.com/mstar-dev/mstar/reports"
@@ -57,7 +58,7 @@ func newAblateRouter(a *app) *cobra.Command {
 		Use:   "router",
 		Short: "Routers × metrics: expert load, losses, routing time, and fused-MoE time under each routing",
 		Long: `ablate router routes one workload — --layers layers of --tokens tokens — with
-every router (--routers; by default ` + strings.Join(bench.DefaultAblationRouters, ", ") + `)
+every router (--routers; by default ` + strings.Join(ablate.DefaultAblationRouters, ", ") + `)
 and prints a routers × metrics table:
 
   MaxVio     max expert load / mean load − 1 (0 = perfectly balanced)
@@ -159,7 +160,7 @@ out-of-range expert id.`,
 			// silently not apply. (--seed seeds the workload too.)
 			compared := append(append([]string{}, routers...), baseline, m.Router)
 			if len(routers) == 0 && tracePath == "" {
-				compared = append(compared, bench.DefaultAblationRouters...)
+				compared = append(compared, ablate.DefaultAblationRouters...)
 			}
 			for _, s := range routerSettings {
 				if s.flag == "seed" || !cmd.Flags().Changed(s.flag) {
@@ -169,7 +170,7 @@ out-of-range expert id.`,
 					fmt.Fprintf(a.stderr, "mstar: warning: --%s: none of the routers compared uses it\n", s.flag)
 				}
 			}
-			opt := bench.AblationOptions{
+			opt := ablate.AblationOptions{
 				Model: m, Routers: routers, Config: cfg, Baseline: baseline,
 				Layers: layers, Tokens: tokens, Batch: batch,
 				Workload:     router.Workload{Alpha: zipf, Strength: strength, Correlation: corr, Seed: rf.seed},
@@ -212,7 +213,7 @@ out-of-range expert id.`,
 			}
 			need := opt.HostBytes()
 			if kTokens > 0 {
-				need += bench.KernelHostBytes(moe.Shape{E: m.E, K: min(kernelK, m.E), H: m.H, I: m.I})
+				need += ablate.KernelHostBytes(moe.Shape{E: m.E, K: min(kernelK, m.E), H: m.H, I: m.I})
 			}
 			if L, T, _ := opt.Dims(); true {
 				what := fmt.Sprintf("routing %d layers × %d tokens with %d experts", L, T, m.E)
@@ -226,13 +227,13 @@ out-of-range expert id.`,
 					return err
 				}
 				defer dev.Close()
-				k, note, release := bench.KernelFor(dev, moe.Shape{E: m.E, K: min(kernelK, m.E), H: m.H, I: m.I}, rf.seed)
+				k, note, release := ablate.KernelFor(dev, moe.Shape{E: m.E, K: min(kernelK, m.E), H: m.H, I: m.I}, rf.seed)
 				defer release()
 				opt.Kernel = k
 				if k == nil {
 					opt.KernelTokens, opt.KernelSkipped = 0, note
 				}
-				if _, onGPU := k.(*bench.CUDAKernel); onGPU {
+				if _, onGPU := k.(*ablate.CUDAKernel); onGPU {
 					if !cmd.Flags().Changed("kernel-tokens") {
 						opt.KernelTokens = 1024
 					}
@@ -244,7 +245,7 @@ out-of-range expert id.`,
 					fmt.Fprintln(a.stderr, "mstar: "+note)
 				}
 			}
-			doc := results.NewDocument(bench.AblationSuite, a.args, envinfo.Collect(dev))
+			doc := results.NewDocument(ablate.AblationSuite, a.args, envinfo.Collect(dev))
 			var bar *progress.Bar
 			last := 0
 			opt.Progress = func(what string, done, total int) {
@@ -259,7 +260,7 @@ out-of-range expert id.`,
 			// out; those done are still printed and written.
 			ctx, stop := interruptContext()
 			defer stop()
-			res, err := bench.RunAblation(ctx, opt)
+			res, err := ablate.RunAblation(ctx, opt)
 			bar.Finish()
 			stopped := err != nil && ctx.Err() != nil && res != nil
 			if stopped {
@@ -299,7 +300,7 @@ out-of-range expert id.`,
 				if name == "" {
 					name = m.Router
 					if opt.Trace != nil {
-						name = bench.TraceRouter
+						name = ablate.TraceRouter
 					}
 				}
 				tr, err := res.Trace(name)
@@ -329,7 +330,7 @@ out-of-range expert id.`,
 				}
 			}
 			if stopped {
-				return errInterrupted(fmt.Sprintf("ablate router (%s done)", plural(len(res.Runs), "router")), nil)
+				return errInterrupted(fmt.Sprintf("ablate router (%s done)", units.Plural(len(res.Runs), "router")), nil)
 			}
 			return nil
 		},

@@ -214,7 +214,7 @@ with "-transport" added to its name).`,
 				}
 			}
 			if stopped {
-				return errInterrupted(fmt.Sprintf("arena sweep (%s done)", plural(len(doc.Results), "point")), doc.Failed())
+				return errInterrupted(fmt.Sprintf("arena sweep (%s done)", units.Plural(len(doc.Results), "point")), doc.Failed())
 			}
 			if bad := doc.Failed(); len(bad) > 0 {
 				return failed("%d sweep points had wrong copies: %s", len(bad), strings.Join(bad, "; "))

@@ -11,7 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/mstar-dev/mstar/bench"
+	benchceil "github.com/mstar-dev/mstar/bench/ceilings"
+	moebench "github.com/mstar-dev/mstar/bench/moe"
 	"github.com/mstar-dev/mstar/internal/envinfo"
 	"github.com/mstar-dev/mstar/internal/progress"
 	"github.com/mstar-dev/mstar/kernels/moe"
@@ -117,7 +118,7 @@ Models:
 			if err := firstErr(atLeast("tp", tp, 1, ""), atLeast("ep", ep, 1, "")); err != nil {
 				return err
 			}
-			opt := bench.MoEOptions{Model: model, TP: tp, EP: ep, Routing: routing, Samples: samples, Seed: seed, DumpDir: dumpDir,
+			opt := moebench.MoEOptions{Model: model, TP: tp, EP: ep, Routing: routing, Samples: samples, Seed: seed, DumpDir: dumpDir,
 				Tune: tune, TuneSamples: tuneSamples, Stages: stages}
 			if model != "" {
 				p, err := moe.LookupPreset(model)
@@ -170,7 +171,7 @@ Models:
 				}
 				opt.Trace, opt.TraceName = &r, traceIn
 			}
-			if _, err := bench.PrepareMoE(&opt); err != nil {
+			if _, err := moebench.PrepareMoE(&opt); err != nil {
 				return badInput(err)
 			}
 			if dumpDir != "" {
@@ -179,7 +180,7 @@ Models:
 				}
 			}
 			if ceilings != "" {
-				c, err := bench.ReadCeilings(ceilings)
+				c, err := benchceil.ReadCeilings(ceilings)
 				if err != nil {
 					return badInput(fmt.Errorf("--ceilings: %w", err))
 				}
@@ -197,14 +198,14 @@ Models:
 			}
 			defer dev.Close()
 			if len(opt.Batches) == 0 && dev.Info().Backend != "cuda" {
-				fmt.Fprintf(a.stderr, "mstar: on the CPU the default sweep is --batch %s (the GPU's goes to 4096)\n", joinInts(bench.DefaultCPUBatches))
+				fmt.Fprintf(a.stderr, "mstar: on the CPU the default sweep is --batch %s (the GPU's goes to 4096)\n", joinInts(moebench.DefaultCPUBatches))
 			}
 			doc := results.NewDocument("bench moe", a.args, envinfo.Collect(dev))
 			steps := len(opt.Batches)
 			if steps == 0 {
-				steps = len(bench.DefaultCPUBatches)
+				steps = len(moebench.DefaultCPUBatches)
 				if dev.Info().Backend == "cuda" {
-					steps = len(bench.DefaultGPUBatches)
+					steps = len(moebench.DefaultGPUBatches)
 				}
 			}
 			bar := progress.New(a.stderr, steps+2, "bench moe")
@@ -218,7 +219,7 @@ Models:
 			// are still printed and written.
 			ctx, stop := interruptContext()
 			defer stop()
-			rep, err := bench.RunMoE(ctx, dev, opt)
+			rep, err := moebench.RunMoE(ctx, dev, opt)
 			bar.Finish()
 			stopped := err != nil && ctx.Err() != nil && rep != nil
 			if stopped {
@@ -305,7 +306,7 @@ func joinInts(v []int) string {
 
 // printMoE prints the nccl-tests-like table: a commented header, then one
 // aligned row per batch.
-func printMoE(a *app, id, name string, opt bench.MoEOptions, rep *bench.MoEReport) {
+func printMoE(a *app, id, name string, opt moebench.MoEOptions, rep *moebench.MoEReport) {
 	w := a.stdout
 	model := opt.Model
 	if model == "" {
@@ -387,14 +388,14 @@ func printMoE(a *app, id, name string, opt bench.MoEOptions, rep *bench.MoERepor
 	}
 }
 
-func routingText(opt bench.MoEOptions) string {
+func routingText(opt moebench.MoEOptions) string {
 	if opt.Trace != nil {
 		return "trace " + opt.TraceName
 	}
 	return opt.Routing
 }
 
-func ceilingText(c bench.Ceiling) string {
+func ceilingText(c benchceil.Ceiling) string {
 	if !c.Measured() {
 		return "unmeasured (" + c.Unmeasured + ")"
 	}

@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/mstar-dev/mstar/bench"
+	benchceil "github.com/mstar-dev/mstar/bench/ceilings"
 	"github.com/mstar-dev/mstar/internal/envinfo"
 	"github.com/mstar-dev/mstar/internal/progress"
 	"github.com/mstar-dev/mstar/reports"
@@ -61,7 +61,7 @@ with --ceilings FILE.`,
 				// unmeasured; those done are still printed and written.
 				ctx, stop := interruptContext()
 				defer stop()
-				c, err := bench.MeasureCeilings(ctx, dev, bench.CeilingOptions{
+				c, err := benchceil.MeasureCeilings(ctx, dev, benchceil.CeilingOptions{
 					Quick:   quick,
 					Samples: samples,
 					Progress: func(what string) {
@@ -100,7 +100,7 @@ with --ceilings FILE.`,
 	})
 }
 
-func printCeilings(a *app, id, name string, c *bench.Ceilings) {
+func printCeilings(a *app, id, name string, c *benchceil.Ceilings) {
 	fmt.Fprintf(a.stdout, "device: %s (%s)\n", id, name)
 	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ceiling\tmedian\t±95% CI\tunit\tsamples\tsize\tmethod")

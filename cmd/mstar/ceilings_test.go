@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mstar-dev/mstar/bench"
+	benchceil "github.com/mstar-dev/mstar/bench/ceilings"
 	"github.com/mstar-dev/mstar/internal/gpu/cuda"
 	"github.com/mstar-dev/mstar/reports/results"
 )
@@ -38,11 +38,11 @@ func TestBenchCeilingsCPUWritesDocument(t *testing.T) {
 	if got := strings.Join(doc.Command, " "); !strings.Contains(got, "bench ceilings") {
 		t.Errorf("command %q", got)
 	}
-	c, err := bench.CeilingsFrom(doc)
+	c, err := benchceil.CeilingsFrom(doc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, ce := range []bench.Ceiling{c.D2D, c.H2D, c.D2H, c.GEMM} {
+	for _, ce := range []benchceil.Ceiling{c.D2D, c.H2D, c.D2H, c.GEMM} {
 		if !ce.Measured() || len(ce.Samples) != 2 {
 			t.Errorf("ceiling %+v: want measured with 2 samples", ce)
 		}

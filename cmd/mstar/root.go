@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/mstar-dev/mstar/internal/badinput"
+	"github.com/mstar-dev/mstar/internal/units"
 	"github.com/mstar-dev/mstar/reports/results"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -149,7 +150,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if n := argCount.FindStringSubmatch(err.Error()); n != nil && cmd != nil {
 		msg := argCount.ReplaceAllStringFunc(err.Error(), func(m string) string {
 			k, _ := strconv.Atoi(argCount.FindStringSubmatch(m)[1])
-			return plural(k, "argument")
+			return units.Plural(k, "argument")
 		})
 		fmt.Fprintf(stderr, "mstar: %s%s (usage: %s; see '%s --help')\n", subcommand(cmd), msg, strings.TrimSuffix(cmd.UseLine(), " [flags]"), cmd.CommandPath())
 		return exitBadInput

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/mstar-dev/mstar/internal/units"
 	"github.com/mstar-dev/mstar/kernels/router"
 )
 
@@ -255,7 +256,7 @@ func readLogits(a *app, path string) ([]float32, int, int, error) {
 	logits := make([]float32, 0, len(rows)*E)
 	for t, r := range rows {
 		if len(r) != E {
-			return nil, 0, 0, fmt.Errorf("%s: row %d has %s, row 0 has %d: every token needs one logit per expert", name, t, plural(len(r), "number"), E)
+			return nil, 0, 0, fmt.Errorf("%s: row %d has %s, row 0 has %d: every token needs one logit per expert", name, t, units.Plural(len(r), "number"), E)
 		}
 		for _, v := range r {
 			logits = append(logits, float32(v))

@@ -7,11 +7,11 @@ import (
 	"time"
 
 	"github.com/mstar-dev/mstar/bench/spill"
-	"github.com/mstar-dev/mstar/internal/spill/tier"
 	"github.com/mstar-dev/mstar/internal/badinput"
 	"github.com/mstar-dev/mstar/internal/envinfo"
 	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/mstar-dev/mstar/internal/progress"
+	"github.com/mstar-dev/mstar/internal/spill/tier"
 	"github.com/mstar-dev/mstar/reports/results"
 	"github.com/mstar-dev/mstar/trace"
 	"github.com/spf13/cobra"

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/mstar-dev/mstar/internal/units"
 	"github.com/mstar-dev/mstar/reports/results"
 	"github.com/mstar-dev/mstar/reports/traceplot"
 	"github.com/mstar-dev/mstar/trace"
@@ -34,13 +35,13 @@ func (a *app) readTrace(path string, strict bool) (*trace.File, error) {
 	}
 	for i, b := range f.Bad {
 		if i == maxBadLines {
-			fmt.Fprintf(a.stderr, "mstar: %s: %s%s\n", path, plural(len(f.Bad)-i, "more bad line"), what)
+			fmt.Fprintf(a.stderr, "mstar: %s: %s%s\n", path, units.Plural(len(f.Bad)-i, "more bad line"), what)
 			break
 		}
 		fmt.Fprintf(a.stderr, "mstar: %s: %s%s\n", path, b, what)
 	}
 	if strict && len(f.Bad) > 0 {
-		return nil, badInput(fmt.Errorf("%s: %s (--strict)", path, plural(len(f.Bad), "bad line")))
+		return nil, badInput(fmt.Errorf("%s: %s (--strict)", path, units.Plural(len(f.Bad), "bad line")))
 	}
 	if len(f.Records) == 0 {
 		return nil, badInput(fmt.Errorf("%s: no valid trace records", path))

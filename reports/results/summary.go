@@ -2,6 +2,7 @@ package results
 
 import (
 	"math"
+	"slices"
 
 	"golang.org/x/perf/benchmath"
 )
@@ -62,4 +63,19 @@ func (s Summary) HalfWidthPct() float64 {
 		return math.NaN()
 	}
 	return 100 * math.Max(s.Hi-s.Median, s.Median-s.Lo) / math.Abs(s.Median)
+}
+
+// Median is the middle of samples (the mean of the two middle ones for an
+// even count), NaN for none; samples is not modified.
+func Median(samples []float64) float64 {
+	if len(samples) == 0 {
+		return math.NaN()
+	}
+	s := slices.Clone(samples)
+	slices.Sort(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
 }

@@ -29,8 +29,8 @@ import (
 	"math"
 	"time"
 
-	"github.com/mstar-dev/mstar/internal/spill/tier"
 	"github.com/mstar-dev/mstar/internal/gpu"
+	"github.com/mstar-dev/mstar/internal/spill/tier"
 	"github.com/mstar-dev/mstar/trace"
 )
 

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mstar-dev/mstar/internal/spill/tier"
 	"github.com/mstar-dev/mstar/internal/gpu"
+	"github.com/mstar-dev/mstar/internal/spill/tier"
 	"github.com/mstar-dev/mstar/trace"
 )
 
