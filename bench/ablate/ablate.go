@@ -2,7 +2,6 @@ package ablate
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -14,7 +13,6 @@ import (
 
 	"github.com/mstar-dev/mstar/internal/badinput"
 	"github.com/mstar-dev/mstar/internal/gpu"
-	"github.com/mstar-dev/mstar/internal/gpu/cuda"
 	"github.com/mstar-dev/mstar/internal/units"
 	"github.com/mstar-dev/mstar/kernels/moe"
 	"github.com/mstar-dev/mstar/kernels/router"
@@ -54,129 +52,12 @@ type AblationOptions struct {
 	// times each: the last, where stateful routers have adapted the most.
 	// KernelTokens 0 skips the kernel.
 	KernelTokens, KernelLayers, KernelSamples int
-	Kernel                                    MoEKernel // nil: the CPU path (needs a Layer: built from Model and Seed)
-	KernelSkipped                             string    // why the kernel is not run, when the caller decided so
+	Kernel                                    *moe.Runner // nil: the CPU path, its layer built from Model and Seed
+	KernelSkipped                             string      // why the kernel is not run, when the caller decided so
 	Seed                                      uint64
 
 	// Progress, when set, is told what runs and how far along the run is.
 	Progress func(what string, done, total int)
-}
-
-// MoEKernel computes one fused-MoE layer. The ablation times it under each
-// routing. CPUKernel is moe.ForwardCPU; a GPU implementation plugs in here
-// (upload x and the routing, run the CUDA path, time it with events).
-type MoEKernel interface {
-	Name() string
-	Shape() moe.Shape
-	// Forward computes out[M×H] = MoE(x[M×H]) under r and returns the time
-	// the layer took (for a GPU: device time, transfers excluded).
-	Forward(x []float32, r moe.Routing, out []float32) (time.Duration, error)
-}
-
-// CPUKernel is moe.ForwardCPU, timed by the wall clock.
-type CPUKernel struct{ Layer *moe.Layer }
-
-func (k CPUKernel) Name() string     { return "cpu (moe.ForwardCPU, float32, all cores)" }
-func (k CPUKernel) Shape() moe.Shape { return k.Layer.Shape }
-func (k CPUKernel) Forward(x []float32, r moe.Routing, out []float32) (time.Duration, error) {
-	if err := r.Validate(k.Layer.Shape.E); err != nil {
-		return 0, err
-	}
-	t0 := time.Now()
-	moe.ForwardCPU(k.Layer, x, r, out)
-	return time.Since(t0), nil
-}
-
-// CUDAKernel is kernels/moe's CUDA path — the kernels `bench moe` times —
-// for the ablation. Each Forward uploads the tokens and the routing, runs
-// one pass and downloads its output, then times CUDA-graph replays of the
-// layer (alignment included): the duration is device time per call.
-type CUDAKernel struct {
-	ctx   *cuda.Context
-	k     *moe.Kernels
-	w     *moe.DeviceWeights
-	st    *cuda.Stream
-	shape moe.Shape
-	plans map[[2]int]*moe.Plan // by tokens, slots per token
-	Note  string               // how moe.cu was compiled
-}
-
-// NewCUDAKernel compiles the kernels and uploads l's weights to dev.
-func NewCUDAKernel(dev gpu.Device, l *moe.Layer) (*CUDAKernel, error) {
-	ctx, ok := gpu.CUDAOf(dev)
-	if !ok {
-		return nil, fmt.Errorf("device %s is not a CUDA device", dev.Info().ID)
-	}
-	if err := moe.CheckCUDAShape(l.Shape); err != nil {
-		return nil, err
-	}
-	k, err := moe.CompileKernels(ctx, nil)
-	if err != nil {
-		return nil, err
-	}
-	c := &CUDAKernel{ctx: ctx, k: k, shape: l.Shape, plans: map[[2]int]*moe.Plan{}}
-	c.Note = fmt.Sprintf("moe.cu: %s for %s, cache hit %v", k.Compile.Kind, ctx.Props().Arch(), k.Compile.CacheHit)
-	if c.w, err = moe.UploadWeights(ctx, l); err != nil {
-		c.Close()
-		return nil, fmt.Errorf("uploading weights: %w", err)
-	}
-	if c.st, err = ctx.NewStream(); err != nil {
-		c.Close()
-		return nil, err
-	}
-	return c, nil
-}
-
-func (c *CUDAKernel) Name() string     { return "cuda (kernels/moe, CUDA-graph replay, device time)" }
-func (c *CUDAKernel) Shape() moe.Shape { return c.shape }
-
-func (c *CUDAKernel) Forward(x []float32, r moe.Routing, out []float32) (time.Duration, error) {
-	key := [2]int{r.M, r.K}
-	p, ok := c.plans[key]
-	if !ok {
-		s := c.shape
-		s.K = r.K // expert choice gives tokens more slots than the model's k
-		var err error
-		if p, err = c.k.NewPlan(s, r.M, moe.Config{}); err != nil {
-			return 0, err
-		}
-		c.plans[key] = p
-	}
-	if err := p.SetInputs(x, r); err != nil {
-		return 0, err
-	}
-	if err := p.Enqueue(c.st, c.w); err != nil {
-		return 0, err
-	}
-	if err := c.st.Synchronize(); err != nil {
-		return 0, err
-	}
-	o, err := p.Output()
-	if err != nil {
-		return 0, err
-	}
-	copy(out, o)
-	us, _, err := p.TimeGraph(c.st, []*moe.DeviceWeights{c.w}, 1)
-	if err != nil {
-		return 0, err
-	}
-	return time.Duration(us[0] * float64(time.Microsecond)), nil
-}
-
-// Close frees the plans, weights, stream and module.
-func (c *CUDAKernel) Close() error {
-	var errs []error
-	for _, p := range c.plans {
-		errs = append(errs, p.Free())
-	}
-	if c.w != nil {
-		errs = append(errs, c.w.Free())
-	}
-	if c.st != nil {
-		errs = append(errs, c.st.Destroy())
-	}
-	errs = append(errs, c.k.Close())
-	return errors.Join(errs...)
 }
 
 // KernelFor returns the fused-MoE kernel the ablation uses on dev — the
@@ -187,7 +68,7 @@ func (c *CUDAKernel) Close() error {
 // A layer whose weights would not fit — in half the host's memory for the
 // CPU path (they are generated there in any case), in the device's free
 // memory for CUDA — gives no kernel (nil) and a note saying so.
-func KernelFor(dev gpu.Device, shape moe.Shape, seed uint64) (MoEKernel, string, func()) {
+func KernelFor(dev gpu.Device, shape moe.Shape, seed uint64) (*moe.Runner, string, func()) {
 	need := shape.WeightBytes()
 	if host, big := weightsTooLarge(need); big {
 		return nil, fmt.Sprintf("kernel skipped: the layer's weights (%.1f GiB) exceed half of this host's %.1f GiB; --inter shrinks the layer (one GPU's share at tensor parallelism N is I/N)",
@@ -200,14 +81,37 @@ func KernelFor(dev gpu.Device, shape moe.Shape, seed uint64) (MoEKernel, string,
 		}
 	}
 	l := moe.NewLayer(shape, seed)
+	cpu, _ := moe.NewRunner(nil, l, nil)
 	if !onGPU {
-		return CPUKernel{Layer: l}, "", func() {}
+		return cpu, "", func() {}
 	}
-	k, err := NewCUDAKernel(dev, l)
+	k, err := moe.NewRunner(dev, l, nil)
 	if err != nil {
-		return CPUKernel{Layer: l}, "kernel times are the CPU path's: the CUDA fused-MoE path failed: " + err.Error(), func() {}
+		return cpu, "kernel times are the CPU path's: the CUDA fused-MoE path failed: " + err.Error(), func() {}
 	}
-	return k, k.Note, func() { k.Close() }
+	return k, k.CompileNote, func() { k.Close() }
+}
+
+// GPU kernels are fast enough for more tokens and samples than the CPU
+// path's defaults (the flags' defaults).
+const (
+	GPUKernelTokens  = 1024
+	GPUKernelSamples = 10
+)
+
+// UseKernel makes k the ablation's kernel (nil: none) and, on a GPU, takes
+// the GPU's token and sample counts where the user set none.
+func (o *AblationOptions) UseKernel(k *moe.Runner, tokensSet, samplesSet bool) {
+	o.Kernel = k
+	if k == nil || !k.OnGPU() {
+		return
+	}
+	if !tokensSet {
+		o.KernelTokens = GPUKernelTokens
+	}
+	if !samplesSet {
+		o.KernelSamples = GPUKernelSamples
+	}
 }
 
 // weightsTooLarge: KernelFor skips a layer whose weights exceed half the host.
@@ -570,9 +474,11 @@ func RunAblation(ctx context.Context, opt AblationOptions) (*Ablation, error) {
 	}
 	kern := opt.Kernel
 	if kern == nil {
-		kern = CPUKernel{Layer: moe.NewLayer(moe.Shape{E: E, K: K, H: H, I: m.I}, opt.Seed)}
+		if kern, err = moe.NewRunner(nil, moe.NewLayer(moe.Shape{E: E, K: K, H: H, I: m.I}, opt.Seed), nil); err != nil {
+			return nil, err
+		}
 	}
-	if s := kern.Shape(); s.E != E || s.H != H {
+	if s := kern.Layer().Shape; s.E != E || s.H != H {
 		return nil, inputErr("kernel shape %v does not match the model (E=%d H=%d)", s, E, H)
 	}
 	a.KernelName = kern.Name()

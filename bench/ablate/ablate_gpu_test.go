@@ -9,8 +9,8 @@ import (
 )
 
 // GPU tests of the ablation's CUDA kernel: they skip without a CUDA device.
-// Build for the GPU machine with go test -c -o bin/bench.test ./bench and run
-// bin/bench.test -test.run CUDAAblation there.
+// Build for the GPU machine with go test -c -o bin/ablate.test ./bench/ablate and run
+// bin/ablate.test -test.run CUDAAblation there.
 
 // The CUDA path and moe.ForwardCPU agree under the routings the ablation
 // hands them: plain top-k, capacity drops (-1 slots), and expert choice's
@@ -19,12 +19,12 @@ func TestCUDAAblationKernelMatchesCPU(t *testing.T) {
 	dev := gputest.OpenCUDA(t)
 	shape := moe.Shape{E: 16, K: 2, H: 64, I: 32}
 	l := moe.NewLayer(shape, 5)
-	gk, err := NewCUDAKernel(dev, l)
+	gk, err := moe.NewRunner(dev, l, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer gk.Close()
-	ck := CPUKernel{Layer: l}
+	ck, _ := moe.NewRunner(nil, l, nil)
 	const T = 48
 	gate := router.RandomGate(shape.E, shape.H, 1, 0)
 	hid, _, err := router.Workload{Tokens: T, Alpha: 1.2, Strength: 3, Seed: 2}.Hidden([][]float32{gate}, shape.E, shape.H)
@@ -68,7 +68,7 @@ func TestCUDAAblationRun(t *testing.T) {
 	m := router.Model{Name: "small", E: 32, K: 4, H: 128, I: 64, Router: "softmax-topk-norm"}
 	k, note, release := KernelFor(dev, moe.Shape{E: m.E, K: m.K, H: m.H, I: m.I}, 1)
 	defer release()
-	if _, ok := k.(*CUDAKernel); !ok {
+	if !k.OnGPU() {
 		t.Fatalf("KernelFor on CUDA gave %s (%s)", k.Name(), note)
 	}
 	a, err := RunAblation(t.Context(), AblationOptions{Model: m, Layers: 2, Tokens: 1024, Batch: 256, Workload: skewed(3), Seed: 1,

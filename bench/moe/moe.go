@@ -2,7 +2,6 @@ package moe
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"math"
@@ -11,15 +10,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 	"unsafe"
 
 	"github.com/mstar-dev/mstar/bench/ceilings"
 
-	"github.com/mstar-dev/mstar/bench"
 	"github.com/mstar-dev/mstar/internal/badinput"
 	"github.com/mstar-dev/mstar/internal/gpu"
-	"github.com/mstar-dev/mstar/internal/gpu/cuda"
 	"github.com/mstar-dev/mstar/kernels/moe"
 	"github.com/mstar-dev/mstar/reports/results"
 )
@@ -286,10 +282,8 @@ func RunMoE(ctx context.Context, dev gpu.Device, opt MoEOptions) (*MoEReport, er
 	rep := &MoEReport{Local: local}
 	maxM := slices.Max(opt.Batches)
 
-	var cctx *cuda.Context
 	if onGPU {
-		var ok bool
-		if cctx, ok = gpu.CUDAOf(dev); !ok {
+		if _, ok := gpu.CUDAOf(dev); !ok {
 			return nil, fmt.Errorf("device %s says CUDA but has no CUDA context", info.ID)
 		}
 		if err := moe.CheckCUDAShape(local); err != nil {
@@ -336,16 +330,17 @@ func RunMoE(ctx context.Context, dev gpu.Device, opt MoEOptions) (*MoEReport, er
 	rep.Routing = opt.buildRouting(maxM)
 	xAll := moe.RandomInput(maxM, local.H, opt.Seed+1)
 
-	var gk *gpuMoE
-	if onGPU {
-		gk, err = newGPUMoE(cctx, layer, opt, maxM)
-		if err != nil {
-			return nil, err
-		}
-		defer gk.close()
-		rep.Compile = gk.compileNote
-		rep.KernelsID = gk.kernelsID
+	var defines []string
+	if opt.Config.Kernel == "tiled" {
+		defines = opt.Config.Defines() // a custom tile is part of the base module
 	}
+	run, err := moe.NewRunner(dev, layer, defines)
+	if err != nil {
+		return nil, err
+	}
+	defer run.Close()
+	rep.Compile = run.CompileNote
+	rep.KernelsID = run.KernelsID
 
 	for _, m := range opt.Batches {
 		if err := ctx.Err(); err != nil {
@@ -356,15 +351,11 @@ func RunMoE(ctx context.Context, dev gpu.Device, opt MoEOptions) (*MoEReport, er
 		x := xAll[:m*local.H]
 		tokens := checkTokens(m)
 		var want []float64
-		var out []float32
-		var us []float64
-		var cfg string
 		var tuned []TuneOutcome
-		var stages []moe.StageTime
-		switch {
-		case onGPU && opt.Tune:
+		c := opt.Config
+		if opt.Tune { // on the GPU only: the CPU has nothing to tune
 			want = moe.ReferenceTokens(layer, x, r, tokens)
-			tuned = gk.tune(ctx, m, x, r, tokens, want, opt.TuneSamples, func(s string) { progress(fmt.Sprintf("M=%d %s", m, s)) })
+			tuned = tune(ctx, run, x, r, tokens, want, opt.TuneSamples, func(s string) { progress(fmt.Sprintf("M=%d %s", m, s)) })
 			if err := ctx.Err(); err != nil {
 				return rep, err // the batch in flight is left out
 			}
@@ -372,12 +363,10 @@ func RunMoE(ctx context.Context, dev gpu.Device, opt MoEOptions) (*MoEReport, er
 			if best < 0 {
 				return nil, fmt.Errorf("M=%d: --tune: no candidate configuration passed:\n  %s", m, strings.Join(rejections(tuned), "\n  "))
 			}
-			out, us, stages, cfg, err = gk.run(ctx, m, x, r, opt.Samples, tuned[best].Config, opt.Stages)
-		case onGPU:
-			out, us, stages, cfg, err = gk.run(ctx, m, x, r, opt.Samples, opt.Config, opt.Stages)
-		default:
-			out, us, stages, cfg, err = runCPU(ctx, layer, x, r, opt.Samples, opt.Stages)
+			c = tuned[best].Config
 		}
+		pass, err := run.Run(ctx, x, r, opt.Samples, c, opt.Stages)
+		out, us, stages, cfg := pass.Out, pass.US, pass.Stages, pass.Note
 		if err != nil && errors.Is(err, ctx.Err()) {
 			return rep, err // interrupted: the batch in flight is left out
 		}
@@ -540,200 +529,13 @@ func checkFits(dev gpu.Device, local moe.Shape, opt MoEOptions, maxM int) error 
 	return nil
 }
 
-func runCPU(ctx context.Context, l *moe.Layer, x []float32, r moe.Routing, samples int, stages bool) (out []float32, us []float64, st []moe.StageTime, cfg string, err error) {
-	out = make([]float32, r.M*l.Shape.H)
-	for i := range out {
-		out[i] = float32(math.NaN())
-	}
-	moe.ForwardCPU(l, x, r, out) // the checked pass, also the warm-up
-	scratch := make([]float32, len(out))
-	sec, err := bench.TimeWall(bench.Timing{Samples: samples}, func() error {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		moe.ForwardCPU(l, x, r, scratch)
-		return nil
-	})
-	if err != nil {
-		return nil, nil, nil, "", err
-	}
-	for _, s := range sec {
-		us = append(us, s*1e6)
-	}
-	if stages {
-		// Stages of further passes, each timed within its pass.
-		st = []moe.StageTime{{Stage: "align", Kernel: "cpu:align"}, {Stage: "gemm1", Kernel: "cpu:gemm1"},
-			{Stage: "gemm2", Kernel: "cpu:gemm2"}, {Stage: "combine", Kernel: "cpu:combine"}}
-		for range samples {
-			if err := ctx.Err(); err != nil {
-				return nil, nil, nil, "", err
-			}
-			t := moe.ForwardCPUTimed(l, x, r, scratch)
-			for i, d := range []time.Duration{t.Align, t.GEMM1, t.GEMM2, t.Combine} {
-				st[i].US = append(st[i].US, float64(d.Nanoseconds())/1e3)
-			}
-		}
-	}
-	return out, us, st, "cpu:forward-f32", nil
-}
-
-// gpuMoE holds the CUDA side of a sweep: kernels, weight copies, a stream.
-type gpuMoE struct {
-	ctx         *cuda.Context
-	k           *moe.Kernels
-	layer       *moe.Layer
-	copies      []*moe.DeviceWeights
-	st          *cuda.Stream
-	opt         MoEOptions
-	l2          int64
-	compileNote string
-	kernelsID   string
-}
-
-func newGPUMoE(ctx *cuda.Context, l *moe.Layer, opt MoEOptions, maxM int) (*gpuMoE, error) {
-	var opts []string
-	if opt.Config.Kernel == "tiled" {
-		opts = opt.Config.Defines() // a custom tile is part of the base module
-	}
-	k, err := moe.CompileKernels(ctx, opts)
-	if err != nil {
-		return nil, err
-	}
-	g := &gpuMoE{ctx: ctx, k: k, layer: l, opt: opt, l2: ctx.Props().L2Bytes}
-	sum := sha256.Sum256([]byte(moe.Source))
-	g.kernelsID = fmt.Sprintf("moe.cu %x %s %s", sum[:6], k.Compile.Kind, ctx.Props().Arch())
-	g.compileNote = fmt.Sprintf("moe.cu: %s for %s, cache hit %v, %.2f s", k.Compile.Kind, ctx.Props().Arch(), k.Compile.CacheHit, k.Compile.Seconds)
-	w, err := moe.UploadWeights(ctx, l)
-	if err != nil {
-		k.Close()
-		return nil, fmt.Errorf("uploading weights: %w", err)
-	}
-	g.copies = []*moe.DeviceWeights{w}
-	if g.st, err = ctx.NewStream(); err != nil {
-		g.close()
-		return nil, err
-	}
-	return g, nil
-}
-
-func (g *gpuMoE) close() {
-	for _, c := range g.copies {
-		c.Free()
-	}
-	if g.st != nil {
-		g.st.Destroy()
-	}
-	g.k.Close()
-}
-
-// ensureCopies grows the rotation to n weight copies, as memory allows.
-func (g *gpuMoE) ensureCopies(n int, reserve int64) int {
-	s := g.layer.Shape
-	for len(g.copies) < n {
-		free, _, err := g.ctx.MemInfo()
-		if err != nil || free < s.WeightBytes()+reserve {
-			break
-		}
-		c, err := g.copies[0].Clone(s)
-		if err != nil {
-			break
-		}
-		g.copies = append(g.copies, c)
-	}
-	return min(n, len(g.copies))
-}
-
-// checkedPass makes a plan for configuration c (the empty Config: the
-// static table's pick) and runs one pass on poisoned buffers; the caller
-// frees the plan.
-func (g *gpuMoE) checkedPass(m int, x []float32, r moe.Routing, c moe.Config) (*moe.Plan, []float32, error) {
-	p, err := g.k.NewPlan(g.layer.Shape, m, c)
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := p.SetInputs(x, r); err != nil {
-		p.Free()
-		return nil, nil, err
-	}
-	if err := p.Poison(g.st); err != nil {
-		p.Free()
-		return nil, nil, err
-	}
-	if err := p.Enqueue(g.st, g.copies[0]); err != nil {
-		p.Free()
-		return nil, nil, err
-	}
-	if err := g.st.Synchronize(); err != nil {
-		p.Free()
-		return nil, nil, fmt.Errorf("checked pass: %w", err)
-	}
-	out, err := p.Output()
-	if err != nil {
-		p.Free()
-		return nil, nil, err
-	}
-	return p, out, nil
-}
-
-// timePlan times a plan, rotating weight copies as the batch needs.
-func (g *gpuMoE) timePlan(p *moe.Plan, r moe.Routing, samples int) ([]float64, string, error) {
-	us, calls, n, err := g.timeWith(p, r, func(copies []*moe.DeviceWeights) ([]float64, int, error) {
-		return p.TimeGraph(g.st, copies, samples)
-	})
-	if err != nil {
-		return nil, "", fmt.Errorf("timing: %w", err)
-	}
-	return us, fmt.Sprintf("%v, %d calls per graph, %d weight copies", p.Config, calls, n), nil
-}
-
-// timeWith runs a timing function over as many weight copies as the batch
-// needs to keep its experts out of L2.
-func (g *gpuMoE) timeWith(p *moe.Plan, r moe.Routing, f func([]*moe.DeviceWeights) ([]float64, int, error)) ([]float64, int, int, error) {
-	s := g.layer.Shape
-	touched := int64(r.Touched(s.E)) * s.ExpertBytes()
-	n := g.ensureCopies(moe.RotationCopies(touched, g.l2, 8), moe.PlanBytes(s, p.M, p.Config)+256<<20)
-	us, calls, err := f(g.copies[:n])
-	return us, calls, n, err
-}
-
-// run makes a checked pass with configuration c and times it; with stages,
-// each of its kernels is then timed alone as well.
-// A canceled ctx stops it between those steps with ctx's error.
-func (g *gpuMoE) run(ctx context.Context, m int, x []float32, r moe.Routing, samples int, c moe.Config, stages bool) ([]float32, []float64, []moe.StageTime, string, error) {
-	p, out, err := g.checkedPass(m, x, r, c)
-	if err != nil {
-		return nil, nil, nil, "", err
-	}
-	defer p.Free()
-	if err := ctx.Err(); err != nil {
-		return nil, nil, nil, "", err
-	}
-	us, note, err := g.timePlan(p, r, samples)
-	if err != nil {
-		return nil, nil, nil, "", err
-	}
-	var st []moe.StageTime
-	if stages {
-		if err := ctx.Err(); err != nil {
-			return nil, nil, nil, "", err
-		}
-		_, _, _, err = g.timeWith(p, r, func(copies []*moe.DeviceWeights) ([]float64, int, error) {
-			st, err = p.TimeStages(g.st, copies, samples)
-			return nil, 0, err
-		})
-		if err != nil {
-			return nil, nil, nil, "", fmt.Errorf("timing stages: %w", err)
-		}
-	}
-	return out, us, st, note, nil
-}
-
 // tune runs every candidate configuration for one batch: a checked pass
 // (compared with want on the checked tokens) and, for those that pass,
 // `samples` timed samples. A canceled ctx stops it before the next
 // candidate (the caller then drops the batch).
-func (g *gpuMoE) tune(ctx context.Context, m int, x []float32, r moe.Routing, tokens []int, want []float64, samples int, progress func(string)) []TuneOutcome {
-	cands := moe.Candidates(g.layer.Shape, m)
+func tune(ctx context.Context, g *moe.Runner, x []float32, r moe.Routing, tokens []int, want []float64, samples int, progress func(string)) []TuneOutcome {
+	shape := g.Layer().Shape
+	cands := moe.Candidates(shape, r.M)
 	outs := make([]TuneOutcome, 0, len(cands))
 	for i, c := range cands {
 		if ctx.Err() != nil {
@@ -741,22 +543,22 @@ func (g *gpuMoE) tune(ctx context.Context, m int, x []float32, r moe.Routing, to
 		}
 		progress(fmt.Sprintf("tune %d/%d %v", i+1, len(cands), c))
 		o := TuneOutcome{Config: c, RelL2: math.NaN()}
-		if res, err := g.k.Module(c); err != nil {
+		if res, err := g.Compile(c); err != nil {
 			o.Reject = "compile: " + firstLine(err.Error())
 			outs = append(outs, o)
 			continue
 		} else {
 			o.Compile = fmt.Sprintf("%s, cache hit %v, %.2f s", res.Kind, res.CacheHit, res.Seconds)
 		}
-		p, out, err := g.checkedPass(m, x, r, c)
+		p, out, err := g.CheckedPass(x, r, c)
 		if err != nil {
 			o.Reject = firstLine(err.Error())
 			outs = append(outs, o)
 			continue
 		}
-		o.RelL2 = moe.RelL2(checkedRows(out, tokens, g.layer.Shape.H), want)
+		o.RelL2 = moe.RelL2(checkedRows(out, tokens, shape.H), want)
 		if i := firstNonFinite(out); i >= 0 {
-			o.Reject = fmt.Sprintf("out[%d] (token %d, column %d) is %v: never written or not finite", i, i/g.layer.Shape.H, i%g.layer.Shape.H, out[i])
+			o.Reject = fmt.Sprintf("out[%d] (token %d, column %d) is %v: never written or not finite", i, i/shape.H, i%shape.H, out[i])
 			p.Free()
 			outs = append(outs, o)
 			continue
@@ -767,7 +569,7 @@ func (g *gpuMoE) tune(ctx context.Context, m int, x []float32, r moe.Routing, to
 			outs = append(outs, o)
 			continue
 		}
-		us, _, err := g.timePlan(p, r, samples)
+		us, _, err := g.Time(p, r, samples)
 		p.Free()
 		if err != nil {
 			o.Reject = firstLine(err.Error())

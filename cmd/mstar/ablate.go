@@ -229,18 +229,10 @@ out-of-range expert id.`,
 				defer dev.Close()
 				k, note, release := ablate.KernelFor(dev, moe.Shape{E: m.E, K: min(kernelK, m.E), H: m.H, I: m.I}, rf.seed)
 				defer release()
-				opt.Kernel = k
 				if k == nil {
 					opt.KernelTokens, opt.KernelSkipped = 0, note
 				}
-				if _, onGPU := k.(*ablate.CUDAKernel); onGPU {
-					if !cmd.Flags().Changed("kernel-tokens") {
-						opt.KernelTokens = 1024
-					}
-					if !cmd.Flags().Changed("kernel-samples") {
-						opt.KernelSamples = 10
-					}
-				}
+				opt.UseKernel(k, cmd.Flags().Changed("kernel-tokens"), cmd.Flags().Changed("kernel-samples"))
 				if note != "" {
 					fmt.Fprintln(a.stderr, "mstar: "+note)
 				}
