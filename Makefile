@@ -30,6 +30,9 @@ gpu-bins: build
 	$(GO) test -c -o bin/gpu.test ./internal/gpu
 	$(GO) test -c -o bin/cuda.test ./internal/gpu/cuda
 	$(GO) test -c -o bin/moe.test ./kernels/moe
+	$(GO) test -c -o bin/bench.test ./bench
+	$(GO) test -c -o bin/ceilings.test ./bench/ceilings
+	$(GO) test -c -o bin/ablate.test ./bench/ablate
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
