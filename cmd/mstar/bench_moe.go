@@ -16,6 +16,7 @@ import (
 	"github.com/mstar-dev/mstar/internal/envinfo"
 	"github.com/mstar-dev/mstar/internal/progress"
 	"github.com/mstar-dev/mstar/kernels/moe"
+	"github.com/mstar-dev/mstar/kernels/router"
 	"github.com/mstar-dev/mstar/reports"
 	"github.com/mstar-dev/mstar/reports/results"
 )
@@ -32,8 +33,8 @@ func newBenchMoE(a *app) *cobra.Command {
 		tune, stages                                                                       bool
 	)
 	names := []string{}
-	for _, p := range moe.Presets() {
-		names = append(names, fmt.Sprintf("  %-20s %v  %s", p.Name, p.Shape, p.Note))
+	for _, m := range router.Models() {
+		names = append(names, fmt.Sprintf("  %-20s %v  %s", m.Name, moe.Shape{E: m.E, K: m.K, H: m.H, I: m.I}, m.Note))
 	}
 	cmd := &cobra.Command{
 		Use:   "moe",
@@ -121,11 +122,11 @@ Models:
 			opt := moebench.MoEOptions{Model: model, TP: tp, EP: ep, Routing: routing, Samples: samples, Seed: seed, DumpDir: dumpDir,
 				Tune: tune, TuneSamples: tuneSamples, Stages: stages}
 			if model != "" {
-				p, err := moe.LookupPreset(model)
+				m, err := router.ModelByName(model)
 				if err != nil {
-					return usageErr("--model: %v", err)
+					return usageErr("--model: %v (or give --experts --topk --hidden --inter)", err)
 				}
-				opt.Model, opt.Shape = p.Name, p.Shape
+				opt.Model, opt.Shape = m.Name, moe.Shape{E: m.E, K: m.K, H: m.H, I: m.I}
 			} else if !f.Changed("experts") || !f.Changed("topk") || !f.Changed("hidden") || !f.Changed("inter") {
 				return usageErr("give --model NAME or all of --experts --topk --hidden --inter (see 'mstar bench moe --help')")
 			}

@@ -656,6 +656,16 @@ func TestModels(t *testing.T) {
 	if _, err := ModelByName("gpt-5"); err == nil || !strings.Contains(err.Error(), "qwen3-30b-a3b") {
 		t.Errorf("unknown model error %v should list the known ones", err)
 	}
+	if m, err := ModelByName("DeepSeek-V3"); err != nil || m.E != 256 || m.Note == "" {
+		t.Errorf("case-insensitive lookup: %+v, %v", m, err)
+	}
+	seen := map[string]bool{}
+	for _, m := range Models() {
+		if seen[m.Name] || m.E <= 0 || m.K <= 0 || m.K > m.E || m.H <= 0 || m.I <= 0 {
+			t.Errorf("preset %+v: duplicate or invalid shape", m)
+		}
+		seen[m.Name] = true
+	}
 }
 
 func ExampleDrive() {
