@@ -13,6 +13,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/mstar-dev/mstar/internal/jsonpos"
 )
 
 // Routing is the router's decision for M tokens: token m's j-th expert is
@@ -236,11 +238,13 @@ func ReadTraceFrom(rd io.Reader) (Routing, int, error) {
 	dec.DisallowUnknownFields()
 	var t Trace
 	if err := dec.Decode(&t); err != nil {
-		return Routing{}, 0, jsonPosError(data, err)
+		if errors.Is(err, io.EOF) {
+			return Routing{}, 0, errors.New("empty file: want a JSON object {\"experts\":E,\"topk\":k,\"ids\":[[...]],\"weights\":[[...]]}")
+		}
+		return Routing{}, 0, jsonpos.Error(data, 0, err)
 	}
 	if dec.More() {
-		off := dec.InputOffset()
-		line, col := lineCol(data, off)
+		line, col := jsonpos.Position(data, dec.InputOffset())
 		return Routing{}, 0, fmt.Errorf("line %d, column %d: unexpected data after the trace object", line, col)
 	}
 	if t.Experts <= 0 {
@@ -297,34 +301,4 @@ func (r Routing) Repeat(m int) Routing {
 		copy(out.Weights[t*r.K:(t+1)*r.K], r.Weights[src*r.K:(src+1)*r.K])
 	}
 	return out
-}
-
-func jsonPosError(data []byte, err error) error {
-	var se *json.SyntaxError
-	var te *json.UnmarshalTypeError
-	switch {
-	case errors.As(err, &se):
-		// Offset is just past the wrong byte (or value): the column is
-		// that byte's, as report show and trace summarize count it.
-		line, col := lineCol(data, max(se.Offset-1, 0))
-		return fmt.Errorf("line %d, column %d: %v", line, col, se)
-	case errors.As(err, &te):
-		line, col := lineCol(data, max(te.Offset-1, 0))
-		return fmt.Errorf("line %d, column %d: field %q: cannot use a JSON %s as %v", line, col, te.Field, te.Value, te.Type)
-	case errors.Is(err, io.EOF):
-		return errors.New("empty file: want a JSON object {\"experts\":E,\"topk\":k,\"ids\":[[...]],\"weights\":[[...]]}")
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		line, col := lineCol(data, int64(len(data)))
-		return fmt.Errorf("line %d, column %d: unexpected end of file", line, col)
-	}
-	return err
-}
-
-func lineCol(data []byte, off int64) (line, col int) {
-	if off > int64(len(data)) {
-		off = int64(len(data))
-	}
-	line = 1 + bytes.Count(data[:off], []byte("\n"))
-	col = int(off) - bytes.LastIndexByte(data[:off], '\n')
-	return line, col
 }

@@ -153,15 +153,3 @@ func TestReadBOMAndCRLF(t *testing.T) {
 		t.Errorf("BOM/CRLF document read differently")
 	}
 }
-
-func TestPosition(t *testing.T) {
-	b := []byte("ab\ncde\n\nf")
-	for _, tc := range []struct {
-		off       int64
-		line, col int
-	}{{0, 1, 1}, {1, 1, 2}, {2, 1, 3}, {3, 2, 1}, {5, 2, 3}, {7, 3, 1}, {8, 4, 1}, {100, 4, 2}, {-3, 1, 1}} {
-		if l, c := position(b, tc.off); l != tc.line || c != tc.col {
-			t.Errorf("position(%d) = %d:%d, want %d:%d", tc.off, l, c, tc.line, tc.col)
-		}
-	}
-}

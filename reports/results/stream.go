@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"time"
+
+	"github.com/mstar-dev/mstar/internal/jsonpos"
 )
 
 // The streaming form of a results document is NDJSON, one record a line:
@@ -189,7 +191,7 @@ func parseStream(b []byte) (*Document, error) {
 			Record string `json:"record"`
 		}
 		if err := json.Unmarshal(line, &kind); err != nil {
-			return nil, jsonError(line, lineNo-1, err)
+			return nil, jsonpos.Error(line, lineNo-1, err)
 		}
 		if footer {
 			return nil, fmt.Errorf("line %d: %q record after the footer", lineNo, kind.Record)
@@ -201,7 +203,7 @@ func parseStream(b []byte) (*Document, error) {
 			}
 			var h streamHeader
 			if err := json.Unmarshal(line, &h); err != nil {
-				return nil, jsonError(line, lineNo-1, err)
+				return nil, jsonpos.Error(line, lineNo-1, err)
 			}
 			d = &Document{Format: h.Format, Schema: h.Schema, Suite: h.Suite, Command: h.Command,
 				Start: h.Start, Env: h.Env, Warnings: h.Warnings}
@@ -215,7 +217,7 @@ func parseStream(b []byte) (*Document, error) {
 			}
 			var r streamResult
 			if err := json.Unmarshal(line, &r); err != nil {
-				return nil, jsonError(line, lineNo-1, err)
+				return nil, jsonpos.Error(line, lineNo-1, err)
 			}
 			if r.Result == nil {
 				return nil, fmt.Errorf("line %d: result record without a result", lineNo)
@@ -231,7 +233,7 @@ func parseStream(b []byte) (*Document, error) {
 			}
 			var f streamFooter
 			if err := json.Unmarshal(line, &f); err != nil {
-				return nil, jsonError(line, lineNo-1, err)
+				return nil, jsonpos.Error(line, lineNo-1, err)
 			}
 			d.End = f.End
 			d.Warnings = append(d.Warnings, f.Warnings...)
