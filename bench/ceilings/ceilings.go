@@ -78,6 +78,8 @@ type CeilingOptions struct {
 
 	// Progress, when set, is told which ceiling is being measured.
 	Progress func(what string)
+	// Sink gets each ceiling's result as soon as it is measured.
+	Sink results.Sink
 }
 
 // MeasureCeilings measures dev's copy bandwidths and GEMM rate.
@@ -157,11 +159,13 @@ func MeasureCeilings(ctx context.Context, dev gpu.Device, opt CeilingOptions) (*
 	}
 	progress("d2d")
 	c.D2D = measureD2D(dev, s, opt.CopyBytes, bench.Timing{Warmup: 2, Samples: opt.Samples, Reps: copyReps})
+	opt.Sink.Send(c.Result("d2d"))
 	if err := ctx.Err(); err != nil {
 		return c, err
 	}
 	progress("h2d")
 	c.H2D, c.D2H = measureHost(dev, s, opt.HostBytes, bench.Timing{Warmup: 2, Samples: opt.Samples, Reps: hostReps}, progress)
+	opt.Sink.Send(c.Result("h2d"), c.Result("d2h"))
 	if err := ctx.Err(); err != nil {
 		return c, err
 	}
@@ -171,6 +175,7 @@ func MeasureCeilings(ctx context.Context, dev gpu.Device, opt CeilingOptions) (*
 	} else {
 		c.GEMM = measureGEMMCPU(opt.GEMMSize, bench.Timing{Warmup: 1, Samples: opt.Samples, Reps: 1})
 	}
+	opt.Sink.Send(c.Result("gemm"))
 	return c, nil
 }
 
@@ -456,26 +461,31 @@ const CeilingResult = "ceiling"
 func (c *Ceilings) Results() []results.Result {
 	var out []results.Result
 	for _, k := range ceilingKinds {
-		ce := c.byKind(k)
-		name := "bandwidth"
-		if ce.Unit == UnitTFLOPs {
-			name = "throughput"
-		}
-		m := results.Metric{Name: name, Unit: ce.Unit, Better: results.HigherIsBetter, Samples: append([]float64(nil), ce.Samples...)}
-		if !ce.Measured() {
-			m.Samples = nil
-			m.Unmeasured = ce.Unmeasured
-			if m.Unmeasured == "" {
-				m.Unmeasured = "no samples"
-			}
-		}
-		out = append(out, results.Result{
-			Name:    CeilingResult,
-			Params:  results.Params{"what": k, "size": ce.Size, "method": ce.Method},
-			Metrics: []results.Metric{m},
-		})
+		out = append(out, c.Result(k))
 	}
 	return out
+}
+
+// Result is one kind's ceiling ("d2d", "h2d", "d2h", "gemm") as a result.
+func (c *Ceilings) Result(kind string) results.Result {
+	ce := c.byKind(kind)
+	name := "bandwidth"
+	if ce.Unit == UnitTFLOPs {
+		name = "throughput"
+	}
+	m := results.Metric{Name: name, Unit: ce.Unit, Better: results.HigherIsBetter, Samples: append([]float64(nil), ce.Samples...)}
+	if !ce.Measured() {
+		m.Samples = nil
+		m.Unmeasured = ce.Unmeasured
+		if m.Unmeasured == "" {
+			m.Unmeasured = "no samples"
+		}
+	}
+	return results.Result{
+		Name:    CeilingResult,
+		Params:  results.Params{"what": kind, "size": ce.Size, "method": ce.Method},
+		Metrics: []results.Metric{m},
+	}
 }
 
 // CeilingsFrom reads ceilings back from a results document's "ceiling"

@@ -85,6 +85,9 @@ type MoEOptions struct {
 	DumpDir string
 	// Progress, when set, hears each step.
 	Progress func(step string)
+	// Sink gets each batch's results as soon as the batch is finished, and
+	// the ceilings' once they are known.
+	Sink results.Sink
 }
 
 // MoERow is one batch's outcome, for the command's table.
@@ -319,6 +322,7 @@ func RunMoE(ctx context.Context, dev gpu.Device, opt MoEOptions) (*MoEReport, er
 	}
 
 	rep.Ceilings = opt.Ceilings
+	opt.Sink.Send(rep.Ceilings.Results()...)
 	for _, c := range []*ceilings.Ceiling{&opt.Ceilings.D2D, &opt.Ceilings.GEMM} {
 		if !c.Measured() {
 			rep.Warnings = append(rep.Warnings, "ceiling unmeasured: "+c.Unmeasured+": percentages of it are unmeasured")
@@ -347,6 +351,7 @@ func RunMoE(ctx context.Context, dev gpu.Device, opt MoEOptions) (*MoEReport, er
 			return rep, err
 		}
 		progress(fmt.Sprintf("M=%d", m))
+		batchStart := len(rep.Results)
 		r := prefix(rep.Routing, m).Localize(opt.Shape.E, opt.EP, 0)
 		x := xAll[:m*local.H]
 		tokens := checkTokens(m)
@@ -410,6 +415,7 @@ func RunMoE(ctx context.Context, dev gpu.Device, opt MoEOptions) (*MoEReport, er
 		}
 		rep.Results = append(rep.Results, res)
 		rep.Rows = append(rep.Rows, row)
+		opt.Sink.Send(rep.Results[batchStart:]...)
 	}
 	return rep, nil
 }

@@ -105,8 +105,14 @@ func runCopy(ctx context.Context, opt Options, out *Outcome) error {
 	check := make([]byte, maxRegion)
 
 	var points []*copyPoint
-	// Interrupted, the points done so far are still results.
-	defer func() { out.Results = append(out.Results, copyResults(opt, points)...) }()
+	// Interrupted, the points done so far are still results. They are
+	// finished when the sweep is (their percentages are of its best pinned
+	// rate), and only then handed to the sink.
+	defer func() {
+		rs := copyResults(opt, points)
+		out.Results = append(out.Results, rs...)
+		opt.Sink.Send(rs...)
+	}()
 	for _, size := range sizes {
 		reps := repeats(size, opt.SampleBytes)
 		region := int64(reps) * size
@@ -389,6 +395,7 @@ func runRegister(ctx context.Context, opt Options, out *Outcome) error {
 		}
 		r.Metrics = []results.Metric{reg, unreg, per}
 		out.Results = append(out.Results, r)
+		opt.Sink.Send(r)
 	}
 	return nil
 }

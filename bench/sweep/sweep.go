@@ -68,6 +68,8 @@ type Options struct {
 	PCIeNote string
 	// Progress, if set, is told what is being measured.
 	Progress func(step string)
+	// Sink gets each result once it is finished.
+	Sink results.Sink
 }
 
 // Outcome is a sweep's results and run-level warnings.

@@ -39,8 +39,14 @@ type transportPoint struct {
 
 func runTransport(ctx context.Context, opt Options, out *Outcome) error {
 	var points []*transportPoint
-	// Interrupted, the points done so far are still results.
-	defer func() { out.Results = append(out.Results, transportResults(points)...) }()
+	// Interrupted, the points done so far are still results, finished (and
+	// handed to the sink) with the sweep: their ratios are to its memcpy and
+	// file rates.
+	defer func() {
+		rs := transportResults(points)
+		out.Results = append(out.Results, rs...)
+		opt.Sink.Send(rs...)
+	}()
 	for _, size := range opt.Sizes() {
 		count := transportCount(size, opt)
 		src := make([]byte, size)

@@ -141,10 +141,10 @@ with "-transport" added to its name).`,
 			if err != nil {
 				return err
 			}
-			m := sweep.Mode(mode)
-			switch m {
+			md := sweep.Mode(mode)
+			switch md {
 			case "auto":
-				m = ""
+				md = ""
 			case sweep.ModeCopy, sweep.ModeTransport, sweep.ModeAll:
 			default:
 				return usageErr("--mode %q: want auto, copy, transport or all", mode)
@@ -159,67 +159,50 @@ with "-transport" added to its name).`,
 				checkShmDir("shm-dir", shmDir, true)); err != nil {
 				return err
 			}
-			dev, err := a.openDevice(device)
-			if err != nil {
-				return err
-			}
-			defer dev.Close()
-			env := envinfo.Collect(dev)
-			opt := sweep.Options{Device: dev, Mode: m, MinSize: lo, MaxSize: hi, Factor: factor, Samples: samples, Tensors: tensors, Dir: shmDir}
-			if pcie > 0 {
-				opt.PCIeGBps, opt.PCIeNote = pcie, fmt.Sprintf("PCIe theoretical %.1f GB/s per direction (--pcie-gbps)", pcie)
-			} else if dev.Info().Backend == gpu.CUDA {
-				opt.PCIeGBps, opt.PCIeNote = arenaPCIe(env)
-			}
-			doc := results.NewDocument("arena sweep", a.args, env)
-			bar := progress.New(a.stderr, 0, "arena sweep")
-			opt.Progress = func(step string) { bar.Describe(step) }
-			// On an interrupt the point in flight stops and removes its
-			// segments and files; the points done are still printed and written.
-			ctx, stop := interruptContext()
-			defer stop()
-			res, err := sweep.Run(ctx, opt)
-			bar.Finish()
-			if res != nil {
-				doc.Results = res.Results
-				doc.Warnings = res.Warnings
-			}
-			stopped := err != nil && ctx.Err() != nil && res != nil
-			if stopped {
-				err = nil
-				noteInterrupted(doc)
-			}
-			if err != nil {
-				return err
-			}
-			if opt.PCIeNote != "" {
-				doc.Warnings = append(doc.Warnings, opt.PCIeNote)
-			}
-			doc.Finish()
-			fmt.Fprintf(a.stdout, "# arena sweep on %s (%s), %d samples per point\n", dev.Info().ID, dev.Info().Name, max(samples, 1))
-			if err := sweep.WriteTable(a.stdout, doc.Results); err != nil {
-				return err
-			}
-			for _, w := range doc.Warnings {
-				fmt.Fprintln(a.stderr, "mstar: warning: "+w)
-			}
-			if out != "" {
-				if err := a.writeResults(out, doc); err != nil {
-					return err
-				}
-			}
-			if plot != "" {
-				if err := arenaPlots(a, plot, doc); err != nil {
-					return err
-				}
-			}
-			if stopped {
-				return errInterrupted(fmt.Sprintf("arena sweep (%s done)", units.Plural(len(doc.Results), "point")), doc.Failed())
-			}
-			if bad := doc.Failed(); len(bad) > 0 {
-				return failed("%d sweep points had wrong copies: %s", len(bad), strings.Join(bad, "; "))
-			}
-			return nil
+			return a.measure(measurement{suite: "arena sweep", device: device, out: out,
+				run: func(ctx context.Context, m *measuring) (*outcome, error) {
+					opt := sweep.Options{Device: m.dev, Mode: md, MinSize: lo, MaxSize: hi, Factor: factor, Samples: samples, Tensors: tensors, Dir: shmDir,
+						Sink: m.sink, Progress: func(step string) { m.bar.Describe(step) }}
+					if pcie > 0 {
+						opt.PCIeGBps, opt.PCIeNote = pcie, fmt.Sprintf("PCIe theoretical %.1f GB/s per direction (--pcie-gbps)", pcie)
+					} else if m.dev.Info().Backend == gpu.CUDA {
+						opt.PCIeGBps, opt.PCIeNote = arenaPCIe(m.doc.Env)
+					}
+					// On an interrupt the point in flight stops and removes its
+					// segments and files; the points done are still written.
+					res, err := sweep.Run(ctx, opt)
+					if res == nil {
+						return nil, err
+					}
+					o := &outcome{results: res.Results, warnings: res.Warnings}
+					if opt.PCIeNote != "" {
+						o.warnings = append(o.warnings, opt.PCIeNote)
+					}
+					o.done = units.Plural(len(res.Results), "point") + " done"
+					return o, err
+				},
+				table: func(w io.Writer, doc *results.Document) error {
+					if err := reports.RunTable(w, doc); err != nil {
+						return err
+					}
+					for _, w := range doc.Warnings {
+						fmt.Fprintln(a.stderr, "mstar: warning: "+w)
+					}
+					return nil
+				},
+				after: func(doc *results.Document) error {
+					if plot != "" {
+						return arenaPlots(a, plot, doc)
+					}
+					return nil
+				},
+				failed: func(doc *results.Document) error {
+					if bad := doc.Failed(); len(bad) > 0 {
+						return failed("%d sweep points had wrong copies: %s", len(bad), strings.Join(bad, "; "))
+					}
+					return nil
+				},
+			})
 		},
 	}
 	addDeviceFlag(cmd, &device)

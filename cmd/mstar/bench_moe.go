@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"math"
@@ -13,8 +14,7 @@ import (
 
 	benchceil "github.com/mstar-dev/mstar/bench/ceilings"
 	moebench "github.com/mstar-dev/mstar/bench/moe"
-	"github.com/mstar-dev/mstar/internal/envinfo"
-	"github.com/mstar-dev/mstar/internal/progress"
+	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/mstar-dev/mstar/kernels/moe"
 	"github.com/mstar-dev/mstar/kernels/router"
 	"github.com/mstar-dev/mstar/reports"
@@ -187,76 +187,66 @@ Models:
 				}
 				opt.Ceilings = c
 			}
-			dev, err := a.openDevice(device)
-			if err != nil {
-				return err
-			}
-			if opt.Ceilings != nil {
-				if err := opt.Ceilings.Matches(dev.Info()); err != nil {
-					dev.Close()
-					return badInput(fmt.Errorf("--ceilings %s: %w", ceilings, err))
+			var rep *moebench.MoEReport
+			batches := func(dev gpu.Device) int {
+				if len(opt.Batches) > 0 {
+					return len(opt.Batches)
 				}
-			}
-			defer dev.Close()
-			if len(opt.Batches) == 0 && dev.Info().Backend != "cuda" {
-				fmt.Fprintf(a.stderr, "mstar: on the CPU the default sweep is --batch %s (the GPU's goes to 4096)\n", joinInts(moebench.DefaultCPUBatches))
-			}
-			doc := results.NewDocument("bench moe", a.args, envinfo.Collect(dev))
-			steps := len(opt.Batches)
-			if steps == 0 {
-				steps = len(moebench.DefaultCPUBatches)
-				if dev.Info().Backend == "cuda" {
-					steps = len(moebench.DefaultGPUBatches)
+				if dev.Info().Backend == gpu.CUDA {
+					return len(moebench.DefaultGPUBatches)
 				}
+				return len(moebench.DefaultCPUBatches)
 			}
-			bar := progress.New(a.stderr, steps+2, "bench moe")
-			opt.Progress = func(step string) {
-				bar.Describe(step)
-				if strings.HasPrefix(step, "M=") || step == "weights" {
-					bar.Add(1)
-				}
-			}
-			// On an interrupt the batch in flight stops; the batches done
-			// are still printed and written.
-			ctx, stop := interruptContext()
-			defer stop()
-			rep, err := moebench.RunMoE(ctx, dev, opt)
-			bar.Finish()
-			stopped := err != nil && ctx.Err() != nil && rep != nil
-			if stopped {
-				err = nil
-				noteInterrupted(doc)
-			}
-			if err != nil {
-				return err
-			}
-			doc.Results = append(doc.Results, rep.Results...)
-			// The ceilings the percentages are of, measured or read, travel
-			// with the results (the peers read them from here too).
-			doc.Results = append(doc.Results, rep.Ceilings.Results()...)
-			doc.Warnings = append(doc.Warnings, rep.Warnings...)
-			if rep.KernelsID != "" {
-				doc.Env["moe_kernels"] = rep.KernelsID
-			}
-			doc.Finish()
-			printMoE(a, dev.Info().ID, dev.Info().Name, opt, rep)
-			if traceOut != "" && rep.Routing.M > 0 { // none when interrupted before it was drawn
-				if err := moe.WriteTrace(traceOut, rep.Routing, opt.Shape.E); err != nil {
-					return err
-				}
-			}
-			if out != "" {
-				if err := a.writeResults(out, doc); err != nil {
-					return err
-				}
-			}
-			if stopped {
-				return errInterrupted(fmt.Sprintf("bench moe (%d of %d batches done)", len(rep.Rows), steps), doc.Failed())
-			}
-			if rep.Failed() {
-				return failed("correctness gate failed:\n  %s", strings.Join(doc.Failed(), "\n  "))
-			}
-			return nil
+			return a.measure(measurement{suite: "bench moe", device: device, out: out,
+				steps: func(dev gpu.Device) int { return batches(dev) + 2 },
+				run: func(ctx context.Context, m *measuring) (*outcome, error) {
+					if opt.Ceilings != nil {
+						if err := opt.Ceilings.Matches(m.dev.Info()); err != nil {
+							return nil, badInput(fmt.Errorf("--ceilings %s: %w", ceilings, err))
+						}
+					}
+					if len(opt.Batches) == 0 && m.dev.Info().Backend != gpu.CUDA {
+						fmt.Fprintf(a.stderr, "mstar: on the CPU the default sweep is --batch %s (the GPU's goes to 4096)\n", joinInts(moebench.DefaultCPUBatches))
+					}
+					total := batches(m.dev)
+					opt.Sink = m.sink
+					opt.Progress = func(step string) {
+						m.bar.Describe(step)
+						if strings.HasPrefix(step, "M=") || step == "weights" {
+							m.bar.Add(1)
+						}
+					}
+					var err error
+					rep, err = moebench.RunMoE(ctx, m.dev, opt)
+					if rep == nil {
+						return nil, err
+					}
+					o := &outcome{warnings: rep.Warnings, done: fmt.Sprintf("%d of %d batches done", len(rep.Rows), total)}
+					// The ceilings the percentages are of, measured or read,
+					// travel with the results (the peers read them from here too).
+					o.results = append(rep.Results, rep.Ceilings.Results()...)
+					if rep.KernelsID != "" {
+						o.env = results.Env{"moe_kernels": rep.KernelsID}
+					}
+					return o, err
+				},
+				table: func(w io.Writer, doc *results.Document) error {
+					printMoE(w, doc, opt, rep)
+					return nil
+				},
+				after: func(doc *results.Document) error {
+					if traceOut != "" && rep.Routing.M > 0 { // none when interrupted before it was drawn
+						return moe.WriteTrace(traceOut, rep.Routing, opt.Shape.E)
+					}
+					return nil
+				},
+				failed: func(doc *results.Document) error {
+					if rep.Failed() {
+						return failed("correctness gate failed:\n  %s", strings.Join(doc.Failed(), "\n  "))
+					}
+					return nil
+				},
+			})
 		},
 	}
 	f := cmd.Flags()
@@ -307,8 +297,11 @@ func joinInts(v []int) string {
 
 // printMoE prints the nccl-tests-like table: a commented header, then one
 // aligned row per batch.
-func printMoE(a *app, id, name string, opt moebench.MoEOptions, rep *moebench.MoEReport) {
-	w := a.stdout
+func printMoE(w io.Writer, doc *results.Document, opt moebench.MoEOptions, rep *moebench.MoEReport) {
+	id, name := doc.Env["device"], doc.Env["gpu"]
+	if name == "" {
+		name = doc.Env["cpu"]
+	}
 	model := opt.Model
 	if model == "" {
 		model = "custom"

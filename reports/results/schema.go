@@ -53,6 +53,21 @@ const Format = "mstar.results"
 // part that ran, and a reader must not take them for the whole run.
 const WarnInterrupted = "interrupted: the run stopped before it completed; its results cover the part that ran"
 
+// Sink receives each result as soon as it is finished, so that a run
+// killed later keeps it (the CLI streams it beside --out). A nil Sink
+// drops them.
+type Sink func(Result)
+
+// Send hands rs to the sink, if there is one.
+func (s Sink) Send(rs ...Result) {
+	if s == nil {
+		return
+	}
+	for _, r := range rs {
+		s(r)
+	}
+}
+
 // Document is one run of one measuring command.
 type Document struct {
 	Format   string    `json:"format"`  // always Format

@@ -150,6 +150,19 @@ func (s *StreamWriter) Close() error {
 	return err
 }
 
+// Abandon closes the file CreateStream opened without writing the footer:
+// readers then take the document for an interrupted run's.
+func (s *StreamWriter) Abandon() error {
+	if s.closed {
+		return s.lastErr
+	}
+	s.closed = true
+	if s.f != nil {
+		s.lastErr = s.f.Close()
+	}
+	return s.lastErr
+}
+
 func (s *StreamWriter) record(v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
@@ -178,11 +191,12 @@ func isStream(b []byte) bool {
 // parseStream reads the streaming form; errors carry the line number.
 func parseStream(b []byte) (*Document, error) {
 	var d *Document
-	footer := false
+	footer, torn := false, false
 	lineNo := 0
 	for len(b) > 0 {
 		var line []byte
-		line, b, _ = bytes.Cut(b, []byte("\n"))
+		var endsLine bool
+		line, b, endsLine = bytes.Cut(b, []byte("\n"))
 		lineNo++
 		if len(bytes.TrimSpace(line)) == 0 {
 			continue
@@ -191,6 +205,11 @@ func parseStream(b []byte) (*Document, error) {
 			Record string `json:"record"`
 		}
 		if err := json.Unmarshal(line, &kind); err != nil {
+			if len(b) == 0 && !footer && d != nil && !json.Valid(line) && !endsLine {
+				// The last record of a run killed while writing it.
+				torn = true
+				break
+			}
 			return nil, jsonpos.Error(line, lineNo-1, err)
 		}
 		if footer {
@@ -246,7 +265,10 @@ func parseStream(b []byte) (*Document, error) {
 		return nil, fmt.Errorf("stream has no header")
 	}
 	if !footer {
-		d.Warnings = append(d.Warnings, "stream has no footer: the run did not finish, results may be missing")
+		d.Warnings = append(d.Warnings, WarnInterrupted, "stream has no footer: the run did not finish, results may be missing")
+	}
+	if torn {
+		d.Warnings = append(d.Warnings, fmt.Sprintf("line %d: the last record is torn (the run was killed while writing it) and is left out", lineNo))
 	}
 	return d, nil
 }

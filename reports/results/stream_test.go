@@ -125,8 +125,20 @@ func TestCreateStreamInterrupted(t *testing.T) {
 	if len(got.Results) != 2 {
 		t.Errorf("read %d results, want 2", len(got.Results))
 	}
-	if len(got.Warnings) != 1 || !strings.Contains(got.Warnings[0], "no footer") {
-		t.Errorf("warnings %q, want one about the missing footer", got.Warnings)
+	if len(got.Warnings) != 2 || got.Warnings[0] != WarnInterrupted || !strings.Contains(got.Warnings[1], "no footer") {
+		t.Errorf("warnings %q, want the interrupted warning and one about the missing footer", got.Warnings)
+	}
+	// Killed while writing a third record: the torn line is left out.
+	torn, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	full := streamOf(t, fixture("gpu-a", 3))
+	lines := strings.SplitAfter(string(full), "\n")
+	torn = append(torn, lines[3][:len(lines[3])/2]...)
+	got, err = Read(bytes.NewReader(torn), "torn.ndjson")
+	if err != nil || len(got.Results) != 2 || !strings.Contains(strings.Join(got.Warnings, "|"), "torn") {
+		t.Errorf("torn last record: %v, %d results, warnings %q; want 2 results and a torn-record warning", err, len(got.Results), got.Warnings)
 	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
