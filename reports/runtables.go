@@ -15,6 +15,7 @@ import (
 // document's suite.
 var runTables = map[string]func(w io.Writer, d *Document) error{
 	"bench ceilings": ceilingsTable,
+	"arena sweep":    sweepTable,
 }
 
 // HasRunTable reports whether documents of suite have a run table.

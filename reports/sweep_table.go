@@ -1,4 +1,4 @@
-package sweep
+package reports
 
 import (
 	"fmt"
@@ -11,16 +11,16 @@ import (
 	"github.com/mstar-dev/mstar/reports/results"
 )
 
-// WriteTable prints a sweep's results as nccl-tests prints its own: one
+// sweepTables prints a sweep's results as nccl-tests prints its own: one
 // line per size, medians of the samples, #wrong summed over them. A metric
 // that could not be measured prints "n/a", with the reason below the table.
-func WriteTable(w io.Writer, rs []results.Result) error {
-	by := map[string][]results.Result{}
+func sweepTables(w io.Writer, rs []Result) error {
+	by := map[string][]Result{}
 	for _, r := range rs {
 		by[r.Name] = append(by[r.Name], r)
 	}
 	notes := map[string]bool{}
-	med := func(r results.Result, name string) string {
+	med := func(r Result, name string) string {
 		m := r.Metric(name)
 		if m == nil {
 			return ""
@@ -29,9 +29,9 @@ func WriteTable(w io.Writer, rs []results.Result) error {
 			notes[name+": "+m.Unmeasured] = true
 			return "n/a"
 		}
-		return formatNum(results.Median(m.Samples))
+		return sweepNum(results.Median(m.Samples))
 	}
-	sum := func(r results.Result, name string) string {
+	sum := func(r Result, name string) string {
 		m := r.Metric(name)
 		if m == nil {
 			return ""
@@ -42,12 +42,12 @@ func WriteTable(w io.Writer, rs []results.Result) error {
 		}
 		return strconv.FormatFloat(t, 'f', 0, 64)
 	}
-	size := func(r results.Result) int64 { n, _ := strconv.ParseInt(r.Params["size"], 10, 64); return n }
-	order := func(rs []results.Result, keys ...string) {
-		rank := func(r results.Result) []int {
+	size := func(r Result) int64 { n, _ := strconv.ParseInt(r.Params["size"], 10, 64); return n }
+	order := func(rs []Result, keys ...string) {
+		rank := func(r Result) []int {
 			out := []int{}
 			for _, k := range keys {
-				out = append(out, indexOf(k, r.Params[k]))
+				out = append(out, sweepOrder(k, r.Params[k]))
 			}
 			return out
 		}
@@ -78,8 +78,8 @@ func WriteTable(w io.Writer, rs []results.Result) error {
 		section("# copy: host<->device; time per copy, medians; \"both\" is D2H and H2D at once on two streams (GB/s counts both)")
 		io.WriteString(tw, "#size(B)\tcount\tmemory\tdir\ttime(us)\tGB/s\t%pinned\t%ceil\t%PCIe\t#wrong\t\n")
 		for _, r := range rs {
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", size(r), sum(r, MetricCount), r.Params["memory"], r.Params["dir"],
-				med(r, MetricTime), med(r, MetricBandwidth), med(r, MetricPctPinned), med(r, MetricPctCeiling), med(r, MetricPctPCIe), sum(r, MetricWrong))
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", size(r), sum(r, "count"), r.Params["memory"], r.Params["dir"],
+				med(r, "time"), med(r, "bandwidth"), med(r, "pct_pinned"), med(r, "pct_ceiling"), med(r, "pct_pcie"), sum(r, "wrong"))
 		}
 	}
 	if rs := by["register"]; len(rs) > 0 {
@@ -87,7 +87,7 @@ func WriteTable(w io.Writer, rs []results.Result) error {
 		section("# register: cuMemHostRegister of a fresh, committed /dev/shm segment, and its unregister")
 		fmt.Fprintln(tw, "#size(B)\tregister(ms)\tunregister(ms)\tms/GiB\t")
 		for _, r := range rs {
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t\n", size(r), med(r, MetricRegister), med(r, MetricUnregister), med(r, MetricRegPerGiB))
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t\n", size(r), med(r, "register"), med(r, "unregister"), med(r, "register_per_gib"))
 		}
 	}
 	if rs := by["transport"]; len(rs) > 0 {
@@ -95,8 +95,8 @@ func WriteTable(w io.Writer, rs []results.Result) error {
 		section("# transport: producer -> consumer through the arena or per-tensor files, next to a one-thread memcpy; time per tensor, medians")
 		io.WriteString(tw, "#size(B)\tcount\ttransport\ttime(us)\ttensors/s\tGB/s\t%memcpy\tvs file\t#wrong\t\n")
 		for _, r := range rs {
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", size(r), sum(r, MetricCount), r.Params["transport"],
-				med(r, MetricTime), med(r, MetricTensorsPerS), med(r, MetricBandwidth), med(r, MetricPctMemcpy), med(r, MetricVsFile), sum(r, MetricWrong))
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", size(r), sum(r, "count"), r.Params["transport"],
+				med(r, "time"), med(r, "tensors_per_s"), med(r, "bandwidth"), med(r, "pct_memcpy"), med(r, "vs_file"), sum(r, "wrong"))
 		}
 	}
 	if tw != nil {
@@ -118,8 +118,9 @@ func WriteTable(w io.Writer, rs []results.Result) error {
 }
 
 // indexOf ranks a parameter value in table order.
-func indexOf(key, v string) int {
-	lists := map[string][]string{"memory": Memory, "dir": Directions, "transport": {TrMemcpy, TrMemcpy2, TrArena, TrFile}}
+func sweepOrder(key, v string) int {
+	// The orders the sweep measures in (bench/sweep: Memory, Directions, its transports).
+	lists := map[string][]string{"memory": {"pageable", "shm", "arena", "pinned"}, "dir": {"d2h", "h2d", "both"}, "transport": {"memcpy", "memcpy-2t", "arena", "file"}}
 	for i, s := range lists[key] {
 		if s == v {
 			return i
@@ -129,7 +130,7 @@ func indexOf(key, v string) int {
 }
 
 // formatNum prints 3-4 significant digits.
-func formatNum(v float64) string {
+func sweepNum(v float64) string {
 	switch a := math.Abs(v); {
 	case math.IsNaN(v):
 		return "NaN"
@@ -144,4 +145,20 @@ func formatNum(v float64) string {
 	default:
 		return strconv.FormatFloat(v, 'g', 3, 64)
 	}
+}
+
+// sweepTable is arena sweep's run table: a header naming the device and the
+// samples per point, then its tables.
+func sweepTable(w io.Writer, d *Document) error {
+	samples := 1
+	for _, r := range d.Results {
+		for _, m := range r.Metrics {
+			samples = max(samples, len(m.Samples))
+		}
+		if r.Name == "copy" || r.Name == "transport" {
+			break // register's three metrics have as many; count's one per sample too
+		}
+	}
+	fmt.Fprintf(w, "# arena sweep on %s, %d samples per point\n", deviceLine(d), samples)
+	return sweepTables(w, d.Results)
 }

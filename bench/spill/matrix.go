@@ -49,15 +49,22 @@ func (m *Matrix) Results() []results.Result {
 		out = append(out, c.Result())
 	}
 	for _, o := range m.Outcomes {
-		out = append(out, o.Results...)
-		if o.Err != nil {
-			out = append(out, results.Result{
-				Name:    string(o.Cell.Scenario),
-				Params:  results.Params{"scenario": string(o.Cell.Scenario), "tier": string(o.Cell.Tier), "size": units.Size(o.Cell.Size, ""), "status": "error"},
-				Metrics: []results.Metric{},
-				Gates:   []results.Gate{fail("ran", "%v", o.Err)},
-			})
-		}
+		out = append(out, o.results()...)
+	}
+	return out
+}
+
+// results are one cell's results; a cell that could not run is one result
+// whose "ran" gate says why.
+func (o *Outcome) results() []results.Result {
+	out := append([]results.Result(nil), o.Results...)
+	if o.Err != nil {
+		out = append(out, results.Result{
+			Name:    string(o.Cell.Scenario),
+			Params:  results.Params{"scenario": string(o.Cell.Scenario), "tier": string(o.Cell.Tier), "size": units.Size(o.Cell.Size, ""), "status": "error"},
+			Metrics: []results.Metric{},
+			Gates:   []results.Gate{fail("ran", "%v", o.Err)},
+		})
 	}
 	return out
 }

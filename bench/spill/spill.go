@@ -189,6 +189,7 @@ func ParseSizes(s string) ([]int64, error) {
 // Config tunes a run.
 type Config struct {
 	Dev     gpu.Device
+	Sink    results.Sink // each cell's results, as soon as the cell is done
 	Blocks  int     // blocks per pool; 0 means 16
 	Samples int     // timed repetitions of a bandwidth figure; 0 means 5
 	Floor   float64 // bandwidth floor as a fraction of the tier ceiling; 0 means 0.5
@@ -384,9 +385,11 @@ func Run(ctx context.Context, cfg Config, cells []Cell, progress func(i int, c C
 		o := r.runCell(ctx, c)
 		o.Took = time.Since(start)
 		m.Outcomes = append(m.Outcomes, o)
+		cfg.Sink.Send(o.results()...)
 	}
 	for _, k := range r.order {
 		m.Ceilings = append(m.Ceilings, *r.ceilings[k])
+		cfg.Sink.Send(r.ceilings[k].Result())
 	}
 	return m, nil
 }

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -10,9 +12,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mstar-dev/mstar/bench/ablate"
-	"github.com/mstar-dev/mstar/internal/envinfo"
-	"github.com/mstar-dev/mstar/internal/gpu"
-	"github.com/mstar-dev/mstar/internal/progress"
 	"github.com/mstar-dev/mstar/internal/units"
 	"github.com/mstar-dev/mstar/kernels/moe"
 	"github.com/mstar-dev/mstar/kernels/router"
@@ -221,87 +220,79 @@ out-of-range expert id.`,
 					return err
 				}
 			}
-			var dev gpu.Device
-			if kTokens > 0 && kSamples > 0 && kLayers > 0 {
-				if dev, err = a.openDevice(device); err != nil {
-					return err
-				}
-				defer dev.Close()
-				k, note, release := ablate.KernelFor(dev, moe.Shape{E: m.E, K: min(kernelK, m.E), H: m.H, I: m.I}, rf.seed)
-				defer release()
-				if k == nil {
-					opt.KernelTokens, opt.KernelSkipped = 0, note
-				}
-				opt.UseKernel(k, cmd.Flags().Changed("kernel-tokens"), cmd.Flags().Changed("kernel-samples"))
-				if note != "" {
-					fmt.Fprintln(a.stderr, "mstar: "+note)
-				}
-			}
-			doc := results.NewDocument(ablate.AblationSuite, a.args, envinfo.Collect(dev))
-			var bar *progress.Bar
-			last := 0
-			opt.Progress = func(what string, done, total int) {
-				if bar == nil {
-					bar = progress.New(a.stderr, total, "ablate router")
-				}
-				bar.Describe(what)
-				bar.Add(done - last)
-				last = done
-			}
-			// On an interrupt the router or kernel layer in flight is left
-			// out; those done are still printed and written.
-			ctx, stop := interruptContext()
-			defer stop()
-			res, err := ablate.RunAblation(ctx, opt)
-			bar.Finish()
-			stopped := err != nil && ctx.Err() != nil && res != nil
-			if stopped {
-				err = nil
-			}
-			if err != nil {
-				return err
-			}
-			doc.Results = res.Results()
-			doc.Warnings = res.Warnings
-			if opt.KernelSkipped != "" {
-				doc.Warnings = append(doc.Warnings, opt.KernelSkipped)
-			}
-			if stopped {
-				noteInterrupted(doc)
-			}
-			doc.Finish()
-			if err := res.WriteTable(a.stdout); err != nil {
-				return err
-			}
-			if heatmap != "" && len(res.Runs) > 0 { // none when interrupted in the first router
-				f, err := os.Create(heatmap)
-				if err != nil {
-					return badInput(fmt.Errorf("--heatmap: %w", err))
-				}
-				if err := reports.WriteLoadHeatMap(f, res.Results()); err != nil {
-					f.Close()
-					return fmt.Errorf("writing %s: %w", heatmap, err)
-				}
-				if err := f.Close(); err != nil {
-					return fmt.Errorf("writing %s: %w", heatmap, err)
-				}
-				fmt.Fprintf(a.stderr, "mstar: wrote %s\n", heatmap)
-			}
-			if recordPath != "" {
-				name := baseline
-				if name == "" {
-					name = m.Router
-					if opt.Trace != nil {
-						name = ablate.TraceRouter
+			withKernel := kTokens > 0 && kSamples > 0 && kLayers > 0
+			var res *ablate.Ablation
+			run := measurement{suite: ablate.AblationSuite, out: out,
+				run: func(ctx context.Context, ms *measuring) (*outcome, error) {
+					if withKernel {
+						k, note, release := ablate.KernelFor(ms.dev, moe.Shape{E: m.E, K: min(kernelK, m.E), H: m.H, I: m.I}, rf.seed)
+						defer release()
+						if k == nil {
+							opt.KernelTokens, opt.KernelSkipped = 0, note
+						}
+						opt.UseKernel(k, cmd.Flags().Changed("kernel-tokens"), cmd.Flags().Changed("kernel-samples"))
+						if note != "" {
+							fmt.Fprintln(a.stderr, "mstar: "+note)
+						}
 					}
-				}
-				tr, err := res.Trace(name)
-				switch {
-				case err != nil && stopped: // interrupted before that router ran
-					fmt.Fprintf(a.stderr, "mstar: --record-trace: not written: %v\n", err)
-				case err != nil:
-					return badInput(fmt.Errorf("--record-trace: %w", err))
-				default:
+					last := 0
+					opt.Progress = func(what string, done, total int) {
+						ms.bar.SetTotal(total)
+						ms.bar.Describe(what)
+						ms.bar.Add(done - last)
+						last = done
+					}
+					// On an interrupt the router or kernel layer in flight is
+					// left out; those done are still printed and written.
+					var err error
+					if res, err = ablate.RunAblation(ctx, opt); res == nil {
+						return nil, err
+					}
+					// The results are finished together: kernel figures
+					// compare every router with the uniform reference.
+					o := &outcome{results: res.Results(), warnings: res.Warnings,
+						done: units.Plural(len(res.Runs), "router") + " done"}
+					ms.sink.Send(o.results...)
+					if opt.KernelSkipped != "" {
+						o.warnings = append(o.warnings, opt.KernelSkipped)
+					}
+					return o, err
+				},
+				table: func(w io.Writer, doc *results.Document) error { return res.WriteTable(w) },
+				after: func(doc *results.Document) error {
+					stopped := slices.Contains(doc.Warnings, results.WarnInterrupted)
+					if heatmap != "" && len(res.Runs) > 0 { // none when interrupted in the first router
+						f, err := os.Create(heatmap)
+						if err != nil {
+							return badInput(fmt.Errorf("--heatmap: %w", err))
+						}
+						if err := reports.WriteLoadHeatMap(f, doc.Results); err != nil {
+							f.Close()
+							return fmt.Errorf("writing %s: %w", heatmap, err)
+						}
+						if err := f.Close(); err != nil {
+							return fmt.Errorf("writing %s: %w", heatmap, err)
+						}
+						fmt.Fprintf(a.stderr, "mstar: wrote %s\n", heatmap)
+					}
+					if recordPath == "" {
+						return nil
+					}
+					name := baseline
+					if name == "" {
+						name = m.Router
+						if opt.Trace != nil {
+							name = ablate.TraceRouter
+						}
+					}
+					tr, err := res.Trace(name)
+					switch {
+					case err != nil && stopped: // interrupted before that router ran
+						fmt.Fprintf(a.stderr, "mstar: --record-trace: not written: %v\n", err)
+						return nil
+					case err != nil:
+						return badInput(fmt.Errorf("--record-trace: %w", err))
+					}
 					f, err := os.Create(recordPath)
 					if err != nil {
 						return badInput(fmt.Errorf("--record-trace: %w", err))
@@ -314,17 +305,14 @@ out-of-range expert id.`,
 						return fmt.Errorf("writing %s: %w", recordPath, err)
 					}
 					fmt.Fprintf(a.stderr, "mstar: wrote %s (%s's routing)\n", recordPath, name)
-				}
+					return nil
+				},
+				failed: func(*results.Document) error { return nil }, // no gates: the table is the answer
 			}
-			if out != "" {
-				if err := a.writeResults(out, doc); err != nil {
-					return err
-				}
+			if withKernel {
+				run.device = device
 			}
-			if stopped {
-				return errInterrupted(fmt.Sprintf("ablate router (%s done)", units.Plural(len(res.Runs), "router")), nil)
-			}
-			return nil
+			return a.measure(run)
 		},
 	}
 	f := cmd.Flags()

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -16,7 +17,6 @@ import (
 	"github.com/mstar-dev/mstar/arena"
 	"github.com/mstar-dev/mstar/bench/stress"
 	"github.com/mstar-dev/mstar/bench/sweep"
-	"github.com/mstar-dev/mstar/internal/envinfo"
 	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/mstar-dev/mstar/internal/gpu/nvmlinfo"
 	"github.com/mstar-dev/mstar/internal/progress"
@@ -344,9 +344,6 @@ ratio.`,
 			if err := checkShmDir("shm-dir", shmDir, true); err != nil {
 				return err
 			}
-			ctx, stop := interruptContext()
-			defer stop()
-			doc := results.NewDocument("arena stress", a.args, envinfo.Collect(nil))
 			// Progress lines follow the rule of every command's progress
 			// (internal/progress): on a terminal only, so logs stay clean.
 			var live io.Writer
@@ -354,53 +351,55 @@ ratio.`,
 				live = a.stderr
 			}
 			var sums []*stress.Summary
-			for _, tr := range trs {
-				opt := stress.Options{
-					Producers: producers, Consumers: consumers, Duration: duration, Count: count,
-					MinSize: lo, MaxSize: hi, Fanout: fanout, KillRate: killRate, Transport: tr,
-					ShmDir: shmDir, SegmentSize: seg, MaxSegments: maxSegs, Inflight: inflight,
-					Interval: interval, Seed: seed, Exe: exe, Args: wargs, Env: wenv, Live: live,
-				}
-				fmt.Fprintf(a.stderr, "mstar: arena stress, transport %s\n", tr)
-				s, err := stress.Run(ctx, opt)
-				if err != nil {
-					return err
-				}
-				sums = append(sums, s)
-				fmt.Fprintf(a.stdout, "# arena stress: transport %s\n", tr)
-				if err := s.WriteSummary(a.stdout); err != nil {
-					return err
-				}
-				doc.Results = append(doc.Results, s.Result())
-				if ctx.Err() != nil {
-					break
-				}
-			}
-			if len(sums) == 2 && sums[1].Delivered > 0 && sums[0].Elapsed > 0 && sums[1].Elapsed > 0 {
-				r0 := float64(sums[0].Delivered) / sums[0].Elapsed.Seconds()
-				r1 := float64(sums[1].Delivered) / sums[1].Elapsed.Seconds()
-				fmt.Fprintf(a.stdout, "# %s vs %s: %.2fx the tensors/s, %.2fx the GB/s\n", sums[0].Options.Transport, sums[1].Options.Transport,
-					r0/r1, (float64(sums[0].Bytes)/sums[0].Elapsed.Seconds())/(float64(sums[1].Bytes)/sums[1].Elapsed.Seconds()))
-			}
-			if ctx.Err() != nil {
-				noteInterrupted(doc)
-			}
-			doc.Finish()
-			if out != "" {
-				if err := a.writeResults(out, doc); err != nil {
-					return err
-				}
-			}
-			bad := doc.Failed()
-			if ctx.Err() != nil {
-				// The run could not complete (exit 3); its gates judged a
-				// part run, which fails "delivered" gates by itself.
-				return errInterrupted("arena stress", bad)
-			}
-			if len(bad) > 0 {
-				return failed("arena stress failed %d gate(s): %s", len(bad), strings.Join(bad, "; "))
-			}
-			return nil
+			return a.measure(measurement{suite: "arena stress", out: out,
+				run: func(ctx context.Context, m *measuring) (*outcome, error) {
+					o := &outcome{}
+					for _, tr := range trs {
+						opt := stress.Options{
+							Producers: producers, Consumers: consumers, Duration: duration, Count: count,
+							MinSize: lo, MaxSize: hi, Fanout: fanout, KillRate: killRate, Transport: tr,
+							ShmDir: shmDir, SegmentSize: seg, MaxSegments: maxSegs, Inflight: inflight,
+							Interval: interval, Seed: seed, Exe: exe, Args: wargs, Env: wenv, Live: live,
+						}
+						fmt.Fprintf(a.stderr, "mstar: arena stress, transport %s\n", tr)
+						s, err := stress.Run(ctx, opt)
+						if err != nil {
+							return nil, err
+						}
+						sums = append(sums, s)
+						r := s.Result()
+						m.sink(r)
+						o.results = append(o.results, r)
+						if ctx.Err() != nil {
+							// The run could not complete (exit 3); its gates
+							// judged a part run, which fails "delivered" by itself.
+							return o, ctx.Err()
+						}
+					}
+					return o, nil
+				},
+				table: func(w io.Writer, doc *results.Document) error {
+					for _, s := range sums {
+						fmt.Fprintf(w, "# arena stress: transport %s\n", s.Options.Transport)
+						if err := s.WriteSummary(w); err != nil {
+							return err
+						}
+					}
+					if len(sums) == 2 && sums[1].Delivered > 0 && sums[0].Elapsed > 0 && sums[1].Elapsed > 0 {
+						r0 := float64(sums[0].Delivered) / sums[0].Elapsed.Seconds()
+						r1 := float64(sums[1].Delivered) / sums[1].Elapsed.Seconds()
+						fmt.Fprintf(w, "# %s vs %s: %.2fx the tensors/s, %.2fx the GB/s\n", sums[0].Options.Transport, sums[1].Options.Transport,
+							r0/r1, (float64(sums[0].Bytes)/sums[0].Elapsed.Seconds())/(float64(sums[1].Bytes)/sums[1].Elapsed.Seconds()))
+					}
+					return nil
+				},
+				failed: func(doc *results.Document) error {
+					if bad := doc.Failed(); len(bad) > 0 {
+						return failed("arena stress failed %d gate(s): %s", len(bad), strings.Join(bad, "; "))
+					}
+					return nil
+				},
+			})
 		},
 	}
 	f := cmd.Flags()

@@ -2,8 +2,10 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -73,6 +75,14 @@ func (a *app) readDocs(paths []string) ([]*results.Document, error) {
 				return nil, usageErr("stdin: this is a trace; use mstar trace summarize")
 			}
 		} else {
+			// A run killed before it wrote FILE left its finished results
+			// in FILE.partial.ndjson.
+			if _, serr := os.Stat(p); errors.Is(serr, fs.ErrNotExist) {
+				if _, perr := os.Stat(p + partialSuffix); perr == nil {
+					fmt.Fprintf(a.stderr, "mstar: %s does not exist; reading %s, the results its run finished\n", p, p+partialSuffix)
+					p += partialSuffix
+				}
+			}
 			d, err = results.ReadFile(p)
 			if err != nil {
 				// The two kinds of file are easy to mix up; the JSON error
@@ -88,6 +98,13 @@ func (a *app) readDocs(paths []string) ([]*results.Document, error) {
 		}
 		if err != nil {
 			return nil, badInput(err)
+		}
+		if slices.Contains(d.Warnings, results.WarnInterrupted) {
+			name := p
+			if p == "-" {
+				name = "stdin"
+			}
+			fmt.Fprintf(a.stderr, "mstar: warning: %s: %s\n", name, results.WarnInterrupted)
 		}
 		docs = append(docs, d)
 	}
