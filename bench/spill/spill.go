@@ -190,9 +190,9 @@ func ParseSizes(s string) ([]int64, error) {
 type Config struct {
 	Dev     gpu.Device
 	Sink    results.Sink // each cell's results, as soon as the cell is done
-	Blocks  int     // blocks per pool; 0 means 16
-	Samples int     // timed repetitions of a bandwidth figure; 0 means 5
-	Floor   float64 // bandwidth floor as a fraction of the tier ceiling; 0 means 0.5
+	Blocks  int          // blocks per pool; 0 means 16
+	Samples int          // timed repetitions of a bandwidth figure; 0 means 5
+	Floor   float64      // bandwidth floor as a fraction of the tier ceiling; 0 means 0.5
 	// HibernatePinnedFloor is the floor of hibernate through pinned memory,
 	// the path the H200 target names; 0 means 0.9 on CUDA and Floor on the
 	// CPU backend (where copies share two cores with everything else).
