@@ -126,6 +126,7 @@ func oneOf(flag, v string, allowed []string) error {
 
 func reportShowCmd(a *app) *cobra.Command {
 	var format string
+	var asRun bool
 	var params, metrics []string
 	cmd := &cobra.Command{
 		Use:   "show FILE...",
@@ -146,12 +147,16 @@ never 0; an interval that needs more samples shows ±∞.
 --params and --metrics choose and order the columns; results with none of
 the chosen metrics are left out. Formats: text (default), markdown (for a
 PR comment), csv (one table, a column per environment key that differs,
-median/ci_lo/ci_hi/n per metric), json (the summaries).`,
+median/ci_lo/ci_hi/n per metric), json (the summaries).
+
+--run prints each document as the command that measured it printed it when
+it finished (the same code draws both), one after the other.`,
 		Example: `  mstar report show results.json
   mstar report show --params batch,model --metrics latency,tflops a.json b.json
   mstar report show --format markdown results.json >> $GITHUB_STEP_SUMMARY
   mstar report show --format csv results.json > results.csv
-  ssh gpu-box cat results.json | mstar report show -`,
+  ssh gpu-box cat results.json | mstar report show -
+  mstar report show --run moe.json                     # the table bench moe printed`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := oneOf("format", format, reports.TableFormats); err != nil {
@@ -160,6 +165,17 @@ median/ci_lo/ci_hi/n per metric), json (the summaries).`,
 			docs, err := a.readDocs(args)
 			if err != nil {
 				return err
+			}
+			if asRun {
+				if cmd.Flags().Changed("format") || cmd.Flags().Changed("params") || cmd.Flags().Changed("metrics") {
+					return usageErr("--run prints the run's own text table: leave out --format, --params and --metrics")
+				}
+				for _, d := range docs {
+					if err := reports.RunTable(a.stdout, d); err != nil {
+						return badInput(err)
+					}
+				}
+				return nil
 			}
 			var opt reports.TableOptions
 			if cmd.Flags().Changed("params") {
@@ -177,6 +193,7 @@ median/ci_lo/ci_hi/n per metric), json (the summaries).`,
 	cmd.Flags().StringVar(&format, "format", reports.FormatText, "output format: "+strings.Join(reports.TableFormats, ", "))
 	cmd.Flags().StringSliceVar(&params, "params", nil, "parameter columns, in order (comma-separated; empty for none)")
 	cmd.Flags().StringSliceVar(&metrics, "metrics", nil, "metric columns, in order (comma-separated)")
+	cmd.Flags().BoolVar(&asRun, "run", false, "print the table the measuring command printed when it finished")
 	return cmd
 }
 
