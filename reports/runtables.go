@@ -16,6 +16,7 @@ import (
 var runTables = map[string]func(w io.Writer, d *Document) error{
 	"bench ceilings": ceilingsTable,
 	"arena sweep":    sweepTable,
+	"bench moe":      moeTable,
 }
 
 // HasRunTable reports whether documents of suite have a run table.

@@ -90,20 +90,6 @@ type MoEOptions struct {
 	Sink results.Sink
 }
 
-// MoERow is one batch's outcome, for the command's table.
-type MoERow struct {
-	M, Slots, Touched int
-	Config            string
-	Latency           results.Summary // µs
-	TFLOPs, GBps      float64         // at the median latency
-	PctBW, PctCompute float64         // NaN when the ceiling is unmeasured
-	PctFloor          float64
-	RelL2             float64
-	Pass              bool
-	Tuned             []TuneOutcome // --tune: every candidate, in the order tried
-	Stages            []StageRow    // --stages: each kernel timed alone
-}
-
 // TuneOutcome is one candidate configuration's run in a --tune sweep.
 type TuneOutcome struct {
 	Config  moe.Config
@@ -145,11 +131,11 @@ func pickFastest(outs []TuneOutcome) int {
 type MoEReport struct {
 	Local    moe.Shape // the shape one rank computes
 	Results  []results.Result
-	Rows     []MoERow
 	Ceilings *ceilings.Ceilings
 	Warnings []string
 	Routing  moe.Routing // the routing of the largest batch (global ids); smaller batches use its first tokens
 	Compile  string      // CUDA: how moe.cu was compiled (cache hit, seconds)
+	Batches  int         // batches finished
 	// KernelsID names the kernels' source and target ("moe.cu 1a2b3c4d5e6f
 	// cubin sm_90a"): stable across runs of one build, for the environment.
 	KernelsID string
@@ -157,8 +143,8 @@ type MoEReport struct {
 
 // Failed reports whether any batch failed its correctness gate.
 func (r *MoEReport) Failed() bool {
-	for _, row := range r.Rows {
-		if !row.Pass {
+	for _, res := range r.Results {
+		if !res.Passed() {
 			return true
 		}
 	}
@@ -396,25 +382,24 @@ func RunMoE(ctx context.Context, dev gpu.Device, opt MoEOptions) (*MoEReport, er
 			rel = math.NaN()
 			cfg += fmt.Sprintf("; out[%d] (token %d) is %v", i, i/local.H, out[i])
 		}
-		res, row := moeResult(opt, local, m, r, us, rel, cfg, len(tokens))
+		res := moeResult(opt, local, m, r, us, rel, cfg, len(tokens))
 		if tuned != nil {
-			res, row = withTuning(opt, local, m, res, row, tuned)
+			res = withTuning(local, m, res, tuned)
 			for _, o := range tuned {
 				rep.Results = append(rep.Results, tuneResult(opt, local, m, o))
 			}
 		}
 		if stages != nil {
-			sres, srows := stageResults(opt, local, m, r, stages)
+			sres := stageResults(opt, local, m, r, stages)
 			if cfg, ok := res.Params[MoEConfigParam]; ok {
 				for i := range sres {
 					sres[i].Params[MoEConfigParam] = cfg // tuned: the configuration that ran
 				}
 			}
 			rep.Results = append(rep.Results, sres...)
-			row.Stages = srows
 		}
 		rep.Results = append(rep.Results, res)
-		rep.Rows = append(rep.Rows, row)
+		rep.Batches++
 		opt.Sink.Send(rep.Results[batchStart:]...)
 	}
 	return rep, nil
@@ -451,7 +436,7 @@ func rejections(outs []TuneOutcome) []string {
 
 // withTuning names the chosen configuration in the batch's result (param
 // "config") and says what it was chosen over.
-func withTuning(opt MoEOptions, local moe.Shape, m int, res results.Result, row MoERow, outs []TuneOutcome) (results.Result, MoERow) {
+func withTuning(local moe.Shape, m int, res results.Result, outs []TuneOutcome) results.Result {
 	var chosen moe.Config
 	var others []string
 	for _, o := range outs {
@@ -468,8 +453,7 @@ func withTuning(opt MoEOptions, local moe.Shape, m int, res results.Result, row 
 	static := moe.ChooseConfig(local, m)
 	res.Warnings = append(res.Warnings, fmt.Sprintf("tuned over %d candidates (static table: %v): chose %v; others: %s",
 		len(outs), static, chosen, strings.Join(others, "; ")))
-	row.Tuned = outs
-	return res, row
+	return res
 }
 
 // tuneResult is one candidate's record: its latency samples (or why it was
@@ -630,7 +614,7 @@ func MoEParams(opt MoEOptions, local moe.Shape, m int, impl string) results.Para
 // Shape.Flops of the computed slots; bandwidth counts Shape.Bytes (touched
 // experts' weights once, x and out once, the routing once); the floor is
 // max(bytes / D2D ceiling, flops / GEMM ceiling).
-func moeResult(opt MoEOptions, local moe.Shape, m int, r moe.Routing, us []float64, rel float64, cfg string, checked int) (results.Result, MoERow) {
+func moeResult(opt MoEOptions, local moe.Shape, m int, r moe.Routing, us []float64, rel float64, cfg string, checked int) results.Result {
 	slots, touched := r.Slots(), r.Touched(local.E)
 	flops, bytes := local.Flops(slots), local.Bytes(m, touched, slots)
 	c := opt.Ceilings
@@ -665,7 +649,10 @@ func moeResult(opt MoEOptions, local moe.Shape, m int, r moe.Routing, us []float
 	}
 	pass := rel <= MoEMaxRelL2
 	gate := results.Gate{Name: MoEGate, Pass: pass,
-		Reason: fmt.Sprintf("rel L2 %.3g against the float64 reference on %d of %d tokens (limit %g); %s", rel, checked, m, MoEMaxRelL2, cfg)}
+		// The run table reads the slots, experts and kernels from here
+		// (reports.moeTable): they describe the batch, they are not measured.
+		Reason: fmt.Sprintf("rel L2 %.3g against the float64 reference on %d of %d tokens (limit %g); %d slots on %d experts; %s",
+			rel, checked, m, MoEMaxRelL2, slots, touched, cfg)}
 	relMetric := metric(MoERelL2, "", results.LowerIsBetter, []float64{rel})
 	if math.IsNaN(rel) || math.IsInf(rel, 0) {
 		relMetric = results.Metric{Name: MoERelL2, Better: results.LowerIsBetter, Unmeasured: fmt.Sprintf("output not finite (%v)", rel)}
@@ -684,19 +671,5 @@ func moeResult(opt MoEOptions, local moe.Shape, m int, r moe.Routing, us []float
 		},
 		Gates: []results.Gate{gate},
 	}
-	sum := results.Summarize(us)
-	med := sum.Median * 1e-6
-	row := MoERow{M: m, Slots: slots, Touched: touched, Config: cfg, Latency: sum,
-		TFLOPs: flops / med / 1e12, GBps: bytes / med / 1e9, RelL2: rel, Pass: pass,
-		PctBW: math.NaN(), PctCompute: math.NaN(), PctFloor: math.NaN()}
-	if c.D2D.Measured() {
-		row.PctBW = 100 * row.GBps / c.D2D.Value
-	}
-	if c.GEMM.Measured() {
-		row.PctCompute = 100 * row.TFLOPs / c.GEMM.Value
-	}
-	if floor.Measured() {
-		row.PctFloor = 100 * math.Max(bytes/(c.D2D.Value*1e9), flops/(c.GEMM.Value*1e12)) / med
-	}
-	return res, row
+	return res
 }

@@ -14,16 +14,6 @@ const (
 	MoEStageShare  = "pct_of_pass" // the stage's share of the stages' summed medians
 )
 
-// StageRow is one stage of one batch, for the command's table.
-type StageRow struct {
-	Stage, Kernel string
-	US            float64 // median µs per call
-	HalfWidthPct  float64 // the median's 95% interval, ± % of it
-	Share         float64 // % of the summed stage medians
-	TFLOPs, GBps  float64 // NaN for align and combine
-	PctFloor      float64 // the stage's own floor over its time; NaN when unmeasured
-}
-
 // stageCost is what a GEMM stage must do at the least: its flops, and the
 // bytes of the touched experts' weights it reads plus the activations in
 // and out (bf16): gemm1 reads each token's x once (tokens: those with a
@@ -54,10 +44,9 @@ func localTokens(r moe.Routing) int {
 	return n
 }
 
-// stageResults turns the per-stage samples of one batch into results and
-// table rows. A GEMM stage's floor is max(bytes / d2d, flops / gemm) of its
+// stageResults turns the per-stage samples of one batch into results. A GEMM stage's floor is max(bytes / d2d, flops / gemm) of its
 // own work, so "% of floor" says which GEMM leaves time on the table.
-func stageResults(opt MoEOptions, local moe.Shape, m int, r moe.Routing, stages []moe.StageTime) ([]results.Result, []StageRow) {
+func stageResults(opt MoEOptions, local moe.Shape, m int, r moe.Routing, stages []moe.StageTime) []results.Result {
 	slots, touched, tokens := r.Slots(), r.Touched(local.E), localTokens(r)
 	c := opt.Ceilings
 	total := 0.0
@@ -65,7 +54,6 @@ func stageResults(opt MoEOptions, local moe.Shape, m int, r moe.Routing, stages 
 		total += results.Summarize(st.US).Median
 	}
 	var res []results.Result
-	var rows []StageRow
 	for _, st := range stages {
 		sum := results.Summarize(st.US)
 		flops, bytes := stageCost(local, st.Stage, tokens, slots, touched)
@@ -73,13 +61,12 @@ func stageResults(opt MoEOptions, local moe.Shape, m int, r moe.Routing, stages 
 		if total > 0 {
 			share = 100 * sum.Median / total
 		}
-		row := StageRow{Stage: st.Stage, Kernel: st.Kernel, US: sum.Median, Share: share,
-			TFLOPs: math.NaN(), GBps: math.NaN(), PctFloor: math.NaN(), HalfWidthPct: sum.HalfWidthPct()}
 		params := MoEParams(opt, local, m, "mstar")
 		params["stage"] = st.Stage
+		params["kernel"] = st.Kernel
 		metrics := []results.Metric{
 			{Name: MoELatency, Unit: "µs", Better: results.LowerIsBetter, Samples: st.US},
-			{Name: MoEStageShare, Unit: "%", Better: results.LowerIsBetter, Samples: []float64{row.Share}},
+			{Name: MoEStageShare, Unit: "%", Better: results.LowerIsBetter, Samples: []float64{share}},
 		}
 		if flops > 0 {
 			per := func(f func(sec float64) float64) []float64 {
@@ -92,19 +79,16 @@ func stageResults(opt MoEOptions, local moe.Shape, m int, r moe.Routing, stages 
 			metrics = append(metrics,
 				results.Metric{Name: MoEThroughput, Unit: "TFLOP/s", Better: results.HigherIsBetter, Samples: per(func(s float64) float64 { return flops / s / 1e12 })},
 				results.Metric{Name: MoEBandwidth, Unit: "GB/s", Better: results.HigherIsBetter, Samples: per(func(s float64) float64 { return bytes / s / 1e9 })})
-			row.TFLOPs, row.GBps = flops/(sum.Median*1e-6)/1e12, bytes/(sum.Median*1e-6)/1e9
 			floor := results.Metric{Name: MoEPctFloor, Unit: "%", Better: results.HigherIsBetter}
 			if c != nil && c.D2D.Measured() && c.GEMM.Measured() {
 				floorSec := math.Max(bytes/(c.D2D.Value*1e9), flops/(c.GEMM.Value*1e12))
 				floor.Samples = per(func(s float64) float64 { return 100 * floorSec / s })
-				row.PctFloor = 100 * floorSec / (sum.Median * 1e-6)
 			} else {
 				floor.Unmeasured = "needs both the d2d and gemm ceilings"
 			}
 			metrics = append(metrics, floor)
 		}
 		res = append(res, results.Result{Name: MoEStageResult, Params: params, Metrics: metrics})
-		rows = append(rows, row)
 	}
-	return res, rows
+	return res
 }

@@ -3,6 +3,7 @@ package moe
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -57,8 +58,12 @@ func TestRunMoECPU(t *testing.T) {
 		}
 		// Each rate sample is work / that sample's latency, and the
 		// percentages are of the fake ceilings.
-		row := rep.Rows[i]
-		slots := rep.Local.Flops(row.Slots)
+		// The gate's reason names the slots computed here (the run table reads it).
+		var nSlots, nTouched int
+		if _, err := fmt.Sscanf(r.Gates[0].Reason[strings.Index(r.Gates[0].Reason, "); ")+3:], "%d slots on %d experts", &nSlots, &nTouched); err != nil || nSlots <= 0 || nTouched <= 0 {
+			t.Fatalf("M=%d: gate reason %q does not say the slots and experts (%v)", m, r.Gates[0].Reason, err)
+		}
+		slots := rep.Local.Flops(nSlots)
 		tf := r.Metric(MoEThroughput).Samples[0]
 		if want := slots / (lat.Samples[0] * 1e-6) / 1e12; math.Abs(tf-want) > 1e-9*want {
 			t.Errorf("M=%d: throughput %g, want %g", m, tf, want)
@@ -188,17 +193,14 @@ func TestTuneResults(t *testing.T) {
 		t.Fatal("want the tc candidate chosen")
 	}
 	r := moe.UniformRouting(1024, 128, 8, 1)
-	res, row := moeResult(opt, local, 1024, r, []float64{401, 402}, 2.9e-3, good.String(), 64)
-	res, row = withTuning(opt, local, 1024, res, row, outs)
+	res := moeResult(opt, local, 1024, r, []float64{401, 402}, 2.9e-3, good.String(), 64)
+	res = withTuning(local, 1024, res, outs)
 	if res.Params[MoEConfigParam] != good.String() {
 		t.Errorf("config param %q, want %q", res.Params[MoEConfigParam], good.String())
 	}
 	if len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0], "chose "+good.String()) ||
 		!strings.Contains(res.Warnings[0], bad.String()+" rejected (rel L2 0.7") || !strings.Contains(res.Warnings[0], slow.String()+" 642.0 µs") {
 		t.Errorf("warnings %q", res.Warnings)
-	}
-	if len(row.Tuned) != 3 {
-		t.Errorf("row carries %d outcomes, want 3", len(row.Tuned))
 	}
 	for i, o := range outs {
 		tr := tuneResult(opt, local, 1024, o)
@@ -280,8 +282,8 @@ func TestRunMoEInterrupted(t *testing.T) {
 	if !errors.Is(err, context.Canceled) || rep == nil {
 		t.Fatalf("err %v, report %v; want the partial report and context.Canceled", err, rep)
 	}
-	if len(rep.Rows) != 1 || rep.Rows[0].M != 1 || len(rep.Results) != 1 || rep.Results[0].Params["batch"] != "1" {
-		t.Fatalf("%d rows, results %v; want batch 1 only", len(rep.Rows), rep.Results)
+	if rep.Batches != 1 || len(rep.Results) != 1 || rep.Results[0].Params["batch"] != "1" {
+		t.Fatalf("%d batches, results %v; want batch 1 only", rep.Batches, rep.Results)
 	}
 	if rep.Ceilings == nil {
 		t.Error("no ceilings in the partial report")
@@ -297,7 +299,7 @@ func TestRunMoEInterruptedInCeilings(t *testing.T) {
 	if !errors.Is(err, context.Canceled) || rep == nil || rep.Ceilings == nil {
 		t.Fatalf("err %v, report %+v; want a report with ceilings and context.Canceled", err, rep)
 	}
-	if len(rep.Rows) != 0 || rep.Ceilings.D2D.Measured() || !strings.Contains(rep.Ceilings.GEMM.Unmeasured, "interrupted") {
-		t.Errorf("rows %d, d2d %+v, gemm %+v; want no rows and unmeasured ceilings saying why", len(rep.Rows), rep.Ceilings.D2D, rep.Ceilings.GEMM)
+	if rep.Batches != 0 || rep.Ceilings.D2D.Measured() || !strings.Contains(rep.Ceilings.GEMM.Unmeasured, "interrupted") {
+		t.Errorf("batches %d, d2d %+v, gemm %+v; want none and unmeasured ceilings saying why", rep.Batches, rep.Ceilings.D2D, rep.Ceilings.GEMM)
 	}
 }

@@ -3,12 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
-	"math"
 	"os"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
@@ -221,7 +218,10 @@ Models:
 					if rep == nil {
 						return nil, err
 					}
-					o := &outcome{warnings: rep.Warnings, done: fmt.Sprintf("%d of %d batches done", len(rep.Rows), total)}
+					if rep.Compile != "" {
+						fmt.Fprintln(a.stderr, "mstar: "+rep.Compile)
+					}
+					o := &outcome{warnings: rep.Warnings, done: fmt.Sprintf("%d of %d batches done", rep.Batches, total)}
 					// The ceilings the percentages are of, measured or read,
 					// travel with the results (the peers read them from here too).
 					o.results = append(rep.Results, rep.Ceilings.Results()...)
@@ -230,10 +230,7 @@ Models:
 					}
 					return o, err
 				},
-				table: func(w io.Writer, doc *results.Document) error {
-					printMoE(w, doc, opt, rep)
-					return nil
-				},
+				table: reports.RunTable,
 				after: func(doc *results.Document) error {
 					if traceOut != "" && rep.Routing.M > 0 { // none when interrupted before it was drawn
 						return moe.WriteTrace(traceOut, rep.Routing, opt.Shape.E)
@@ -293,120 +290,4 @@ func joinInts(v []int) string {
 		s[i] = strconv.Itoa(n)
 	}
 	return strings.Join(s, ",")
-}
-
-// printMoE prints the nccl-tests-like table: a commented header, then one
-// aligned row per batch.
-func printMoE(w io.Writer, doc *results.Document, opt moebench.MoEOptions, rep *moebench.MoEReport) {
-	id, name := doc.Env["device"], doc.Env["gpu"]
-	if name == "" {
-		name = doc.Env["cpu"]
-	}
-	model := opt.Model
-	if model == "" {
-		model = "custom"
-	}
-	fmt.Fprintf(w, "# mstar bench moe: %s, local shape %v (tp %d, ep %d), routing %s, seed %d\n", model, rep.Local, opt.TP, opt.EP, routingText(opt), opt.Seed)
-	fmt.Fprintf(w, "# device %s (%s)\n", id, name)
-	c := rep.Ceilings
-	fmt.Fprintf(w, "# ceilings: d2d %s, gemm %s\n", ceilingText(c.D2D), ceilingText(c.GEMM))
-	if rep.Compile != "" {
-		fmt.Fprintf(w, "# %s\n", rep.Compile)
-	}
-	for _, warn := range rep.Warnings {
-		fmt.Fprintf(w, "# warning: %s\n", warn)
-	}
-	fmt.Fprintln(w, "#")
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	io.WriteString(tw, "#\tbatch\tslots\texperts\tlatency(us)\t±95%\tTFLOP/s\tGB/s\t%bw\t%compute\t%floor\trel_l2\tgate\t\n")
-	for _, r := range rep.Rows {
-		gate := "pass"
-		if !r.Pass {
-			gate = "FAIL"
-		}
-		ci := "±?"
-		if p := r.Latency.HalfWidthPct(); !math.IsNaN(p) && !math.IsInf(p, 0) {
-			ci = fmt.Sprintf("±%.1f%%", p)
-		}
-		fmt.Fprintf(tw, "\t%d\t%d\t%d\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t%.2g\t%s\t\n",
-			r.M, r.Slots, r.Touched, r.Latency.Median, ci, reports.FormatValue(r.TFLOPs), reports.FormatValue(r.GBps),
-			pctText(r.PctBW), pctText(r.PctCompute), pctText(r.PctFloor), r.RelL2, gate)
-	}
-	tw.Flush()
-	fmt.Fprintln(w, "#")
-	for _, r := range rep.Rows {
-		fmt.Fprintf(w, "# M=%d kernels: %s\n", r.M, r.Config)
-	}
-	for _, r := range rep.Rows {
-		if len(r.Stages) == 0 {
-			continue
-		}
-		how := "each stage's kernels timed alone"
-		if strings.HasPrefix(r.Stages[0].Kernel, "cpu:") {
-			how = "each stage timed within further passes"
-		}
-		fmt.Fprintf(w, "#\n# M=%d stages, %s (a GEMM's %%floor is of its own bytes and flops):\n", r.M, how)
-		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-		io.WriteString(tw, "#\tstage\tlatency(us)\t±95%\tshare\tTFLOP/s\tGB/s\t%floor\tkernel\t\n")
-		for _, s := range r.Stages {
-			ci := "±?"
-			if !math.IsNaN(s.HalfWidthPct) && !math.IsInf(s.HalfWidthPct, 0) {
-				ci = fmt.Sprintf("±%.1f%%", s.HalfWidthPct)
-			}
-			share := "-"
-			if !math.IsNaN(s.Share) {
-				share = fmt.Sprintf("%.0f%%", s.Share)
-			}
-			fmt.Fprintf(tw, "\t%s\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t\n", s.Stage, s.US, ci, share,
-				dashIfNaN(s.TFLOPs), dashIfNaN(s.GBps), pctText(s.PctFloor), s.Kernel)
-		}
-		tw.Flush()
-	}
-	for _, r := range rep.Rows {
-		if len(r.Tuned) == 0 {
-			continue
-		}
-		fmt.Fprintf(w, "#\n# M=%d tuned (static table: %v):\n", r.M, moe.ChooseConfig(rep.Local, r.M))
-		for _, o := range r.Tuned {
-			switch {
-			case o.Reject != "":
-				fmt.Fprintf(w, "#   %-58s rejected: %s\n", o.Config, o.Reject)
-			default:
-				mark := ""
-				if o.Chosen {
-					mark = "  <- chosen"
-				}
-				fmt.Fprintf(w, "#   %-58s %9.1f us  rel_l2 %.2g%s\n", o.Config, o.Median(), o.RelL2, mark)
-			}
-		}
-	}
-}
-
-func routingText(opt moebench.MoEOptions) string {
-	if opt.Trace != nil {
-		return "trace " + opt.TraceName
-	}
-	return opt.Routing
-}
-
-func ceilingText(c benchceil.Ceiling) string {
-	if !c.Measured() {
-		return "unmeasured (" + c.Unmeasured + ")"
-	}
-	return fmt.Sprintf("%s %s", reports.FormatValue(c.Value), c.Unit)
-}
-
-// dashIfNaN formats a value, "-" where it does not apply.
-func dashIfNaN(v float64) string {
-	if math.IsNaN(v) {
-		return "-"
-	}
-	return reports.FormatValue(v)
-}
-
-func pctText(p float64) string {
-	if math.IsNaN(p) {
-		return "-"
-	}
-	return fmt.Sprintf("%.1f", p)
 }
