@@ -17,6 +17,7 @@ var runTables = map[string]func(w io.Writer, d *Document) error{
 	"bench ceilings": ceilingsTable,
 	"arena sweep":    sweepTable,
 	"bench moe":      moeTable,
+	"arena stress":   stressTable,
 }
 
 // HasRunTable reports whether documents of suite have a run table.

@@ -2,13 +2,9 @@ package stress
 
 import (
 	"fmt"
-	"io"
 	"math"
 	"sort"
 	"strings"
-	"text/tabwriter"
-
-	"github.com/mstar-dev/mstar/internal/units"
 
 	"github.com/mstar-dev/mstar/reports/results"
 )
@@ -120,7 +116,20 @@ func (s *Summary) Result() results.Result {
 		one("lost", "tensors", lower, float64(s.Lost)),
 		one("kills", "workers", higher, float64(s.Kills)),
 		one("orphans_swept", "files", lower, float64(len(s.Swept.Removed)+s.SweptAtStartup)),
+		// What the run table says beside the figures above.
+		one("elapsed", "s", lower, s.Elapsed.Seconds()),
+		one("bytes", "bytes", higher, float64(s.Bytes)),
+		one("copies", "copies", higher, float64(s.Received)),
+		one("frag_fails", "failures", lower, float64(s.FragFails)),
+		one("restarts", "workers", higher, float64(s.Restarts)),
+		one("orphans_at_restart", "files", lower, float64(s.SweptAtStartup)),
+		one("leaked_spill_files", "files", lower, float64(s.LeakedSpillFiles)),
+		one("leftover_before_sweep", "files", lower, float64(len(s.LeftBeforeSweep))),
 	)
+	if len(s.Latencies) > 0 {
+		metrics = append(metrics, one("latency_max", "us", lower, Percentile(s.Latencies, 100)),
+			one("acked", "tensors", higher, float64(len(s.Latencies))))
+	}
 	what := o.Duration.String()
 	if o.Count > 0 {
 		what = fmt.Sprintf("%d tensors", o.Count)
@@ -135,6 +144,9 @@ func (s *Summary) Result() results.Result {
 		Metrics: metrics,
 		Gates:   s.Gates(),
 	}
+	if s.Stopped != "duration" && s.Stopped != "count" {
+		r.Warnings = append(r.Warnings, StoppedWarning+stopReason(s.Stopped))
+	}
 	for _, e := range s.Errors {
 		if len(r.Warnings) < 20 {
 			r.Warnings = append(r.Warnings, e)
@@ -142,6 +154,10 @@ func (s *Summary) Result() results.Result {
 	}
 	return r
 }
+
+// StoppedWarning starts a result's warning saying why a run ended other
+// than by its --duration or --count.
+const StoppedWarning = "stopped: "
 
 // stopReason says why a run ended (Summary.Stopped) in words.
 func stopReason(stopped string) string {
@@ -154,51 +170,4 @@ func stopReason(stopped string) string {
 		return "--count sent, but not all delivered: deliveries stopped"
 	}
 	return stopped
-}
-
-// WriteSummary prints the end-of-run summary and the gates.
-func (s *Summary) WriteSummary(w io.Writer) error {
-	o := s.Options
-	secs := s.Elapsed.Seconds()
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	p := func(k, format string, a ...any) { fmt.Fprintf(tw, "%s\t%s\n", k, fmt.Sprintf(format, a...)) }
-	p("transport", "%s, %s x %s, fan-out %d, sizes %s-%s log-uniform", o.Transport, units.Plural(o.Producers, "producer"), units.Plural(o.Consumers, "consumer"), o.Fanout, units.Bytes(o.MinSize), units.Bytes(o.MaxSize))
-	p("run", "%.1fs (%s), kill rate %v", secs, stopReason(s.Stopped), o.KillRate)
-	p("delivered", "%d tensors (%.1f tensors/s), %d abandoned by a killed consumer, %d lost with a killed producer", s.Delivered, float64(s.Delivered)/secs, s.Abandoned, s.Lost)
-	p("throughput", "%.3f GB/s copied out by consumers (%d copies, %s)", float64(s.Bytes)/secs/1e9, s.Received, units.Bytes(s.Bytes))
-	if len(s.Latencies) > 0 {
-		p("send->ack latency", "p50 %s, p99 %s, max %s (%d tensors)", us(Percentile(s.Latencies, 50)), us(Percentile(s.Latencies, 99)), us(Percentile(s.Latencies, 100)), len(s.Latencies))
-	}
-	p("spills", "%d (fragmentation failures %d, peak fragmentation %.1f%%)", s.Spills, s.FragFails, 100*s.PeakFrag)
-	p("kills", "%d SIGKILLs, %d restarts; orphans reclaimed: %d by restarted producers, %d by the final sweep", s.Kills, s.Restarts, s.SweptAtStartup, len(s.Swept.Removed))
-	p("corrupted payloads", "%d", s.Corrupt)
-	p("leaked slots", "%d slots, %d spill files", s.LeakedSlots, s.LeakedSpillFiles)
-	p("leftover files", "%d before the sweep, %d after", len(s.LeftBeforeSweep), len(s.LeftAfterSweep))
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	for _, g := range s.Gates() {
-		mark := "PASS"
-		if !g.Pass {
-			mark = "FAIL"
-		}
-		line := fmt.Sprintf("%s  %s", mark, g.Name)
-		if g.Reason != "" {
-			line += ": " + g.Reason
-		}
-		if _, err := fmt.Fprintln(w, line); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func us(v float64) string {
-	switch {
-	case v >= 1e6:
-		return fmt.Sprintf("%.2f s", v/1e6)
-	case v >= 1e3:
-		return fmt.Sprintf("%.2f ms", v/1e3)
-	}
-	return fmt.Sprintf("%.0f us", v)
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -68,11 +69,7 @@ func run(t *testing.T, opt Options) (*Summary, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var sum bytes.Buffer
-	if err := s.WriteSummary(&sum); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("live:\n%s\nsummary:\n%s\nerrors: %q", live.String(), sum.String(), s.Errors)
+	t.Logf("live:\n%s\nsummary: %+v\nerrors: %q", live.String(), s.Result(), s.Errors)
 	if entries, _ := os.ReadDir(opt.ShmDir); len(entries) != 0 {
 		t.Errorf("the run directory was not removed: %d entries in %s", len(entries), opt.ShmDir)
 	}
@@ -243,18 +240,13 @@ func TestProgressHeaderAndSummaryWording(t *testing.T) {
 		}
 	}
 	s := &Summary{Options: Options{Producers: 1, Consumers: 1, Fanout: 1, Transport: arena.TransportArena}, Stopped: "interrupted", Elapsed: time.Second}
-	var sum bytes.Buffer
-	if err := s.WriteSummary(&sum); err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(sum.String(), "1 producer x 1 consumer,") || !strings.Contains(sum.String(), "1.0s (interrupted)") {
-		t.Errorf("summary:\n%s", sum.String())
+	res := s.Result()
+	if !slices.Contains(res.Warnings, StoppedWarning+"interrupted") || res.Metric("elapsed").Samples[0] != 1 {
+		t.Errorf("interrupted run: warnings %q, elapsed %+v", res.Warnings, res.Metric("elapsed"))
 	}
 	s.Stopped = "duration"
-	sum.Reset()
-	s.WriteSummary(&sum)
-	if !strings.Contains(sum.String(), "(--duration reached)") {
-		t.Errorf("summary:\n%s", sum.String())
+	if r := s.Result(); len(r.Warnings) != 0 {
+		t.Errorf("a run that reached --duration warns %q", r.Warnings)
 	}
 }
 

@@ -350,7 +350,6 @@ ratio.`,
 			if progress.IsTerminal(a.stderr) {
 				live = a.stderr
 			}
-			var sums []*stress.Summary
 			return a.measure(measurement{suite: "arena stress", out: out,
 				run: func(ctx context.Context, m *measuring) (*outcome, error) {
 					o := &outcome{}
@@ -366,7 +365,6 @@ ratio.`,
 						if err != nil {
 							return nil, err
 						}
-						sums = append(sums, s)
 						r := s.Result()
 						m.sink(r)
 						o.results = append(o.results, r)
@@ -378,21 +376,7 @@ ratio.`,
 					}
 					return o, nil
 				},
-				table: func(w io.Writer, doc *results.Document) error {
-					for _, s := range sums {
-						fmt.Fprintf(w, "# arena stress: transport %s\n", s.Options.Transport)
-						if err := s.WriteSummary(w); err != nil {
-							return err
-						}
-					}
-					if len(sums) == 2 && sums[1].Delivered > 0 && sums[0].Elapsed > 0 && sums[1].Elapsed > 0 {
-						r0 := float64(sums[0].Delivered) / sums[0].Elapsed.Seconds()
-						r1 := float64(sums[1].Delivered) / sums[1].Elapsed.Seconds()
-						fmt.Fprintf(w, "# %s vs %s: %.2fx the tensors/s, %.2fx the GB/s\n", sums[0].Options.Transport, sums[1].Options.Transport,
-							r0/r1, (float64(sums[0].Bytes)/sums[0].Elapsed.Seconds())/(float64(sums[1].Bytes)/sums[1].Elapsed.Seconds()))
-					}
-					return nil
-				},
+				table: reports.RunTable,
 				failed: func(doc *results.Document) error {
 					if bad := doc.Failed(); len(bad) > 0 {
 						return failed("arena stress failed %d gate(s): %s", len(bad), strings.Join(bad, "; "))
