@@ -20,6 +20,12 @@ var runTables = map[string]func(w io.Writer, d *Document) error{
 	"arena stress":   stressTable,
 }
 
+// RegisterRunTable makes table the run table of suite's documents, for a
+// suite whose package draws its own (from the document alone).
+func RegisterRunTable(suite string, table func(w io.Writer, d *Document) error) {
+	runTables[suite] = table
+}
+
 // HasRunTable reports whether documents of suite have a run table.
 func HasRunTable(suite string) bool { return runTables[suite] != nil }
 

@@ -655,6 +655,22 @@ func (a *Ablation) params(router string) results.Params {
 	if a.KernelTokens > 0 {
 		p["kernel_tokens"] = strconv.Itoa(a.KernelTokens)
 	}
+	// What the table's header says; the same for every result of a run.
+	p["experts"], p["topk"] = strconv.Itoa(o.Model.E), strconv.Itoa(o.Model.K)
+	p["hidden"], p["inter"] = strconv.Itoa(o.Model.H), strconv.Itoa(o.Model.I)
+	if o.Batch > 0 && o.Batch < o.Tokens {
+		p["batch"] = strconv.Itoa(o.Batch)
+	}
+	switch {
+	case a.KernelTokens > 0:
+		p["kernel"], p["baseline"] = a.KernelName, o.baseline()
+	case o.KernelSkipped != "":
+		p["kernel"] = "not run: " + o.KernelSkipped
+	case o.KernelTokens > 0 && o.KernelLayers > 0 && o.KernelSamples > 0:
+		p["kernel"] = "not run: interrupted before it"
+	default:
+		p["kernel"] = "not run (" + o.kernelOff() + ")"
+	}
 	return p
 }
 
@@ -715,6 +731,7 @@ func (a *Ablation) Results() []results.Result {
 		p := a.params("balanced")
 		res = append(res, results.Result{Name: "router/uniform-reference", Params: p, Metrics: []results.Metric{
 			{Name: "kernel_time", Unit: "ms", Better: results.LowerIsBetter, Samples: all},
+			{Name: "touched_experts", Unit: "experts", Better: results.LowerIsBetter, Samples: []float64{float64(a.uniformTouched)}},
 		}})
 	}
 	return res
@@ -731,27 +748,55 @@ func metric(c column, samples []float64) results.Metric {
 	return m
 }
 
-// WriteTable prints the routers × metrics table: load metrics are means
-// over the layers, kernel figures medians over every sample.
-func (a *Ablation) WriteTable(w io.Writer) error {
-	o := a.Opt
-	fmt.Fprintf(w, "# %s: E=%d k=%d H=%d I=%d, %s × %s", o.Model.Name, o.Model.E, o.Model.K, o.Model.H, o.Model.I, units.Plural(o.Layers, "layer"), units.Plural(o.Tokens, "token"))
-	if o.Batch > 0 && o.Batch < o.Tokens {
-		fmt.Fprintf(w, " in batches of %d", o.Batch)
+// Table prints the routers × metrics table of an ablation's document: load
+// metrics are means over the layers, kernel figures medians over every
+// sample. It reads the results alone, so the run and 'report show --run'
+// print the same.
+func Table(w io.Writer, d *results.Document) error {
+	var routers []results.Result
+	var uniform *results.Result
+	kernelSamples := 0
+	for i, r := range d.Results {
+		switch r.Name {
+		case "router":
+			routers = append(routers, r)
+		case "router/uniform-reference":
+			uniform = &d.Results[i]
+		case "router/layer":
+			if m := r.Metric("kernel_time"); m != nil && len(m.Samples) > 0 && kernelSamples == 0 {
+				kernelSamples = len(m.Samples)
+			}
+		}
 	}
-	fmt.Fprintf(w, "; input %s\n", a.inputDesc())
-	if a.KernelTokens > 0 {
-		fmt.Fprintf(w, "# kernel: %s; the last %d of %d tokens of the last %s, %s (median); ×uniform = time / time under perfectly uniform routing; relL2 = output difference vs %s\n",
-			a.KernelName, a.KernelTokens, o.Tokens, units.Plural(len(a.ReferenceMS), "layer"), units.Plural(o.KernelSamples, "sample"), o.baseline())
-	} else if o.KernelSkipped != "" {
-		fmt.Fprintln(w, "# kernel: not run: "+o.KernelSkipped)
-	} else if o.KernelTokens > 0 && o.KernelLayers > 0 && o.KernelSamples > 0 {
-		fmt.Fprintln(w, "# kernel: not run: interrupted before it")
-	} else {
-		fmt.Fprintf(w, "# kernel: not run (%s)\n", o.kernelOff())
+	var p results.Params
+	switch {
+	case len(routers) > 0:
+		p = routers[0].Params
+	case uniform != nil:
+		p = uniform.Params
+	default:
+		p = results.Params{}
 	}
-	if a.KernelTokens > 0 {
+	atoi := func(k string) int { n, _ := strconv.Atoi(p[k]); return n }
+	fmt.Fprintf(w, "# %s: E=%s k=%s H=%s I=%s, %s × %s", p["model"], p["experts"], p["topk"], p["hidden"], p["inter"],
+		units.Plural(atoi("layers"), "layer"), units.Plural(atoi("tokens"), "token"))
+	if p["batch"] != "" {
+		fmt.Fprintf(w, " in batches of %s", p["batch"])
+	}
+	fmt.Fprintf(w, "; input %s\n", p["input"])
+	ran := p["kernel_tokens"] != ""
+	if ran {
+		layers := 0
+		if uniform != nil {
+			layers = len(uniform.Metric("kernel_time").Samples) / max(kernelSamples, 1)
+		}
+		fmt.Fprintf(w, "# kernel: %s; the last %s of %s tokens of the last %s, %s (median); ×uniform = time / time under perfectly uniform routing; relL2 = output difference vs %s\n",
+			p["kernel"], p["kernel_tokens"], p["tokens"], units.Plural(layers, "layer"), units.Plural(kernelSamples, "sample"), p["baseline"])
 		fmt.Fprintln(w, "# touched = experts the kernel's tokens use; with few tokens, routing that spreads wider reads more expert weights, so ×uniform < 1 is expected there")
+	} else if k, ok := strings.CutPrefix(p["kernel"], "not run: "); ok {
+		fmt.Fprintln(w, "# kernel: not run: "+k)
+	} else {
+		fmt.Fprintf(w, "# kernel: %s\n", p["kernel"])
 	}
 	// report show gives the median of a result's samples, here the layers'
 	// values; say which this table shows, so the two can be told apart.
@@ -759,32 +804,31 @@ func (a *Ablation) WriteTable(w io.Writer) error {
 	// Values first, then one format per column.
 	var names []string
 	var vals [][]float64 // [row][column]; NaN: none
-	for _, run := range a.Runs {
-		names = append(names, run.Router)
+	for _, r := range routers {
+		names = append(names, r.Params["router"])
 		row := make([]float64, len(columns))
 		for j, c := range columns {
 			var vs []float64
-			for i := range run.Layers {
-				vs = append(vs, finite(c.get(&run.Layers[i]))...)
+			if m := r.Metric(c.name); m != nil {
+				vs = m.Samples
 			}
 			row[j] = cellValue(c, vs)
 		}
 		vals = append(vals, row)
 	}
-	if len(a.ReferenceMS) > 0 {
-		var all []float64
-		for _, v := range a.ReferenceMS {
-			all = append(all, v...)
-		}
+	if uniform != nil {
 		row := make([]float64, len(columns))
 		for j, c := range columns {
 			switch c.name {
 			case "kernel_time":
-				row[j] = results.Summarize(all).Median
+				row[j] = results.Summarize(uniform.Metric("kernel_time").Samples).Median
 			case "slowdown":
 				row[j] = 1
 			case "touched_experts":
-				row[j] = float64(a.uniformTouched)
+				row[j] = math.NaN()
+				if m := uniform.Metric("touched_experts"); m != nil && len(m.Samples) > 0 {
+					row[j] = m.Samples[0]
+				}
 			default:
 				row[j] = math.NaN()
 			}
@@ -823,8 +867,11 @@ func (a *Ablation) WriteTable(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	for _, warn := range a.Warnings {
-		fmt.Fprintln(w, "# warning: "+warn)
+	skipped := strings.TrimPrefix(p["kernel"], "not run: ")
+	for _, warn := range d.Warnings {
+		if warn != skipped { // said in the header
+			fmt.Fprintln(w, "# warning: "+warn)
+		}
 	}
 	return nil
 }

@@ -132,7 +132,7 @@ func TestAblationSmall(t *testing.T) {
 	}
 
 	var tab bytes.Buffer
-	if err := a.WriteTable(&tab); err != nil {
+	if err := Table(&tab, &results.Document{Results: a.Results(), Warnings: a.Warnings}); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"MaxVio", "×uniform", "relL2", "deepseek-v3-lossfree", "(uniform)", "the last 32 of 512 tokens", "3 layers × 512 tokens", "the last 1 layer, 2 samples",

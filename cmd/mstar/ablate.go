@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -20,6 +19,7 @@ import (
 )
 
 func init() {
+	reports.RegisterRunTable(ablate.AblationSuite, ablate.Table)
 	register(func(a *app) *cobra.Command {
 		cmd := &cobra.Command{
 			Use:   "ablate",
@@ -258,7 +258,7 @@ out-of-range expert id.`,
 					}
 					return o, err
 				},
-				table: func(w io.Writer, doc *results.Document) error { return res.WriteTable(w) },
+				table: reports.RunTable,
 				after: func(doc *results.Document) error {
 					stopped := slices.Contains(doc.Warnings, results.WarnInterrupted)
 					if heatmap != "" && len(res.Runs) > 0 { // none when interrupted in the first router
