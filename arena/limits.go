@@ -2,9 +2,10 @@ package arena
 
 import (
 	"fmt"
-	"github.com/mstar-dev/mstar/internal/units"
 	"os"
 	"strings"
+
+	"github.com/mstar-dev/mstar/internal/units"
 
 	"golang.org/x/sys/unix"
 )
@@ -25,13 +26,13 @@ func StatFS(dir string) (FSInfo, error) {
 	return FSInfo{Path: dir, Total: int64(st.Blocks) * st.Bsize, Free: int64(st.Bavail) * st.Bsize}, nil
 }
 
-// CheckCeilings checks one arena's configuration against the file system
+// CheckLimits checks one arena's configuration against the file system
 // and the host's memory. It refuses a cap that cannot fit the file system
 // even when empty, and warns, with the arithmetic, when the cap exceeds the
-// free space now or the pinned budget is a large share of memory. Ceilings
+// free space now or the pinned budget is a large share of memory. Limits
 // are per arena: every process with an arena multiplies them, and a
 // consumer pins peers' segments on top of its own.
-func CheckCeilings(cfg Config, fs FSInfo, memTotal int64) (warnings []string, err error) {
+func CheckLimits(cfg Config, fs FSInfo, memTotal int64) (warnings []string, err error) {
 	if cfg.Transport == TransportFile {
 		return nil, nil
 	}
@@ -41,17 +42,17 @@ func CheckCeilings(cfg Config, fs FSInfo, memTotal int64) (warnings []string, er
 		return nil, fmt.Errorf("cap %d segments x %d bytes overflows", segs, size)
 	}
 	if capBytes > fs.Total {
-		return nil, fmt.Errorf("ceiling: cap %d segments x %s = %s exceeds the size of %s (%s); lower the segment count or size",
+		return nil, fmt.Errorf("limit: cap %d segments x %s = %s exceeds the size of %s (%s); lower the segment count or size",
 			segs, units.Bytes(size), units.Bytes(capBytes), fs.Path, units.Bytes(fs.Total))
 	}
 	if capBytes > fs.Free {
-		warnings = append(warnings, fmt.Sprintf("ceiling: cap %d segments x %s = %s exceeds the free space of %s (%s of %s free); growth past that will fail at segment creation, and tensors then spill",
+		warnings = append(warnings, fmt.Sprintf("limit: cap %d segments x %s = %s exceeds the free space of %s (%s of %s free); growth past that will fail at segment creation, and tensors then spill",
 			segs, units.Bytes(size), units.Bytes(capBytes), fs.Path, units.Bytes(fs.Free), units.Bytes(fs.Total)))
 	}
 	if cfg.Device != nil && memTotal > 0 {
 		pin := min(cfg.PinBudget, capBytes)
 		if pin > memTotal/2 {
-			warnings = append(warnings, fmt.Sprintf("ceiling: pinned budget %s (min of budget %s and cap %s) is more than half of host memory (%s); page-locked memory comes out of the pageable pool of the whole machine",
+			warnings = append(warnings, fmt.Sprintf("limit: pinned budget %s (min of budget %s and cap %s) is more than half of host memory (%s); page-locked memory comes out of the pageable pool of the whole machine",
 				units.Bytes(pin), units.Bytes(cfg.PinBudget), units.Bytes(capBytes), units.Bytes(memTotal)))
 		}
 	}

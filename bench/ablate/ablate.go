@@ -775,7 +775,11 @@ func Table(w io.Writer, d *results.Document) error {
 	case uniform != nil:
 		p = uniform.Params
 	default:
-		p = results.Params{}
+		fmt.Fprintln(w, "# ablate router: no router finished (interrupted before the first one?)")
+		for _, warn := range d.Warnings {
+			fmt.Fprintln(w, "# warning: "+warn)
+		}
+		return nil
 	}
 	atoi := func(k string) int { n, _ := strconv.Atoi(p[k]); return n }
 	fmt.Fprintf(w, "# %s: E=%s k=%s H=%s I=%s, %s × %s", p["model"], p["experts"], p["topk"], p["hidden"], p["inter"],

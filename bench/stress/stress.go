@@ -175,7 +175,7 @@ type Summary struct {
 	LeakedSlots       int   // live slots at the producers' orderly exit
 	LeakedSpillFiles  int
 	LeftBeforeSweep   []string // files in the run directory after every worker exited
-	Swept             arena.SweepReport
+	Swept             arena.CleanReport
 	LeftAfterSweep    []string
 	SweptAtStartup    int // orphans removed by restarted producers' startup sweeps
 	Kills, Restarts   int
@@ -607,7 +607,7 @@ func (r *runner) stop() {
 		}
 	}
 	r.sum.LeftBeforeSweep = listDir(r.runDir)
-	rep, err := arena.SweepOrphans(r.runDir, arena.SweepOptions{Grace: -1})
+	rep, err := arena.CleanOrphans(r.runDir, arena.CleanOptions{Grace: -1})
 	if err != nil {
 		r.sum.Errors = append(r.sum.Errors, err.Error())
 	}

@@ -213,7 +213,7 @@ func (w *worker) produce(parent context.Context) error {
 		return err
 	}
 	defer a.Close()
-	w.rep.Swept = len(a.StartupSweep().Removed)
+	w.rep.Swept = len(a.StartupClean().Removed)
 
 	rng := rand.New(rand.NewPCG(cfg.Seed, uint64(cfg.Index)<<32|uint64(cfg.Generation)))
 	pool := make([]byte, cfg.MaxSize+4096)

@@ -443,7 +443,7 @@ arena also runs this sweep when it starts.`,
 			if err := checkShmDir("shm-dir", dir, !dry); err != nil {
 				return err
 			}
-			rep, err := arena.SweepOrphans(dir, arena.SweepOptions{DryRun: dry})
+			rep, err := arena.CleanOrphans(dir, arena.CleanOptions{DryRun: dry})
 			if err != nil {
 				return badInput(err)
 			}
