@@ -87,10 +87,10 @@ uniform, 1 leaves a few experts far more attractive), the preferred expert's
 logit raised by --strength standard deviations, and --correlation between
 consecutive layers; gate weights random or read from a safetensors checkpoint
 (--gates: model.layers.N.mlp.gate.weight, and DeepSeek-V3's
-e_score_correction_bias where present). --trace replays a recorded routing
+e_score_correction_bias where present). --routing-file replays a recorded routing
 (JSON Lines: a header {"format":"mstar.routing-trace","experts":E,"topk":K},
 then one line {"layer":L,"ids":[...],"weights":[...]} per token per layer) as
-router "trace"; --record-trace writes the --baseline router's routing in that
+router "trace"; --routing-out writes the --baseline router's routing in that
 format. Tokens are routed in batches of --batch, in order, so stateful
 routers (deepseek-v3-lossfree, cross-layer) carry their state from layer to
 layer and from batch to batch.
@@ -109,8 +109,8 @@ out-of-range expert id.`,
   mstar ablate router --model deepseek-v3 --layers 2 --tokens 2048 --zipf 1.2 --out ablate.json --heatmap load.png
   mstar ablate router --model mixtral-8x7b --routers mixtral,switch,expert-choice --capacity-factor 1.0
   mstar ablate router --model qwen3-30b-a3b --gates /models/Qwen3-30B-A3B --gate-layers 0,24,47 --layers 3
-  mstar ablate router --model qwen3-30b-a3b --kernel-tokens 0 --record-trace routing.jsonl
-  mstar ablate router --model qwen3-30b-a3b --trace routing.jsonl --routers trace,softmax-topk-norm`,
+  mstar ablate router --model qwen3-30b-a3b --kernel-tokens 0 --routing-out routing.jsonl
+  mstar ablate router --model qwen3-30b-a3b --routing-file routing.jsonl --routers trace,softmax-topk-norm`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			// The heat map is PNG only; another extension would mislabel it.
@@ -140,10 +140,10 @@ out-of-range expert id.`,
 			if m.K > m.E {
 				return usageErr("--topk %d exceeds the %d experts", m.K, m.E)
 			}
-			// 0 layers or tokens are all of a --trace's; without one, nothing.
+			// 0 layers or tokens are all of a --routing-file's; without one, nothing.
 			layersOK, tokensOK := atLeast("layers", layers, 1, ""), atLeast("tokens", tokens, 1, "")
 			if tracePath != "" {
-				layersOK, tokensOK = atLeast("layers", layers, 0, "0: every layer of --trace"), atLeast("tokens", tokens, 0, "0: every token of --trace")
+				layersOK, tokensOK = atLeast("layers", layers, 0, "0: every layer of --routing-file"), atLeast("tokens", tokens, 0, "0: every token of --routing-file")
 			}
 			if err := firstErr(layersOK, tokensOK, atLeast("batch", batch, 0, "0: one batch"),
 				atLeast("kernel-tokens", kTokens, 0, "0: skip the kernel"), atLeast("kernel-layers", kLayers, 1, ""),
@@ -184,7 +184,7 @@ out-of-range expert id.`,
 			}
 			if gates != "" {
 				if tracePath != "" {
-					return usageErr("--gates and --trace: give one (a trace is routing already done)")
+					return usageErr("--gates and --routing-file: give one (a trace is routing already done)")
 				}
 				gs, err := router.LoadGates(gates, m.E, m.H, gateLayers, layers)
 				if err != nil {
@@ -199,7 +199,7 @@ out-of-range expert id.`,
 			if tracePath != "" {
 				tr, err := router.ReadTraceFile(tracePath)
 				if err != nil {
-					return badInput(fmt.Errorf("--trace: %w", err))
+					return badInput(fmt.Errorf("--routing-file: %w", err))
 				}
 				opt.Trace = tr
 				kernelK = tr.TopK
@@ -288,14 +288,14 @@ out-of-range expert id.`,
 					tr, err := res.Trace(name)
 					switch {
 					case err != nil && stopped: // interrupted before that router ran
-						fmt.Fprintf(a.stderr, "mstar: --record-trace: not written: %v\n", err)
+						fmt.Fprintf(a.stderr, "mstar: --routing-out: not written: %v\n", err)
 						return nil
 					case err != nil:
-						return badInput(fmt.Errorf("--record-trace: %w", err))
+						return badInput(fmt.Errorf("--routing-out: %w", err))
 					}
 					f, err := os.Create(recordPath)
 					if err != nil {
-						return badInput(fmt.Errorf("--record-trace: %w", err))
+						return badInput(fmt.Errorf("--routing-out: %w", err))
 					}
 					if err := tr.Write(f); err != nil {
 						f.Close()
@@ -321,18 +321,20 @@ out-of-range expert id.`,
 	f.IntVar(&topk, "topk", 0, "override the model's experts per token")
 	f.IntVar(&hidden, "hidden", 0, "override the model's hidden size")
 	f.IntVar(&inter, "inter", 0, "override the model's expert intermediate size")
-	f.StringSliceVar(&routers, "routers", nil, "routers to compare, comma-separated (default: all built-ins; 'trace' replays --trace)")
-	f.StringVar(&baseline, "baseline", "", "router whose MoE output the others are compared with (default: the model's own router; the trace with --trace)")
-	f.IntVar(&layers, "layers", 4, "layers to route (with --trace, 0: all of its layers)")
-	f.IntVar(&tokens, "tokens", 4096, "tokens per layer (with --trace, 0: all of its tokens)")
+	f.StringSliceVar(&routers, "routers", nil, "routers to compare, comma-separated (default: all built-ins; 'trace' replays --routing-file)")
+	f.StringVar(&baseline, "baseline", "", "router whose MoE output the others are compared with (default: the model's own router; the trace with --routing-file)")
+	f.IntVar(&layers, "layers", 4, "layers to route (with --routing-file, 0: all of its layers)")
+	f.IntVar(&tokens, "tokens", 4096, "tokens per layer (with --routing-file, 0: all of its tokens)")
 	f.IntVar(&batch, "batch", 512, "tokens per batch (stateful routers adapt batch by batch; 0: one batch)")
 	f.Float64Var(&zipf, "zipf", 1.0, "Zipf exponent of the experts' affinity (0: uniform)")
 	f.Float64Var(&strength, "strength", 2.0, "logit boost of a token's preferred expert, in standard deviations")
 	f.Float64Var(&corr, "correlation", 0.5, "correlation of preferences and hidden states between consecutive layers, in [0,1]")
 	f.StringVar(&gates, "gates", "", "read gate weights from a safetensors `FILE` or a directory of shards")
 	f.IntSliceVar(&gateLayers, "gate-layers", nil, "model layer numbers to read from --gates (default: the first --layers that have a gate)")
-	f.StringVar(&tracePath, "trace", "", "replay a recorded routing `FILE` as router 'trace'")
-	f.StringVar(&recordPath, "record-trace", "", "write the --baseline router's routing of every layer as a trace `FILE`")
+	f.StringVar(&tracePath, "routing-file", "", "replay a recorded routing `FILE` as router 'trace'")
+	f.StringVar(&recordPath, "routing-out", "", "write the --baseline router's routing of every layer as a routing `FILE`")
+	deprecatedAlias(f, "trace", "routing-file")
+	deprecatedAlias(f, "record-trace", "routing-out")
 	f.IntVar(&kTokens, "kernel-tokens", 16, "tokens per layer timed through the fused-MoE kernel (0: skip the kernel; a GPU takes 1024 unless set)")
 	f.IntVar(&kLayers, "kernel-layers", 1, "layers (the last ones) timed through the fused-MoE kernel (--kernel-tokens 0 skips it)")
 	f.IntVar(&kSamples, "kernel-samples", 3, "kernel timings per router and layer (a GPU takes 10 unless set)")

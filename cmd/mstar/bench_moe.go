@@ -92,20 +92,23 @@ ranks and --ep N the experts (rank 0 is measured: it holds experts
 [0, E/N); a token's slots on other ranks are dropped from the local compute).
 
 Routing: uniform random by default (k distinct experts per token, softmax
-weights), --routing zipf:ALPHA for skewed expert load, or --routing-trace
-FILE to replay recorded routing:
+weights), --routing zipf:ALPHA for skewed expert load, or --routing-file
+FILE to replay recorded routing, in the routing file format of ablate router
+(JSON Lines: a header {"format":"mstar.routing-trace","experts":E,"topk":k},
+then one {"layer":L,"ids":[e,...],"weights":[w,...]} per token; the first
+layer replays) or as one object
   {"experts": E, "topk": k, "ids": [[e, ...], ...], "weights": [[w, ...], ...]}
-one row of k distinct global expert ids per token ("weights" optional: 1/k).
-Batch M uses the first M tokens (a trace repeats when shorter).
---routing-out FILE writes the routing used, in the same format (the peers in
-scripts/peers replay it).
+with one row of k distinct global expert ids per token ("weights" optional:
+1/k). Batch M uses the first M tokens (a file repeats when shorter).
+--routing-out FILE writes the routing used as a routing file (JSON Lines;
+ablate router --routing-file and the peers in scripts/peers replay it).
 
 Models:
 ` + strings.Join(names, "\n"),
 		Example: `  mstar bench moe --model qwen3-30b-a3b --batch 1,16 --device cpu
   mstar bench moe --model deepseek-v3 --tp 8 --device cuda:0 --out ds-tp8.json
   mstar bench moe --model qwen3-30b-a3b --routing zipf:1.2 --batch 64,1024 --out zipf.json
-  mstar bench moe --experts 64 --topk 4 --hidden 1024 --inter 512 --routing-trace routing.json
+  mstar bench moe --experts 64 --topk 4 --hidden 1024 --inter 512 --routing-file routing.jsonl
   mstar bench moe --model mixtral-8x7b --batch 4096 --config tiled:bm=128,bn=128,bk=32,wm=2,wn=4,stages=4
   mstar bench moe --model qwen3-30b-a3b --batch 256,1024,4096 --config tc:128x256k64s3 --device cuda:0
   mstar bench moe --model qwen3-235b-a22b --batch 1,64,1024,4096 --tune --device cuda:0 --out tuned.json
@@ -158,15 +161,19 @@ Models:
 			}
 			if traceIn != "" {
 				if f.Changed("routing") {
-					return usageErr("--routing and --routing-trace exclude each other")
+					return usageErr("--routing and --routing-file exclude each other")
 				}
-				r, e, err := moe.ReadTrace(traceIn)
+				tr, err := router.ReadTraceFile(traceIn)
 				if err != nil {
-					return badInput(err)
+					return badInput(fmt.Errorf("reading routing file %w", err))
 				}
-				if e != opt.Shape.E {
-					return usageErr("routing trace %s is over %d experts, the shape has %d", traceIn, e, opt.Shape.E)
+				if tr.Experts != opt.Shape.E {
+					return usageErr("routing file %s is over %d experts, the shape has %d", traceIn, tr.Experts, opt.Shape.E)
 				}
+				if len(tr.Layers) > 1 {
+					fmt.Fprintf(a.stderr, "mstar: routing file %s has %d layers; replaying its first (layer %d)\n", traceIn, len(tr.Layers), tr.Layers[0])
+				}
+				r := moe.Routing{IDs: tr.IDs[0], Weights: tr.Weights[0], M: tr.Tokens, K: tr.TopK}
 				opt.Trace, opt.TraceName = &r, traceIn
 			}
 			if _, err := moebench.PrepareMoE(&opt); err != nil {
@@ -233,7 +240,7 @@ Models:
 				table: reports.RunTable,
 				after: func(doc *results.Document) error {
 					if traceOut != "" && rep.Routing.M > 0 { // none when interrupted before it was drawn
-						return moe.WriteTrace(traceOut, rep.Routing, opt.Shape.E)
+						return writeRoutingFile(traceOut, rep.Routing, opt.Shape.E)
 					}
 					return nil
 				},
@@ -258,7 +265,8 @@ Models:
 	addDeviceFlag(cmd, &device)
 	f.StringVarP(&out, "out", "o", "", "write the results document to `FILE`")
 	f.StringVar(&routing, "routing", "uniform", "routing: uniform or zipf:ALPHA")
-	f.StringVar(&traceIn, "routing-trace", "", "replay routing from `FILE` (format above)")
+	f.StringVar(&traceIn, "routing-file", "", "replay routing from `FILE` (format above)")
+	deprecatedAlias(f, "routing-trace", "routing-file")
 	f.StringVar(&traceOut, "routing-out", "", "write the routing used to `FILE`")
 	f.IntVar(&samples, "samples", 0, "timed samples per batch (0: 20 on CUDA, 6 on the CPU)")
 	f.Uint64Var(&seed, "seed", 1, "seed of weights, inputs and routing")
@@ -290,4 +298,21 @@ func joinInts(v []int) string {
 		s[i] = strconv.Itoa(n)
 	}
 	return strings.Join(s, ",")
+}
+
+// writeRoutingFile writes a routing over e experts as a one-layer routing file.
+func writeRoutingFile(path string, r moe.Routing, e int) error {
+	tr, err := router.TraceFromOutputs(e, []router.Output{{T: r.M, K: r.K, IDs: r.IDs, Weights: r.Weights}})
+	if err != nil {
+		return fmt.Errorf("writing routing file %s: %w", path, err)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return badInput(fmt.Errorf("--routing-out: %w", err))
+	}
+	if err := tr.Write(f); err != nil {
+		f.Close()
+		return fmt.Errorf("writing routing file %s: %w", path, err)
+	}
+	return f.Close()
 }

@@ -40,7 +40,7 @@ func TestBenchMoECPU(t *testing.T) {
 	}
 	// The written routing replays.
 	_, stderr, code = runMstar(t, "bench", "moe", "--experts", "8", "--topk", "2", "--hidden", "64", "--inter", "32",
-		"--batch", "3", "--device", "cpu", "--samples", "1", "--routing-trace", trace)
+		"--batch", "3", "--device", "cpu", "--samples", "1", "--routing-file", trace)
 	if code != exitOK {
 		t.Errorf("replaying --routing-out: exit %d: %s", code, stderr)
 	}

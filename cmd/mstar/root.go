@@ -218,6 +218,14 @@ func (a *app) writeResults(path string, doc *results.Document) error {
 	return nil
 }
 
+// deprecatedAlias makes old another name of the flag new: hidden, and
+// deprecated with a note on stderr, so scripts that use it keep working.
+func deprecatedAlias(f *pflag.FlagSet, old, new string) {
+	nf := f.Lookup(new)
+	f.Var(nf.Value, old, nf.Usage)
+	f.MarkDeprecated(old, "use --"+new)
+}
+
 // outputFlags are the flags that name a file mstar writes, in every command.
 var outputFlags = []string{"out", "plot", "heatmap", "routing-out", "record-trace", "cpuprofile"}
 
