@@ -28,7 +28,9 @@ import (
 
 	"github.com/mstar-dev/mstar/arena"
 	"github.com/mstar-dev/mstar/internal/badinput"
+	"github.com/mstar-dev/mstar/internal/envinfo"
 	"github.com/mstar-dev/mstar/internal/gpu"
+	"github.com/mstar-dev/mstar/internal/gpu/nvmlinfo"
 	"github.com/mstar-dev/mstar/internal/units"
 	"github.com/mstar-dev/mstar/reports/results"
 )
@@ -295,4 +297,21 @@ func pattern(b []byte, seed uint64) {
 	for ; i < len(b); i++ {
 		b[i] = byte(x >> (8 * (i & 7)))
 	}
+}
+
+// PCIeCeiling is the theoretical rate per direction of a GPU's PCIe link,
+// for the sweep's %PCIe, with a note saying where it came from: the
+// maximum generation and width, since an idle link trains down.
+func PCIeCeiling(link envinfo.PCIe, known bool) (gbps float64, note string) {
+	if !known {
+		return 0, "PCIe link unknown (NVML did not report it); pass --pcie-gbps"
+	}
+	g, w := link.Gen, link.Width
+	if link.MaxGen > 0 && link.MaxWidth > 0 {
+		g, w = link.MaxGen, link.MaxWidth
+	}
+	if r := nvmlinfo.PCIeGBps(g, w); r > 0 {
+		return r, fmt.Sprintf("PCIe gen%d x%d theoretical %.1f GB/s per direction (NVML: %s)", g, w, r, link)
+	}
+	return 0, fmt.Sprintf("PCIe generation %d unknown; pass --pcie-gbps", g)
 }

@@ -161,12 +161,12 @@ out-of-range expert id.`,
 			if len(routers) == 0 && tracePath == "" {
 				compared = append(compared, ablate.DefaultAblationRouters...)
 			}
-			for _, s := range routerSettings {
-				if s.flag == "seed" || !cmd.Flags().Changed(s.flag) {
+			for _, s := range router.Settings {
+				if s.Name == "seed" || !cmd.Flags().Changed(s.Name) {
 					continue
 				}
-				if !slices.ContainsFunc(compared, func(n string) bool { return n != "" && routerUses(n, cfg, s.set) }) {
-					fmt.Fprintf(a.stderr, "mstar: warning: --%s: none of the routers compared uses it\n", s.flag)
+				if !slices.ContainsFunc(compared, func(n string) bool { return n != "" && router.Uses(n, cfg, s) }) {
+					fmt.Fprintf(a.stderr, "mstar: warning: --%s: none of the routers compared uses it\n", s.Name)
 				}
 			}
 			opt := ablate.AblationOptions{

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mstar-dev/mstar/internal/envinfo"
 	"github.com/mstar-dev/mstar/internal/units"
 	"github.com/mstar-dev/mstar/reports/results"
 
@@ -18,7 +19,6 @@ import (
 	"github.com/mstar-dev/mstar/bench/stress"
 	"github.com/mstar-dev/mstar/bench/sweep"
 	"github.com/mstar-dev/mstar/internal/gpu"
-	"github.com/mstar-dev/mstar/internal/gpu/nvmlinfo"
 	"github.com/mstar-dev/mstar/internal/progress"
 	"github.com/mstar-dev/mstar/reports"
 )
@@ -76,27 +76,6 @@ func parseSizeBounds(minSize, maxSize string) (lo, hi int64, err error) {
 		return 0, 0, usageErr("--max-size %s: must be at least --min-size (%s)", maxSize, minSize)
 	}
 	return lo, hi, nil
-}
-
-// arenaPCIe finds the link's theoretical rate from the environment NVML
-// filled in ("pcie": "gen5 x16 (max gen5 x16)"): the maximum generation and
-// width, since an idle link trains down.
-func arenaPCIe(env results.Env) (gbps float64, note string) {
-	v, ok := env["pcie"]
-	if !ok {
-		return 0, "PCIe link unknown (NVML did not report it); pass --pcie-gbps"
-	}
-	var g, w, mg, mw int
-	if n, _ := fmt.Sscanf(v, "gen%d x%d (max gen%d x%d)", &g, &w, &mg, &mw); n < 2 {
-		return 0, fmt.Sprintf("PCIe link %q not understood; pass --pcie-gbps", v)
-	}
-	if mg > 0 && mw > 0 {
-		g, w = mg, mw
-	}
-	if r := nvmlinfo.PCIeGBps(g, w); r > 0 {
-		return r, fmt.Sprintf("PCIe gen%d x%d theoretical %.1f GB/s per direction (NVML: %s)", g, w, r, v)
-	}
-	return 0, fmt.Sprintf("PCIe generation %d unknown; pass --pcie-gbps", g)
 }
 
 func arenaSweepCmd(a *app) *cobra.Command {
@@ -166,7 +145,7 @@ with "-transport" added to its name).`,
 					if pcie > 0 {
 						opt.PCIeGBps, opt.PCIeNote = pcie, fmt.Sprintf("PCIe theoretical %.1f GB/s per direction (--pcie-gbps)", pcie)
 					} else if m.dev.Info().Backend == gpu.CUDA {
-						opt.PCIeGBps, opt.PCIeNote = arenaPCIe(m.doc.Env)
+						opt.PCIeGBps, opt.PCIeNote = sweep.PCIeCeiling(envinfo.PCIeLink(m.dev))
 					}
 					// On an interrupt the point in flight stops and removes its
 					// segments and files; the points done are still written.

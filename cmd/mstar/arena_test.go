@@ -1,7 +1,6 @@
 package main
 
 import (
-	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -33,26 +32,6 @@ func arenaShmDir(t *testing.T) string {
 	}
 	t.Cleanup(func() { os.RemoveAll(d) })
 	return d
-}
-
-func TestArenaPCIe(t *testing.T) {
-	tests := []struct {
-		name string
-		env  results.Env
-		want float64
-		note string
-	}{
-		{"gen5 x16 at idle downtrained", results.Env{"pcie": "gen1 x16 (max gen5 x16)"}, 63.0, "gen5 x16"},
-		{"gen4 x8", results.Env{"pcie": "gen4 x8 (max gen4 x8)"}, 15.75, "gen4 x8"},
-		{"not reported", results.Env{}, 0, "--pcie-gbps"},
-		{"garbled", results.Env{"pcie": "fast"}, 0, "not understood"},
-	}
-	for _, tc := range tests {
-		got, note := arenaPCIe(tc.env)
-		if math.Abs(got-tc.want) > 0.05 || !strings.Contains(note, tc.note) {
-			t.Errorf("%s: %.2f GB/s, %q; want %.2f and a note with %q", tc.name, got, note, tc.want, tc.note)
-		}
-	}
 }
 
 func TestArenaUsageErrors(t *testing.T) {

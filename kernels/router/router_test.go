@@ -684,3 +684,18 @@ func ExampleDrive() {
 	// token 0: experts [2 1] weights [0.7311 0.2689]
 	// token 1: experts [2 3] weights [0.5000 0.5000]
 }
+
+func TestUses(t *testing.T) {
+	byName := map[string]Setting{}
+	for _, s := range Settings {
+		byName[s.Name] = s
+	}
+	for _, tc := range []struct {
+		router, setting string
+		want            bool
+	}{{"deepseek-v3", "n-group", true}, {"hash", "n-group", false}, {"switch", "capacity-factor", true}, {"hash", "scaling", false}, {"random", "seed", true}} {
+		if got := Uses(tc.router, Config{}, byName[tc.setting]); got != tc.want {
+			t.Errorf("Uses(%s, --%s) = %v, want %v", tc.router, tc.setting, got, tc.want)
+		}
+	}
+}
