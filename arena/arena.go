@@ -27,13 +27,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/mstar-dev/mstar/internal/units"
 	"math"
 	"os"
 	"sync"
 	"time"
 
 	"github.com/mstar-dev/mstar/internal/gpu"
+	"github.com/mstar-dev/mstar/internal/units"
 )
 
 // Config configures an Arena. The zero value of every field is a sensible

@@ -268,7 +268,7 @@ func TestQuantilesUnmeasured(t *testing.T) {
 // The committed trace of the CPU acceptance run reads clean, and its ladder
 // kept to one rung change per cooldown.
 func TestCommittedTrace(t *testing.T) {
-	f, err := ReadFile("../testdata/spill/cpu-trace.jsonl")
+	f, err := ReadFile("../reports/measured/spill/cpu-trace.jsonl")
 	if err != nil {
 		t.Skipf("no committed trace: %v", err)
 	}

@@ -69,7 +69,7 @@ func TestAblateRouterCommand(t *testing.T) {
 }
 
 func TestAblateRouterInputs(t *testing.T) {
-	td := filepath.Join("..", "..", "testdata", "router")
+	td := filepath.Join("testdata", "router")
 	t.Run("gates from a safetensors file, bias and all", func(t *testing.T) {
 		stdout, stderr, code := runMstar(t, append([]string{"ablate", "router", "--gates", filepath.Join(td, "gates-e16-h32.safetensors"),
 			"--layers", "2", "--tokens", "256", "--routers", "deepseek-v3", "--n-group", "4", "--topk-group", "2", "--kernel-tokens", "0"}, tinyModel...)...)
@@ -93,7 +93,7 @@ func TestAblateRouterInputs(t *testing.T) {
 }
 
 func TestAblateRouterBadInput(t *testing.T) {
-	td := filepath.Join("..", "..", "testdata", "router")
+	td := filepath.Join("testdata", "router")
 	dir := t.TempDir()
 	// A gate file lacking layer 1, and one whose gate is transposed.
 	write := func(name string, ts []router.Tensor) string {

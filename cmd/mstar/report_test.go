@@ -278,7 +278,7 @@ func TestReportDiffNothingCompared(t *testing.T) {
 // The README's diff: narrow tables, rel_l2 (one sample a run) in one line,
 // one short warning on stderr.
 func TestReportDiffReadmeExampleReadable(t *testing.T) {
-	stdout, stderr, code := runMstar(t, "report", "diff", "../../testdata/h200/moe-v3-qwen3-30b-a3b.json", "../../testdata/h200/moe-qwen3-30b-a3b.json")
+	stdout, stderr, code := runMstar(t, "report", "diff", "../../reports/measured/h200/moe-v3-qwen3-30b-a3b.json", "../../reports/measured/h200/moe-qwen3-30b-a3b.json")
 	if code != exitOK {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}

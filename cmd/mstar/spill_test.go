@@ -190,8 +190,8 @@ func TestSpillMatrixBadUsage(t *testing.T) {
 // H200 run the README quotes) are valid documents whose every gate passed,
 // and they hold every cell of the matrix.
 func TestCommittedSpillResults(t *testing.T) {
-	cpu, _ := filepath.Glob("../../testdata/spill/*.json")
-	h200, _ := filepath.Glob("../../testdata/h200/spill*.json")
+	cpu, _ := filepath.Glob("../../reports/measured/spill/*.json")
+	h200, _ := filepath.Glob("../../reports/measured/h200/spill*.json")
 	paths := append(cpu, h200...)
 	if len(cpu) == 0 || len(h200) == 0 {
 		t.Fatalf("committed spill-matrix results missing: %d CPU, %d H200", len(cpu), len(h200))
