@@ -1,8 +1,12 @@
-// Package bench holds mstar's benchmark suites and the timing harness they
-// share: warm-up, a number of samples, each the mean of several calls,
-// timed by device events (device time on CUDA, wall time on the CPU
-// backend), optionally replayed from a CUDA graph; and the hardware
-// ceilings that rates are reported against.
+// Package bench is the timing harness mstar's suites share: warm-up, a
+// number of samples, each the mean of several calls, timed by device events
+// (device time on CUDA, wall time on the CPU backend), optionally replayed
+// from a CUDA graph, and rates from times.
+//
+// Each suite is a package below this one (ceilings, moe, ablate, sweep,
+// stress, spill): options, a Run that returns results and warnings and hands
+// each finished result to a results.Sink, and nothing that prints on its
+// own. cmd/mstar runs every suite through one skeleton (measure.go).
 package bench
 
 import (

@@ -1,3 +1,6 @@
+// Package ablate is the ablate router suite: routers × load-balance
+// metrics over one workload, the fused-MoE kernel (moe.Runner) timed under
+// each routing, and the output difference against a baseline router.
 package ablate
 
 import (

@@ -1,3 +1,6 @@
+// Package ceilings is the bench ceilings suite: the device's copy, host
+// transfer and bf16 GEMM rates (on the CPU: memcpy and the bf16
+// multiply-add peak) that other suites report percentages of.
 package ceilings
 
 import (

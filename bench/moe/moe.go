@@ -1,3 +1,7 @@
+// Package moe is the bench moe suite: the fused-MoE layer (kernels/moe,
+// through moe.Runner) over batch sizes, checked against a float64
+// reference, timed, and reported against the ceilings; optionally tuned
+// per batch (--tune) and timed stage by stage (--stages).
 package moe
 
 import (

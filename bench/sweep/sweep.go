@@ -1,7 +1,7 @@
 // Package sweep measures host<->device copy bandwidth and latency over
 // tensor sizes for the kinds of host memory an arena can stage through, and
 // the arena's transport against the per-tensor-file transport it replaces.
-// It is the library behind `mstar arena sweep`.
+// It is the suite of `mstar arena sweep`.
 //
 // Copy mode (a device): for each size, D2H, H2D and both at once (two
 // streams), from and to pageable Go memory, a pageable /dev/shm mapping, a
