@@ -19,7 +19,7 @@ func TestLiveTableIsReportShowRun(t *testing.T) {
 		{"bench moe", []string{"bench", "moe", "--device", "cpu", "--experts", "8", "--topk", "2", "--hidden", "64", "--inter", "32",
 			"--batch", "1,3", "--samples", "2", "--stages"}},
 		{"arena sweep", []string{"arena", "sweep", "--device", "cpu", "--mode", "all", "--max-size", "16KiB", "--samples", "2", "--shm-dir", shm}},
-		{"arena stress", []string{"arena", "stress", "--duration", "300ms", "--producers", "1", "--consumers", "1", "--fanout", "1",
+		{"arena stress", []string{"arena", "stress", "--duration", "0", "--count", "20", "--producers", "1", "--consumers", "1", "--fanout", "1",
 			"--max-size", "16KiB", "--segment-size", "1MiB", "--max-segments", "2", "--shm-dir", shm}},
 		{"ablate router", append([]string{"ablate", "router", "--layers", "2", "--tokens", "64",
 			"--kernel-tokens", "8", "--kernel-samples", "2"}, tinyModel...)},
