@@ -6,6 +6,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/mstar-dev/mstar/internal/badinput"
 	"github.com/mstar-dev/mstar/internal/units"
 
 	"github.com/mstar-dev/mstar/internal/spill/tier"
@@ -27,6 +28,29 @@ func (m *Matrix) Passed() bool {
 		}
 	}
 	return true
+}
+
+// FailedCells counts the cells that failed a gate.
+func (m *Matrix) FailedCells() int {
+	n := 0
+	for _, o := range m.Outcomes {
+		if !o.Passed() {
+			n++
+		}
+	}
+	return n
+}
+
+// BadInputCells names the cells that could not run for bad input (a pool
+// too small for the cell's layout): the caller's fault, not a failed gate.
+func (m *Matrix) BadInputCells() []string {
+	var names []string
+	for _, o := range m.Outcomes {
+		if badinput.Is(o.Err) {
+			names = append(names, o.Cell.Name())
+		}
+	}
+	return names
 }
 
 // Failures lists every failing gate as "cell: gate: reason".

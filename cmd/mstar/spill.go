@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/mstar-dev/mstar/bench/spill"
-	"github.com/mstar-dev/mstar/internal/badinput"
 	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/mstar-dev/mstar/internal/spill/tier"
 	"github.com/mstar-dev/mstar/reports/results"
@@ -206,24 +205,10 @@ gate), writes a results document with --out, exits 1 when any gate fails.`,
 					},
 					table: func(w io.Writer, doc *results.Document) error { return m.WriteText(w) },
 					failed: func(doc *results.Document) error {
-						// A pool too small for its cell's layout is bad input (exit 2),
-						// not a failed gate.
-						var small []string
-						for _, o := range m.Outcomes {
-							if badinput.Is(o.Err) {
-								small = append(small, o.Cell.Name())
-							}
-						}
-						if len(small) > 0 {
+						if small := m.BadInputCells(); len(small) > 0 {
 							return usageErr("--sizes %s with --blocks %d: too small for the layout of %s (blocks of 8 bytes or less); give larger --sizes or fewer --blocks", sizes, blocks, strings.Join(small, ", "))
 						}
-						if !m.Passed() {
-							n := 0
-							for _, o := range m.Outcomes {
-								if !o.Passed() {
-									n++
-								}
-							}
+						if n := m.FailedCells(); n > 0 {
 							return failed("%d of %d cells failed their gates", n, len(m.Outcomes))
 						}
 						return nil
