@@ -45,8 +45,7 @@ type measurement struct {
 
 // measuring is what a suite's run hook gets.
 type measuring struct {
-	dev  gpu.Device        // nil when the suite opens no device
-	doc  *results.Document // the document being made: its Env is collected
+	dev  gpu.Device // nil when the suite opens no device
 	bar  *progress.Bar
 	sink results.Sink // each finished result, as soon as it is finished
 }
@@ -98,7 +97,7 @@ func (a *app) measure(m measurement) error {
 	// printed and written.
 	ctx, stop := interruptContext()
 	defer stop()
-	res, err := m.run(ctx, &measuring{dev: dev, doc: doc, bar: bar, sink: sink})
+	res, err := m.run(ctx, &measuring{dev: dev, bar: bar, sink: sink})
 	bar.Finish()
 	stopped := err != nil && ctx.Err() != nil && res != nil
 	if err != nil && !stopped {
