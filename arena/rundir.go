@@ -96,17 +96,17 @@ func isRunDirName(name string, kinds []string) (hidden, ok bool) {
 	return false, false
 }
 
-// RunDirKinds are the run directories SweepRunDirs knows.
+// RunDirKinds are the run directories CleanRunDirs knows.
 var RunDirKinds = []string{"stress"}
 
-// SweepRunDirs removes the run directories under parent whose owner is
+// CleanRunDirs removes the run directories under parent whose owner is
 // dead (nobody holds the directory's lock): their orphaned segments and
-// spill files (judged as SweepOrphans judges them), their sockets, and the
+// spill files (judged as CleanOrphans judges them), their sockets, and the
 // directory itself. A directory holding anything else, or a file that is
 // still in use, stays and is reported. Names in the report are
 // "<dir>/<file>" for files and "<dir>/" for directories.
-func SweepRunDirs(parent string, opt SweepOptions) (SweepReport, error) {
-	var rep SweepReport
+func CleanRunDirs(parent string, opt CleanOptions) (CleanReport, error) {
+	var rep CleanReport
 	if opt.Grace == 0 {
 		opt.Grace = 2 * time.Second
 	}
@@ -128,7 +128,7 @@ func SweepRunDirs(parent string, opt SweepOptions) (SweepReport, error) {
 	return rep, nil
 }
 
-func sweepRunDir(parent, name string, hidden bool, uid int, opt SweepOptions, rep *SweepReport) {
+func sweepRunDir(parent, name string, hidden bool, uid int, opt CleanOptions, rep *CleanReport) {
 	path := filepath.Join(parent, name)
 	label := name + "/"
 	left := func(why string) { rep.Left = append(rep.Left, LeftFile{label, why}) }
@@ -168,7 +168,7 @@ func sweepRunDir(parent, name string, hidden bool, uid int, opt SweepOptions, re
 	}
 	// Its owner is dead. Its files are judged one by one: a worker of the
 	// dead run may still be alive and holding its own.
-	inner, err := SweepOrphans(path, opt)
+	inner, err := CleanOrphans(path, opt)
 	if err != nil {
 		left(err.Error())
 		return

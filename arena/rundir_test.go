@@ -104,7 +104,7 @@ func TestSweepRunDirs(t *testing.T) {
 		cmd.Wait()
 		t.Fatalf("child said %q", line)
 	}
-	rep, err := SweepRunDirs(parent, SweepOptions{})
+	rep, err := CleanRunDirs(parent, CleanOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,7 @@ func TestSweepRunDirs(t *testing.T) {
 	_ = cmd.Process.Kill()
 	_ = cmd.Wait()
 
-	rep, err = SweepRunDirs(parent, SweepOptions{DryRun: true})
+	rep, err = CleanRunDirs(parent, CleanOptions{DryRun: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +127,7 @@ func TestSweepRunDirs(t *testing.T) {
 	if _, err := os.Stat(dead); err != nil {
 		t.Fatal("the dry run removed a directory")
 	}
-	rep, err = SweepRunDirs(parent, SweepOptions{})
+	rep, err = CleanRunDirs(parent, CleanOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

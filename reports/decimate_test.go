@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 func TestDecimateKeepsExtremes(t *testing.T) {
@@ -36,7 +38,7 @@ func TestDecimateKeepsExtremes(t *testing.T) {
 
 // Plot decimates a long series and says so.
 func TestPlotDecimatesLongSeries(t *testing.T) {
-	d := NewDocument("t", nil, Env{"host": "h"})
+	d := results.NewDocument("t", nil, Env{"host": "h"})
 	for i := 0; i < 3000; i++ {
 		d.Results = append(d.Results, Result{Name: "r", Params: Params{"x": fmt.Sprint(i)},
 			Metrics: []Metric{{Name: "m", Unit: "s", Better: LowerIsBetter, Samples: []float64{float64(i % 13)}}}})

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/mstar-dev/mstar/reports/results"
 	"github.com/olekukonko/tablewriter"
 	"github.com/olekukonko/tablewriter/renderer"
 	"github.com/olekukonko/tablewriter/tw"
@@ -176,7 +177,7 @@ func Tables(docs []*Document, opt TableOptions) ([]*Table, error) {
 				if m.Name == c.Name && m.Unit == c.Unit {
 					cell.Present = true
 					if m.Measured() {
-						cell.Summary = Summarize(m.Samples)
+						cell.Summary = results.Summarize(m.Samples)
 						cell.Constant = !slices.ContainsFunc(m.Samples, func(v float64) bool { return v != m.Samples[0] })
 					} else {
 						cell.Unmeasured = m.Unmeasured

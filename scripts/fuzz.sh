@@ -13,7 +13,7 @@ targets=(
   "./kernels/router FuzzSafetensors"
   "./kernels/router FuzzReadTrace"
   "./trace FuzzRead"
-  "./reports FuzzRead"
+  "./reports/results FuzzRead"
   "./reports FuzzExportGoBench"
 )
 for t in "${targets[@]}"; do

@@ -4,16 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
 
-	"github.com/mstar-dev/mstar/bench"
+	moebench "github.com/mstar-dev/mstar/bench/moe"
 	"github.com/mstar-dev/mstar/internal/gpu"
-	"github.com/mstar-dev/mstar/kernels/moe"
-	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/reports/results"
 	"github.com/mstar-dev/mstar/scripts/peers"
 )
 
@@ -76,14 +76,13 @@ func (p *peerFlags) cleanup() {
 // run runs the peers after mstar's sweep and adds their results to doc; a
 // peer run that cannot happen at all (no torch, no GPU) is said once, as a
 // warning, and mstar's rows stand.
-func (p *peerFlags) run(ctx context.Context, a *app, dev gpu.Info, opt bench.MoEOptions, rep *bench.MoEReport, doc *reports.Document, dumpDir string) error {
-	if !p.on || len(rep.Rows) == 0 {
+func (p *peerFlags) run(ctx context.Context, a *app, w io.Writer, dev gpu.Info, opt moebench.MoEOptions, rep *moebench.MoEReport, doc *results.Document, dumpDir string) error {
+	if !p.on || rep.Batches == 0 {
 		return nil
 	}
 	unavailable := func(why string) {
 		msg := "peers not run: " + why + "; mstar's rows stand alone"
-		doc.Warnings = append(doc.Warnings, msg)
-		fmt.Fprintf(a.stdout, "#\n# %s\n", msg)
+		doc.Warnings = append(doc.Warnings, msg) // the table prints it
 	}
 	if _, err := peers.CheckTorch(ctx, peers.Python(p.python)); err != nil {
 		var ue *peers.UnavailableError
@@ -102,7 +101,7 @@ func (p *peerFlags) run(ctx context.Context, a *app, dev gpu.Info, opt bench.MoE
 		ordinal = s.Index
 	}
 	routing := filepath.Join(p.tmp, "routing.json")
-	if err := moe.WriteTrace(routing, rep.Routing, opt.Shape.E); err != nil {
+	if err := writeRoutingFile(routing, rep.Routing, opt.Shape.E); err != nil {
 		return err
 	}
 	pdoc, err := peers.Run(ctx, peers.Options{Python: p.python, TritonPeer: p.tritonPeer, Impls: p.impls, Samples: opt.Samples, Device: ordinal, Log: a.stderr}, doc, routing, dumpDir)
@@ -115,8 +114,8 @@ func (p *peerFlags) run(ctx context.Context, a *app, dev gpu.Info, opt bench.MoE
 	}
 	doc.Results = append(doc.Results, pdoc.Results...)
 	doc.Warnings = append(doc.Warnings, pdoc.Warnings...)
-	fmt.Fprintf(a.stdout, "#\n# mstar against its peers, same layer, weights and routing (µs, median):\n")
-	peers.Compare(doc.Results).Render(a.stdout)
+	fmt.Fprintf(w, "#\n# mstar against its peers, same layer, weights and routing (µs, median):\n")
+	peers.Compare(doc.Results).Render(w)
 	for _, r := range pdoc.Results {
 		if !r.Passed() {
 			fmt.Fprintf(a.stderr, "mstar: warning: peer %s at M=%s failed its correctness gate: %s\n", r.Params["impl"], r.Params["batch"], r.Gates[0].Reason)

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/reports/results"
 	"github.com/mstar-dev/mstar/scripts/peers"
 )
 
@@ -27,7 +27,7 @@ func TestBenchMoEPeersWithoutTorch(t *testing.T) {
 	if strings.Count(stdout, why) != 1 || !strings.Contains(stdout, "M=3 kernels: cpu:forward-f32") {
 		t.Errorf("stdout does not say why once, or lacks mstar's rows:\n%s", stdout)
 	}
-	d, err := reports.ReadFile(out)
+	d, err := results.ReadFile(out)
 	if err != nil {
 		t.Fatal(err)
 	}

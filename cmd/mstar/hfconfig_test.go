@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 func TestHFConfigFlag(t *testing.T) {
@@ -23,7 +23,7 @@ func TestHFConfigFlag(t *testing.T) {
 	if !strings.Contains(stdout, "# mstar bench moe: tiny-moe, local shape E8 k2 H64 I32") {
 		t.Errorf("bench moe did not take the file's shape (moe_intermediate_size, not intermediate_size):\n%s", stdout)
 	}
-	d, err := reports.ReadFile(out)
+	d, err := results.ReadFile(out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +61,7 @@ func TestHFConfigFlag(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, stderr, code := runMstar(t, tt.args...)
-			if code != exitBadUsge || !strings.Contains(stderr, tt.want) {
+			if code != exitBadInput || !strings.Contains(stderr, tt.want) {
 				t.Errorf("exit %d, stderr %q; want exit 2 and %q", code, stderr, tt.want)
 			}
 		})

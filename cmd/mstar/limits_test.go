@@ -27,7 +27,7 @@ func TestReadersRefuseDevZero(t *testing.T) {
 		var out, errb bytes.Buffer
 		code := run(args, zeroReader{}, &out, &errb)
 		msg := strings.TrimSpace(errb.String())
-		if code != exitBadUsge || strings.Count(msg, "\n") != 0 || !strings.Contains(msg, "NUL") {
+		if code != exitBadInput || strings.Count(msg, "\n") != 0 || !strings.Contains(msg, "NUL") {
 			t.Errorf("%v: exit %d, stderr %q; want exit 2 and one line saying why", args, code, msg)
 		}
 	}
@@ -37,7 +37,7 @@ func TestReadersRefuseDevZero(t *testing.T) {
 func TestRouteLogitOutsideFloat32(t *testing.T) {
 	var out, errb bytes.Buffer
 	code := run([]string{"route", "--router", "softmax-topk", "--topk", "2", "--logits", "-"}, strings.NewReader("[[1,2,1e39,0]]"), &out, &errb)
-	if code != exitBadUsge || !strings.Contains(errb.String(), "row 0, column 2: 1e+39 is outside float32's range") {
+	if code != exitBadInput || !strings.Contains(errb.String(), "row 0, column 2: 1e+39 is outside float32's range") {
 		t.Errorf("exit %d, stderr %q", code, errb.String())
 	}
 }

@@ -10,12 +10,16 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/mstar-dev/mstar/bench"
+	ceilbench "github.com/mstar-dev/mstar/bench/ceilings"
+	moebench "github.com/mstar-dev/mstar/bench/moe"
+	"github.com/mstar-dev/mstar/internal/badinput"
 	"github.com/mstar-dev/mstar/internal/envinfo"
 	"github.com/mstar-dev/mstar/internal/progress"
 	"github.com/mstar-dev/mstar/internal/version"
 	"github.com/mstar-dev/mstar/kernels/moe"
+	"github.com/mstar-dev/mstar/kernels/router"
 	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 func init() {
@@ -98,7 +102,7 @@ Exit 1 when every candidate of some batch was rejected.`,
 			if err := firstErr(atLeast("tp", tp, 1, ""), atLeast("ep", ep, 1, ""), atLeast("threshold", threshold, 0, ""), atLeast("rounds", rounds, 1, "")); err != nil {
 				return err
 			}
-			mo := bench.MoEOptions{Model: model, TP: tp, EP: ep, Routing: routing, Samples: samples, Seed: seed, TuneSamples: tuneSamples}
+			mo := moebench.MoEOptions{Model: model, TP: tp, EP: ep, Routing: routing, Samples: samples, Seed: seed, TuneSamples: tuneSamples}
 			switch {
 			case hfConfig != "" && model != "":
 				return usageErr("--hf-config and --model both give the shape: give one")
@@ -109,11 +113,11 @@ Exit 1 when every candidate of some batch was rejected.`,
 				}
 				mo.Model, mo.Shape = c.Name, c.Shape
 			case model != "":
-				p, err := moe.LookupPreset(model)
+				m, err := router.ModelByName(model)
 				if err != nil {
 					return usageErr("--model: %v", err)
 				}
-				mo.Model, mo.Shape = p.Name, p.Shape
+				mo.Model, mo.Shape = m.Name, moe.Shape{E: m.E, K: m.K, H: m.H, I: m.I}
 			case !f.Changed("experts") || !f.Changed("topk") || !f.Changed("hidden") || !f.Changed("inter"):
 				return usageErr("give --model NAME, --hf-config FILE or all of --experts --topk --hidden --inter (see 'mstar tune moe --help')")
 			}
@@ -137,7 +141,7 @@ Exit 1 when every candidate of some batch was rejected.`,
 				}
 				mo.Batches = bs
 			}
-			if _, err := bench.PrepareMoE(&mo); err != nil {
+			if _, err := moebench.PrepareMoE(&mo); err != nil {
 				return badInput(err)
 			}
 			if dir == "" {
@@ -154,7 +158,7 @@ Exit 1 when every candidate of some batch was rejected.`,
 				return err
 			}
 			if ceilings != "" {
-				c, err := bench.ReadCeilings(ceilings)
+				c, err := ceilbench.ReadCeilings(ceilings)
 				if err != nil {
 					return badInput(fmt.Errorf("--ceilings: %w", err))
 				}
@@ -176,9 +180,9 @@ Exit 1 when every candidate of some batch was rejected.`,
 			}
 			steps := len(mo.Batches)
 			if steps == 0 {
-				steps = len(bench.DefaultCPUBatches)
+				steps = len(moebench.DefaultCPUBatches)
 				if onGPU {
-					steps = len(bench.DefaultGPUBatches)
+					steps = len(moebench.DefaultGPUBatches)
 				}
 			}
 			bar := progress.New(a.stderr, steps+1+2*rounds, "tune moe")
@@ -188,16 +192,20 @@ Exit 1 when every candidate of some batch was rejected.`,
 					bar.Add(1)
 				}
 			}
-			doc := reports.NewDocument("tune moe", a.args, envinfo.Collect(dev))
+			doc := results.NewDocument("tune moe", a.args, envinfo.Collect(dev))
 			ctx, stop := interruptContext()
 			defer stop()
-			rep, err := bench.RunMoETune(ctx, dev, bench.MoETuneOptions{MoE: mo, Dir: dir, Force: force,
-				Commit: version.Get().Commit, Diff: reports.DiffOptions{Threshold: threshold}, Rounds: rounds})
+			rep, err := moebench.RunMoETune(ctx, dev, moebench.MoETuneOptions{MoE: mo, Dir: dir, Force: force,
+				Commit: version.Get().Commit, Rounds: rounds})
+			var cmp *reports.Comparison
+			if rep != nil && len(rep.StaticDocs) > 0 && len(rep.TunedDocs) > 0 {
+				cmp = reports.Diff(rep.StaticDocs, rep.TunedDocs, reports.DiffOptions{Threshold: threshold})
+			}
 			bar.Finish()
 			stopped := err != nil && ctx.Err() != nil && rep != nil
-			noCandidate := errors.Is(err, bench.ErrNoCandidate)
+			noCandidate := errors.Is(err, moebench.ErrNoCandidate)
 			if err != nil && !stopped && !noCandidate {
-				if bench.IsMoEInputError(err) {
+				if badinput.Is(err) {
 					return badInput(err)
 				}
 				return err
@@ -212,7 +220,7 @@ Exit 1 when every candidate of some batch was rejected.`,
 				noteInterrupted(doc)
 			}
 			doc.Finish()
-			if err := printTuneMoE(a.stdout, dev.Info().ID, dev.Info().Name, mo, rep); err != nil {
+			if err := printTuneMoE(a.stdout, dev.Info().ID, dev.Info().Name, mo, rep, cmp); err != nil {
 				return err
 			}
 			if out != "" {
@@ -255,7 +263,7 @@ Exit 1 when every candidate of some batch was rejected.`,
 }
 
 // printTuneMoE prints what was tuned, the file, and the comparison.
-func printTuneMoE(w io.Writer, id, name string, mo bench.MoEOptions, rep *bench.MoETuneReport) error {
+func printTuneMoE(w io.Writer, id, name string, mo moebench.MoEOptions, rep *moebench.MoETuneReport, cmp *reports.Comparison) error {
 	model := mo.Model
 	if model == "" {
 		model = "custom"
@@ -295,12 +303,12 @@ func printTuneMoE(w io.Writer, id, name string, mo bench.MoEOptions, rep *bench.
 			}
 		}
 	}
-	if rep.Comparison == nil {
+	if cmp == nil {
 		return nil
 	}
 	fmt.Fprintln(w, "#")
 	fmt.Fprintln(w, "# tuned file (new) versus the static table (base), each a bench moe sweep:")
-	return reports.RenderDiff(w, rep.Comparison, reports.FormatText)
+	return reports.RenderDiff(w, cmp, reports.FormatText)
 }
 
 func contains(v []int, x int) bool {

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/mstar-dev/mstar/kernels/moe"
-	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 // On the CPU, tune moe checks and times the one implementation, writes the
@@ -31,7 +31,7 @@ func TestTuneMoECPU(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s\n%s", want, stdout, stderr)
 		}
 	}
-	d, err := reports.ReadFile(out)
+	d, err := results.ReadFile(out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +71,7 @@ func TestTuneMoEBadInput(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, stderr, code := runMstar(t, append([]string{"tune", "moe"}, tt.args...)...)
-			if code != exitBadUsge || !strings.Contains(stderr, tt.want) {
+			if code != exitBadInput || !strings.Contains(stderr, tt.want) {
 				t.Errorf("exit %d, stderr %q; want exit 2 and %q", code, stderr, tt.want)
 			}
 		})

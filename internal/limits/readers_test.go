@@ -8,7 +8,7 @@ import (
 
 	"github.com/mstar-dev/mstar/internal/limits"
 	"github.com/mstar-dev/mstar/kernels/router"
-	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/reports/results"
 	"github.com/mstar-dev/mstar/trace"
 )
 
@@ -20,9 +20,9 @@ func TestEveryReaderStopsAtTheLimit(t *testing.T) {
 		return bytes.NewReader(append([]byte(start), bytes.Repeat([]byte(" "), 8192)...))
 	}
 	readers := map[string]func() error{
-		"results document": func() error { _, err := reports.Read(long(`{"format":"mstar.results",`), "x"); return err },
+		"results document": func() error { _, err := results.Read(long(`{"format":"mstar.results",`), "x"); return err },
 		"results stream": func() error {
-			_, err := reports.Read(long(`{"record":"header","format":"mstar.results","schema":1}`+"\n"), "x")
+			_, err := results.Read(long(`{"record":"header","format":"mstar.results","schema":1}`+"\n"), "x")
 			return err
 		},
 		"regulator trace": func() error { _, err := trace.Read(long(`{"session":"s"`), "x"); return err },

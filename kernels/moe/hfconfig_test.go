@@ -2,6 +2,7 @@ package moe
 
 import (
 	"errors"
+	"github.com/mstar-dev/mstar/kernels/router"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -23,12 +24,12 @@ func TestHFConfigPresets(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			p, err := LookupPreset(tt.preset)
+			m, err := router.ModelByName(tt.preset)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if c.Shape != p.Shape {
-				t.Errorf("shape %v, preset %s is %v", c.Shape, tt.preset, p.Shape)
+			if want := (Shape{E: m.E, K: m.K, H: m.H, I: m.I}); c.Shape != want {
+				t.Errorf("shape %v, preset %s is %v", c.Shape, tt.preset, want)
 			}
 			if c.Name != tt.dir {
 				t.Errorf("name %q, want %q (the folder)", c.Name, tt.dir)

@@ -20,7 +20,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 // Script is moe_peers.py.
@@ -106,7 +106,7 @@ func lastLine(s string) string {
 // the cross-check, mstar's outputs (dumpDir). It returns the peers'
 // document (results named "moe" with impl set to each peer). The script's
 // output goes to opt.Log.
-func Run(ctx context.Context, opt Options, mstarDoc *reports.Document, routingPath, dumpDir string) (*reports.Document, error) {
+func Run(ctx context.Context, opt Options, mstarDoc *results.Document, routingPath, dumpDir string) (*results.Document, error) {
 	python := Python(opt.Python)
 	if _, err := CheckTorch(ctx, python); err != nil {
 		return nil, err
@@ -126,7 +126,7 @@ func Run(ctx context.Context, opt Options, mstarDoc *reports.Document, routingPa
 		return nil, err
 	}
 	mpath, ppath := filepath.Join(dir, "mstar.json"), filepath.Join(dir, "peers.json")
-	if err := reports.WriteFile(mpath, mstarDoc); err != nil {
+	if err := results.WriteFile(mpath, mstarDoc); err != nil {
 		return nil, err
 	}
 	args := []string{script, "--mstar", mpath, "--routing", routingPath, "--out", ppath}
@@ -174,7 +174,7 @@ func Run(ctx context.Context, opt Options, mstarDoc *reports.Document, routingPa
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
-	doc, readErr := reports.ReadFile(ppath)
+	doc, readErr := results.ReadFile(ppath)
 	if readErr != nil {
 		// The script exits 1 when a peer fails its gate, with the document
 		// written; any other failure leaves none.
@@ -235,11 +235,11 @@ type Comparison struct {
 
 // Compare pairs the "moe" results of mstar (impl=mstar) and its peers by
 // batch size.
-func Compare(results []reports.Result) *Comparison {
+func Compare(rs []results.Result) *Comparison {
 	c := &Comparison{}
 	byBatch := map[int]*Ratio{}
 	cells := map[int]map[string]Cell{}
-	for _, r := range results {
+	for _, r := range rs {
 		if r.Name != "moe" {
 			continue
 		}
@@ -250,14 +250,14 @@ func Compare(results []reports.Result) *Comparison {
 		impl := r.Params["impl"]
 		cell := Cell{Impl: impl, US: math.NaN(), PctFloor: math.NaN(), Pass: r.Passed()}
 		if lat := r.Metric("latency"); lat != nil && lat.Measured() {
-			cell.US = reports.Summarize(lat.Samples).Median
+			cell.US = results.Summarize(lat.Samples).Median
 		} else if lat != nil {
 			cell.Unmeasured = lat.Unmeasured
 		} else {
 			cell.Unmeasured = "no latency metric"
 		}
 		if pf := r.Metric("pct_floor"); pf != nil && pf.Measured() {
-			cell.PctFloor = reports.Summarize(pf.Samples).Median
+			cell.PctFloor = results.Summarize(pf.Samples).Median
 		}
 		for _, g := range r.Gates {
 			if !g.Pass {

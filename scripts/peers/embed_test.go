@@ -9,24 +9,24 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
-func moeResult(impl string, batch string, us []float64, unmeasured string, pass bool) reports.Result {
-	r := reports.Result{Name: "moe", Params: reports.Params{"batch": batch, "impl": impl, "model": "m"}}
-	lat := reports.Metric{Name: "latency", Unit: "µs", Better: reports.LowerIsBetter, Samples: us, Unmeasured: unmeasured}
-	r.Metrics = []reports.Metric{lat}
+func moeResult(impl string, batch string, us []float64, unmeasured string, pass bool) results.Result {
+	r := results.Result{Name: "moe", Params: results.Params{"batch": batch, "impl": impl, "model": "m"}}
+	lat := results.Metric{Name: "latency", Unit: "µs", Better: results.LowerIsBetter, Samples: us, Unmeasured: unmeasured}
+	r.Metrics = []results.Metric{lat}
 	if impl == "mstar" {
-		r.Metrics = append(r.Metrics, reports.Metric{Name: "pct_floor", Unit: "%", Better: reports.HigherIsBetter, Samples: []float64{80}})
+		r.Metrics = append(r.Metrics, results.Metric{Name: "pct_floor", Unit: "%", Better: results.HigherIsBetter, Samples: []float64{80}})
 	}
 	if unmeasured == "" {
-		r.Gates = []reports.Gate{{Name: "correctness", Pass: pass, Reason: "rel L2 0.5 against the float64 reference"}}
+		r.Gates = []results.Gate{{Name: "correctness", Pass: pass, Reason: "rel L2 0.5 against the float64 reference"}}
 	}
 	return r
 }
 
 func TestCompare(t *testing.T) {
-	rs := []reports.Result{
+	rs := []results.Result{
 		moeResult("mstar", "1", []float64{10, 10, 10}, "", true),
 		moeResult("mstar", "64", []float64{100, 100, 100}, "", true),
 		moeResult("triton-ref", "1", []float64{12, 12, 12}, "", true),
@@ -81,8 +81,8 @@ func fakePython(t *testing.T, answer string, doc string) string {
 }
 
 func TestRunWithFakePython(t *testing.T) {
-	mdoc := &reports.Document{Format: reports.Format, Schema: reports.SchemaVersion, Suite: "bench moe",
-		Results: []reports.Result{moeResult("mstar", "1", []float64{10}, "", true)}}
+	mdoc := &results.Document{Format: results.Format, Schema: results.SchemaVersion, Suite: "bench moe",
+		Results: []results.Result{moeResult("mstar", "1", []float64{10}, "", true)}}
 	peerDoc := `{"format": "mstar.results", "schema": 1, "suite": "bench moe peers", "start": "2026-12-01T00:00:00Z", "end": "2026-12-01T00:00:01Z",
 "env": {}, "results": [{"name": "moe", "params": {"batch": "1", "impl": "triton-ref"}, "metrics": [{"name": "latency", "unit": "µs", "better": "lower", "samples": [12]}],
 "gates": [{"name": "correctness", "pass": true}]}]}`

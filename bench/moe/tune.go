@@ -1,0 +1,598 @@
+package moe
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/mstar-dev/mstar/bench"
+	"github.com/mstar-dev/mstar/bench/ceilings"
+	"github.com/mstar-dev/mstar/internal/badinput"
+	"github.com/mstar-dev/mstar/internal/gpu"
+	"github.com/mstar-dev/mstar/kernels/moe"
+	"github.com/mstar-dev/mstar/reports/results"
+)
+
+// MoEConfigSourceParam names where a batch's configuration came from, in
+// CUDA results: "--config", "--tune", "static", or a tuned file
+// ("cache:NAME" from the user's folder, "embedded:NAME" shipped).
+const MoEConfigSourceParam = "config_source"
+
+// CandidateRun is one candidate configuration's pass, kept so that it can
+// be timed after its output was checked.
+type CandidateRun interface {
+	Output() []float32                   // the pass's output, M×H
+	Time(samples int) ([]float64, error) // µs per call
+	Free()
+}
+
+// CandidateRunner runs candidate configurations over one batch whose
+// inputs it holds: the CUDA kernels, the CPU's one implementation, or a
+// test's.
+type CandidateRunner interface {
+	// Prepare compiles c's kernels and says how ("" when there is nothing
+	// to compile).
+	Prepare(c moe.Config) (string, error)
+	// Run makes one pass of c on NaN-poisoned output buffers.
+	Run(c moe.Config) (CandidateRun, error)
+}
+
+// TuneCheck is what a candidate's output is held to: the float64
+// reference on the checked tokens.
+type TuneCheck struct {
+	Tokens []int
+	Want   []float64
+	H      int
+}
+
+// TuneCandidates runs every candidate: a pass on poisoned buffers checked
+// against the reference (an element never written, a non-finite one, or rel
+// L2 above MoEMaxRelL2 rejects it, with the reason), and for those that
+// pass, `samples` timed samples. A canceled ctx stops it before the next
+// candidate.
+func TuneCandidates(ctx context.Context, run CandidateRunner, cands []moe.Config, chk TuneCheck, samples int, progress func(string)) []TuneOutcome {
+	outs := make([]TuneOutcome, 0, len(cands))
+	for i, c := range cands {
+		if ctx.Err() != nil {
+			break
+		}
+		if progress != nil {
+			progress(fmt.Sprintf("tune %d/%d %v", i+1, len(cands), c))
+		}
+		o := TuneOutcome{Config: c, RelL2: math.NaN()}
+		note, err := run.Prepare(c)
+		if err != nil {
+			o.Reject = "compile: " + firstLine(err.Error())
+			outs = append(outs, o)
+			continue
+		}
+		o.Compile = note
+		p, err := run.Run(c)
+		if err != nil {
+			o.Reject = firstLine(err.Error())
+			outs = append(outs, o)
+			continue
+		}
+		out := p.Output()
+		if len(out) < len(chk.Tokens)*chk.H || (len(chk.Tokens) > 0 && len(out) <= chk.Tokens[len(chk.Tokens)-1]*chk.H) {
+			o.Reject = fmt.Sprintf("output has %d elements, too few for the batch", len(out))
+			p.Free()
+			outs = append(outs, o)
+			continue
+		}
+		o.RelL2 = moe.RelL2(checkedRows(out, chk.Tokens, chk.H), chk.Want)
+		if i := firstNonFinite(out); i >= 0 {
+			o.Reject = fmt.Sprintf("out[%d] (token %d, column %d) is %v: never written or not finite", i, i/chk.H, i%chk.H, out[i])
+			p.Free()
+			outs = append(outs, o)
+			continue
+		}
+		if !(o.RelL2 <= MoEMaxRelL2) {
+			o.Reject = fmt.Sprintf("rel L2 %.3g > %g against the float64 reference", o.RelL2, MoEMaxRelL2)
+			p.Free()
+			outs = append(outs, o)
+			continue
+		}
+		us, err := p.Time(samples)
+		p.Free()
+		if err != nil {
+			o.Reject = firstLine(err.Error())
+		} else {
+			o.Latency = us
+		}
+		outs = append(outs, o)
+	}
+	return outs
+}
+
+// gpuCandidates runs candidates through the CUDA kernels.
+type gpuCandidates struct {
+	g *moe.Runner
+	m int
+	x []float32
+	r moe.Routing
+}
+
+func (a gpuCandidates) Prepare(c moe.Config) (string, error) {
+	res, err := a.g.Compile(c)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%s, cache hit %v, %.2f s", res.Kind, res.CacheHit, res.Seconds), nil
+}
+
+func (a gpuCandidates) Run(c moe.Config) (CandidateRun, error) {
+	p, out, err := a.g.CheckedPass(a.x, a.r, c)
+	if err != nil {
+		return nil, err
+	}
+	return &gpuCandidateRun{a: a, p: p, out: out}, nil
+}
+
+type gpuCandidateRun struct {
+	a   gpuCandidates
+	p   *moe.Plan
+	out []float32
+}
+
+func (r *gpuCandidateRun) Output() []float32 { return r.out }
+func (r *gpuCandidateRun) Free()             { r.p.Free() }
+func (r *gpuCandidateRun) Time(samples int) ([]float64, error) {
+	us, _, err := r.a.g.Time(r.p, r.a.r, samples)
+	return us, err
+}
+
+// cpuCandidates is the CPU's one implementation (moe.ForwardCPU) as a
+// runner of the one candidate, the empty Config.
+type cpuCandidates struct {
+	ctx context.Context
+	g   *moe.Runner
+	x   []float32
+	r   moe.Routing
+}
+
+func (a cpuCandidates) Prepare(moe.Config) (string, error) { return "", nil }
+
+func (a cpuCandidates) Run(c moe.Config) (CandidateRun, error) {
+	if c.Kernel != "" {
+		return nil, fmt.Errorf("config %v: the CPU has one implementation", c)
+	}
+	out := make([]float32, a.r.M*a.g.Layer().Shape.H)
+	for i := range out {
+		out[i] = float32(math.NaN())
+	}
+	if _, err := a.g.Forward(a.x, a.r, out); err != nil {
+		return nil, err
+	}
+	return &cpuCandidateRun{a: a, out: out}, nil
+}
+
+type cpuCandidateRun struct {
+	a   cpuCandidates
+	out []float32
+}
+
+func (r *cpuCandidateRun) Output() []float32 { return r.out }
+func (r *cpuCandidateRun) Free()             {}
+func (r *cpuCandidateRun) Time(samples int) ([]float64, error) {
+	scratch := make([]float32, len(r.out))
+	sec, err := bench.TimeWall(bench.Timing{Samples: samples}, func() error {
+		if err := r.a.ctx.Err(); err != nil {
+			return err
+		}
+		_, err := r.a.g.Forward(r.a.x, r.a.r, scratch)
+		return err
+	})
+	us := make([]float64, len(sec))
+	for i, s := range sec {
+		us[i] = s * 1e6
+	}
+	return us, err
+}
+
+// BatchConfig is the configuration one batch runs with, and where it came from.
+type BatchConfig struct {
+	Config moe.Config // never empty: the static table's pick is spelled out
+	Source string     // MoEConfigSourceParam's value
+	Note   string     // when the file lacked the batch: what was used instead
+}
+
+// ResolveMoEConfigs picks each batch's configuration on a device named
+// device: --config for all, else the tuned file for the local shape
+// (opt.ConfigLookup, by default the user's folder then the shipped files),
+// else the static table. Warnings say which file was used, or why none.
+func ResolveMoEConfigs(local moe.Shape, device string, batches []int, opt MoEOptions) (map[int]BatchConfig, []string, error) {
+	out := make(map[int]BatchConfig, len(batches))
+	if opt.Config.Kernel != "" {
+		for _, m := range batches {
+			out[m] = BatchConfig{Config: opt.Config, Source: "--config"}
+		}
+		return out, nil, nil
+	}
+	static := func(note string) {
+		for _, m := range batches {
+			out[m] = BatchConfig{Config: moe.ChooseConfig(local, m), Source: "static", Note: note}
+		}
+	}
+	if opt.StaticConfigs {
+		static("")
+		return out, nil, nil
+	}
+	lookup := moe.DefaultTunedLookup()
+	if opt.ConfigLookup != nil {
+		lookup = *opt.ConfigLookup
+	}
+	key := moe.KeyFor(local, device)
+	f, where, warns, err := lookup.Find(key)
+	if err != nil {
+		return nil, warns, err
+	}
+	if f == nil {
+		looked := "the shipped files"
+		if len(lookup.Dirs) > 0 {
+			looked = strings.Join(lookup.Dirs, ", ") + " and " + looked
+		}
+		warns = append(warns, fmt.Sprintf("no tuned config file %s (looked in %s): the static table; 'mstar tune moe' makes one", key.FileName(), looked))
+		static("")
+		return out, warns, nil
+	}
+	src := "embedded:" + key.FileName()
+	if strings.HasPrefix(where, "file ") {
+		src = "cache:" + key.FileName()
+	}
+	warns = append(warns, fmt.Sprintf("kernel configurations from the tuned %s (%d batches, updated %s)", where, len(f.Batches), f.Updated.Format("2006-01-02")))
+	for _, m := range batches {
+		c, note := f.Pick(local, m)
+		switch {
+		case c.Kernel == "" && note == fmt.Sprintf("batch %d", m):
+			out[m] = BatchConfig{Config: moe.ChooseConfig(local, m), Source: "static", Note: "the tuned file says auto: static table"}
+		case c.Kernel == "":
+			out[m] = BatchConfig{Config: moe.ChooseConfig(local, m), Source: "static", Note: note}
+		case note == fmt.Sprintf("batch %d", m):
+			out[m] = BatchConfig{Config: c, Source: src}
+		default:
+			out[m] = BatchConfig{Config: c, Source: src, Note: note}
+		}
+	}
+	return out, warns, nil
+}
+
+// withConfigSource names a batch's configuration and its source in its
+// result (params "config" and "config_source").
+func withConfigSource(res results.Result, bc BatchConfig) results.Result {
+	res.Params[MoEConfigParam] = bc.Config.String()
+	res.Params[MoEConfigSourceParam] = bc.Source
+	if bc.Note != "" {
+		res.Warnings = append(res.Warnings, "config: "+bc.Note)
+	}
+	return res
+}
+
+// MoETuneOptions configure `tune moe`.
+type MoETuneOptions struct {
+	// MoE: the shape, sharding, batches, routing and seed; Samples is the
+	// comparison's samples per batch, TuneSamples each candidate's.
+	MoE   MoEOptions
+	Dir   string // where the tuned file is read from and written to
+	Force bool   // re-tune batches already in the file
+	// Commit names this build in the file's provenance.
+	Commit string
+	// Rounds of the comparison, each sweeping the static table then the
+	// file (0: 2); the diff pools the rounds of each side.
+	Rounds int
+	Now    func() time.Time // nil: time.Now
+	// Runner, when set, replaces the device's own candidates for batch m
+	// (tests: a candidate that returns wrong numbers must be rejected).
+	Runner func(m int, l *moe.Layer, x []float32, r moe.Routing) (CandidateRunner, []moe.Config)
+}
+
+// MoETuneReport is what a tune produced.
+type MoETuneReport struct {
+	Key      moe.TunedKey
+	Path     string // the file written
+	File     *moe.TunedFile
+	Tuned    []int // batches measured this run
+	Skipped  []int // batches already in the file
+	Outcomes map[int][]TuneOutcome
+	// Static and TunedRun are the comparison's last two sweeps, the static
+	// table against the file; StaticDocs and TunedDocs hold every round of
+	// each side (latency keyed without the configuration), for report diff.
+	Static, TunedRun      *MoEReport
+	StaticDocs, TunedDocs []*results.Document
+	Results               []results.Result // every candidate, and both sweeps (param "configs")
+	Warnings              []string
+	// NoCandidate lists the batches where every candidate was rejected.
+	NoCandidate []int
+}
+
+// ErrNoCandidate: at some batch every candidate failed its check.
+var ErrNoCandidate = errors.New("no candidate configuration passed")
+
+// RunMoETune tunes each batch of opt.MoE.Batches for the local shape on
+// dev: every candidate checked against the float64 reference, the correct
+// ones timed, the fastest written to the tuned file in opt.Dir — after each
+// batch, so that an interrupted tune resumes where it stopped (batches
+// already in the file are skipped unless opt.Force). It ends by measuring
+// the static table against the file over every batch (as bench moe does)
+// and diffing them with report diff's statistics. A canceled ctx stops it
+// between candidates; the file keeps the batches done.
+func RunMoETune(ctx context.Context, dev gpu.Device, opt MoETuneOptions) (*MoETuneReport, error) {
+	mo := opt.MoE
+	mo.Tune, mo.Config, mo.Stages = false, moe.Config{}, false
+	local, err := PrepareMoE(&mo)
+	if err != nil {
+		return nil, err
+	}
+	now := opt.Now
+	if now == nil {
+		now = time.Now
+	}
+	info := dev.Info()
+	onGPU := info.Backend == gpu.CUDA
+	if len(mo.Batches) == 0 {
+		mo.Batches = DefaultGPUBatches
+		if !onGPU {
+			mo.Batches = DefaultCPUBatches
+		}
+	}
+	if mo.TuneSamples == 0 {
+		mo.TuneSamples = 6
+	}
+	progress := func(s string) {
+		if mo.Progress != nil {
+			mo.Progress(s)
+		}
+	}
+	rep := &MoETuneReport{Key: moe.KeyFor(local, info.Name), Outcomes: map[int][]TuneOutcome{}}
+	if opt.Dir == "" {
+		return nil, errors.New("tune moe: no folder for the tuned file")
+	}
+	rep.Path = filepath.Join(opt.Dir, rep.Key.FileName())
+
+	// Resume: the batches the file has for these kernels.
+	f, _, warns, err := moe.TunedLookup{Dirs: []string{opt.Dir}}.Find(rep.Key)
+	if err != nil {
+		return nil, badinput.Wrap(err)
+	}
+	rep.Warnings = append(rep.Warnings, warns...)
+	if f == nil || opt.Force {
+		if f != nil {
+			rep.Warnings = append(rep.Warnings, "--force: re-tuning every batch of "+rep.Path)
+		} else if len(warns) > 0 {
+			rep.Warnings = append(rep.Warnings, "starting a new "+rep.Path)
+		}
+		nf := moe.NewTunedFile(rep.Key, now())
+		if f != nil && opt.Force {
+			nf.Batches = f.Batches // batches not re-tuned this run stay
+			nf.Created = f.Created
+		}
+		f = nf
+	}
+	if !onGPU {
+		f.Note = "cpu: one implementation (moe.ForwardCPU); bench moe does not read this file"
+	}
+	rep.File = f
+
+	var todo []int
+	for _, m := range mo.Batches {
+		if f.Has(m) && !opt.Force {
+			rep.Skipped = append(rep.Skipped, m)
+		} else if !slices.Contains(todo, m) {
+			todo = append(todo, m)
+		}
+	}
+
+	var gk, cpuRun *moe.Runner
+	defer func() {
+		if gk != nil {
+			gk.Close()
+		}
+	}()
+	if len(todo) > 0 {
+		if onGPU {
+			if err := moe.CheckCUDAShape(local); err != nil {
+				return nil, badinput.Wrap(err)
+			}
+			maxM := slices.Max(todo)
+			to := mo
+			to.Tune = true
+			if err := checkFits(dev, local, to, maxM); err != nil {
+				return nil, err
+			}
+			progress("weights")
+			layer := moe.NewLayer(local, mo.Seed)
+			if gk, err = moe.NewRunner(dev, layer, nil); err != nil {
+				return nil, err
+			}
+		} else if err := checkFits(dev, local, mo, slices.Max(todo)); err != nil {
+			return nil, err
+		}
+	}
+	var layer *moe.Layer
+	if gk != nil {
+		layer = gk.Layer()
+	} else if len(todo) > 0 {
+		layer = moe.NewLayer(local, mo.Seed)
+	}
+	maxAll := slices.Max(mo.Batches)
+	routing := mo.buildRouting(maxAll)
+	var xAll []float32
+	if len(todo) > 0 {
+		xAll = moe.RandomInput(maxAll, local.H, mo.Seed+1)
+	}
+	for _, m := range todo {
+		if err := ctx.Err(); err != nil {
+			return rep, err
+		}
+		progress(fmt.Sprintf("M=%d", m))
+		r := prefix(routing, m).Localize(mo.Shape.E, mo.EP, 0)
+		x := xAll[:m*local.H]
+		tokens := checkTokens(m)
+		chk := TuneCheck{Tokens: tokens, Want: moe.ReferenceTokens(layer, x, r, tokens), H: local.H}
+		var runner CandidateRunner
+		var cands []moe.Config
+		switch {
+		case opt.Runner != nil:
+			runner, cands = opt.Runner(m, layer, x, r)
+		case onGPU:
+			runner, cands = gpuCandidates{g: gk, m: m, x: x, r: r}, moe.Candidates(local, m)
+		default:
+			if cpuRun == nil {
+				if cpuRun, err = moe.NewRunner(dev, layer, nil); err != nil {
+					return rep, err
+				}
+				defer cpuRun.Close()
+			}
+			runner, cands = cpuCandidates{ctx: ctx, g: cpuRun, x: x, r: r}, []moe.Config{{}}
+		}
+		outs := TuneCandidates(ctx, runner, cands, chk, mo.TuneSamples, func(s string) { progress(fmt.Sprintf("M=%d %s", m, s)) })
+		if err := ctx.Err(); err != nil {
+			return rep, err // the batch in flight is left out of the file
+		}
+		rep.Outcomes[m] = outs
+		for _, o := range outs {
+			rep.Results = append(rep.Results, tuneResult(mo, local, m, o))
+		}
+		best := pickFastest(outs)
+		if best < 0 {
+			rep.NoCandidate = append(rep.NoCandidate, m)
+			rep.Warnings = append(rep.Warnings, fmt.Sprintf("M=%d: no candidate passed:\n  %s", m, strings.Join(rejections(outs), "\n  ")))
+			continue
+		}
+		b := moe.TunedBatch{Config: outs[best].Config.String(), LatencyUS: round3(outs[best].Median()), Candidates: len(outs),
+			Date: now().UTC().Truncate(time.Second), Commit: opt.Commit, Routing: mo.routingName()}
+		for _, v := range outs[best].Latency {
+			b.Samples = append(b.Samples, round3(v))
+		}
+		b.Static = moe.Config{}.String()
+		if onGPU || opt.Runner != nil {
+			b.Static = moe.ChooseConfig(local, m).String()
+		}
+		for _, o := range outs {
+			if o.Config.String() == b.Static && len(o.Latency) > 0 {
+				b.StaticUS = round3(o.Median())
+			}
+			if o.Reject != "" {
+				b.Rejected = append(b.Rejected, fmt.Sprintf("%v: %s", o.Config, o.Reject))
+			}
+		}
+		f.Set(m, b)
+		if rep.Path, err = moe.WriteTunedFile(opt.Dir, f); err != nil {
+			return rep, err
+		}
+		rep.Tuned = append(rep.Tuned, m)
+		progress(fmt.Sprintf("saved M=%d", m))
+	}
+	if len(rep.Tuned) == 0 && len(rep.NoCandidate) == 0 {
+		rep.Warnings = append(rep.Warnings, fmt.Sprintf("every batch was already in %s: nothing tuned (--force re-tunes)", rep.Path))
+	}
+	if gk != nil {
+		gk.Close() // the comparison makes its own
+		gk = nil
+	}
+
+	// Tuned versus the static table, each a bench moe sweep over every batch.
+	if mo.Ceilings == nil {
+		progress("ceilings")
+		c, err := ceilings.MeasureCeilings(ctx, dev, ceilings.CeilingOptions{Quick: true})
+		if err != nil {
+			if ctx.Err() != nil {
+				return rep, ctx.Err()
+			}
+			return rep, fmt.Errorf("measuring ceilings: %w", err)
+		}
+		mo.Ceilings = c
+	}
+	base, tuned := mo, mo
+	base.StaticConfigs = true
+	tuned.ConfigLookup = &moe.TunedLookup{Dirs: []string{opt.Dir}}
+	// Interleaved rounds, pooled per side: the diff then sees some of the
+	// noise between sweeps, not only the noise within one.
+	rounds := opt.Rounds
+	if rounds <= 0 {
+		rounds = 2
+	}
+	var docs [2][]*results.Document
+	for round := range rounds {
+		type sweep struct {
+			i    int
+			name string
+			opt  MoEOptions
+			dst  **MoEReport
+		}
+		order := []sweep{{0, "static", base, &rep.Static}, {1, "tuned", tuned, &rep.TunedRun}}
+		if round%2 == 1 {
+			order[0], order[1] = order[1], order[0] // neither side always runs second
+		}
+		for _, side := range order {
+			i := side.i
+			progress(fmt.Sprintf("compare %s %d/%d", side.name, round+1, rounds))
+			r, err := RunMoE(ctx, dev, side.opt)
+			if err != nil {
+				return rep, err
+			}
+			*side.dst = r
+			doc := &results.Document{Format: results.Format, Schema: results.SchemaVersion, Suite: "tune moe"}
+			docs[i] = append(docs[i], doc)
+			rep.compareSide(side.name, round, r, doc)
+		}
+	}
+	rep.StaticDocs, rep.TunedDocs = docs[0], docs[1]
+	if len(rep.NoCandidate) > 0 {
+		return rep, fmt.Errorf("%w at M=%s", ErrNoCandidate, joinBatches(rep.NoCandidate))
+	}
+	return rep, nil
+}
+
+// compareSide records one sweep of the comparison: its results (param
+// "configs" names the side, "round" the round) and, in doc, their latency
+// keyed without the configuration, so that the two sides pair by batch.
+func (rep *MoETuneReport) compareSide(name string, round int, r *MoEReport, doc *results.Document) {
+	for _, res := range r.Results {
+		if res.Name != MoEResult {
+			continue
+		}
+		kept := res
+		kept.Params = results.Params{}
+		for k, v := range res.Params {
+			kept.Params[k] = v
+		}
+		kept.Params["configs"] = name
+		kept.Params["round"] = strconv.Itoa(round + 1)
+		rep.Results = append(rep.Results, kept)
+		// The two sides pair by batch: their configurations differ by
+		// design, and only latency gets a verdict.
+		cmp := results.Result{Name: res.Name, Params: results.Params{}}
+		for k, v := range res.Params {
+			if k != MoEConfigParam && k != MoEConfigSourceParam {
+				cmp.Params[k] = v
+			}
+		}
+		if lat := res.Metric(MoELatency); lat != nil {
+			cmp.Metrics = []results.Metric{*lat}
+		}
+		doc.Results = append(doc.Results, cmp)
+	}
+	for _, w := range r.Warnings {
+		if !slices.Contains(rep.Warnings, w) {
+			rep.Warnings = append(rep.Warnings, w)
+		}
+	}
+}
+
+// round3 keeps a timing's nanoseconds: the file is read by people too.
+func round3(v float64) float64 { return math.Round(v*1000) / 1000 }
+
+func joinBatches(ms []int) string {
+	s := make([]string, len(ms))
+	for i, m := range ms {
+		s[i] = fmt.Sprint(m)
+	}
+	return strings.Join(s, ",")
+}

@@ -1,0 +1,317 @@
+package moe
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mstar-dev/mstar/internal/gpu"
+	"github.com/mstar-dev/mstar/kernels/moe"
+	"github.com/mstar-dev/mstar/reports"
+)
+
+// fakeCandidates stand in for kernels: "auto" is the CPU's correct forward
+// pass, timed slow; the others are fast and wrong in one way each.
+type fakeCandidates struct {
+	cpu   cpuCandidates
+	calls *[]int // batch sizes Run was called for
+}
+
+var (
+	wrongScale = moe.Config{Kernel: "skinny", NT: 2}                       // every output ×1.5: finite, plausible, wrong
+	unwritten  = moe.Config{Kernel: "skinny", NT: 4}                       // the last token never written
+	noCompile  = moe.Config{Kernel: "tiled", Tile: "m16", BM: 16, BN: 128} // fails to "compile"
+	brokenOnes = []moe.Config{wrongScale, unwritten, noCompile}
+)
+
+func (f fakeCandidates) Prepare(c moe.Config) (string, error) {
+	if c.String() == noCompile.String() {
+		return "", errors.New("nvrtc: error: too many resources requested\nmore")
+	}
+	return "", nil
+}
+
+func (f fakeCandidates) Run(c moe.Config) (CandidateRun, error) {
+	if f.calls != nil {
+		*f.calls = append(*f.calls, f.cpu.r.M)
+	}
+	run, err := f.cpu.Run(moe.Config{})
+	if err != nil {
+		return nil, err
+	}
+	out := run.Output()
+	us := 100.0
+	switch c.String() {
+	case wrongScale.String():
+		for i := range out {
+			out[i] *= 1.5
+		}
+		us = 1
+	case unwritten.String():
+		h := f.cpu.g.Layer().Shape.H
+		for i := len(out) - h; i < len(out); i++ {
+			out[i] = float32(nanF())
+		}
+		us = 1
+	}
+	return fixedRun{out: out, us: us}, nil
+}
+
+func nanF() float64 { z := 0.0; return z / z }
+
+type fixedRun struct {
+	out []float32
+	us  float64
+}
+
+func (r fixedRun) Output() []float32 { return r.out }
+func (r fixedRun) Free()             {}
+func (r fixedRun) Time(samples int) ([]float64, error) {
+	v := make([]float64, samples)
+	for i := range v {
+		v[i] = r.us + float64(i)*0.01
+	}
+	return v, nil
+}
+
+func tuneOpts(dir string, batches []int, cands []moe.Config, calls *[]int) MoETuneOptions {
+	return MoETuneOptions{
+		MoE: MoEOptions{Shape: moe.Shape{E: 8, K: 2, H: 32, I: 16}, Batches: batches, Samples: 2, TuneSamples: 3, Seed: 3, Ceilings: fakeCeilings()},
+		Dir: dir,
+		Runner: func(m int, l *moe.Layer, x []float32, r moe.Routing) (CandidateRunner, []moe.Config) {
+			g, err := moe.NewRunner(gpu.NewCPU(), l, nil)
+			if err != nil {
+				panic(err) // the CPU runner has nothing to fail on
+			}
+			return fakeCandidates{cpu: cpuCandidates{ctx: context.Background(), g: g, x: x, r: r}, calls: calls}, cands
+		},
+	}
+}
+
+// A candidate that returns wrong numbers, one that leaves an element
+// unwritten and one that does not compile are rejected with the reason,
+// however fast; the correct one is chosen and written.
+func TestTuneRejectsBrokenCandidate(t *testing.T) {
+	dir := t.TempDir()
+	rep, err := RunMoETune(t.Context(), gpu.NewCPU(), tuneOpts(dir, []int{5}, append(slices.Clone(brokenOnes), moe.Config{}), nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	outs := rep.Outcomes[5]
+	if len(outs) != 4 {
+		t.Fatalf("%d outcomes, want 4", len(outs))
+	}
+	for _, tt := range []struct {
+		i      int
+		reject string
+	}{{0, "> 0.01 against the float64 reference"}, {1, "never written or not finite"}, {2, "compile: nvrtc: error: too many resources requested"}} {
+		if o := outs[tt.i]; !strings.Contains(o.Reject, tt.reject) || o.Chosen || o.Latency != nil {
+			t.Errorf("candidate %v: reject %q, chosen %v, latency %v; want rejected with %q and never timed", o.Config, o.Reject, o.Chosen, o.Latency, tt.reject)
+		}
+	}
+	if !outs[3].Chosen || outs[3].Reject != "" {
+		t.Errorf("the correct candidate: %+v", outs[3])
+	}
+	f, err := os.ReadFile(filepath.Join(dir, rep.Key.FileName()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tf, err := moe.ParseTunedFile(f, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := tf.Batches["5"]
+	if b.Config != "auto" || b.LatencyUS != 100.01 || len(b.Rejected) != 3 || tf.KernelVersion != moe.KernelVersion {
+		t.Errorf("file batch 5: %+v (kernels %s)", b, tf.KernelVersion)
+	}
+	// Every candidate is a moe_tune result; the rejected ones say why.
+	n := 0
+	for _, r := range rep.Results {
+		if r.Name == MoETuneResult && r.Params[MoEConfigParam] == wrongScale.String() {
+			n++
+			if lat := r.Metric(MoETuneLatency); lat.Measured() || !strings.Contains(lat.Unmeasured, "rejected: rel L2") {
+				t.Errorf("wrong candidate's latency: %+v", lat)
+			}
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d moe_tune results for the wrong candidate", n)
+	}
+}
+
+// When every candidate is wrong, nothing is written for the batch and the
+// tune says which batch failed.
+func TestTuneNoCandidatePasses(t *testing.T) {
+	dir := t.TempDir()
+	rep, err := RunMoETune(t.Context(), gpu.NewCPU(), tuneOpts(dir, []int{2, 4}, brokenOnes[:2], nil))
+	if !errors.Is(err, ErrNoCandidate) || !strings.Contains(err.Error(), "at M=2,4") {
+		t.Fatalf("err %v, want ErrNoCandidate at M=2,4", err)
+	}
+	if rep == nil || len(rep.File.Batches) != 0 || len(rep.NoCandidate) != 2 {
+		t.Fatalf("report %+v", rep)
+	}
+	if _, err := os.Stat(filepath.Join(dir, rep.Key.FileName())); !os.IsNotExist(err) {
+		t.Errorf("a file was written: %v", err)
+	}
+}
+
+// A tune interrupted after its first batch keeps that batch in the file; run
+// again, it measures only the remaining batches. --force measures all.
+func TestTuneResumes(t *testing.T) {
+	dir := t.TempDir()
+	var calls []int
+	opt := tuneOpts(dir, []int{1, 3, 6}, []moe.Config{{}}, &calls)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	opt.MoE.Progress = func(s string) {
+		if s == "saved M=1" {
+			cancel()
+		}
+	}
+	rep, err := RunMoETune(ctx, gpu.NewCPU(), opt)
+	if !errors.Is(err, context.Canceled) || rep == nil {
+		t.Fatalf("err %v, want the cancellation", err)
+	}
+	if !slices.Equal(rep.Tuned, []int{1}) || !slices.Equal(calls, []int{1}) {
+		t.Fatalf("interrupted run tuned %v (runs at %v), want [1]", rep.Tuned, calls)
+	}
+	b, _ := os.ReadFile(filepath.Join(dir, rep.Key.FileName()))
+	if tf, err := moe.ParseTunedFile(b, "x"); err != nil || !slices.Equal(tf.TunedBatchSizes(), []int{1}) {
+		t.Fatalf("file after the interrupt: %v, %v", tf, err)
+	}
+
+	calls = nil
+	opt.MoE.Progress = nil
+	rep, err = RunMoETune(t.Context(), gpu.NewCPU(), opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(rep.Skipped, []int{1}) || !slices.Equal(rep.Tuned, []int{3, 6}) || !slices.Equal(calls, []int{3, 6}) {
+		t.Errorf("resumed run: skipped %v, tuned %v, runs at %v; want skipped [1], tuned and run [3 6]", rep.Skipped, rep.Tuned, calls)
+	}
+	if got := rep.File.TunedBatchSizes(); !slices.Equal(got, []int{1, 3, 6}) {
+		t.Errorf("file has %v", got)
+	}
+	// The comparison covers every batch, pairing the two sweeps by batch:
+	// each round of each side has the same three latency results.
+	if len(rep.StaticDocs) == 0 || len(rep.TunedDocs) != len(rep.StaticDocs) {
+		t.Fatalf("comparison rounds: %d static, %d tuned", len(rep.StaticDocs), len(rep.TunedDocs))
+	}
+	for i := range rep.StaticDocs {
+		s, tu := rep.StaticDocs[i], rep.TunedDocs[i]
+		if len(s.Results) != 3 || len(tu.Results) != 3 {
+			t.Fatalf("round %d: %d static and %d tuned results, want 3 each", i, len(s.Results), len(tu.Results))
+		}
+		for j := range s.Results {
+			if s.Results[j].Key() != tu.Results[j].Key() || s.Results[j].Metric(MoELatency) == nil {
+				t.Errorf("round %d: %s does not pair with %s by batch, or has no latency", i, s.Results[j].Key(), tu.Results[j].Key())
+			}
+		}
+	}
+
+	calls = nil
+	opt.Force = true
+	if rep, err = RunMoETune(t.Context(), gpu.NewCPU(), opt); err != nil || len(rep.Skipped) != 0 || !slices.Equal(calls, []int{1, 3, 6}) {
+		t.Errorf("--force: skipped %v, runs at %v, err %v", rep.Skipped, calls, err)
+	}
+}
+
+// A file of another moe.cu in the folder is not resumed from: the tune
+// says so and starts a new one.
+func TestTuneIgnoresStaleFile(t *testing.T) {
+	dir := t.TempDir()
+	opt := tuneOpts(dir, []int{2}, []moe.Config{{}}, nil)
+	key := moe.KeyFor(opt.MoE.Shape, gpu.NewCPU().Info().Name)
+	old := moe.NewTunedFile(key, fixedNow)
+	old.KernelVersion = "moe.cu-0123456789ab"
+	old.Set(2, moe.TunedBatch{Config: "auto", Date: fixedNow})
+	if _, err := moe.WriteTunedFile(dir, old); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := RunMoETune(t.Context(), gpu.NewCPU(), opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(rep.Tuned, []int{2}) || rep.File.KernelVersion != moe.KernelVersion {
+		t.Errorf("tuned %v, file kernels %s", rep.Tuned, rep.File.KernelVersion)
+	}
+	if !slices.ContainsFunc(rep.Warnings, func(w string) bool { return strings.Contains(w, "tuned for kernels moe.cu-0123456789ab") }) {
+		t.Errorf("warnings %q do not name the stale file", rep.Warnings)
+	}
+}
+
+// bench moe on an H200 takes the shipped file for a reference shape, and
+// its results name the configuration and the file.
+func TestBenchPicksShippedFile(t *testing.T) {
+	t.Setenv(moe.EnvConfigDir, t.TempDir())           // an empty user folder
+	shape := moe.Shape{E: 128, K: 8, H: 2048, I: 768} // qwen3-30b-a3b
+	name := moe.KeyFor(shape, "NVIDIA H200").FileName()
+	configs, warns, err := ResolveMoEConfigs(shape, "NVIDIA H200", DefaultGPUBatches, MoEOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(warns) != 1 || !strings.Contains(warns[0], "from the tuned embedded configs/"+name) {
+		t.Errorf("warnings %q", warns)
+	}
+	shipped, _, _, _ := moe.TunedLookup{Embedded: moe.ShippedConfigs()}.Find(moe.KeyFor(shape, "NVIDIA H200"))
+	for _, m := range DefaultGPUBatches {
+		bc := configs[m]
+		if bc.Source != "embedded:"+name || bc.Note != "" || bc.Config.String() != mustConfig(t, shipped.Batches[itoa(m)].Config).String() {
+			t.Errorf("M=%d: %+v", m, bc)
+		}
+		res := withConfigSource(reports.Result{Name: MoEResult, Params: reports.Params{"batch": itoa(m)}}, bc)
+		if res.Params[MoEConfigSourceParam] != "embedded:"+name || res.Params[MoEConfigParam] != bc.Config.String() {
+			t.Errorf("M=%d result params %v", m, res.Params)
+		}
+	}
+
+	// A batch the file lacks: the nearest tuned one, said so.
+	configs, _, _ = ResolveMoEConfigs(shape, "NVIDIA H200", []int{48, 100000}, MoEOptions{})
+	if bc := configs[48]; bc.Source != "embedded:"+name || bc.Note != "nearest tuned batch 64 (M=48 not tuned)" {
+		t.Errorf("M=48: %+v", bc)
+	}
+	if bc := configs[100000]; bc.Source != "static" || !strings.Contains(bc.Note, "no tuned batch within 2×") || bc.Config.String() != moe.ChooseConfig(shape, 100000).String() {
+		t.Errorf("M=100000: %+v", bc)
+	}
+	res := withConfigSource(reports.Result{Params: reports.Params{}}, configs[48])
+	if len(res.Warnings) != 1 || res.Warnings[0] != "config: nearest tuned batch 64 (M=48 not tuned)" {
+		t.Errorf("result warnings %q", res.Warnings)
+	}
+
+	// The user's folder comes first.
+	user := os.Getenv(moe.EnvConfigDir)
+	f := moe.NewTunedFile(moe.KeyFor(shape, "NVIDIA H200"), fixedNow)
+	f.Set(64, moe.TunedBatch{Config: "tc:64x128k64s4b2", Date: fixedNow})
+	if _, err := moe.WriteTunedFile(user, f); err != nil {
+		t.Fatal(err)
+	}
+	configs, _, _ = ResolveMoEConfigs(shape, "NVIDIA H200", []int{64}, MoEOptions{})
+	if bc := configs[64]; bc.Source != "cache:"+name || bc.Config.String() != mustConfig(t, "tc:64x128k64s4b2").String() {
+		t.Errorf("user file: %+v", bc)
+	}
+	// --config overrides; another device gets the static table, saying so.
+	configs, _, _ = ResolveMoEConfigs(shape, "NVIDIA H200", []int{64}, MoEOptions{Config: mustConfig(t, "skinny:nt=2")})
+	if bc := configs[64]; bc.Source != "--config" || bc.Config.String() != "skinny:nt=2" {
+		t.Errorf("--config: %+v", bc)
+	}
+	configs, warns, _ = ResolveMoEConfigs(shape, "NVIDIA A100", []int{64}, MoEOptions{})
+	if bc := configs[64]; bc.Source != "static" || len(warns) != 1 || !strings.Contains(warns[0], "no tuned config file") {
+		t.Errorf("other device: %+v, %q", bc, warns)
+	}
+}
+
+func mustConfig(t *testing.T, s string) moe.Config {
+	t.Helper()
+	c, err := moe.ParseConfig(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+var fixedNow = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
