@@ -2,10 +2,11 @@ package moe
 
 import (
 	"errors"
-	"github.com/mstar-dev/mstar/kernels/router"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/mstar-dev/mstar/kernels/router"
 )
 
 // The saved config.json files (their published values) give the presets'
