@@ -814,7 +814,7 @@ func (a *Ablation) Results() []reports.Result {
 			all = append(all, v...)
 		}
 		p := a.params("balanced")
-		res = append(res, reports.Result{Name: "router/uniform-reference", Params: p, Metrics: []reports.Metric{
+		res = append(res, reports.Result{Name: "router/uniform-reference", Params: p, Role: reports.RoleContext, Metrics: []reports.Metric{
 			{Name: "kernel_time", Unit: "ms", Better: reports.LowerIsBetter, Samples: all},
 		}})
 	}
@@ -823,6 +823,9 @@ func (a *Ablation) Results() []reports.Result {
 
 func metric(c column, samples []float64) reports.Metric {
 	m := reports.Metric{Name: c.name, Unit: c.unit, Better: c.better, Samples: samples}
+	if c.name == "slowdown" {
+		m.DerivedFrom = "kernel_time" // kernel time over the uniform reference's
+	}
 	if len(samples) == 0 {
 		m.Unmeasured = c.why
 		if m.Unmeasured == "" {

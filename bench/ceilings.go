@@ -474,8 +474,10 @@ func (c *Ceilings) Results() []reports.Result {
 				m.Unmeasured = "no samples"
 			}
 		}
+		// A ceiling bounds the code under test; it is not the code under test.
 		out = append(out, reports.Result{
 			Name:    CeilingResult,
+			Role:    reports.RoleContext,
 			Params:  reports.Params{"what": k, "size": ce.Size, "method": ce.Method},
 			Metrics: []reports.Metric{m},
 		})

@@ -64,9 +64,12 @@ type MoEOptions struct {
 	Routing   string
 	Trace     *moe.Routing
 	TraceName string
-	Samples   int    // timed samples per batch (0: 20 on CUDA, 6 on the CPU)
-	Seed      uint64 // weights, inputs and routing
-	Config    moe.Config
+	Samples   int // timed samples per batch (0: 20 on CUDA, 6 on the CPU)
+	// Rounds repeats the whole sweep (see Rounds; 0 or 1: once); the
+	// ceilings are measured once, in the first.
+	Rounds int
+	Seed   uint64 // weights, inputs and routing
+	Config moe.Config
 	// Tune (CUDA): per batch, try every candidate configuration
 	// (moe.Candidates), reject those whose output fails the correctness
 	// check, time the others with TuneSamples samples (0: 6), and measure
@@ -159,6 +162,7 @@ type MoEReport struct {
 	// KernelsID names the kernels' source and target ("moe.cu 1a2b3c4d5e6f
 	// cubin sm_90a"): stable across runs of one build, for the environment.
 	KernelsID string
+	Rounds    int // rounds of the sweep that completed
 }
 
 // Failed reports whether any batch failed its correctness gate.
@@ -263,8 +267,80 @@ func checkTokens(m int) []int {
 // sampled), then the timed samples. Errors of input (shape does not fit in
 // memory) are *MoEInputError. A canceled ctx stops it between batches (on
 // the CPU also between samples): it returns the report of the batches done
-// so far with ctx's error; the batch in flight is left out.
+// so far with ctx's error; the batch in flight is left out. With
+// opt.Rounds above 1 the whole sweep repeats (Rounds) and the report
+// joins the rounds.
 func RunMoE(ctx context.Context, dev gpu.Device, opt MoEOptions) (*MoEReport, error) {
+	if opt.Rounds <= 1 {
+		rep, err := runMoERound(ctx, dev, opt)
+		if rep != nil {
+			rep.Rounds = 1
+			if err != nil {
+				rep.Rounds = 0
+			}
+		}
+		return rep, err
+	}
+	var rep *MoEReport
+	results, done, err := Rounds(opt.Rounds, func(round int) ([]reports.Result, error) {
+		r, err := runMoERound(ctx, dev, opt)
+		if r == nil {
+			return nil, err
+		}
+		if rep == nil {
+			rep = r
+		} else {
+			for _, w := range r.Warnings {
+				if !slices.Contains(rep.Warnings, w) {
+					rep.Warnings = append(rep.Warnings, w)
+				}
+			}
+		}
+		// Every round divides by the same ceilings, measured in the first.
+		opt.Ceilings = r.Ceilings
+		return r.Results, err
+	})
+	if rep == nil || (err != nil && ctx.Err() == nil) {
+		return nil, err
+	}
+	rep.Results, rep.Rounds = results, done
+	joinRows(rep.Rows, results)
+	return rep, err
+}
+
+// joinRows makes the printed rows (of the first round) summarise the
+// samples of every round: each row's rates scale with its latency.
+func joinRows(rows []MoERow, results []reports.Result) {
+	for i := range rows {
+		row := &rows[i]
+		j := slices.IndexFunc(results, func(r reports.Result) bool {
+			return r.Name == MoEResult && r.Params["batch"] == strconv.Itoa(row.M)
+		})
+		if j < 0 {
+			continue
+		}
+		res := &results[j]
+		lat := res.Metric(MoELatency)
+		if lat == nil || !lat.Measured() {
+			continue
+		}
+		before := row.Latency.Median
+		row.Latency = reports.Summarize(lat.Samples)
+		scale := before / row.Latency.Median
+		row.TFLOPs *= scale
+		row.GBps *= scale
+		row.PctBW *= scale
+		row.PctCompute *= scale
+		row.PctFloor *= scale
+		if rel := res.Metric(MoERelL2); rel != nil && rel.Measured() {
+			row.RelL2 = slices.Max(rel.Samples)
+		}
+		row.Pass = res.Passed()
+	}
+}
+
+// runMoERound is one round of RunMoE's sweep.
+func runMoERound(ctx context.Context, dev gpu.Device, opt MoEOptions) (*MoEReport, error) {
 	local, err := PrepareMoE(&opt)
 	if err != nil {
 		return nil, err
@@ -500,7 +576,8 @@ func tuneResult(opt MoEOptions, local moe.Shape, m int, o TuneOutcome) reports.R
 			rel.Unmeasured = o.Reject
 		}
 	}
-	r := reports.Result{Name: MoETuneResult, Params: p, Metrics: []reports.Metric{lat, rel}}
+	// Candidates are the tuner's exploration, context for the measured batch.
+	r := reports.Result{Name: MoETuneResult, Params: p, Role: reports.RoleContext, Metrics: []reports.Metric{lat, rel}}
 	if o.Reject != "" {
 		r.Warnings = append(r.Warnings, "rejected: "+o.Reject)
 	}
@@ -880,6 +957,11 @@ func moeResult(opt MoEOptions, local moe.Shape, m int, r moe.Routing, us []float
 			relMetric,
 		},
 		Gates: []reports.Gate{gate},
+	}
+	// One measured quantity: the rates and percentages are latency seen
+	// through this run's constants and ceilings.
+	for i := 1; i <= 5; i++ {
+		res.Metrics[i].DerivedFrom = MoELatency
 	}
 	sum := reports.Summarize(us)
 	med := sum.Median * 1e-6

@@ -79,7 +79,7 @@ func stageResults(opt MoEOptions, local moe.Shape, m int, r moe.Routing, stages 
 		params["stage"] = st.Stage
 		metrics := []reports.Metric{
 			{Name: MoELatency, Unit: "µs", Better: reports.LowerIsBetter, Samples: st.US},
-			{Name: MoEStageShare, Unit: "%", Better: reports.LowerIsBetter, Samples: []float64{row.Share}},
+			{Name: MoEStageShare, Unit: "%", Better: reports.LowerIsBetter, Samples: []float64{row.Share}, DerivedFrom: MoELatency},
 		}
 		if flops > 0 {
 			per := func(f func(sec float64) float64) []float64 {
@@ -90,10 +90,10 @@ func stageResults(opt MoEOptions, local moe.Shape, m int, r moe.Routing, stages 
 				return out
 			}
 			metrics = append(metrics,
-				reports.Metric{Name: MoEThroughput, Unit: "TFLOP/s", Better: reports.HigherIsBetter, Samples: per(func(s float64) float64 { return flops / s / 1e12 })},
-				reports.Metric{Name: MoEBandwidth, Unit: "GB/s", Better: reports.HigherIsBetter, Samples: per(func(s float64) float64 { return bytes / s / 1e9 })})
+				reports.Metric{Name: MoEThroughput, Unit: "TFLOP/s", Better: reports.HigherIsBetter, Samples: per(func(s float64) float64 { return flops / s / 1e12 }), DerivedFrom: MoELatency},
+				reports.Metric{Name: MoEBandwidth, Unit: "GB/s", Better: reports.HigherIsBetter, Samples: per(func(s float64) float64 { return bytes / s / 1e9 }), DerivedFrom: MoELatency})
 			row.TFLOPs, row.GBps = flops/(sum.Median*1e-6)/1e12, bytes/(sum.Median*1e-6)/1e9
-			floor := reports.Metric{Name: MoEPctFloor, Unit: "%", Better: reports.HigherIsBetter}
+			floor := reports.Metric{Name: MoEPctFloor, Unit: "%", Better: reports.HigherIsBetter, DerivedFrom: MoELatency}
 			if c != nil && c.D2D.Measured() && c.GEMM.Measured() {
 				floorSec := math.Max(bytes/(c.D2D.Value*1e9), flops/(c.GEMM.Value*1e12))
 				floor.Samples = per(func(s float64) float64 { return 100 * floorSec / s })

@@ -37,6 +37,8 @@ type streamHeader struct {
 	Start    time.Time `json:"start"`
 	Env      Env       `json:"env"`
 	Warnings []string  `json:"warnings,omitempty"`
+	RunID    string    `json:"run_id,omitempty"`
+	Rounds   int       `json:"rounds,omitempty"`
 }
 
 type streamResult struct {
@@ -76,7 +78,7 @@ func NewStreamWriter(w io.Writer, d *Document) (*StreamWriter, error) {
 	s := &StreamWriter{w: w, d: d, nWarn: len(d.Warnings)}
 	err := s.record(streamHeader{
 		Record: recordHeader, Format: d.Format, Schema: d.Schema, Suite: d.Suite,
-		Command: d.Command, Start: d.Start, Env: d.Env, Warnings: d.Warnings,
+		Command: d.Command, Start: d.Start, Env: d.Env, Warnings: d.Warnings, RunID: d.RunID, Rounds: d.Rounds,
 	})
 	if err != nil {
 		return nil, err
@@ -204,7 +206,7 @@ func parseStream(b []byte) (*Document, error) {
 				return nil, jsonError(line, lineNo-1, err)
 			}
 			d = &Document{Format: h.Format, Schema: h.Schema, Suite: h.Suite, Command: h.Command,
-				Start: h.Start, Env: h.Env, Warnings: h.Warnings}
+				Start: h.Start, Env: h.Env, Warnings: h.Warnings, RunID: h.RunID, Rounds: h.Rounds}
 			// Check the version before reading records it may not describe.
 			if err := d.Validate(); err != nil {
 				return nil, fmt.Errorf("line %d: %w", lineNo, err)
@@ -244,7 +246,7 @@ func parseStream(b []byte) (*Document, error) {
 		return nil, fmt.Errorf("stream has no header")
 	}
 	if !footer {
-		d.Warnings = append(d.Warnings, "stream has no footer: the run did not finish, results may be missing")
+		d.Warnings = append(d.Warnings, WarnNoFooter)
 	}
 	return d, nil
 }

@@ -321,6 +321,7 @@ func copyResults(opt Options, points []*copyPoint) []reports.Result {
 			{Name: MetricWrong, Unit: "copies", Better: reports.LowerIsBetter, Samples: p.wrong},
 			countMetric("copies/sample", p.reps),
 		}
+		derivedFromTime(r.Metrics[1:5])
 		r.Gates = []reports.Gate{verifiedGate(p.wrong, p.reps, "copies")}
 		rs = append(rs, r)
 	}
@@ -351,7 +352,7 @@ func runRegister(ctx context.Context, opt Options, out *Outcome) error {
 		r := reports.Result{Name: "register", Params: reports.Params{"size": sizeParam(size)}}
 		reg := reports.Metric{Name: MetricRegister, Unit: "ms", Better: reports.LowerIsBetter}
 		unreg := reports.Metric{Name: MetricUnregister, Unit: "ms", Better: reports.LowerIsBetter}
-		per := reports.Metric{Name: MetricRegPerGiB, Unit: "ms/GiB", Better: reports.LowerIsBetter}
+		per := reports.Metric{Name: MetricRegPerGiB, Unit: "ms/GiB", Better: reports.LowerIsBetter, DerivedFrom: MetricRegister}
 		if !cuda {
 			why := "the CPU backend does not page-lock memory (Register is a no-op)"
 			reg.Unmeasured, unreg.Unmeasured, per.Unmeasured = why, why, why

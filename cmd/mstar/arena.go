@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/mstar-dev/mstar/arena"
 	"github.com/mstar-dev/mstar/arena/stress"
 	"github.com/mstar-dev/mstar/arena/sweep"
+	"github.com/mstar-dev/mstar/bench"
 	"github.com/mstar-dev/mstar/internal/envinfo"
 	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/mstar-dev/mstar/internal/gpu/nvmlinfo"
@@ -102,7 +104,7 @@ func arenaSweepCmd(a *app) *cobra.Command {
 	var (
 		device, mode, minSize, maxSize, shmDir, out, plot string
 		factor                                            int64
-		samples, tensors                                  int
+		samples, tensors, rounds                          int
 		pcie                                              float64
 	)
 	cmd := &cobra.Command{
@@ -125,7 +127,9 @@ ACK) and through per-tensor files, next to one thread (and two threads) of
 memcpy. --mode all does both; the default is all with a GPU and transport
 without one.
 
-Every point is the median of --samples samples; every copy is verified
+Every point is the median of --samples samples per round, of --rounds
+rounds (the whole sweep repeated, so that 'report diff' sees the noise
+between rounds); every copy is verified
 (destinations poisoned before, compared after) and #wrong counts those that
 differ — any wrong copy fails the run (exit 1). The table prints to stdout;
 --out writes the results document (every sample), --plot a PNG or SVG of
@@ -154,7 +158,7 @@ with "-transport" added to its name).`,
 				}
 			}
 			if err := firstErr(atLeast("min-size", lo, 16, ""), atLeast("factor", factor, 2, ""), atLeast("samples", samples, 1, ""),
-				atLeast("tensors", tensors, 0, "0: picked by size"), atLeast("pcie-gbps", pcie, 0, "0: from NVML"),
+				atLeast("tensors", tensors, 0, "0: picked by size"), atLeast("pcie-gbps", pcie, 0, "0: from NVML"), atLeast("rounds", rounds, 1, ""),
 				checkShmDir("shm-dir", shmDir, true)); err != nil {
 				return err
 			}
@@ -172,15 +176,30 @@ with "-transport" added to its name).`,
 			}
 			doc := reports.NewDocument("arena sweep", a.args, env)
 			bar := progress.New(a.stderr, 0, "arena sweep")
-			opt.Progress = func(step string) { bar.Describe(step) }
 			// On an interrupt the point in flight stops and removes its
 			// segments and files; the points done are still printed and written.
 			ctx, stop := interruptContext()
 			defer stop()
-			res, err := sweep.Run(ctx, opt)
+			var res *sweep.Outcome
+			results, done, err := bench.Rounds(rounds, func(round int) ([]reports.Result, error) {
+				opt.Progress = func(step string) { bar.Describe(fmt.Sprintf("round %d/%d %s", round+1, rounds, step)) }
+				r, err := sweep.Run(ctx, opt)
+				if r == nil {
+					return nil, err
+				}
+				if res == nil {
+					res = r
+				}
+				for _, w := range r.Warnings {
+					if !slices.Contains(res.Warnings, w) {
+						res.Warnings = append(res.Warnings, w)
+					}
+				}
+				return r.Results, err
+			})
 			bar.Finish()
 			if res != nil {
-				doc.Results = res.Results
+				doc.Results, doc.Rounds = results, done
 				doc.Warnings = res.Warnings
 			}
 			stopped := err != nil && ctx.Err() != nil && res != nil
@@ -199,7 +218,7 @@ with "-transport" added to its name).`,
 				doc.Warnings = append(doc.Warnings, opt.PCIeNote)
 			}
 			doc.Finish()
-			fmt.Fprintf(a.stdout, "# arena sweep on %s (%s), %d samples per point\n", dev.Info().ID, dev.Info().Name, max(samples, 1))
+			fmt.Fprintf(a.stdout, "# arena sweep on %s (%s), %d samples per point in each of %s\n", dev.Info().ID, dev.Info().Name, max(samples, 1), plural(done, "round"))
 			if err := sweep.WriteTable(a.stdout, doc.Results); err != nil {
 				return err
 			}
@@ -231,7 +250,8 @@ with "-transport" added to its name).`,
 	f.StringVar(&minSize, "min-size", "4KiB", "smallest size")
 	f.StringVar(&maxSize, "max-size", "1GiB", "largest size")
 	f.Int64Var(&factor, "factor", 4, "size step: each size is this many times the last")
-	f.IntVar(&samples, "samples", 10, "timed samples per point (the table shows medians)")
+	f.IntVar(&samples, "samples", 10, "timed samples per point and round (the table shows medians)")
+	f.IntVar(&rounds, "rounds", bench.DefaultRounds, "repeat the whole sweep this many times, interleaved, so that 'report diff' sees the noise between rounds")
 	f.IntVar(&tensors, "tensors", 0, "tensors per transport sample (0: up to 4096 small tensors, 64 MiB's worth, at least 16)")
 	f.StringVar(&shmDir, "shm-dir", arena.DefaultDir, "directory for segments and tensor files")
 	f.Float64Var(&pcie, "pcie-gbps", 0, "the PCIe link's theoretical GB/s per direction (0: from NVML)")

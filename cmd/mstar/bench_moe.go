@@ -25,7 +25,7 @@ func init() {
 func newBenchMoE(a *app) *cobra.Command {
 	var (
 		model, device, out, batches, routing, traceIn, traceOut, config, ceilings, dumpDir string
-		experts, topk, hidden, inter, tp, ep, samples, tuneSamples                         int
+		experts, topk, hidden, inter, tp, ep, samples, tuneSamples, rounds                 int
 		seed                                                                               uint64
 		tune, stages                                                                       bool
 	)
@@ -116,8 +116,11 @@ Models:
 			if err := firstErr(atLeast("tp", tp, 1, ""), atLeast("ep", ep, 1, "")); err != nil {
 				return err
 			}
+			if err := atLeast("rounds", rounds, 1, ""); err != nil {
+				return err
+			}
 			opt := bench.MoEOptions{Model: model, TP: tp, EP: ep, Routing: routing, Samples: samples, Seed: seed, DumpDir: dumpDir,
-				Tune: tune, TuneSamples: tuneSamples, Stages: stages}
+				Tune: tune, TuneSamples: tuneSamples, Stages: stages, Rounds: rounds}
 			if model != "" {
 				p, err := moe.LookupPreset(model)
 				if err != nil {
@@ -206,7 +209,7 @@ Models:
 					steps = len(bench.DefaultGPUBatches)
 				}
 			}
-			bar := progress.New(a.stderr, steps+2, "bench moe")
+			bar := progress.New(a.stderr, rounds*(steps+1)+1, "bench moe")
 			opt.Progress = func(step string) {
 				bar.Describe(step)
 				if strings.HasPrefix(step, "M=") || step == "weights" {
@@ -231,6 +234,7 @@ Models:
 				return err
 			}
 			doc.Results = append(doc.Results, rep.Results...)
+			doc.Rounds = rep.Rounds
 			// The ceilings the percentages are of, measured or read, travel
 			// with the results (the peers read them from here too).
 			doc.Results = append(doc.Results, rep.Ceilings.Results()...)
@@ -273,7 +277,8 @@ Models:
 	f.StringVar(&routing, "routing", "uniform", "routing: uniform or zipf:ALPHA")
 	f.StringVar(&traceIn, "routing-trace", "", "replay routing from `FILE` (format above)")
 	f.StringVar(&traceOut, "routing-out", "", "write the routing used to `FILE`")
-	f.IntVar(&samples, "samples", 0, "timed samples per batch (0: 20 on CUDA, 6 on the CPU)")
+	f.IntVar(&samples, "samples", 0, "timed samples per batch and round (0: 20 on CUDA, 6 on the CPU)")
+	f.IntVar(&rounds, "rounds", bench.DefaultRounds, "repeat the whole sweep this many times, interleaved, so that 'report diff' sees the noise between rounds")
 	f.Uint64Var(&seed, "seed", 1, "seed of weights, inputs and routing")
 	f.StringVar(&config, "config", "auto", "kernels: auto, skinny:nt=1|2|4, tiled:NAME|bm=…,bn=…,bk=…,wm=…,wn=…,stages=…, or tc:NAME|bm=…,…,gm=…,minb=…")
 	f.BoolVar(&tune, "tune", false, "CUDA: per batch, check and time every candidate configuration and measure with the fastest correct one")
