@@ -660,3 +660,55 @@ func renderJSON(w io.Writer, tables []*Table) error {
 	enc.SetEscapeHTML(false)
 	return enc.Encode(out)
 }
+
+// scaledUnit is a unit FormatQuantity rescales: its size in seconds (or
+// bytes per second).
+type scaledUnit struct {
+	name  string
+	scale float64
+}
+
+var (
+	timeUnits = []scaledUnit{{"ns", 1e-9}, {"µs", 1e-6}, {"ms", 1e-3}, {"s", 1}}
+	rateUnits = []scaledUnit{{"B/s", 1}, {"kB/s", 1e3}, {"MB/s", 1e6}, {"GB/s", 1e9}, {"TB/s", 1e12}}
+)
+
+// unitFamily finds unit among the rescalable units ("us" is µs): its
+// family and its size, or nil.
+func unitFamily(unit string) ([]scaledUnit, float64) {
+	if unit == "us" {
+		unit = "µs"
+	}
+	for _, family := range [][]scaledUnit{timeUnits, rateUnits} {
+		for _, u := range family {
+			if u.name == unit {
+				return family, u.scale
+			}
+		}
+	}
+	return nil, 1
+}
+
+// FormatQuantity prints a value with its unit, times rescaled to ns, µs,
+// ms or s and byte rates to B/s … TB/s so that about four digits show:
+// "5.8 ms", "1.37 GB/s", "30.6%", "0.0017".
+func FormatQuantity(v float64, unit string) string {
+	family, scale := unitFamily(unit)
+	if family != nil && v != 0 && !math.IsNaN(v) && !math.IsInf(v, 0) {
+		base := v * scale
+		best := family[0]
+		for _, u := range family {
+			if math.Abs(base)/u.scale >= 1 {
+				best = u
+			}
+		}
+		return FormatValue(base/best.scale) + " " + best.name
+	}
+	switch unit {
+	case "":
+		return FormatValue(v)
+	case "%":
+		return FormatValue(v) + "%"
+	}
+	return FormatValue(v) + " " + unit
+}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/mstar-dev/mstar/reports"
@@ -176,35 +177,64 @@ func nonEmpty(ss []string) []string {
 func reportDiffCmd(a *app) *cobra.Command {
 	var format string
 	var threshold, alpha float64
+	var metrics []string
+	var allowMissing, failNoisy, wide bool
 	cmd := &cobra.Command{
 		Use:   "diff BASE NEW",
-		Short: "Compare two results documents; exit 1 on a significant regression",
+		Short: "Compare two results documents; exit 1 on a failed gate, a missing result or a regression",
 		Long: `diff pairs the results of NEW with those of BASE by name and parameters and,
 for every metric of every pair, prints both medians with their 95% CIs, the
-change in percent, and the p-value of the Mann-Whitney U test — the same
-statistics as benchstat (golang.org/x/perf/benchmath). A change that is not
-significant prints "~". A geometric-mean row summarises each metric.
-Results present on one side only are listed. Either file may be a merged
-document (mstar report merge); results with the same name and parameters on
-one side are pooled, with a warning when they come from different machines.
+change in percent, the p-value of the Mann-Whitney U test — the same
+statistics as benchstat (golang.org/x/perf/benchmath) — and each side's noise
+between rounds. A change that is not significant prints "~". A geometric-mean
+row summarises each deciding metric. Either file may be a merged document
+(mstar report merge); results with the same name and parameters on one side
+are pooled, with a warning when they come from different machines.
 
-A metric regressed when all four hold, and the verdict column says which did:
+What decides (the output says which metrics did):
+  gates        a gate that failed in NEW (correctness first) fails the diff,
+               whatever the statistics say
+  missing      a result of BASE that NEW lacks, or an interrupted NEW, fails
+               it (--allow-missing accepts them)
+  metrics      one verdict per measured quantity: metrics derived from
+               another (throughput and bandwidth from latency, every % of a
+               ceiling or floor) are shown but do not decide, and neither do
+               context results (the ceilings, memcpy references, tuning
+               candidates); --metrics names the metrics that decide instead,
+               wherever they appear
+
+A deciding metric regressed when all of these hold, and the verdict says which
+did not:
   worse        it moved the wrong way for its direction (lower/higher is better)
   significant  p <= --alpha
   material     the change is larger than --threshold percent
   enough       there are enough samples to tell at all (at alpha 0.05 the
-               U test needs at least 4 a side; fewer can never be significant)
-diff exits 1 when any metric regressed, naming each metric and why. With too
-few samples it says it cannot tell, on stderr, and exits 0. When no metric
-is measured on both sides (renamed parameters, say) there is nothing to
-compare: exit 2, so a CI gate never passes by comparing nothing.`,
+               U test needs at least 4 a side; fewer can never be significant;
+               the medians are shown anyway)
+  quiet        neither side's noise is wider than --threshold: noise is the
+               spread of the medians of a document's rounds (--rounds of the
+               measuring commands) or of the runs merged into one side; a
+               change within wider noise is "too noisy to tell at X%", with
+               the numbers (exit 0, or 1 with --fail-noisy)
+
+Formats: text (tables fitted into 120 columns; --wide for all), markdown (a
+PR comment), csv (one row per verdict, raw numbers), json (every verdict with
+its numbers, and the outcome).
+
+Exit codes: 0 no failure; 1 a failed gate in NEW, a missing result or an
+interrupted NEW, a regression of a deciding metric (or a noisy change with
+--fail-noisy); 2 bad usage or input, or nothing to compare (no deciding
+metric is measured on both sides), so a CI gate never passes by comparing
+nothing. The reasons go to stderr in at most three lines.`,
 		Example: `  mstar report diff base.json new.json
   mstar report diff --threshold 2 --alpha 0.01 base.json new.json
-  mstar report diff --format markdown base.json new.json > comment.md`,
+  mstar report diff --metrics latency,pct_floor base.json new.json
+  mstar report diff --format markdown base.json new.json > comment.md
+  mstar report diff --format json base.json new.json > verdicts.json`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if format != reports.FormatText && format != reports.FormatMarkdown {
-				return usageErr("--format %q: want text or markdown", format)
+			if err := oneOf("format", format, reports.DiffFormats); err != nil {
+				return err
 			}
 			if err := atLeast("threshold", threshold, 0, "a percentage"); err != nil {
 				return err
@@ -216,40 +246,88 @@ compare: exit 2, so a CI gate never passes by comparing nothing.`,
 			if err != nil {
 				return err
 			}
-			c := reports.Diff(docs[:1], docs[1:], reports.DiffOptions{Threshold: threshold, Alpha: alpha})
-			compared := 0
-			for _, m := range c.Metrics {
-				if m.Unmeasured == "" {
-					compared++
+			opt := reports.DiffOptions{Threshold: threshold, Alpha: alpha, AllowMissing: allowMissing, FailNoisy: failNoisy}
+			if cmd.Flags().Changed("metrics") {
+				opt.Metrics = nonEmpty(metrics)
+				if len(opt.Metrics) == 0 {
+					return usageErr("--metrics: name at least one metric")
+				}
+				if err := knownMetrics(docs, opt.Metrics); err != nil {
+					return err
 				}
 			}
-			if compared == 0 {
+			c := reports.Diff(docs[:1], docs[1:], opt)
+			failures := c.Failures()
+			if c.Compared() == 0 && len(failures) == 0 {
 				// A CI gate that compared nothing must not pass quietly;
-				// no table either, whose "no regressions" would read as a pass.
-				return usageErr("nothing to compare: no metric is measured on both sides (%d result(s) only in base, %d only in new, %d metric(s) unmeasured on a side)",
+				// no table either, whose "ok" would read as a pass.
+				why := fmt.Sprintf("%d result(s) only in base, %d only in new, %d metric(s) compared, none deciding and measured on both sides",
 					len(c.OnlyBase), len(c.OnlyNew), len(c.Metrics))
+				if _, shown := c.Deciding(); len(shown) > 0 && opt.Metrics == nil {
+					why += "; name the metrics that should decide with --metrics"
+				}
+				return usageErr("nothing to compare: %s", why)
 			}
-			if err := reports.RenderDiff(a.stdout, c, format); err != nil {
+			if err := reports.RenderDiffWide(a.stdout, c, format, wide); err != nil {
 				return err
 			}
 			if ct := c.CannotTell(); len(ct) > 0 {
 				fmt.Fprintf(a.stderr, "mstar: warning: cannot tell whether %d metric(s) changed: too few samples (at least %d a side needed): %s\n",
-					len(ct), c.SamplesNeeded(), strings.Join(c.CannotTellSummary(), "; "))
+					len(ct), c.SamplesNeeded(), brief(strings.Join(c.CannotTellSummary(), "; "), 160))
 			}
-			if regs := c.Regressions(); len(regs) > 0 {
-				var why []string
-				for _, m := range regs {
-					why = append(why, m.Key+": "+m.Metric+": "+m.Verdict(c.Options))
-				}
-				return failed("%d regression(s): %s", len(regs), strings.Join(why, "; "))
+			if noisy := c.Noisy(); len(noisy) > 0 && !failNoisy {
+				fmt.Fprintf(a.stderr, "mstar: warning: %d change(s) too noisy to tell at %s%% (see the verdicts; --fail-noisy fails them)\n", len(noisy), strconv.FormatFloat(threshold, 'g', -1, 64))
+			}
+			if len(failures) > 0 {
+				return failed("%s", brief(strings.Join(failures, "; "), 400))
 			}
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&format, "format", reports.FormatText, "output format: text or markdown")
-	cmd.Flags().Float64Var(&threshold, "threshold", 5, "smallest change, in percent, that counts as a regression")
-	cmd.Flags().Float64Var(&alpha, "alpha", 0.05, "significance level of the Mann-Whitney U test")
+	f := cmd.Flags()
+	f.StringVar(&format, "format", reports.FormatText, "output format: "+strings.Join(reports.DiffFormats, ", "))
+	f.Float64Var(&threshold, "threshold", 5, "smallest change, in percent, that counts as a regression; also the noise bar")
+	f.Float64Var(&alpha, "alpha", 0.05, "significance level of the Mann-Whitney U test")
+	f.StringSliceVar(&metrics, "metrics", nil, "the metrics that decide, wherever they appear (comma-separated; default: every measured, non-derived metric of the results under test)")
+	f.BoolVar(&allowMissing, "allow-missing", false, "pass although NEW lacks results of BASE or was interrupted")
+	f.BoolVar(&failNoisy, "fail-noisy", false, "exit 1 when a deciding metric changed by more than --threshold within noise wider than it")
+	f.BoolVar(&wide, "wide", false, "text: leave tables as wide as their cells (default: fitted into 120 columns)")
 	return cmd
+}
+
+// knownMetrics refuses a --metrics name that no document has.
+func knownMetrics(docs []*reports.Document, names []string) error {
+	have := map[string]bool{}
+	for _, d := range docs {
+		for _, r := range d.Results {
+			for _, m := range r.Metrics {
+				have[m.Name] = true
+			}
+		}
+	}
+	for _, n := range names {
+		if !have[n] {
+			all := make([]string, 0, len(have))
+			for k := range have {
+				all = append(all, k)
+			}
+			slices.Sort(all)
+			return usageErr("--metrics: no metric named %q (have: %s)", n, strings.Join(all, ", "))
+		}
+	}
+	return nil
+}
+
+// brief cuts s to about n characters, saying so.
+func brief(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := strings.LastIndex(s[:n], " ")
+	if cut < n/2 {
+		cut = n
+	}
+	return s[:cut] + " … (see the report)"
 }
 
 func reportExportCmd(a *app) *cobra.Command {

@@ -67,15 +67,15 @@ func TestReportDiffExitCodes(t *testing.T) {
 			base:     latencyDoc(t, dir, "a1.json", 1, 10, 50, 0.01),
 			next:     latencyDoc(t, dir, "a2.json", 2, 10, 50, 0.01),
 			wantCode: exitOK,
-			wantOut:  []string{"no regressions"},
+			wantOut:  []string{"ok: no regression in 3 deciding comparisons"},
 		},
 		{
 			name:     "10% slower with 10 samples at 1% noise fails",
 			base:     latencyDoc(t, dir, "b1.json", 3, 10, 50, 0.01),
 			next:     latencyDoc(t, dir, "b2.json", 4, 10, 55, 0.01),
 			wantCode: exitFailed,
-			wantErr:  []string{"3 regression(s)", "moe/batch=1: latency: REGRESSION: +", "moe/batch=64: latency: REGRESSION", "p=0.000, n=10+10, threshold 5%"},
-			wantOut:  []string{"3 regression(s)"},
+			wantErr:  []string{"3 regressions: moe/batch=1 latency +", "moe/batch=16 latency +"},
+			wantOut:  []string{"moe/batch=1: latency: REGRESSION: +", "moe/batch=64: latency: REGRESSION", "p=0.000, n=10+10, threshold 5%", "FAIL: 3 regressions"},
 		},
 		{
 			name:     "3 samples a side cannot tell",
@@ -83,7 +83,7 @@ func TestReportDiffExitCodes(t *testing.T) {
 			next:     latencyDoc(t, dir, "c2.json", 6, 3, 75, 0.01),
 			wantCode: exitOK,
 			wantErr:  []string{"cannot tell whether 3 metric(s) changed: too few samples (at least 4 a side needed)", "(n=3+3)"},
-			wantOut:  []string{"the U test needs at least 4 a side", "latency in 3 results (n=3+3)", "no regressions"},
+			wantOut:  []string{"the U test needs at least 4 a side", "latency in 3 results (n=3+3)", "ok: no regression in 0 deciding comparisons (3 more with too few samples to tell)"},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -109,7 +109,7 @@ func TestReportDiffExitCodes(t *testing.T) {
 		t.Errorf("--threshold 15: exit %d, stderr %s", code, stderr)
 	}
 	out, _, code := mstarReport(t, "report", "diff", "--format", "markdown", filepath.Join(dir, "b1.json"), filepath.Join(dir, "b2.json"))
-	if code != exitFailed || !strings.Contains(out, "### latency (us)") || !strings.Contains(out, "| moe/batch=1 ") {
+	if code != exitFailed || !strings.Contains(out, "### latency (lower is better)") || !strings.Contains(out, "| moe/batch=1 ") {
 		t.Errorf("markdown diff: exit %d\n%s", code, out)
 	}
 }
@@ -266,7 +266,12 @@ func TestReportDiffNothingCompared(t *testing.T) {
 	if err := reports.WriteFile(renamed, doc); err != nil {
 		t.Fatal(err)
 	}
-	stdout, stderr, code := runMstar(t, "report", "diff", base, renamed)
+	// Every result of base is missing from new: that alone fails.
+	_, stderr, code := runMstar(t, "report", "diff", base, renamed)
+	if code != exitFailed || !strings.Contains(stderr, "3 results of base missing from new: moe/batch=1, moe/batch=16, moe/batch=64") {
+		t.Errorf("exit %d, stderr %q; want exit 1 naming the missing results", code, stderr)
+	}
+	stdout, stderr, code := runMstar(t, "report", "diff", "--allow-missing", base, renamed)
 	if code != exitBadUsge || !strings.Contains(stderr, "nothing to compare") {
 		t.Errorf("exit %d, stderr %q; want exit 2 saying nothing to compare", code, stderr)
 	}
