@@ -626,7 +626,7 @@ func derivedByName(r *Result) map[string]string {
 	for _, m := range r.Metrics {
 		switch {
 		case m.Name == source:
-		case strings.HasSuffix(m.Name, "_of_ceiling"):
+		case strings.HasSuffix(m.Name, "_of_ceiling") && r.Metric(strings.TrimSuffix(m.Name, "_of_ceiling")) != nil:
 			out[m.Name] = strings.TrimSuffix(m.Name, "_of_ceiling")
 		case source != "" && (strings.HasPrefix(m.Name, "pct_") || m.Name == "share"):
 			out[m.Name] = source

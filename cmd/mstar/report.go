@@ -378,15 +378,28 @@ func reportMergeCmd(a *app) *cobra.Command {
 		Long: `merge joins documents into one, written atomically to OUT. Every result keeps
 the environment it was measured in: the merged document's environment holds
 the keys all results share, and each result records the keys in which it
-differs (its host, GPU, commit, ...). 'mstar report show' on the merged
-document prints the same tables, grouped by environment, as on its parts;
-'mstar report diff' accepts it on either side. Merged documents merge again.`,
+differs (its host, GPU, commit, ...), and the run it came from (its run id),
+so two runs of one host stay distinguishable. 'mstar report show' on the
+merged document prints the same tables, grouped by environment, as on its
+parts; 'mstar report diff' accepts it on either side, and takes the runs
+merged into one side as rounds: their spread is that side's noise. Merged
+documents merge again.
+
+Refused (exit 2): an OUT that is one of the inputs, and one run given twice
+(the same file, a copy, or a document already inside a merged input): its
+samples would count twice.`,
 		Example: `  mstar report merge -o all.json shard-0.json shard-1.json shard-2.json
   mstar report merge -o fleet.json h200-*.json h100-*.json`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if out == "" {
 				return usageErr("merge: -o OUT is required")
+			}
+			for _, in := range args {
+				if sameFile(in, out) {
+					// Writing over an input would lose it if anything went wrong.
+					return usageErr("merge: -o %s is also an input: write the merged document to a new file", out)
+				}
 			}
 			docs, err := a.readDocs(args)
 			if err != nil {
@@ -409,6 +422,20 @@ document prints the same tables, grouped by environment, as on its parts;
 	}
 	cmd.Flags().StringVarP(&out, "out", "o", "", "file to write the merged document to")
 	return cmd
+}
+
+// sameFile reports whether paths a and b name one file: the same path, or
+// two names of one existing file (a link, ./x and x).
+func sameFile(a, b string) bool {
+	if a == "-" || b == "-" {
+		return false
+	}
+	if filepath.Clean(a) == filepath.Clean(b) {
+		return true
+	}
+	fa, errA := os.Stat(a)
+	fb, errB := os.Stat(b)
+	return errA == nil && errB == nil && os.SameFile(fa, fb)
 }
 
 func reportPlotCmd(a *app) *cobra.Command {
