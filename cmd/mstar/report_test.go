@@ -302,3 +302,108 @@ func TestReportDiffReadmeExampleReadable(t *testing.T) {
 		t.Errorf("stderr, want one short line:\n%s", stderr)
 	}
 }
+
+// editDoc reads a document, changes it and writes it under a new name.
+func editDoc(t *testing.T, from, to string, edit func(d *reports.Document)) string {
+	t.Helper()
+	d, err := reports.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edit(d)
+	if err := reports.WriteFile(to, d); err != nil {
+		t.Fatal(err)
+	}
+	return to
+}
+
+// What fails a CI diff besides the statistics, and how it says so.
+func TestReportDiffGatesMissingFormats(t *testing.T) {
+	dir := t.TempDir()
+	base := latencyDoc(t, dir, "base.json", 1, 10, 50, 0.01)
+	same := latencyDoc(t, dir, "same.json", 2, 10, 50, 0.01)
+	gate := editDoc(t, same, filepath.Join(dir, "gate.json"), func(d *reports.Document) {
+		d.Results[2].Gates = []reports.Gate{{Name: "correctness", Pass: false, Reason: "rel L2 0.5 against the float64 reference (limit 0.01)"}}
+	})
+	missing := editDoc(t, same, filepath.Join(dir, "missing.json"), func(d *reports.Document) { d.Results = d.Results[:2] })
+	interrupted := editDoc(t, missing, filepath.Join(dir, "interrupted.json"), func(d *reports.Document) { d.Warnings = append(d.Warnings, reports.WarnInterrupted) })
+	for _, tc := range []struct {
+		name     string
+		args     []string
+		wantCode int
+		wantErr  string
+		wantOut  string
+	}{
+		{"failed gate in new", []string{gate}, exitFailed, "mstar: 1 gate failed in new: moe/batch=64: correctness: rel L2 0.5", "FAILED GATES in new"},
+		{"failed gate in new, missing allowed", []string{"--allow-missing", gate}, exitFailed, "1 gate failed in new", ""},
+		{"missing result", []string{missing}, exitFailed, "1 result of base missing from new: moe/batch=64 (--allow-missing to accept)", "MISSING from new:\nmoe/batch=64"},
+		{"missing result allowed", []string{"--allow-missing", missing}, exitOK, "", "1 result missing, allowed"},
+		{"interrupted new", []string{interrupted}, exitFailed, "new document 1 (bench moe) is interrupted", "INTERRUPTED:"},
+		{"json", []string{"--format", "json", gate}, exitFailed, "1 gate failed", `"pass": false`},
+		{"csv", []string{"--format", "csv", gate}, exitFailed, "1 gate failed", "moe/batch=64,,,,,,,,,,,,,,,,,,,,,,GATE FAILED,"},
+		{"unknown metric", []string{"--metrics", "nope", same}, exitBadUsge, `--metrics: no metric named "nope" (have: latency)`, ""},
+		{"bad format", []string{"--format", "xml", same}, exitBadUsge, `--format "xml": want one of text, markdown, csv, json`, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// Flags, then BASE and the case's NEW (its last argument).
+			args := append(append([]string{"report", "diff"}, tc.args[:len(tc.args)-1]...), base, tc.args[len(tc.args)-1])
+			out, stderr, code := mstarReport(t, args...)
+			if code != tc.wantCode || !strings.Contains(stderr, tc.wantErr) || !strings.Contains(out, tc.wantOut) {
+				t.Errorf("exit %d (want %d)\nstderr (want %q):\n%s\nstdout (want %q):\n%s", code, tc.wantCode, tc.wantErr, stderr, tc.wantOut, out)
+			}
+			if n := strings.Count(strings.TrimSpace(stderr), "\n") + 1; stderr != "" && n > 3 {
+				t.Errorf("stderr has %d lines, want at most 3:\n%s", n, stderr)
+			}
+		})
+	}
+}
+
+func TestReportMergeRefusals(t *testing.T) {
+	dir := t.TempDir()
+	a := latencyDoc(t, dir, "a.json", 1, 6, 50, 0.01)
+	b := latencyDoc(t, dir, "b.json", 2, 6, 50, 0.01)
+	copyOfA := filepath.Join(dir, "copy-of-a.json")
+	if raw, err := os.ReadFile(a); err != nil || os.WriteFile(copyOfA, raw, 0o644) != nil {
+		t.Fatal(err)
+	}
+	merged := filepath.Join(dir, "m.json")
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		wantErr string
+	}{
+		{"-o is an input", []string{"-o", a, a, b}, "merge: -o " + a + " is also an input"},
+		{"-o is an input by another name", []string{"-o", filepath.Join(dir, ".", "b.json"), a, b}, "is also an input"},
+		{"same file twice", []string{"-o", merged, a, b, a}, "merge: documents 1 and 3 hold the same run"},
+		{"a copy of a run", []string{"-o", merged, copyOfA, b, a}, "documents 1 and 3 hold the same run"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, stderr, code := mstarReport(t, append([]string{"report", "merge"}, tc.args...)...)
+			if code != exitBadUsge || !strings.Contains(stderr, tc.wantErr) {
+				t.Errorf("exit %d, stderr %q; want exit 2 with %q", code, stderr, tc.wantErr)
+			}
+		})
+	}
+	if raw, _ := os.ReadFile(a); !bytes.Contains(raw, []byte(`"run_id"`)) {
+		t.Fatalf("an -o refusal changed its input, or documents have no run id:\n%s", raw)
+	}
+	// Two runs of one host merge, keep their runs, and diff as two rounds.
+	if _, stderr, code := mstarReport(t, "report", "merge", "-o", merged, a, b); code != exitOK {
+		t.Fatalf("merge: exit %d: %s", code, stderr)
+	}
+	m, err := reports.ReadFile(merged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := map[string]bool{}
+	for i := range m.Results {
+		runs[m.RunOf(&m.Results[i])] = true
+	}
+	if len(runs) != 2 || m.RunID == "" {
+		t.Errorf("merged document: run id %q, results from %d runs; want 2", m.RunID, len(runs))
+	}
+	out, _, _ := mstarReport(t, "report", "diff", "--format", "json", merged, b)
+	if !strings.Contains(out, `"rounds": 2`) {
+		t.Errorf("the merged runs are not the base's two rounds:\n%s", out)
+	}
+}
