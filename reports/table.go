@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/olekukonko/tablewriter"
 	"github.com/olekukonko/tablewriter/renderer"
@@ -31,6 +32,11 @@ var TableFormats = []string{FormatText, FormatMarkdown, FormatCSV, FormatJSON}
 type TableOptions struct {
 	Params  []string // parameter columns, in this order
 	Metrics []string // metric columns, in this order
+	// Wide leaves text tables as wide as their cells; otherwise a table
+	// wider than TextWidth is split into tables of fewer metric columns
+	// (each repeating the result's name and parameters), or printed one
+	// result per block where even that does not fit.
+	Wide bool
 }
 
 // Table is the results of one environment: one row per result, columns for
@@ -227,9 +233,13 @@ func Render(w io.Writer, docs []*Document, format string, opt TableOptions) erro
 	}
 	switch format {
 	case FormatText:
-		return renderText(w, tables, false)
+		width := TextWidth
+		if opt.Wide {
+			width = 0
+		}
+		return renderText(w, docs, tables, false, width)
 	case FormatMarkdown:
-		return renderText(w, tables, true)
+		return renderText(w, docs, tables, true, 0)
 	case FormatCSV:
 		return renderCSV(w, tables)
 	case FormatJSON:
@@ -447,19 +457,64 @@ func newTableWriter(w io.Writer, markdown bool) *tablewriter.Table {
 	return tablewriter.NewTable(w, tablewriter.WithRenderer(r), tablewriter.WithConfig(cfg))
 }
 
-func renderText(w io.Writer, tables []*Table, markdown bool) error {
+// alerts are the lines a reader must see first: interrupted runs and
+// failed gates (whose reasons follow their tables).
+func alerts(docs []*Document) []string {
+	var out, failed []string
+	for i, d := range docs {
+		if d.Interrupted() {
+			what := d.Suite
+			if d.RunID != "" {
+				what += " run " + d.RunID
+			}
+			out = append(out, fmt.Sprintf("INTERRUPTED: document %d (%s) stopped before it completed: its results are the part that ran", i+1, what))
+		}
+		for _, f := range d.Failed() {
+			key, rest, _ := strings.Cut(f, ": ")
+			gate, _, _ := strings.Cut(rest, ": ")
+			failed = append(failed, key+": "+gate)
+		}
+	}
+	if len(failed) > 0 {
+		var names []string
+		for _, f := range failed {
+			if !slices.Contains(names, f) {
+				names = append(names, f)
+			}
+		}
+		for i, n := range names {
+			if k := strings.Count(strings.Join(failed, "\x00")+"\x00", n+"\x00"); k > 1 {
+				names[i] = fmt.Sprintf("%s (%d documents)", n, k)
+			}
+		}
+		out = append(out, fmt.Sprintf("FAILED: %s (%s); the reasons follow the tables", plural(len(failed), "gate"), listSome(names, 3)))
+	}
+	return out
+}
+
+func renderText(w io.Writer, docs []*Document, tables []*Table, markdown bool, width int) error {
+	var b strings.Builder
+	for _, a := range alerts(docs) {
+		if markdown {
+			a = "**" + a + "**"
+		}
+		b.WriteString(wrap(a, width, "    ") + "\n")
+	}
+	if b.Len() > 0 {
+		b.WriteString("\n")
+	}
 	if len(tables) == 0 {
-		_, err := fmt.Fprintln(w, "no results")
+		b.WriteString("no results\n")
+		_, err := io.WriteString(w, b.String())
 		return err
 	}
 	common, per := envLines(tables)
-	var b strings.Builder
 	writeEnv := func(lines []string) {
 		for _, l := range lines {
 			if markdown {
 				b.WriteString("- ")
 			}
-			b.WriteString(l)
+			b.WriteString(wrap(l, width, "    "))
 			b.WriteString("\n")
 		}
 	}
@@ -479,19 +534,12 @@ func renderText(w io.Writer, tables []*Table, markdown bool) error {
 			if markdown {
 				b.WriteString("- ")
 			}
-			b.WriteString(shared + "\n")
+			b.WriteString(wrap(shared, width, "    ") + "\n")
 			if markdown {
 				b.WriteString("\n")
 			}
 		}
-		tab := newTableWriter(&b, markdown)
-		tab.Header(t.header())
-		for _, r := range t.Rows {
-			if err := tab.Append(t.cells(r)); err != nil {
-				return err
-			}
-		}
-		if err := tab.Render(); err != nil {
+		if err := t.render(&b, markdown, width); err != nil {
 			return err
 		}
 		if notes := t.notes(); len(notes) > 0 {
@@ -502,12 +550,119 @@ func renderText(w io.Writer, tables []*Table, markdown bool) error {
 				if markdown {
 					b.WriteString("- ")
 				}
-				b.WriteString(n + "\n")
+				b.WriteString(wrap(n, width, "    ") + "\n")
 			}
 		}
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// render writes the table, fitted into width columns (0: any): split into
+// several tables of fewer metric and gate columns, each repeating the name
+// and parameter columns; where even one such column does not fit, one
+// block per result with a line per value.
+func (t *Table) render(b *strings.Builder, markdown bool, width int) error {
+	header := t.header()
+	rows := make([][]string, len(t.Rows))
+	for i, r := range t.Rows {
+		rows[i] = t.cells(r)
+	}
+	colWidth := make([]int, len(header))
+	for j := range header {
+		colWidth[j] = utf8.RuneCountInString(header[j])
+		for _, r := range rows {
+			colWidth[j] = max(colWidth[j], utf8.RuneCountInString(r[j]))
+		}
+		colWidth[j] += 3 // "│ " and " "
+	}
+	ident := 1 + len(t.Params)
+	sum := func(cols []int) int {
+		n := 1
+		for _, j := range cols {
+			n += colWidth[j]
+		}
+		return n
+	}
+	identCols := make([]int, ident)
+	for j := range identCols {
+		identCols[j] = j
+	}
+	all := make([]int, len(header))
+	for j := range all {
+		all[j] = j
+	}
+	if width == 0 || sum(all) <= width {
+		return writeTable(b, markdown, header, rows, all)
+	}
+	var groups [][]int
+	cur := slices.Clone(identCols)
+	for j := ident; j < len(header); j++ {
+		if sum(append(cur, j)) > width && len(cur) > ident {
+			groups = append(groups, cur)
+			cur = slices.Clone(identCols)
+		}
+		cur = append(cur, j)
+	}
+	groups = append(groups, cur)
+	// A few results over many tables read better as blocks.
+	if slices.ContainsFunc(groups, func(g []int) bool { return sum(g) > width }) || len(groups) > 3 || (len(groups) > 1 && len(rows) <= 2) {
+		return writeBlocks(b, header, rows, ident, width)
+	}
+	for i, g := range groups {
+		if i > 0 {
+			b.WriteString("\n")
+		}
+		if err := writeTable(b, markdown, header, rows, g); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func writeTable(b *strings.Builder, markdown bool, header []string, rows [][]string, cols []int) error {
+	pick := func(r []string) []string {
+		out := make([]string, len(cols))
+		for i, j := range cols {
+			out[i] = r[j]
+		}
+		return out
+	}
+	tab := newTableWriter(b, markdown)
+	tab.Header(pick(header))
+	for _, r := range rows {
+		if err := tab.Append(pick(r)); err != nil {
+			return err
+		}
+	}
+	return tab.Render()
+}
+
+// writeBlocks prints each row as its name and parameters, then one
+// indented "column: value" line per non-empty value.
+func writeBlocks(b *strings.Builder, header []string, rows [][]string, ident, width int) error {
+	for i, r := range rows {
+		if i > 0 {
+			b.WriteString("\n")
+		}
+		id := r[0]
+		for j := 1; j < ident; j++ {
+			id += "/" + header[j] + "=" + r[j]
+		}
+		b.WriteString(wrap(id+":", width, "    ") + "\n")
+		pad := 0
+		for j := ident; j < len(header); j++ {
+			pad = max(pad, utf8.RuneCountInString(header[j]))
+		}
+		for j := ident; j < len(header); j++ {
+			if r[j] == "" {
+				continue
+			}
+			line := "  " + header[j] + strings.Repeat(" ", pad-utf8.RuneCountInString(header[j])) + "  " + r[j]
+			b.WriteString(wrap(line, width, strings.Repeat(" ", pad+4)) + "\n")
+		}
+	}
+	return nil
 }
 
 // renderCSV writes one rectangular table for machines: a column for each

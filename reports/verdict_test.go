@@ -389,3 +389,52 @@ func TestRenderDiffFormatsGolden(t *testing.T) {
 		t.Errorf("failures %q: want the gate, the missing result and the regressions, in that order", f)
 	}
 }
+
+// report show of real documents fits 120 columns and loses no column;
+// Wide gives the whole tables.
+func TestRenderFitsWidth(t *testing.T) {
+	for _, path := range []string{"../testdata/h200/moe-qwen3-30b-a3b.json", "../testdata/h200/spill.json", "../testdata/arena/stress-30s.json", "../testdata/h200/ablate-router.json"} {
+		t.Run(path, func(t *testing.T) {
+			d, err := ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var fit, wide bytes.Buffer
+			if err := Render(&fit, []*Document{d}, FormatText, TableOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if err := Render(&wide, []*Document{d}, FormatText, TableOptions{Wide: true}); err != nil {
+				t.Fatal(err)
+			}
+			if n := maxWidth(fit.String()); n > TextWidth {
+				t.Errorf("%d columns wide, want at most %d", n, TextWidth)
+			}
+			if n := maxWidth(wide.String()); n <= TextWidth {
+				t.Errorf("--wide is only %d columns: the fixture does not test fitting", n)
+			}
+			for _, r := range d.Results {
+				for _, m := range r.Metrics {
+					if !strings.Contains(fit.String(), m.Name) {
+						t.Errorf("metric %s lost in the fitted table", m.Name)
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestRenderFlagsInterruptedAndFailed(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	d := moeDoc(rng, "run-x", 1, 6, 100, 0)
+	d.Warnings = []string{WarnInterrupted}
+	d.Results[1].Gates[0] = Gate{Name: "correct", Pass: false, Reason: "rel L2 0.5"}
+	var b bytes.Buffer
+	if err := Render(&b, []*Document{d}, FormatText, TableOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.SplitN(b.String(), "\n", 3)
+	if !strings.HasPrefix(lines[0], "INTERRUPTED: document 1 (bench moe run run-x) stopped before it completed") ||
+		!strings.HasPrefix(lines[1], "FAILED: 1 gate (moe/batch=16: correct)") {
+		t.Errorf("the top lines do not flag the run:\n%s", b.String())
+	}
+}

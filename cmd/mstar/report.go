@@ -110,6 +110,7 @@ func oneOf(flag, v string, allowed []string) error {
 func reportShowCmd(a *app) *cobra.Command {
 	var format string
 	var params, metrics []string
+	var wide bool
 	cmd := &cobra.Command{
 		Use:   "show FILE...",
 		Short: "Print results as tables: median ± 95% CI per metric, gates, one table per environment",
@@ -124,7 +125,13 @@ median of all samples ± the half-width of the 95% confidence interval as a
 percentage of the median, the unit in the header), and its gates (PASS or
 FAIL). Below a table come the reasons of failed gates, why metrics were not
 measured, and warnings. A metric that was not measured shows "unmeasured",
-never 0; an interval that needs more samples shows ±∞.
+never 0; an interval that needs more samples shows ±∞. Interrupted runs and
+failed gates are flagged at the top.
+
+Text tables fit 120 columns: a wider one is split into tables of fewer
+metric columns, each repeating the name and parameters, and a result with
+many columns is printed as a block of "column  value" lines; --wide prints
+each table whole.
 
 --params and --metrics choose and order the columns; results with none of
 the chosen metrics are left out. Formats: text (default), markdown (for a
@@ -134,6 +141,7 @@ median/ci_lo/ci_hi/n per metric), json (the summaries).`,
   mstar report show --params batch,model --metrics latency,tflops a.json b.json
   mstar report show --format markdown results.json >> $GITHUB_STEP_SUMMARY
   mstar report show --format csv results.json > results.csv
+  mstar report show --wide results.json
   ssh gpu-box cat results.json | mstar report show -`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -144,7 +152,7 @@ median/ci_lo/ci_hi/n per metric), json (the summaries).`,
 			if err != nil {
 				return err
 			}
-			var opt reports.TableOptions
+			opt := reports.TableOptions{Wide: wide}
 			if cmd.Flags().Changed("params") {
 				opt.Params = nonEmpty(params)
 			}
@@ -160,6 +168,7 @@ median/ci_lo/ci_hi/n per metric), json (the summaries).`,
 	cmd.Flags().StringVar(&format, "format", reports.FormatText, "output format: "+strings.Join(reports.TableFormats, ", "))
 	cmd.Flags().StringSliceVar(&params, "params", nil, "parameter columns, in order (comma-separated; empty for none)")
 	cmd.Flags().StringSliceVar(&metrics, "metrics", nil, "metric columns, in order (comma-separated)")
+	cmd.Flags().BoolVar(&wide, "wide", false, "text: one table per environment and result name however wide (default: fitted into 120 columns)")
 	return cmd
 }
 
