@@ -193,8 +193,13 @@ func renderDiffText(w io.Writer, c *Comparison, markdown, wide bool) error {
 
 	labels := map[*MetricDiff]string{}
 	var untabled []*MetricDiff
+	var condensed []string
 	tabled := 0
 	for _, g := range diffGroups(c) {
+		if !g.decides && !wide {
+			condensed = append(condensed, condense(g))
+			continue
+		}
 		// Rows that all cannot tell would fill a table with "cannot
 		// tell"; one line below lists them instead.
 		if !slices.ContainsFunc(g.rows, func(m *MetricDiff) bool { return m.Unmeasured != "" || m.EnoughSamples }) {
@@ -273,6 +278,7 @@ func renderDiffText(w io.Writer, c *Comparison, markdown, wide bool) error {
 		title string
 		lines []string
 	}{
+		{"not deciding, in brief (--wide for their tables)", condensed},
 		{fmt.Sprintf("cannot tell, too few samples (at alpha %s the U test needs at least %d a side)", trimFloat(opt.Alpha), c.SamplesNeeded()), cannot},
 		{"only in base", c.OnlyBase},
 		{"only in new", c.OnlyNew},
@@ -297,6 +303,34 @@ func renderDiffText(w io.Writer, c *Comparison, markdown, wide bool) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// condense is one line for a table of metrics that do not decide: how
+// many moved which way, naming the first that got worse.
+func condense(g *diffGroup) string {
+	var better, worse, same, other int
+	var worst []string
+	for _, m := range g.rows {
+		switch v := m.shortVerdict(); v {
+		case "better":
+			better++
+		case "worse", "REGRESSION":
+			worse++
+			worst = append(worst, fmt.Sprintf("%s %s", m.Key, m.change()))
+		case "~", "within threshold":
+			same++
+		default:
+			other++
+		}
+	}
+	s := fmt.Sprintf("%s (%s): %d compared: %d ~ or within threshold, %d better, %d worse", g.col.Name, g.role, len(g.rows), same, better, worse)
+	if other > 0 {
+		s += fmt.Sprintf(", %d noisy or untestable", other)
+	}
+	if len(worst) > 0 {
+		s += " (" + listSome(worst, 2) + ")"
+	}
+	return s
 }
 
 // diffTable renders one group's table, fitted into width (0: any): with

@@ -385,6 +385,14 @@ func TestRenderDiffFormatsGolden(t *testing.T) {
 			}
 		})
 	}
+	var wide bytes.Buffer
+	if err := RenderDiffWide(&wide, c, FormatText, true); err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "diff-formats.wide.golden", wide.Bytes())
+	if !strings.Contains(wide.String(), "pct_floor (higher is better; shown, not deciding: derived from latency)") {
+		t.Errorf("--wide lacks the table of a derived metric:\n%s", wide.String())
+	}
 	if f := c.Failures(); len(f) != 3 || !strings.Contains(f[0], "gate") || !strings.Contains(f[1], "missing") || !strings.Contains(f[2], "regression") {
 		t.Errorf("failures %q: want the gate, the missing result and the regressions, in that order", f)
 	}

@@ -226,7 +226,8 @@ did not:
                change within wider noise is "too noisy to tell at X%", with
                the numbers (exit 0, or 1 with --fail-noisy)
 
-Formats: text (tables fitted into 120 columns; --wide for all), markdown (a
+Formats: text (tables fitted into 120 columns, metrics that do not decide in
+one line each; --wide for all their tables), markdown (a
 PR comment), csv (one row per verdict, raw numbers), json (every verdict with
 its numbers, and the outcome).
 
@@ -300,7 +301,7 @@ nothing. The reasons go to stderr in at most three lines.`,
 	f.StringSliceVar(&metrics, "metrics", nil, "the metrics that decide, wherever they appear (comma-separated; default: every measured, non-derived metric of the results under test)")
 	f.BoolVar(&allowMissing, "allow-missing", false, "pass although NEW lacks results of BASE or was interrupted")
 	f.BoolVar(&failNoisy, "fail-noisy", false, "exit 1 when a deciding metric changed by more than --threshold within noise wider than it")
-	f.BoolVar(&wide, "wide", false, "text: leave tables as wide as their cells (default: fitted into 120 columns)")
+	f.BoolVar(&wide, "wide", false, "text and markdown: every table (those of metrics that do not decide too), as wide as its cells (default: fitted into 120 columns)")
 	return cmd
 }
 
