@@ -25,14 +25,15 @@ either form: one JSON document, or the NDJSON stream a long run writes as it
 goes; a FILE of "-" is read from stdin. It never measures anything itself.
 
   show    tables: one per environment, a row per result, median ± 95% CI
-  diff    compare two documents with the Mann-Whitney U test; exit 1 on a
-          regression (for CI)
+  diff    compare two documents (Mann-Whitney U test, noise between rounds);
+          exit 1 on a failed gate, a missing result or a regression (for CI)
   export  the Go benchmark format, for benchstat and other golang.org/x/perf tools
   merge   join documents from several machines or shards into one
   plot    a metric against a numeric parameter, PNG or SVG
 
-Exit codes: 0 ok; 1 a regression (diff only); 2 bad usage or bad input
-(a missing, empty or malformed file, a wrong schema version).`,
+Exit codes: 0 ok; 1 a failed gate, a missing result or a regression (diff
+only); 2 bad usage or bad input (a missing, empty or malformed file, a wrong
+schema version, a merge of one run twice).`,
 			Example: `  mstar report show results.json
   mstar report diff base.json new.json --threshold 5
   mstar report export --format gobench base.json > base.txt
@@ -138,7 +139,7 @@ the chosen metrics are left out. Formats: text (default), markdown (for a
 PR comment), csv (one table, a column per environment key that differs,
 median/ci_lo/ci_hi/n per metric), json (the summaries).`,
 		Example: `  mstar report show results.json
-  mstar report show --params batch,model --metrics latency,tflops a.json b.json
+  mstar report show --params batch,model --metrics latency,throughput a.json b.json
   mstar report show --format markdown results.json >> $GITHUB_STEP_SUMMARY
   mstar report show --format csv results.json > results.csv
   mstar report show --wide results.json
@@ -465,8 +466,8 @@ Unmeasured points are left out, with a warning, never drawn as 0.
 
 The image format follows OUT's extension: .png or .svg.`,
 		Example: `  mstar report plot --metric latency --x batch --logx -o latency.png results.json
-  mstar report plot --metric tflops --x batch --series model -o tflops.svg results.json
-  mstar report plot --metric bandwidth --x size --where dir=h2d --logx -o h2d.png base.json new.json   # GPU sweeps (copy results)`,
+  mstar report plot --metric throughput --x batch --series model -o throughput.svg results.json
+  mstar report plot --metric bandwidth --x size --where dir=h2d --logx -o h2d.png sweep-a.json sweep-b.json   # arena sweeps on a GPU`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if opt.Metric == "" || opt.X == "" || out == "" {

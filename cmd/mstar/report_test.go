@@ -407,3 +407,62 @@ func TestReportMergeRefusals(t *testing.T) {
 		t.Errorf("the merged runs are not the base's two rounds:\n%s", out)
 	}
 }
+
+// Every example in the help of the report commands runs: on real
+// documents of this repository, in a folder of its own, without exit 2.
+func TestReportHelpExamplesRun(t *testing.T) {
+	dir := t.TempDir()
+	copyTo := func(from, to string) {
+		raw, err := os.ReadFile(from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, to), raw, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	moe, moeOld := "../../testdata/h200/moe-qwen3-30b-a3b.json", "../../testdata/h200/moe-v3-qwen3-30b-a3b.json"
+	copyTo(moeOld, "base.json")
+	copyTo(moe, "new.json")
+	copyTo(moe, "results.json")
+	copyTo(moeOld, "a.json")
+	copyTo(moe, "b.json")
+	copyTo("../../testdata/h200/arena-sweep.json", "sweep-a.json")
+	copyTo("../../testdata/h200/arena-sweep.json", "sweep-b.json")
+	for i, n := range []string{"shard-0.json", "shard-1.json", "shard-2.json", "host1.json", "host2.json"} {
+		latencyDoc(t, dir, n, uint64(i+1), 6, 50, 0.01)
+	}
+	root := newRoot(&app{stdout: &bytes.Buffer{}, stderr: &bytes.Buffer{}})
+	report, _, err := root.Find([]string{"report"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wd, _ := os.Getwd()
+	if err := os.Chdir(dir); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Chdir(wd)
+	ran := 0
+	for _, cmd := range append(report.Commands(), report) {
+		for _, line := range strings.Split(cmd.Example, "\n") {
+			line = strings.TrimSpace(line)
+			if i := strings.Index(line, "   #"); i > 0 {
+				line = strings.TrimSpace(line[:i])
+			}
+			// Pipes, globs and other programs are the shell's, not mstar's.
+			if !strings.HasPrefix(line, "mstar ") || strings.ContainsAny(line, "|*$") {
+				continue
+			}
+			line, _, _ = strings.Cut(line, " >")
+			args := strings.Fields(line)[1:]
+			_, stderr, code := mstarReport(t, args...)
+			if code != exitOK && code != exitFailed {
+				t.Errorf("%s: exit %d: %s", line, code, stderr)
+			}
+			ran++
+		}
+	}
+	if ran < 10 {
+		t.Errorf("ran %d examples: the parsing broke", ran)
+	}
+}
