@@ -327,6 +327,27 @@ func TestReportDiffGatesMissingFormats(t *testing.T) {
 	})
 	missing := editDoc(t, same, filepath.Join(dir, "missing.json"), func(d *reports.Document) { d.Results = d.Results[:2] })
 	interrupted := editDoc(t, missing, filepath.Join(dir, "interrupted.json"), func(d *reports.Document) { d.Warnings = append(d.Warnings, reports.WarnInterrupted) })
+	// Three quiet rounds a side (what --rounds 3 records), 10% slower.
+	inRounds := func(d *reports.Document) {
+		d.Rounds = 3
+		for i := range d.Results {
+			m := &d.Results[i].Metrics[0]
+			m.Rounds = nil
+			for j := range m.Samples {
+				m.Rounds = append(m.Rounds, j*3/len(m.Samples))
+			}
+		}
+	}
+	quietBase := editDoc(t, latencyDoc(t, dir, "qb.json", 7, 12, 50, 0.01), filepath.Join(dir, "quiet-base.json"), inRounds)
+	slower := editDoc(t, latencyDoc(t, dir, "qn.json", 8, 12, 55, 0.01), filepath.Join(dir, "slower.json"), inRounds)
+	noisyBase := editDoc(t, quietBase, filepath.Join(dir, "noisy-base.json"), func(d *reports.Document) {
+		for i := range d.Results {
+			m := &d.Results[i].Metrics[0]
+			for j := range m.Samples {
+				m.Samples[j] *= 1 + 0.07*float64(m.Rounds[j]-1) // rounds 7% apart
+			}
+		}
+	})
 	for _, tc := range []struct {
 		name     string
 		args     []string
@@ -339,6 +360,9 @@ func TestReportDiffGatesMissingFormats(t *testing.T) {
 		{"missing result", []string{missing}, exitFailed, "1 result of base missing from new: moe/batch=64 (--allow-missing to accept)", "MISSING from new:\nmoe/batch=64"},
 		{"missing result allowed", []string{"--allow-missing", missing}, exitOK, "", "1 result missing, allowed"},
 		{"interrupted new", []string{interrupted}, exitFailed, "new document 1 (bench moe) is interrupted", "INTERRUPTED:"},
+		{"10% slower, quiet rounds", []string{slower}, exitFailed, "mstar: 3 regressions: moe/batch=1 latency +", "noise 0."},
+		{"10% slower, noisy rounds", []string{slower}, exitOK, "3 change(s) too noisy to tell at 5%", "too noisy to tell at 5%: +"},
+		{"10% slower, noisy rounds, --fail-noisy", []string{"--fail-noisy", slower}, exitFailed, "3 metrics too noisy to tell at 5% (--fail-noisy)", ""},
 		{"json", []string{"--format", "json", gate}, exitFailed, "1 gate failed", `"pass": false`},
 		{"csv", []string{"--format", "csv", gate}, exitFailed, "1 gate failed", "moe/batch=64,,,,,,,,,,,,,,,,,,,,,,GATE FAILED,"},
 		{"unknown metric", []string{"--metrics", "nope", same}, exitBadUsge, `--metrics: no metric named "nope" (have: latency)`, ""},
@@ -346,7 +370,14 @@ func TestReportDiffGatesMissingFormats(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// Flags, then BASE and the case's NEW (its last argument).
-			args := append(append([]string{"report", "diff"}, tc.args[:len(tc.args)-1]...), base, tc.args[len(tc.args)-1])
+			b := base
+			switch {
+			case strings.Contains(tc.name, "quiet rounds"):
+				b = quietBase
+			case strings.Contains(tc.name, "noisy rounds"):
+				b = noisyBase
+			}
+			args := append(append([]string{"report", "diff"}, tc.args[:len(tc.args)-1]...), b, tc.args[len(tc.args)-1])
 			out, stderr, code := mstarReport(t, args...)
 			if code != tc.wantCode || !strings.Contains(stderr, tc.wantErr) || !strings.Contains(out, tc.wantOut) {
 				t.Errorf("exit %d (want %d)\nstderr (want %q):\n%s\nstdout (want %q):\n%s", code, tc.wantCode, tc.wantErr, stderr, tc.wantOut, out)
