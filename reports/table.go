@@ -47,6 +47,10 @@ type Table struct {
 	Metrics []MetricColumn // metric columns
 	Gates   []string       // gate columns
 	Rows    []Row
+	// ShowRun: two rows have one name and parameters but come from
+	// different runs (a merge of two runs of one host), so the run is a
+	// column that tells them apart.
+	ShowRun bool
 }
 
 // MetricColumn is one metric column: results pair into it by name and unit.
@@ -71,6 +75,7 @@ type Row struct {
 	Cells    []Cell  // parallel to Table.Metrics
 	Gates    []*Gate // parallel to Table.Gates; nil where the result has no such gate
 	Warnings []string
+	Run      string // the run it came from (Document.RunOf)
 }
 
 // Cell is one metric of one result: a summary, or why it was not measured.
@@ -90,8 +95,9 @@ func Tables(docs []*Document, opt TableOptions) ([]*Table, error) {
 	var tables []*Table
 	byEnv := map[string]*Table{}
 	type pending struct {
-		t *Table
-		r *Result
+		t   *Table
+		r   *Result
+		run string
 	}
 	var all []pending
 	allParams, allMetrics := map[string]bool{}, map[string]bool{}
@@ -116,7 +122,7 @@ func Tables(docs []*Document, opt TableOptions) ([]*Table, error) {
 				byEnv[k] = t
 				tables = append(tables, t)
 			}
-			all = append(all, pending{t, r})
+			all = append(all, pending{t, r, d.RunOf(r)})
 			for p := range r.Params {
 				allParams[p] = true
 			}
@@ -175,7 +181,7 @@ func Tables(docs []*Document, opt TableOptions) ([]*Table, error) {
 
 	for _, p := range all {
 		t, r := p.t, p.r
-		row := Row{Name: r.Name, Params: r.Params, Warnings: r.Warnings}
+		row := Row{Name: r.Name, Params: r.Params, Warnings: r.Warnings, Run: p.run}
 		for _, c := range t.Metrics {
 			var cell Cell
 			for _, m := range r.Metrics {
@@ -204,6 +210,16 @@ func Tables(docs []*Document, opt TableOptions) ([]*Table, error) {
 			row.Gates = append(row.Gates, gate)
 		}
 		t.Rows = append(t.Rows, row)
+	}
+	for _, t := range tables {
+		runs := map[string]string{}
+		for _, r := range t.Rows {
+			k := Result{Name: r.Name, Params: r.Params}.Key()
+			if other, ok := runs[k]; ok && other != r.Run {
+				t.ShowRun = true
+			}
+			runs[k] = r.Run
+		}
 	}
 	return tables, nil
 }
@@ -386,7 +402,11 @@ func (t *Table) factorParams() (*Table, string) {
 }
 
 func (t *Table) header() []string {
-	h := append([]string{"name"}, t.Params...)
+	h := []string{"name"}
+	if t.ShowRun {
+		h = append(h, "run")
+	}
+	h = append(h, t.Params...)
 	for _, c := range t.Metrics {
 		h = append(h, c.Header())
 	}
@@ -395,6 +415,9 @@ func (t *Table) header() []string {
 
 func (t *Table) cells(r Row) []string {
 	out := []string{r.Name}
+	if t.ShowRun {
+		out = append(out, r.Run)
+	}
 	for _, p := range t.Params {
 		out = append(out, r.Params[p])
 	}
@@ -576,7 +599,7 @@ func (t *Table) render(b *strings.Builder, markdown bool, width int) error {
 		}
 		colWidth[j] += 3 // "│ " and " "
 	}
-	ident := 1 + len(t.Params)
+	ident := len(t.header()) - len(t.Metrics) - len(t.Gates)
 	sum := func(cols []int) int {
 		n := 1
 		for _, j := range cols {
@@ -760,6 +783,7 @@ type jsonTable struct {
 
 type jsonRow struct {
 	Name     string       `json:"name"`
+	Run      string       `json:"run,omitempty"`
 	Params   Params       `json:"params,omitempty"`
 	Metrics  []jsonMetric `json:"metrics"`
 	Gates    []Gate       `json:"gates,omitempty"`
@@ -789,7 +813,7 @@ func renderJSON(w io.Writer, tables []*Table) error {
 	for _, t := range tables {
 		jt := jsonTable{Env: t.Env, Rows: []jsonRow{}}
 		for _, r := range t.Rows {
-			jr := jsonRow{Name: r.Name, Params: r.Params, Metrics: []jsonMetric{}, Warnings: r.Warnings}
+			jr := jsonRow{Name: r.Name, Run: r.Run, Params: r.Params, Metrics: []jsonMetric{}, Warnings: r.Warnings}
 			for i, c := range r.Cells {
 				if !c.Present {
 					continue

@@ -446,3 +446,19 @@ func TestRenderFlagsInterruptedAndFailed(t *testing.T) {
 		t.Errorf("the top lines do not flag the run:\n%s", b.String())
 	}
 }
+
+// Two runs of one host, merged, stay two rows told apart by their run.
+func TestRenderMergedRunsOfOneHost(t *testing.T) {
+	rng := rand.New(rand.NewPCG(15, 16))
+	m, err := Merge(moeDoc(rng, "run-a", 1, 6, 100, 0), moeDoc(rng, "run-b", 1, 6, 100, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if err := Render(&b, []*Document{m}, FormatText, TableOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "│ run ") || strings.Count(b.String(), "│ run-a ") < 2 || strings.Count(b.String(), "│ run-b ") < 2 {
+		t.Errorf("the runs are not told apart:\n%s", b.String())
+	}
+}
