@@ -497,3 +497,17 @@ func TestReportHelpExamplesRun(t *testing.T) {
 		t.Errorf("ran %d examples: the parsing broke", ran)
 	}
 }
+
+// Ceilings are context: a diff of two ceilings documents decides nothing
+// unless --metrics names what should.
+func TestReportDiffContextOnly(t *testing.T) {
+	c := "../../testdata/h200/ceilings.json"
+	_, stderr, code := mstarReport(t, "report", "diff", c, c)
+	if code != exitBadUsge || !strings.Contains(stderr, "nothing to compare") || !strings.Contains(stderr, "--metrics") {
+		t.Errorf("exit %d, stderr %q; want exit 2 pointing at --metrics", code, stderr)
+	}
+	out, stderr, code := mstarReport(t, "report", "diff", "--metrics", "bandwidth", c, c)
+	if code != exitOK || !strings.Contains(out, "deciding: bandwidth (named by --metrics)") {
+		t.Errorf("--metrics bandwidth: exit %d, stderr %q\n%s", code, stderr, out)
+	}
+}
