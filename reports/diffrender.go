@@ -88,6 +88,9 @@ func (c *Comparison) Outcome() string {
 		notes = append(notes, fmt.Sprintf("%s missing, allowed", plural(len(c.Missing), "result")))
 	}
 	cannot := len(c.filter(func(m *MetricDiff) bool { return m.Decides && m.Unmeasured == "" && !m.EnoughSamples }))
+	if cannot > 0 && cannot == c.Compared() {
+		return fmt.Sprintf("ok: no regression, but no deciding comparison could tell (%s with too few samples)", plural(cannot, "comparison"))
+	}
 	if cannot > 0 {
 		notes = append(notes, fmt.Sprintf("%d more with too few samples to tell", cannot))
 	}
@@ -200,9 +203,13 @@ func renderDiffText(w io.Writer, c *Comparison, markdown, wide bool) error {
 			condensed = append(condensed, condense(g))
 			continue
 		}
-		// Rows that all cannot tell would fill a table with "cannot
-		// tell"; one line below lists them instead.
-		if !slices.ContainsFunc(g.rows, func(m *MetricDiff) bool { return m.Unmeasured != "" || m.EnoughSamples }) {
+		// Single values that cannot tell (a correctness figure measured
+		// once a run) would fill a table with "too few samples"; one line
+		// below lists them instead. Several samples a side keep their
+		// table: the medians are worth seeing even when untestable.
+		if !slices.ContainsFunc(g.rows, func(m *MetricDiff) bool {
+			return m.Unmeasured != "" || m.EnoughSamples || (m.Base.N > 1 && m.New.N > 1)
+		}) {
 			untabled = append(untabled, g.rows...)
 			continue
 		}

@@ -43,7 +43,9 @@ for i in $(seq -w 1 "$n"); do
 	a=$dir/pair-$i-a.json b=$dir/pair-$i-b.json
 	if [ $rediff -eq 0 ]; then
 		for f in "$a" "$b"; do
-			if ! "$mstar" "$@" --out "$f" >/dev/null 2>"$f.stderr"; then
+			if "$mstar" "$@" --out "$f" >/dev/null 2>"$f.stderr"; then
+				rm -f "$f.stderr"
+			else
 				echo "$0: pair $i: mstar $* failed (exit $?): see $f.stderr" >&2
 			fi
 		done

@@ -83,7 +83,7 @@ func TestReportDiffExitCodes(t *testing.T) {
 			next:     latencyDoc(t, dir, "c2.json", 6, 3, 75, 0.01),
 			wantCode: exitOK,
 			wantErr:  []string{"cannot tell whether 3 metric(s) changed: too few samples (at least 4 a side needed)", "(n=3+3)"},
-			wantOut:  []string{"the U test needs at least 4 a side", "latency in 3 results (n=3+3)", "ok: no regression in 0 deciding comparisons (3 more with too few samples to tell)"},
+			wantOut:  []string{"│ moe/batch=1  │ 49.34 µs │ 75.23 µs │", "│ 3+3 │ -     │ too few samples │", "ok: no regression, but no deciding comparison could tell (3 comparisons with too few samples)"},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
