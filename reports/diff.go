@@ -96,6 +96,8 @@ type MetricDiff struct {
 	Noisy bool
 
 	Warnings []string // too few samples, with how many are needed
+
+	same bool // every sample of both sides is one value
 }
 
 // Regression reports whether the metric got significantly and materially
@@ -410,6 +412,7 @@ func compareMetric(key string, bm, nm *pooled, opt DiffOptions) MetricDiff {
 		return d
 	}
 	d.Base, d.New = Summarize(bm.Samples), Summarize(nm.Samples)
+	d.same = !slices.ContainsFunc(append(slices.Clone(bm.Samples), nm.Samples...), func(v float64) bool { return v != bm.Samples[0] })
 	bs, ns := newSample(bm.Samples, opt.Alpha), newSample(nm.Samples, opt.Alpha)
 	cmp := benchmath.AssumeNothing.Compare(bs, ns)
 	d.P = cmp.P
@@ -641,12 +644,13 @@ func derivedByName(r *Result) map[string]string {
 }
 
 // CannotTell returns the metrics whose sample counts are too small to show
-// any change at Alpha.
+// any change at Alpha (and whose samples are not all one value).
 func (c *Comparison) CannotTell() []*MetricDiff {
 	var out []*MetricDiff
 	for i := range c.Metrics {
-		if c.Metrics[i].Unmeasured == "" && !c.Metrics[i].EnoughSamples {
-			out = append(out, &c.Metrics[i])
+		// Samples all one value on both sides leave nothing to tell.
+		if m := &c.Metrics[i]; m.Unmeasured == "" && !m.EnoughSamples && !m.same {
+			out = append(out, m)
 		}
 	}
 	return out

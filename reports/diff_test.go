@@ -220,12 +220,12 @@ func TestRenderDiffSummarisesUntestable(t *testing.T) {
 			}
 			d.Results = append(d.Results, Result{Name: "moe", Params: Params{"batch": batch, "model": "m"}, Metrics: []Metric{
 				{Name: "latency", Unit: "us", Better: LowerIsBetter, Samples: lat},
-				{Name: "rel_l2", Better: LowerIsBetter, Samples: []float64{0.003}},
+				{Name: "rel_l2", Better: LowerIsBetter, Samples: []float64{0.003 * scale}},
 			}})
 		}
 		return d
 	}
-	c := Diff([]*Document{mk(1)}, []*Document{mk(1)}, DiffOptions{Threshold: 5})
+	c := Diff([]*Document{mk(1)}, []*Document{mk(1.001)}, DiffOptions{Threshold: 5})
 	var b bytes.Buffer
 	if err := RenderDiff(&b, c, FormatText); err != nil {
 		t.Fatal(err)

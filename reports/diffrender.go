@@ -87,7 +87,7 @@ func (c *Comparison) Outcome() string {
 	if c.Options.AllowMissing && (len(c.Missing) > 0 || len(c.Interrupted) > 0) {
 		notes = append(notes, fmt.Sprintf("%s missing, allowed", plural(len(c.Missing), "result")))
 	}
-	cannot := len(c.filter(func(m *MetricDiff) bool { return m.Decides && m.Unmeasured == "" && !m.EnoughSamples }))
+	cannot := len(c.filter(func(m *MetricDiff) bool { return m.Decides && m.Unmeasured == "" && !m.EnoughSamples && !m.same }))
 	if cannot > 0 && cannot == c.Compared() {
 		return fmt.Sprintf("ok: no regression, but no deciding comparison could tell (%s with too few samples)", plural(cannot, "comparison"))
 	}
@@ -196,11 +196,21 @@ func renderDiffText(w io.Writer, c *Comparison, markdown, wide bool) error {
 
 	labels := map[*MetricDiff]string{}
 	var untabled []*MetricDiff
-	var condensed []string
+	var condensed, unchanged []string
 	tabled := 0
 	for _, g := range diffGroups(c) {
 		if !g.decides && !wide {
 			condensed = append(condensed, condense(g))
+			continue
+		}
+		// A counter that read one value throughout (no wrong copies, no
+		// spills) is one line, not a table of zeros.
+		if v, one, ok := constant(g); ok && !wide {
+			what := "each one value throughout, the same on both sides"
+			if one {
+				what = "every sample " + FormatQuantity(v, g.col.Unit) + " on both sides"
+			}
+			unchanged = append(unchanged, fmt.Sprintf("%s: %s, %s", g.col.Name, plural(len(g.rows), "result"), what))
 			continue
 		}
 		// Single values that cannot tell (a correctness figure measured
@@ -285,6 +295,7 @@ func renderDiffText(w io.Writer, c *Comparison, markdown, wide bool) error {
 		title string
 		lines []string
 	}{
+		{"unchanged", unchanged},
 		{"not deciding, in brief (--wide for their tables)", condensed},
 		{fmt.Sprintf("cannot tell, too few samples (at alpha %s the U test needs at least %d a side)", trimFloat(opt.Alpha), c.SamplesNeeded()), cannot},
 		{"only in base", c.OnlyBase},
@@ -310,6 +321,22 @@ func renderDiffText(w io.Writer, c *Comparison, markdown, wide bool) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// constant reports whether every row of g read one value throughout, the
+// same on both sides, and that value when it is one for all rows.
+func constant(g *diffGroup) (v float64, one, ok bool) {
+	for i, m := range g.rows {
+		if m.Unmeasured != "" || !m.same {
+			return 0, false, false
+		}
+		if i == 0 {
+			v, one = m.Base.Median, true
+		} else if m.Base.Median != v {
+			one = false
+		}
+	}
+	return v, one, true
 }
 
 // condense is one line for a table of metrics that do not decide: how

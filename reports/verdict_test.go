@@ -462,3 +462,28 @@ func TestRenderMergedRunsOfOneHost(t *testing.T) {
 		t.Errorf("the runs are not told apart:\n%s", b.String())
 	}
 }
+
+// A counter that read one value throughout is one line, and no "cannot tell".
+func TestRenderDiffUnchangedCounters(t *testing.T) {
+	mk := func(lat float64) *Document {
+		d := &Document{Format: Format, Schema: SchemaVersion, Env: Env{}, RunID: "r"}
+		for _, size := range []string{"4096", "65536"} {
+			d.Results = append(d.Results, Result{Name: "transport", Params: Params{"size": size}, Metrics: []Metric{
+				{Name: "time", Unit: "us", Better: LowerIsBetter, Samples: []float64{lat, lat * 1.01, lat * 0.99, lat, lat * 1.02, lat * 0.98}},
+				{Name: "wrong", Unit: "copies", Better: LowerIsBetter, Samples: []float64{0, 0, 0}},
+			}})
+		}
+		return d
+	}
+	c := diffOf(mk(10), mk(10), DiffOptions{})
+	var b bytes.Buffer
+	if err := RenderDiff(&b, c, FormatText); err != nil {
+		t.Fatal(err)
+	}
+	if out := b.String(); !strings.Contains(out, "wrong: 2 results, every sample 0 copies on both sides") || strings.Contains(out, "wrong (lower") {
+		t.Errorf("the zero counter got a table:\n%s", out)
+	}
+	if n := len(c.CannotTell()); n != 0 {
+		t.Errorf("CannotTell() = %d: a constant cannot change", n)
+	}
+}
