@@ -169,7 +169,7 @@ median/ci_lo/ci_hi/n per metric), json (the summaries).`,
 	cmd.Flags().StringVar(&format, "format", reports.FormatText, "output format: "+strings.Join(reports.TableFormats, ", "))
 	cmd.Flags().StringSliceVar(&params, "params", nil, "parameter columns, in order (comma-separated; empty for none)")
 	cmd.Flags().StringSliceVar(&metrics, "metrics", nil, "metric columns, in order (comma-separated)")
-	cmd.Flags().BoolVar(&wide, "wide", false, "text: one table per environment and result name however wide (default: fitted into 120 columns)")
+	cmd.Flags().BoolVar(&wide, "wide", false, "text: whole tables, however wide (default: fitted into 120 columns)")
 	return cmd
 }
 
@@ -228,9 +228,9 @@ did not:
                the numbers (exit 0, or 1 with --fail-noisy)
 
 Formats: text (tables fitted into 120 columns, metrics that do not decide in
-one line each; --wide for all their tables), markdown (a
-PR comment), csv (one row per verdict, raw numbers), json (every verdict with
-its numbers, and the outcome).
+one line each; --wide for all their tables), markdown (a PR comment), csv
+(one row per verdict, raw numbers), json (every verdict with its numbers, and
+the outcome).
 
 Exit codes: 0 no failure; 1 a failed gate in NEW, a missing result or an
 interrupted NEW, a regression of a deciding metric (or a noisy change with
@@ -297,12 +297,12 @@ nothing. The reasons go to stderr in at most three lines.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&format, "format", reports.FormatText, "output format: "+strings.Join(reports.DiffFormats, ", "))
-	f.Float64Var(&threshold, "threshold", 5, "smallest change, in percent, that counts as a regression; also the noise bar")
+	f.Float64Var(&threshold, "threshold", 5, "smallest change (%) that counts; also the noise bar")
 	f.Float64Var(&alpha, "alpha", 0.05, "significance level of the Mann-Whitney U test")
-	f.StringSliceVar(&metrics, "metrics", nil, "the metrics that decide, wherever they appear (comma-separated; default: every measured, non-derived metric of the results under test)")
+	f.StringSliceVar(&metrics, "metrics", nil, "metrics that decide, wherever they are (default: measured, not derived or context)")
 	f.BoolVar(&allowMissing, "allow-missing", false, "pass although NEW lacks results of BASE or was interrupted")
-	f.BoolVar(&failNoisy, "fail-noisy", false, "exit 1 when a deciding metric changed by more than --threshold within noise wider than it")
-	f.BoolVar(&wide, "wide", false, "text and markdown: every table (those of metrics that do not decide too), as wide as its cells (default: fitted into 120 columns)")
+	f.BoolVar(&failNoisy, "fail-noisy", false, "exit 1 also for a change within noise wider than --threshold")
+	f.BoolVar(&wide, "wide", false, "all tables, as wide as their cells (default: 120 columns)")
 	return cmd
 }
 
