@@ -327,8 +327,27 @@ func Diff(base, new []*Document, opt DiffOptions) *Comparison {
 			c.Interrupted = append(c.Interrupted, fmt.Sprintf("new document %d (%s) is interrupted: its results are the part that ran", i+1, d.Suite))
 		}
 	}
+	baseRuns := map[string]bool{}
 	for _, d := range base {
+		for i := range d.Results {
+			if run := d.RunOf(&d.Results[i]); run != "" {
+				baseRuns[run] = true
+			}
+		}
+	}
+	for _, d := range new {
+		for i := range d.Results {
+			if run := d.RunOf(&d.Results[i]); baseRuns[run] {
+				c.Warnings = append(c.Warnings, fmt.Sprintf("base and new both hold run %s: a run compared with itself shows no change", run))
+				delete(baseRuns, run)
+			}
+		}
+	}
+	for i, d := range base {
 		c.BaseFailedGates = append(c.BaseFailedGates, d.Failed()...)
+		if d.Interrupted() {
+			c.Warnings = append(c.Warnings, fmt.Sprintf("base document %d (%s) is interrupted: results it lacks are not compared", i+1, d.Suite))
+		}
 	}
 	for _, k := range b.keys {
 		if _, ok := n.metrics[k]; !ok {

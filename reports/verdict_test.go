@@ -487,3 +487,18 @@ func TestRenderDiffUnchangedCounters(t *testing.T) {
 		t.Errorf("CannotTell() = %d: a constant cannot change", n)
 	}
 }
+
+func TestDiffWarnsOfSameRunAndInterruptedBase(t *testing.T) {
+	rng := rand.New(rand.NewPCG(17, 18))
+	a := moeDoc(rng, "run-a", 1, 6, 100, 0)
+	b := moeDoc(rng, "run-b", 1, 6, 100, 0)
+	b.Warnings = []string{WarnInterrupted}
+	c := diffOf(a, a, DiffOptions{})
+	if !slices.ContainsFunc(c.Warnings, func(w string) bool { return strings.Contains(w, "base and new both hold run run-a") }) {
+		t.Errorf("warnings %q", c.Warnings)
+	}
+	c = diffOf(b, a, DiffOptions{})
+	if len(c.Failures()) != 0 || !slices.ContainsFunc(c.Warnings, func(w string) bool { return strings.Contains(w, "base document 1 (bench moe) is interrupted") }) {
+		t.Errorf("interrupted base: failures %q, warnings %q", c.Failures(), c.Warnings)
+	}
+}
