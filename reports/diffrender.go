@@ -43,6 +43,33 @@ func RenderDiffWide(w io.Writer, c *Comparison, format string, wide bool) error 
 	return fmt.Errorf("unknown diff format %q (want one of %s)", format, strings.Join(DiffFormats, ", "))
 }
 
+// groupByWhy turns "a (why)", "b (why)" into "why: a, b", whys in order
+// of first appearance and "; " between them.
+func groupByWhy(items []string) string {
+	var whys []string
+	by := map[string][]string{}
+	for _, it := range items {
+		i := strings.LastIndex(it, " (")
+		if i < 0 || !strings.HasSuffix(it, ")") {
+			by[""] = append(by[""], it)
+			continue
+		}
+		what, why := it[:i], it[i+2:len(it)-1]
+		if _, ok := by[why]; !ok {
+			whys = append(whys, why)
+		}
+		by[why] = append(by[why], what)
+	}
+	var parts []string
+	for _, why := range whys {
+		parts = append(parts, why+": "+strings.Join(by[why], ", "))
+	}
+	if len(by[""]) > 0 {
+		parts = append(parts, strings.Join(by[""], ", "))
+	}
+	return strings.Join(parts, "; ")
+}
+
 // shortVerdict is the verdict column: a word or two; the reasons of the
 // rows that matter follow the tables.
 func (m *MetricDiff) shortVerdict() string {
@@ -172,7 +199,7 @@ func renderDiffText(w io.Writer, c *Comparison, markdown, wide bool) error {
 		item("deciding: " + strings.Join(decide, ", ") + " (" + how + ")")
 	}
 	if len(shown) > 0 {
-		item("shown, not deciding: " + strings.Join(shown, ", "))
+		item("shown, not deciding: " + groupByWhy(shown))
 	}
 	top := []struct {
 		title string
