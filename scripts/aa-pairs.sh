@@ -39,7 +39,7 @@ fi
 mkdir -p "$dir" || exit 2
 : >"$dir/exits.txt"
 declare -A count=()
-for i in $(seq -w 1 "$n"); do
+for i in $(seq -f %02g 1 "$n"); do
 	a=$dir/pair-$i-a.json b=$dir/pair-$i-b.json
 	if [ $rediff -eq 0 ]; then
 		for f in "$a" "$b"; do
@@ -58,7 +58,11 @@ for i in $(seq -w 1 "$n"); do
 	echo "pair $i: exit $code" >&2
 done
 {
-	echo "command: mstar $*"
+	if [ $rediff -eq 0 ]; then
+		echo "command: mstar $*"
+	else
+		echo "command: (stored pairs re-diffed; their documents hold the command)"
+	fi
 	echo "diff: mstar report diff $diffflags"
 	echo "pairs: $n"
 	for code in "${!count[@]}"; do echo "exit $code: ${count[$code]}"; done | sort
