@@ -1,8 +1,12 @@
-// Package bench holds mstar's benchmark suites and the timing harness they
-// share: warm-up, a number of samples, each the mean of several calls,
-// timed by device events (device time on CUDA, wall time on the CPU
-// backend), optionally replayed from a CUDA graph; and the hardware
-// ceilings that rates are reported against.
+// Package bench is the timing harness mstar's suites share: warm-up, a
+// number of samples, each the mean of several calls, timed by device events
+// (device time on CUDA, wall time on the CPU backend), optionally replayed
+// from a CUDA graph, and rates from times.
+//
+// Each suite is a package below this one (ceilings, moe, ablate, sweep,
+// stress, spill): options, a Run that returns results and warnings and hands
+// each finished result to a results.Sink, and nothing that prints on its
+// own. cmd/mstar runs every suite through one skeleton (measure.go).
 package bench
 
 import (
@@ -11,7 +15,7 @@ import (
 	"time"
 
 	"github.com/mstar-dev/mstar/internal/gpu"
-	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 // Timing says how to time a piece of work.
@@ -150,14 +154,14 @@ func TimeGraph(s gpu.Stream, t Timing, fn func() error) ([]float64, error) {
 	return samples, err
 }
 
-// errNoSamples is returned by rate helpers given no time.
-var errNoSamples = errors.New("no samples")
+// ErrNoSamples is returned by rate helpers given no time.
+var ErrNoSamples = errors.New("no samples")
 
-// rates turns seconds per call into work per second in units of unit
+// Rates turns seconds per call into work per second in units of unit
 // (e.g. bytes per call and 1e9 for GB/s).
-func rates(seconds []float64, work, unit float64) ([]float64, error) {
+func Rates(seconds []float64, work, unit float64) ([]float64, error) {
 	if len(seconds) == 0 {
-		return nil, errNoSamples
+		return nil, ErrNoSamples
 	}
 	out := make([]float64, len(seconds))
 	for i, s := range seconds {
@@ -174,21 +178,21 @@ func rates(seconds []float64, work, unit float64) ([]float64, error) {
 // tenants — and not only the spread within one. Interleaving whole sweeps,
 // rather than taking n times the samples per point, is what lets slow
 // drift show as noise instead of as a difference between points. The
-// results of all rounds are joined with reports.JoinRounds; done counts
+// results of all rounds are joined with results.JoinRounds; done counts
 // the rounds that returned. At the first error it stops and returns what
 // ran, the failing round's partial results included (an interrupted sweep
 // returns the points it finished with its error).
-func Rounds(n int, sweep func(round int) ([]reports.Result, error)) (results []reports.Result, done int, err error) {
-	var all [][]reports.Result
+func Rounds(n int, sweep func(round int) ([]results.Result, error)) (joined []results.Result, done int, err error) {
+	var all [][]results.Result
 	for round := 0; round < max(n, 1); round++ {
 		rs, err := sweep(round)
 		all = append(all, rs)
 		if err != nil {
-			return reports.JoinRounds(all), round, err
+			return results.JoinRounds(all), round, err
 		}
 		done++
 	}
-	return reports.JoinRounds(all), done, nil
+	return results.JoinRounds(all), done, nil
 }
 
 // DefaultRounds is the measuring commands' default --rounds: three rounds

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/mstar-dev/mstar/internal/units"
+	"github.com/mstar-dev/mstar/reports/results"
 	"golang.org/x/perf/benchmath"
 )
 
@@ -144,7 +146,7 @@ func (m *MetricDiff) Verdict(opt DiffOptions) string {
 		return fmt.Sprintf("significant but within threshold (%s, threshold %s%%)", formatDelta(m.Delta), trimFloat(opt.Threshold))
 	case m.Noisy:
 		return fmt.Sprintf("too noisy to tell at %s%%: %s %s, but the rounds spread %s (base, %s) and %s (new, %s)",
-			trimFloat(opt.Threshold), m.change(), m.direction(), formatNoise(m.BaseNoise), plural(m.BaseRounds, "round"), formatNoise(m.NewNoise), plural(m.NewRounds, "round"))
+			trimFloat(opt.Threshold), m.change(), m.direction(), formatNoise(m.BaseNoise), units.Plural(m.BaseRounds, "round"), formatNoise(m.NewNoise), units.Plural(m.NewRounds, "round"))
 	case m.Worse:
 		return fmt.Sprintf("REGRESSION: %s worse, p=%s, n=%d+%d, threshold %s%%%s", m.change(), formatP(m.P), m.Base.N, m.New.N, trimFloat(opt.Threshold), m.noiseNote())
 	}
@@ -285,10 +287,10 @@ func (p *pooled) noise() (float64, int) {
 	}
 	lo, hi := math.Inf(1), math.Inf(-1)
 	for _, g := range p.order {
-		m := Summarize(p.groups[g]).Median
+		m := results.Summarize(p.groups[g]).Median
 		lo, hi = math.Min(lo, m), math.Max(hi, m)
 	}
-	med := math.Abs(Summarize(p.Samples).Median)
+	med := math.Abs(results.Summarize(p.Samples).Median)
 	if med == 0 {
 		if hi == lo {
 			return 0, len(p.order)
@@ -430,9 +432,9 @@ func compareMetric(key string, bm, nm *pooled, opt DiffOptions) MetricDiff {
 		d.Unmeasured = fmt.Sprintf("direction changed from %q to %q", bm.Better, nm.Better)
 		return d
 	}
-	d.Base, d.New = Summarize(bm.Samples), Summarize(nm.Samples)
+	d.Base, d.New = results.Summarize(bm.Samples), results.Summarize(nm.Samples)
 	d.same = !slices.ContainsFunc(append(slices.Clone(bm.Samples), nm.Samples...), func(v float64) bool { return v != bm.Samples[0] })
-	bs, ns := newSample(bm.Samples, opt.Alpha), newSample(nm.Samples, opt.Alpha)
+	bs, ns := results.NewSample(bm.Samples, opt.Alpha), results.NewSample(nm.Samples, opt.Alpha)
 	cmp := benchmath.AssumeNothing.Compare(bs, ns)
 	d.P = cmp.P
 	for _, w := range cmp.Warnings {
@@ -557,21 +559,21 @@ func (c *Comparison) filter(keep func(*MetricDiff) bool) []*MetricDiff {
 func (c *Comparison) Failures() []string {
 	var out []string
 	if n := len(c.FailedGates); n > 0 {
-		out = append(out, fmt.Sprintf("%s failed in new: %s", plural(n, "gate"), listSome(c.FailedGates, 2)))
+		out = append(out, fmt.Sprintf("%s failed in new: %s", units.Plural(n, "gate"), listSome(c.FailedGates, 2)))
 	}
 	if !c.Options.AllowMissing {
 		if n := len(c.Interrupted); n > 0 {
 			out = append(out, strings.Join(c.Interrupted, "; ")+" (--allow-missing to accept)")
 		}
 		if n := len(c.Missing); n > 0 {
-			out = append(out, fmt.Sprintf("%s of base missing from new: %s (--allow-missing to accept)", plural(n, "result"), listSome(c.Missing, 3)))
+			out = append(out, fmt.Sprintf("%s of base missing from new: %s (--allow-missing to accept)", units.Plural(n, "result"), listSome(c.Missing, 3)))
 		}
 	}
 	if regs := c.Regressions(); len(regs) > 0 {
-		out = append(out, fmt.Sprintf("%s: %s", plural(len(regs), "regression"), listSome(briefs(regs), 3)))
+		out = append(out, fmt.Sprintf("%s: %s", units.Plural(len(regs), "regression"), listSome(briefs(regs), 3)))
 	}
 	if noisy := c.Noisy(); c.Options.FailNoisy && len(noisy) > 0 {
-		out = append(out, fmt.Sprintf("%s too noisy to tell at %s%% (--fail-noisy): %s", plural(len(noisy), "metric"), trimFloat(c.Options.Threshold), listSome(briefs(noisy), 3)))
+		out = append(out, fmt.Sprintf("%s too noisy to tell at %s%% (--fail-noisy): %s", units.Plural(len(noisy), "metric"), trimFloat(c.Options.Threshold), listSome(briefs(noisy), 3)))
 	}
 	return out
 }
@@ -736,7 +738,7 @@ func cannotTellSummary(ms []*MetricDiff) []string {
 	out := make([]string, 0, len(order))
 	for _, name := range order {
 		a := by[name]
-		out = append(out, fmt.Sprintf("%s in %s (n=%s)", name, plural(a.n, "result"), strings.Join(a.ns, ", ")))
+		out = append(out, fmt.Sprintf("%s in %s (n=%s)", name, units.Plural(a.n, "result"), strings.Join(a.ns, ", ")))
 	}
 	return out
 }
@@ -750,14 +752,6 @@ func (c *Comparison) SamplesNeeded() int {
 		n++
 	}
 	return n
-}
-
-// plural is "1 result", "2 results".
-func plural(n int, noun string) string {
-	if n == 1 {
-		return "1 " + noun
-	}
-	return strconv.Itoa(n) + " " + noun + "s"
 }
 
 // listSome joins the first n names and counts the rest.

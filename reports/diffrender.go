@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/mstar-dev/mstar/internal/units"
 )
 
 // DiffFormats lists the formats RenderDiff accepts.
@@ -109,19 +111,19 @@ func (c *Comparison) Outcome() string {
 	}
 	var notes []string
 	if n := len(c.Noisy()); n > 0 {
-		notes = append(notes, fmt.Sprintf("%s too noisy to tell at %s%%", plural(n, "change"), trimFloat(c.Options.Threshold)))
+		notes = append(notes, fmt.Sprintf("%s too noisy to tell at %s%%", units.Plural(n, "change"), trimFloat(c.Options.Threshold)))
 	}
 	if c.Options.AllowMissing && (len(c.Missing) > 0 || len(c.Interrupted) > 0) {
-		notes = append(notes, fmt.Sprintf("%s missing, allowed", plural(len(c.Missing), "result")))
+		notes = append(notes, fmt.Sprintf("%s missing, allowed", units.Plural(len(c.Missing), "result")))
 	}
 	cannot := len(c.filter(func(m *MetricDiff) bool { return m.Decides && m.Unmeasured == "" && !m.EnoughSamples && !m.same }))
 	if cannot > 0 && cannot == c.Compared() {
-		return fmt.Sprintf("ok: no regression, but no deciding comparison could tell (%s with too few samples)", plural(cannot, "comparison"))
+		return fmt.Sprintf("ok: no regression, but no deciding comparison could tell (%s with too few samples)", units.Plural(cannot, "comparison"))
 	}
 	if cannot > 0 {
 		notes = append(notes, fmt.Sprintf("%d more with too few samples to tell", cannot))
 	}
-	s := fmt.Sprintf("ok: no regression in %s", plural(c.Compared()-cannot, "deciding comparison"))
+	s := fmt.Sprintf("ok: no regression in %s", units.Plural(c.Compared()-cannot, "deciding comparison"))
 	if len(notes) > 0 {
 		s += " (" + strings.Join(notes, "; ") + ")"
 	}
@@ -237,7 +239,7 @@ func renderDiffText(w io.Writer, c *Comparison, markdown, wide bool) error {
 			if one {
 				what = "every sample " + FormatQuantity(v, g.col.Unit) + " on both sides"
 			}
-			unchanged = append(unchanged, fmt.Sprintf("%s: %s, %s", g.col.Name, plural(len(g.rows), "result"), what))
+			unchanged = append(unchanged, fmt.Sprintf("%s: %s, %s", g.col.Name, units.Plural(len(g.rows), "result"), what))
 			continue
 		}
 		// Single values that cannot tell (a correctness figure measured
@@ -302,7 +304,7 @@ func renderDiffText(w io.Writer, c *Comparison, markdown, wide bool) error {
 	}
 	warnings = append(warnings, c.Warnings...)
 	if len(c.BaseFailedGates) > 0 {
-		warnings = append(warnings, fmt.Sprintf("%s failed in base (not deciding): %s", plural(len(c.BaseFailedGates), "gate"), listSome(c.BaseFailedGates, 2)))
+		warnings = append(warnings, fmt.Sprintf("%s failed in base (not deciding): %s", units.Plural(len(c.BaseFailedGates), "gate"), listSome(c.BaseFailedGates, 2)))
 	}
 	if !slices.ContainsFunc(c.Metrics, func(m MetricDiff) bool { return m.BaseRounds > 1 || m.NewRounds > 1 }) && len(c.Metrics) > 0 {
 		warnings = append(warnings, "noise between rounds unknown: each side is one round of one run (measure with --rounds 3, or merge several runs)")

@@ -10,6 +10,8 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 // ExportGoBench writes docs in the Go benchmark format
@@ -194,7 +196,7 @@ func Merge(docs ...*Document) (*Document, error) {
 			inDoc[run] = i
 		}
 	}
-	out := &Document{Format: Format, Schema: SchemaVersion, RunID: NewRunID(time.Now())}
+	out := &Document{Format: results.Format, Schema: results.SchemaVersion, RunID: results.NewRunID(time.Now())}
 	var suites, commands []string
 	seenWarn := map[string]bool{}
 	var envs []Env

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/mstar-dev/mstar/internal/units"
+	"github.com/mstar-dev/mstar/reports/results"
 	"github.com/olekukonko/tablewriter"
 	"github.com/olekukonko/tablewriter/renderer"
 	"github.com/olekukonko/tablewriter/tw"
@@ -188,7 +190,7 @@ func Tables(docs []*Document, opt TableOptions) ([]*Table, error) {
 				if m.Name == c.Name && m.Unit == c.Unit {
 					cell.Present = true
 					if m.Measured() {
-						cell.Summary = Summarize(m.Samples)
+						cell.Summary = results.Summarize(m.Samples)
 						cell.Constant = !slices.ContainsFunc(m.Samples, func(v float64) bool { return v != m.Samples[0] })
 					} else {
 						cell.Unmeasured = m.Unmeasured
@@ -510,7 +512,7 @@ func alerts(docs []*Document) []string {
 				names[i] = fmt.Sprintf("%s (%d documents)", n, k)
 			}
 		}
-		out = append(out, fmt.Sprintf("FAILED: %s (%s); the reasons follow the tables", plural(len(failed), "gate"), listSome(names, 3)))
+		out = append(out, fmt.Sprintf("FAILED: %s (%s); the reasons follow the tables", units.Plural(len(failed), "gate"), listSome(names, 3)))
 	}
 	return out
 }

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 // moeDoc is a bench-moe-like document of this build: a run id, latency
@@ -15,7 +17,7 @@ import (
 // a ceiling result as context. Each batch's latency has rounds rounds of n
 // samples, round r centred at center*(1+r*spread).
 func moeDoc(rng *rand.Rand, run string, rounds, n int, center, spread float64) *Document {
-	d := &Document{Format: Format, Schema: SchemaVersion, Suite: "bench moe", Start: t0, End: t0, Env: Env{"host": "h"}, RunID: run, Rounds: rounds}
+	d := &Document{Format: results.Format, Schema: results.SchemaVersion, Suite: "bench moe", Start: t0, End: t0, Env: Env{"host": "h"}, RunID: run, Rounds: rounds}
 	for _, batch := range []string{"1", "16"} {
 		var lat, tput, pct []float64
 		var rs []int
@@ -181,7 +183,7 @@ func TestDiffGatesAndMissingDecide(t *testing.T) {
 	})
 	t.Run("interrupted new", func(t *testing.T) {
 		next := moeDoc(rng, "run-h", 1, 10, 100, 0)
-		next.Warnings = []string{WarnInterrupted}
+		next.Warnings = []string{results.WarnInterrupted}
 		c := diffOf(base, next, DiffOptions{})
 		if f := c.Failures(); len(f) != 1 || !strings.Contains(f[0], "interrupted") {
 			t.Errorf("failures %q", f)
@@ -233,7 +235,7 @@ func TestDiffNoise(t *testing.T) {
 // #15 item 11: a negative or zero base says which way it moved.
 func TestVerdictSigns(t *testing.T) {
 	mk := func(vals ...float64) *Document {
-		return &Document{Format: Format, Schema: SchemaVersion, Env: Env{}, RunID: "x",
+		return &Document{Format: results.Format, Schema: results.SchemaVersion, Env: Env{}, RunID: "x",
 			Results: []Result{{Name: "r", Metrics: []Metric{{Name: "offset", Unit: "us", Better: LowerIsBetter, Samples: vals}}}}}
 	}
 	c := diffOf(mk(-3, -3.1, -2.9, -3, -3.05, -2.95), mk(1, 1.1, 0.9, 1, 1.05, 0.95), DiffOptions{})
@@ -252,7 +254,7 @@ func TestJoinRounds(t *testing.T) {
 			Metrics: []Metric{{Name: "latency", Unit: "us", Better: LowerIsBetter, Samples: []float64{v, v + 1}}},
 			Gates:   []Gate{{Name: "correct", Pass: pass, Reason: "round " + FormatValue(v)}}}}
 	}
-	rs := JoinRounds([][]Result{round(10, true), round(20, false), round(30, true)})
+	rs := results.JoinRounds([][]Result{round(10, true), round(20, false), round(30, true)})
 	if len(rs) != 1 {
 		t.Fatalf("%d results, want 1", len(rs))
 	}
@@ -266,7 +268,7 @@ func TestJoinRounds(t *testing.T) {
 	if len(rs[0].Warnings) != 1 {
 		t.Errorf("warnings %q", rs[0].Warnings)
 	}
-	d := &Document{Format: Format, Schema: SchemaVersion, Results: rs}
+	d := &Document{Format: results.Format, Schema: results.SchemaVersion, Results: rs}
 	if err := d.Validate(); err != nil {
 		t.Errorf("joined rounds do not validate: %v", err)
 	}
@@ -401,9 +403,9 @@ func TestRenderDiffFormatsGolden(t *testing.T) {
 // report show of real documents fits 120 columns and loses no column;
 // Wide gives the whole tables.
 func TestRenderFitsWidth(t *testing.T) {
-	for _, path := range []string{"../testdata/h200/moe-qwen3-30b-a3b.json", "../testdata/h200/spill.json", "../testdata/arena/stress-30s.json", "../testdata/h200/ablate-router.json"} {
+	for _, path := range []string{"measured/h200/moe-qwen3-30b-a3b.json", "measured/h200/spill.json", "measured/arena/stress-30s.json", "measured/h200/ablate-router.json"} {
 		t.Run(path, func(t *testing.T) {
-			d, err := ReadFile(path)
+			d, err := results.ReadFile(path)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -434,7 +436,7 @@ func TestRenderFitsWidth(t *testing.T) {
 func TestRenderFlagsInterruptedAndFailed(t *testing.T) {
 	rng := rand.New(rand.NewPCG(13, 14))
 	d := moeDoc(rng, "run-x", 1, 6, 100, 0)
-	d.Warnings = []string{WarnInterrupted}
+	d.Warnings = []string{results.WarnInterrupted}
 	d.Results[1].Gates[0] = Gate{Name: "correct", Pass: false, Reason: "rel L2 0.5"}
 	var b bytes.Buffer
 	if err := Render(&b, []*Document{d}, FormatText, TableOptions{}); err != nil {
@@ -466,7 +468,7 @@ func TestRenderMergedRunsOfOneHost(t *testing.T) {
 // A counter that read one value throughout is one line, and no "cannot tell".
 func TestRenderDiffUnchangedCounters(t *testing.T) {
 	mk := func(lat float64) *Document {
-		d := &Document{Format: Format, Schema: SchemaVersion, Env: Env{}, RunID: "r"}
+		d := &Document{Format: results.Format, Schema: results.SchemaVersion, Env: Env{}, RunID: "r"}
 		for _, size := range []string{"4096", "65536"} {
 			d.Results = append(d.Results, Result{Name: "transport", Params: Params{"size": size}, Metrics: []Metric{
 				{Name: "time", Unit: "us", Better: LowerIsBetter, Samples: []float64{lat, lat * 1.01, lat * 0.99, lat, lat * 1.02, lat * 0.98}},
@@ -492,7 +494,7 @@ func TestDiffWarnsOfSameRunAndInterruptedBase(t *testing.T) {
 	rng := rand.New(rand.NewPCG(17, 18))
 	a := moeDoc(rng, "run-a", 1, 6, 100, 0)
 	b := moeDoc(rng, "run-b", 1, 6, 100, 0)
-	b.Warnings = []string{WarnInterrupted}
+	b.Warnings = []string{results.WarnInterrupted}
 	c := diffOf(a, a, DiffOptions{})
 	if !slices.ContainsFunc(c.Warnings, func(w string) bool { return strings.Contains(w, "base and new both hold run run-a") }) {
 		t.Errorf("warnings %q", c.Warnings)

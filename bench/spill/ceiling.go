@@ -3,11 +3,12 @@ package spill
 import (
 	"context"
 	"fmt"
-	"github.com/mstar-dev/mstar/internal/units"
 	"time"
 
-	"github.com/mstar-dev/mstar/bench/spill/tier"
-	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/internal/units"
+
+	"github.com/mstar-dev/mstar/internal/spill/tier"
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 type ceilKey struct {
@@ -110,18 +111,18 @@ func measureCeiling(ctx context.Context, cfg Config, kind tier.Kind, size int64)
 }
 
 // Result is the ceiling as a results row.
-func (c Ceiling) Result() reports.Result {
+func (c Ceiling) Result() results.Result {
 	// The tier's ceiling bounds the cells; it is context, not the code under test.
-	r := reports.Result{Name: "spill-ceiling", Role: reports.RoleContext, Params: reports.Params{"tier": string(c.Tier), "size": units.Size(c.Size, "")}}
+	r := results.Result{Name: "spill-ceiling", Role: results.RoleContext, Params: results.Params{"tier": string(c.Tier), "size": units.Size(c.Size, "")}}
 	if c.Unmeasured != "" {
-		r.Metrics = []reports.Metric{
-			unmeasured("spill", "GB/s", reports.HigherIsBetter, c.Unmeasured),
-			unmeasured("restore", "GB/s", reports.HigherIsBetter, c.Unmeasured),
+		r.Metrics = []results.Metric{
+			unmeasured("spill", "GB/s", results.HigherIsBetter, c.Unmeasured),
+			unmeasured("restore", "GB/s", results.HigherIsBetter, c.Unmeasured),
 		}
 	} else {
-		r.Metrics = []reports.Metric{
-			metric("spill", "GB/s", reports.HigherIsBetter, c.Spill...),
-			metric("restore", "GB/s", reports.HigherIsBetter, c.Restore...),
+		r.Metrics = []results.Metric{
+			metric("spill", "GB/s", results.HigherIsBetter, c.Spill...),
+			metric("restore", "GB/s", results.HigherIsBetter, c.Restore...),
 		}
 	}
 	return r

@@ -39,15 +39,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/mstar-dev/mstar/internal/units"
 	"path"
 	"strings"
 	"time"
 
-	"github.com/mstar-dev/mstar/bench/spill/regulator"
-	"github.com/mstar-dev/mstar/bench/spill/tier"
+	"github.com/mstar-dev/mstar/internal/units"
+
 	"github.com/mstar-dev/mstar/internal/gpu"
-	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/internal/spill/regulator"
+	"github.com/mstar-dev/mstar/internal/spill/tier"
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 // Scenario names a row of the matrix.
@@ -188,9 +189,10 @@ func ParseSizes(s string) ([]int64, error) {
 // Config tunes a run.
 type Config struct {
 	Dev     gpu.Device
-	Blocks  int     // blocks per pool; 0 means 16
-	Samples int     // timed repetitions of a bandwidth figure; 0 means 5
-	Floor   float64 // bandwidth floor as a fraction of the tier ceiling; 0 means 0.5
+	Sink    results.Sink // each cell's results, as soon as the cell is done
+	Blocks  int          // blocks per pool; 0 means 16
+	Samples int          // timed repetitions of a bandwidth figure; 0 means 5
+	Floor   float64      // bandwidth floor as a fraction of the tier ceiling; 0 means 0.5
 	// HibernatePinnedFloor is the floor of hibernate through pinned memory,
 	// the path the H200 target names; 0 means 0.9 on CUDA and Floor on the
 	// CPU backend (where copies share two cores with everything else).
@@ -329,7 +331,7 @@ func CheckFits(dev gpu.Device, cells []Cell) error {
 // Outcome is one cell's run.
 type Outcome struct {
 	Cell    Cell
-	Results []reports.Result
+	Results []results.Result
 	Figure  string // the key figure, for the matrix
 	Err     error  // the cell could not run at all
 	Took    time.Duration
@@ -383,9 +385,11 @@ func Run(ctx context.Context, cfg Config, cells []Cell, progress func(i int, c C
 		o := r.runCell(ctx, c)
 		o.Took = time.Since(start)
 		m.Outcomes = append(m.Outcomes, o)
+		cfg.Sink.Send(o.results()...)
 	}
 	for _, k := range r.order {
 		m.Ceilings = append(m.Ceilings, *r.ceilings[k])
+		cfg.Sink.Send(r.ceilings[k].Result())
 	}
 	return m, nil
 }
@@ -454,7 +458,7 @@ type cellEnv struct {
 	s       gpu.Stream
 	r       *runner
 	closers []func() error
-	results []reports.Result
+	results []results.Result
 	figure  string
 }
 
@@ -500,8 +504,8 @@ func (e *cellEnv) pool(lens []int64, seed uint64) (*tier.Pool, []uint64, error) 
 }
 
 // params are a result's parameters: the cell's plus extras.
-func (e *cellEnv) params(kv ...string) reports.Params {
-	p := reports.Params{"scenario": string(e.cell.Scenario), "tier": string(e.cell.Tier), "size": units.Size(e.cell.Size, "")}
+func (e *cellEnv) params(kv ...string) results.Params {
+	p := results.Params{"scenario": string(e.cell.Scenario), "tier": string(e.cell.Tier), "size": units.Size(e.cell.Size, "")}
 	for i := 0; i+1 < len(kv); i += 2 {
 		p[kv[i]] = kv[i+1]
 	}
@@ -509,7 +513,7 @@ func (e *cellEnv) params(kv ...string) reports.Params {
 }
 
 // add appends a result, with the unmeasured-distinct gate checked last.
-func (e *cellEnv) add(r reports.Result) {
+func (e *cellEnv) add(r results.Result) {
 	r.Gates = append(r.Gates, GateUnmeasured(r.Metrics))
 	e.results = append(e.results, r)
 }

@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mstar-dev/mstar/bench/spill/regulator"
-	"github.com/mstar-dev/mstar/bench/spill/tier"
 	"github.com/mstar-dev/mstar/internal/gpu"
-	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/internal/spill/regulator"
+	"github.com/mstar-dev/mstar/internal/spill/tier"
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 // The peer tier's holder is this test binary, re-executed.
@@ -188,7 +188,7 @@ func TestGateFunctions(t *testing.T) {
 
 	tests := []struct {
 		name   string
-		g      reports.Gate
+		g      results.Gate
 		pass   bool
 		reason string
 	}{
@@ -203,10 +203,10 @@ func TestGateFunctions(t *testing.T) {
 		{"stranded, all empty", GateStranded([]tier.Tier{empty}, emptyLedger), true, "every tier empty"},
 		{"stranded, ledger holds a slot", GateStranded([]tier.Tier{empty}, ledger), false, "1 slots (8192 bytes) stranded and not reclaimed"},
 		{"stranded, tier holds bytes", GateStranded([]tier.Tier{busy}, nil), false, "pageable tier still holds 4096"},
-		{"unmeasured, fine", GateUnmeasured([]reports.Metric{metric("a", "x", reports.HigherIsBetter, 1), unmeasured("b", "x", reports.HigherIsBetter, "why")}), true, "2 figures"},
-		{"unmeasured, empty metric", GateUnmeasured([]reports.Metric{{Name: "a", Unit: "x", Better: reports.HigherIsBetter}}), false, "a has no samples and no reason"},
-		{"unmeasured, both", GateUnmeasured([]reports.Metric{{Name: "a", Samples: []float64{0}, Unmeasured: "why"}}), false, "marked unmeasured"},
-		{"unmeasured, NaN", GateUnmeasured([]reports.Metric{{Name: "a", Samples: []float64{math.NaN()}}}), false, "NaN"},
+		{"unmeasured, fine", GateUnmeasured([]results.Metric{metric("a", "x", results.HigherIsBetter, 1), unmeasured("b", "x", results.HigherIsBetter, "why")}), true, "2 figures"},
+		{"unmeasured, empty metric", GateUnmeasured([]results.Metric{{Name: "a", Unit: "x", Better: results.HigherIsBetter}}), false, "a has no samples and no reason"},
+		{"unmeasured, both", GateUnmeasured([]results.Metric{{Name: "a", Samples: []float64{0}, Unmeasured: "why"}}), false, "marked unmeasured"},
+		{"unmeasured, NaN", GateUnmeasured([]results.Metric{{Name: "a", Samples: []float64{math.NaN()}}}), false, "NaN"},
 		{"bandwidth, at the floor", GateBandwidth("spill", []float64{4, 5}, []float64{10, 9}, "", 0.5), true, "50% of the tier's ceiling 10.00"},
 		{"bandwidth, below", GateBandwidth("spill", []float64{4.9}, []float64{10}, "", 0.5), false, "below the floor of 50%"},
 		{"bandwidth, ceiling unmeasured", GateBandwidth("restore", []float64{4.9}, nil, "no holder", 0.5), false, "unmeasured (no holder)"},
@@ -297,8 +297,8 @@ func TestMatchAndParse(t *testing.T) {
 
 func TestMatrixText(t *testing.T) {
 	m := &Matrix{Config: Config{Blocks: 16}, Outcomes: []Outcome{
-		{Cell: Cell{Hibernate, tier.Pinned, 64 << 20}, Figure: "1.0/2.0 GB/s", Results: []reports.Result{{Name: "hibernate", Gates: []reports.Gate{pass("identical", "ok")}}}},
-		{Cell: Cell{Hibernate, tier.File, 64 << 20}, Results: []reports.Result{{Name: "hibernate", Gates: []reports.Gate{fail("reached", "block 2 short")}}}},
+		{Cell: Cell{Hibernate, tier.Pinned, 64 << 20}, Figure: "1.0/2.0 GB/s", Results: []results.Result{{Name: "hibernate", Gates: []results.Gate{pass("identical", "ok")}}}},
+		{Cell: Cell{Hibernate, tier.File, 64 << 20}, Results: []results.Result{{Name: "hibernate", Gates: []results.Gate{fail("reached", "block 2 short")}}}},
 		{Cell: Cell{Ladder, tier.File, 64 << 20}, Err: fmt.Errorf("holder died")},
 	}}
 	var b bytes.Buffer

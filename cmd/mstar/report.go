@@ -2,8 +2,10 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -11,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/reports/results"
 	"github.com/mstar-dev/mstar/trace"
 	"github.com/spf13/cobra"
 )
@@ -55,11 +58,11 @@ schema version, a merge of one run twice).`,
 
 // readDocs reads results documents, "-" from stdin; any problem is bad
 // input (exit 2).
-func (a *app) readDocs(paths []string) ([]*reports.Document, error) {
-	docs := make([]*reports.Document, 0, len(paths))
+func (a *app) readDocs(paths []string) ([]*results.Document, error) {
+	docs := make([]*results.Document, 0, len(paths))
 	stdin := false
 	for _, p := range paths {
-		var d *reports.Document
+		var d *results.Document
 		var err error
 		if p == "-" {
 			if stdin {
@@ -70,11 +73,19 @@ func (a *app) readDocs(paths []string) ([]*reports.Document, error) {
 			if b, err = io.ReadAll(a.stdin); err != nil {
 				return nil, fmt.Errorf("reading stdin: %w", err)
 			}
-			if d, err = reports.Read(bytes.NewReader(b), "stdin"); err != nil && isTrace(bytes.NewReader(b)) {
+			if d, err = results.Read(bytes.NewReader(b), "stdin"); err != nil && isTrace(bytes.NewReader(b)) {
 				return nil, usageErr("stdin: this is a trace; use mstar trace summarize")
 			}
 		} else {
-			d, err = reports.ReadFile(p)
+			// A run killed before it wrote FILE left its finished results
+			// in FILE.partial.ndjson.
+			if _, serr := os.Stat(p); errors.Is(serr, fs.ErrNotExist) {
+				if _, perr := os.Stat(p + partialSuffix); perr == nil {
+					fmt.Fprintf(a.stderr, "mstar: %s does not exist; reading %s, the results its run finished\n", p, p+partialSuffix)
+					p += partialSuffix
+				}
+			}
+			d, err = results.ReadFile(p)
 			if err != nil {
 				// The two kinds of file are easy to mix up; the JSON error
 				// about one read as the other would not say so.
@@ -89,6 +100,13 @@ func (a *app) readDocs(paths []string) ([]*reports.Document, error) {
 		}
 		if err != nil {
 			return nil, badInput(err)
+		}
+		if slices.Contains(d.Warnings, results.WarnInterrupted) {
+			name := p
+			if p == "-" {
+				name = "stdin"
+			}
+			fmt.Fprintf(a.stderr, "mstar: warning: %s: %s\n", name, results.WarnInterrupted)
 		}
 		docs = append(docs, d)
 	}
@@ -110,6 +128,7 @@ func oneOf(flag, v string, allowed []string) error {
 
 func reportShowCmd(a *app) *cobra.Command {
 	var format string
+	var asRun bool
 	var params, metrics []string
 	var wide bool
 	cmd := &cobra.Command{
@@ -137,13 +156,17 @@ each table whole.
 --params and --metrics choose and order the columns; results with none of
 the chosen metrics are left out. Formats: text (default), markdown (for a
 PR comment), csv (one table, a column per environment key that differs,
-median/ci_lo/ci_hi/n per metric), json (the summaries).`,
+median/ci_lo/ci_hi/n per metric), json (the summaries).
+
+--run prints each document as the command that measured it printed it when
+it finished (the same code draws both), one after the other.`,
 		Example: `  mstar report show results.json
   mstar report show --params batch,model --metrics latency,throughput a.json b.json
   mstar report show --format markdown results.json >> $GITHUB_STEP_SUMMARY
   mstar report show --format csv results.json > results.csv
   mstar report show --wide results.json
-  ssh gpu-box cat results.json | mstar report show -`,
+  ssh gpu-box cat results.json | mstar report show -
+  mstar report show --run moe.json                     # the table bench moe printed`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := oneOf("format", format, reports.TableFormats); err != nil {
@@ -152,6 +175,17 @@ median/ci_lo/ci_hi/n per metric), json (the summaries).`,
 			docs, err := a.readDocs(args)
 			if err != nil {
 				return err
+			}
+			if asRun {
+				if cmd.Flags().Changed("format") || cmd.Flags().Changed("params") || cmd.Flags().Changed("metrics") || wide {
+					return usageErr("--run prints the run's own text table: leave out --format, --params, --metrics and --wide")
+				}
+				for _, d := range docs {
+					if err := reports.RunTable(a.stdout, d); err != nil {
+						return badInput(err)
+					}
+				}
+				return nil
 			}
 			opt := reports.TableOptions{Wide: wide}
 			if cmd.Flags().Changed("params") {
@@ -170,6 +204,7 @@ median/ci_lo/ci_hi/n per metric), json (the summaries).`,
 	cmd.Flags().StringSliceVar(&params, "params", nil, "parameter columns, in order (comma-separated; empty for none)")
 	cmd.Flags().StringSliceVar(&metrics, "metrics", nil, "metric columns, in order (comma-separated)")
 	cmd.Flags().BoolVar(&wide, "wide", false, "text: whole tables, however wide (default: fitted into 120 columns)")
+	cmd.Flags().BoolVar(&asRun, "run", false, "print the table the measuring command printed when it finished")
 	return cmd
 }
 
@@ -420,7 +455,7 @@ samples would count twice.`,
 			if err != nil {
 				return badInput(err)
 			}
-			if err := reports.WriteFile(out, m); err != nil {
+			if err := results.WriteFile(out, m); err != nil {
 				return badInput(err)
 			}
 			envs := map[string]bool{}

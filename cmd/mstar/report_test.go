@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 var updateReport = flag.Bool("update-report", false, "rewrite cmd/mstar/testdata/report*.golden")
@@ -33,21 +33,21 @@ func mstarReport(t *testing.T, args ...string) (stdout, stderr string, code int)
 func latencyDoc(t *testing.T, dir, name string, seed uint64, n int, center, noise float64) string {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(seed, 99))
-	d := reports.NewDocument("bench moe", []string{"mstar", "bench", "moe"}, reports.Env{"host": "gpu-a", "gpu": "NVIDIA H200"})
+	d := results.NewDocument("bench moe", []string{"mstar", "bench", "moe"}, results.Env{"host": "gpu-a", "gpu": "NVIDIA H200"})
 	d.Start = time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
 	for _, batch := range []int{1, 16, 64} {
 		var s []float64
 		for range n {
 			s = append(s, math.Round(center*float64(batch)*(1+noise*rng.NormFloat64())*1000)/1000)
 		}
-		d.Results = append(d.Results, reports.Result{
-			Name: "moe", Params: reports.Params{"batch": strconv.Itoa(batch)},
-			Metrics: []reports.Metric{{Name: "latency", Unit: "us", Better: reports.LowerIsBetter, Samples: s}},
+		d.Results = append(d.Results, results.Result{
+			Name: "moe", Params: results.Params{"batch": strconv.Itoa(batch)},
+			Metrics: []results.Metric{{Name: "latency", Unit: "us", Better: results.LowerIsBetter, Samples: s}},
 		})
 	}
 	d.Finish()
 	path := filepath.Join(dir, name)
-	if err := reports.WriteFile(path, d); err != nil {
+	if err := results.WriteFile(path, d); err != nil {
 		t.Fatal(err)
 	}
 	return path
@@ -163,8 +163,8 @@ func TestReportBadInput(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, stderr, code := mstarReport(t, tc.args...)
-			if code != exitBadUsge {
-				t.Errorf("exit code %d, want %d", code, exitBadUsge)
+			if code != exitBadInput {
+				t.Errorf("exit code %d, want %d", code, exitBadInput)
 			}
 			if stderr != tc.want {
 				t.Errorf("stderr (-want +got):\n-%q\n+%q", tc.want, stderr)
@@ -214,13 +214,13 @@ func TestReportShowGolden(t *testing.T) {
 func TestReportMergeExportPlot(t *testing.T) {
 	dir := t.TempDir()
 	a := latencyDoc(t, dir, "a.json", 1, 6, 50, 0.01)
-	b0, err := reports.ReadFile(latencyDoc(t, dir, "b0.json", 2, 6, 50, 0.01))
+	b0, err := results.ReadFile(latencyDoc(t, dir, "b0.json", 2, 6, 50, 0.01))
 	if err != nil {
 		t.Fatal(err)
 	}
 	b0.Env["host"] = "gpu-b"
 	b := filepath.Join(dir, "b.json")
-	if err := reports.WriteFile(b, b0); err != nil {
+	if err := results.WriteFile(b, b0); err != nil {
 		t.Fatal(err)
 	}
 	merged := filepath.Join(dir, "m.json")
@@ -246,7 +246,7 @@ func TestReportMergeExportPlot(t *testing.T) {
 		t.Errorf("plot wrote no PNG: %v", err)
 	}
 	_, stderr, code = mstarReport(t, "report", "plot", "--metric", "nope", "--x", "batch", "-o", png, merged)
-	if code != exitBadUsge || !strings.Contains(stderr, `no result has parameter "batch" and metric "nope"`) {
+	if code != exitBadInput || !strings.Contains(stderr, `no result has parameter "batch" and metric "nope"`) {
 		t.Errorf("plot of a missing metric: exit %d: %s", code, stderr)
 	}
 }
@@ -255,7 +255,7 @@ func TestReportMergeExportPlot(t *testing.T) {
 func TestReportDiffNothingCompared(t *testing.T) {
 	dir := t.TempDir()
 	base := latencyDoc(t, dir, "base.json", 1, 10, 50, 0.01)
-	doc, err := reports.ReadFile(base)
+	doc, err := results.ReadFile(base)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,7 +263,7 @@ func TestReportDiffNothingCompared(t *testing.T) {
 		doc.Results[i].Params["batch"] += "0" // renamed parameter values
 	}
 	renamed := filepath.Join(dir, "renamed.json")
-	if err := reports.WriteFile(renamed, doc); err != nil {
+	if err := results.WriteFile(renamed, doc); err != nil {
 		t.Fatal(err)
 	}
 	// Every result of base is missing from new: that alone fails.
@@ -272,7 +272,7 @@ func TestReportDiffNothingCompared(t *testing.T) {
 		t.Errorf("exit %d, stderr %q; want exit 1 naming the missing results", code, stderr)
 	}
 	stdout, stderr, code := runMstar(t, "report", "diff", "--allow-missing", base, renamed)
-	if code != exitBadUsge || !strings.Contains(stderr, "nothing to compare") {
+	if code != exitBadInput || !strings.Contains(stderr, "nothing to compare") {
 		t.Errorf("exit %d, stderr %q; want exit 2 saying nothing to compare", code, stderr)
 	}
 	if stdout != "" {
@@ -283,7 +283,7 @@ func TestReportDiffNothingCompared(t *testing.T) {
 // The README's diff: narrow tables, rel_l2 (one sample a run) in one line,
 // one short warning on stderr.
 func TestReportDiffReadmeExampleReadable(t *testing.T) {
-	stdout, stderr, code := runMstar(t, "report", "diff", "../../testdata/h200/moe-v3-qwen3-30b-a3b.json", "../../testdata/h200/moe-qwen3-30b-a3b.json")
+	stdout, stderr, code := runMstar(t, "report", "diff", "../../reports/measured/h200/moe-v3-qwen3-30b-a3b.json", "../../reports/measured/h200/moe-qwen3-30b-a3b.json")
 	if code != exitOK {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
@@ -304,14 +304,14 @@ func TestReportDiffReadmeExampleReadable(t *testing.T) {
 }
 
 // editDoc reads a document, changes it and writes it under a new name.
-func editDoc(t *testing.T, from, to string, edit func(d *reports.Document)) string {
+func editDoc(t *testing.T, from, to string, edit func(d *results.Document)) string {
 	t.Helper()
-	d, err := reports.ReadFile(from)
+	d, err := results.ReadFile(from)
 	if err != nil {
 		t.Fatal(err)
 	}
 	edit(d)
-	if err := reports.WriteFile(to, d); err != nil {
+	if err := results.WriteFile(to, d); err != nil {
 		t.Fatal(err)
 	}
 	return to
@@ -322,13 +322,13 @@ func TestReportDiffGatesMissingFormats(t *testing.T) {
 	dir := t.TempDir()
 	base := latencyDoc(t, dir, "base.json", 1, 10, 50, 0.01)
 	same := latencyDoc(t, dir, "same.json", 2, 10, 50, 0.01)
-	gate := editDoc(t, same, filepath.Join(dir, "gate.json"), func(d *reports.Document) {
-		d.Results[2].Gates = []reports.Gate{{Name: "correctness", Pass: false, Reason: "rel L2 0.5 against the float64 reference (limit 0.01)"}}
+	gate := editDoc(t, same, filepath.Join(dir, "gate.json"), func(d *results.Document) {
+		d.Results[2].Gates = []results.Gate{{Name: "correctness", Pass: false, Reason: "rel L2 0.5 against the float64 reference (limit 0.01)"}}
 	})
-	missing := editDoc(t, same, filepath.Join(dir, "missing.json"), func(d *reports.Document) { d.Results = d.Results[:2] })
-	interrupted := editDoc(t, missing, filepath.Join(dir, "interrupted.json"), func(d *reports.Document) { d.Warnings = append(d.Warnings, reports.WarnInterrupted) })
+	missing := editDoc(t, same, filepath.Join(dir, "missing.json"), func(d *results.Document) { d.Results = d.Results[:2] })
+	interrupted := editDoc(t, missing, filepath.Join(dir, "interrupted.json"), func(d *results.Document) { d.Warnings = append(d.Warnings, results.WarnInterrupted) })
 	// Three quiet rounds a side (what --rounds 3 records), 10% slower.
-	inRounds := func(d *reports.Document) {
+	inRounds := func(d *results.Document) {
 		d.Rounds = 3
 		for i := range d.Results {
 			m := &d.Results[i].Metrics[0]
@@ -340,7 +340,7 @@ func TestReportDiffGatesMissingFormats(t *testing.T) {
 	}
 	quietBase := editDoc(t, latencyDoc(t, dir, "qb.json", 7, 12, 50, 0.01), filepath.Join(dir, "quiet-base.json"), inRounds)
 	slower := editDoc(t, latencyDoc(t, dir, "qn.json", 8, 12, 55, 0.01), filepath.Join(dir, "slower.json"), inRounds)
-	noisyBase := editDoc(t, quietBase, filepath.Join(dir, "noisy-base.json"), func(d *reports.Document) {
+	noisyBase := editDoc(t, quietBase, filepath.Join(dir, "noisy-base.json"), func(d *results.Document) {
 		for i := range d.Results {
 			m := &d.Results[i].Metrics[0]
 			for j := range m.Samples {
@@ -365,8 +365,8 @@ func TestReportDiffGatesMissingFormats(t *testing.T) {
 		{"10% slower, noisy rounds, --fail-noisy", []string{"--fail-noisy", slower}, exitFailed, "3 metrics too noisy to tell at 5% (--fail-noisy)", ""},
 		{"json", []string{"--format", "json", gate}, exitFailed, "1 gate failed", `"pass": false`},
 		{"csv", []string{"--format", "csv", gate}, exitFailed, "1 gate failed", "moe/batch=64,,,,,,,,,,,,,,,,,,,,,,GATE FAILED,"},
-		{"unknown metric", []string{"--metrics", "nope", same}, exitBadUsge, `--metrics: no metric named "nope" (have: latency)`, ""},
-		{"bad format", []string{"--format", "xml", same}, exitBadUsge, `--format "xml": want one of text, markdown, csv, json`, ""},
+		{"unknown metric", []string{"--metrics", "nope", same}, exitBadInput, `--metrics: no metric named "nope" (have: latency)`, ""},
+		{"bad format", []string{"--format", "xml", same}, exitBadInput, `--format "xml": want one of text, markdown, csv, json`, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// Flags, then BASE and the case's NEW (its last argument).
@@ -410,7 +410,7 @@ func TestReportMergeRefusals(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, stderr, code := mstarReport(t, append([]string{"report", "merge"}, tc.args...)...)
-			if code != exitBadUsge || !strings.Contains(stderr, tc.wantErr) {
+			if code != exitBadInput || !strings.Contains(stderr, tc.wantErr) {
 				t.Errorf("exit %d, stderr %q; want exit 2 with %q", code, stderr, tc.wantErr)
 			}
 		})
@@ -422,7 +422,7 @@ func TestReportMergeRefusals(t *testing.T) {
 	if _, stderr, code := mstarReport(t, "report", "merge", "-o", merged, a, b); code != exitOK {
 		t.Fatalf("merge: exit %d: %s", code, stderr)
 	}
-	m, err := reports.ReadFile(merged)
+	m, err := results.ReadFile(merged)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -452,14 +452,15 @@ func TestReportHelpExamplesRun(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	moe, moeOld := "../../testdata/h200/moe-qwen3-30b-a3b.json", "../../testdata/h200/moe-v3-qwen3-30b-a3b.json"
+	moe, moeOld := "../../reports/measured/h200/moe-qwen3-30b-a3b.json", "../../reports/measured/h200/moe-v3-qwen3-30b-a3b.json"
 	copyTo(moeOld, "base.json")
 	copyTo(moe, "new.json")
 	copyTo(moe, "results.json")
+	copyTo(moe, "moe.json")
 	copyTo(moeOld, "a.json")
 	copyTo(moe, "b.json")
-	copyTo("../../testdata/h200/arena-sweep.json", "sweep-a.json")
-	copyTo("../../testdata/h200/arena-sweep.json", "sweep-b.json")
+	copyTo("../../reports/measured/h200/arena-sweep.json", "sweep-a.json")
+	copyTo("../../reports/measured/h200/arena-sweep.json", "sweep-b.json")
 	for i, n := range []string{"shard-0.json", "shard-1.json", "shard-2.json", "host1.json", "host2.json"} {
 		latencyDoc(t, dir, n, uint64(i+1), 6, 50, 0.01)
 	}
@@ -501,9 +502,9 @@ func TestReportHelpExamplesRun(t *testing.T) {
 // Ceilings are context: a diff of two ceilings documents decides nothing
 // unless --metrics names what should.
 func TestReportDiffContextOnly(t *testing.T) {
-	c := "../../testdata/h200/ceilings.json"
+	c := "../../reports/measured/h200/ceilings.json"
 	_, stderr, code := mstarReport(t, "report", "diff", c, c)
-	if code != exitBadUsge || !strings.Contains(stderr, "nothing to compare") || !strings.Contains(stderr, "--metrics") {
+	if code != exitBadInput || !strings.Contains(stderr, "nothing to compare") || !strings.Contains(stderr, "--metrics") {
 		t.Errorf("exit %d, stderr %q; want exit 2 pointing at --metrics", code, stderr)
 	}
 	out, stderr, code := mstarReport(t, "report", "diff", "--metrics", "bandwidth", c, c)

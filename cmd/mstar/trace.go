@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/internal/units"
+	"github.com/mstar-dev/mstar/reports/results"
+	"github.com/mstar-dev/mstar/reports/traceplot"
 	"github.com/mstar-dev/mstar/trace"
 	"github.com/spf13/cobra"
 )
@@ -23,7 +25,7 @@ func (a *app) readTrace(path string, strict bool) (*trace.File, error) {
 	}
 	if len(f.Records) == 0 {
 		// Every line of a results document is a "bad line" of a trace.
-		if _, err := reports.ReadFile(path); err == nil {
+		if _, err := results.ReadFile(path); err == nil {
 			return nil, usageErr("%s: this is a results document; use mstar report show", path)
 		}
 	}
@@ -33,13 +35,13 @@ func (a *app) readTrace(path string, strict bool) (*trace.File, error) {
 	}
 	for i, b := range f.Bad {
 		if i == maxBadLines {
-			fmt.Fprintf(a.stderr, "mstar: %s: %s%s\n", path, plural(len(f.Bad)-i, "more bad line"), what)
+			fmt.Fprintf(a.stderr, "mstar: %s: %s%s\n", path, units.Plural(len(f.Bad)-i, "more bad line"), what)
 			break
 		}
 		fmt.Fprintf(a.stderr, "mstar: %s: %s%s\n", path, b, what)
 	}
 	if strict && len(f.Bad) > 0 {
-		return nil, badInput(fmt.Errorf("%s: %s (--strict)", path, plural(len(f.Bad), "bad line")))
+		return nil, badInput(fmt.Errorf("%s: %s (--strict)", path, units.Plural(len(f.Bad), "bad line")))
 	}
 	if len(f.Records) == 0 {
 		return nil, badInput(fmt.Errorf("%s: no valid trace records", path))
@@ -139,7 +141,7 @@ extension: .png or .svg.`,
 				if err != nil {
 					return err
 				}
-				if err := trace.Plot(f, outPath, trace.PlotOptions{Sessions: sessions, Title: title}); err != nil {
+				if err := traceplot.Plot(f, outPath, traceplot.PlotOptions{Sessions: sessions, Title: title}); err != nil {
 					return badInput(err)
 				}
 				fmt.Fprintf(a.stdout, "wrote %s (%d records)\n", outPath, len(f.Records))
