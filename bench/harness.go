@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/mstar-dev/mstar/internal/gpu"
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 // Timing says how to time a piece of work.
@@ -171,3 +172,29 @@ func Rates(seconds []float64, work, unit float64) ([]float64, error) {
 	}
 	return out, nil
 }
+
+// Rounds runs a whole sweep n times in a row (rounds 0 to n-1), so that its
+// document knows the spread between rounds — clocks, power state, other
+// tenants — and not only the spread within one. Interleaving whole sweeps,
+// rather than taking n times the samples per point, is what lets slow
+// drift show as noise instead of as a difference between points. The
+// results of all rounds are joined with results.JoinRounds; done counts
+// the rounds that returned. At the first error it stops and returns what
+// ran, the failing round's partial results included (an interrupted sweep
+// returns the points it finished with its error).
+func Rounds(n int, sweep func(round int) ([]results.Result, error)) (joined []results.Result, done int, err error) {
+	var all [][]results.Result
+	for round := 0; round < max(n, 1); round++ {
+		rs, err := sweep(round)
+		all = append(all, rs)
+		if err != nil {
+			return results.JoinRounds(all), round, err
+		}
+		done++
+	}
+	return results.JoinRounds(all), done, nil
+}
+
+// DefaultRounds is the measuring commands' default --rounds: three rounds
+// give a spread between rounds that one outlying round cannot hide.
+const DefaultRounds = 3

@@ -2,7 +2,6 @@ package reports
 
 import (
 	"fmt"
-	"io"
 	"math"
 	"math/bits"
 	"slices"
@@ -14,14 +13,26 @@ import (
 	"golang.org/x/perf/benchmath"
 )
 
-// DiffOptions are the thresholds of a comparison.
+// DiffOptions are the thresholds of a comparison and what decides it.
 type DiffOptions struct {
 	// Threshold is the smallest change, in percent, that counts as a
-	// regression (5 means 5%). Zero counts any significant change.
+	// regression (5 means 5%). Zero counts any significant change. It is
+	// also the noise bar: a side whose rounds spread wider than it is too
+	// noisy to tell a change of this size.
 	Threshold float64
 	// Alpha is the significance level of the Mann-Whitney U test; zero
 	// means 0.05.
 	Alpha float64
+	// Metrics, when not nil, are the metrics that decide, wherever they
+	// appear (derived metrics and context results included); nil means
+	// every measured metric of a result under test, none derived.
+	Metrics []string
+	// AllowMissing lets a new side that lacks results of base, or that was
+	// interrupted, pass.
+	AllowMissing bool
+	// FailNoisy fails a comparison in which a deciding metric changed by
+	// more than the threshold but its noise was wider still.
+	FailNoisy bool
 }
 
 // Comparison is the result of Diff: every metric of every result present on
@@ -33,6 +44,18 @@ type Comparison struct {
 	OnlyBase []string // result keys present only in base
 	OnlyNew  []string // result keys present only in new
 	Warnings []string // problems with the comparison as a whole
+
+	// FailedGates are the gates that failed in new ("key: gate: reason"):
+	// each fails the comparison whatever the statistics say.
+	FailedGates []string
+	// BaseFailedGates failed in base: reported, not deciding.
+	BaseFailedGates []string
+	// Missing are results of base that new lacks (context results aside)
+	// and deciding metrics measured in base but not in new.
+	Missing []string
+	// Interrupted names the new documents that stopped before they
+	// completed.
+	Interrupted []string
 }
 
 // MetricDiff compares one metric of one result.
@@ -44,32 +67,69 @@ type MetricDiff struct {
 	Unit   string
 	Better Direction
 
+	// Decides says whether this metric can fail the comparison; Role says
+	// why or why not: "measured", "derived from latency", "context".
+	Decides bool
+	Role    string
+
 	Base, New Summary
 	// Unmeasured says why there is no comparison (a side is unmeasured, or
 	// the sides disagree on unit or direction); the fields below are then zero.
 	Unmeasured string
 
-	Delta float64 // percent change of the median, new vs base; NaN if base is 0
+	Delta float64 // percent change of the median, new vs base, of |base|; NaN if base is 0
 	P     float64 // Mann-Whitney U p-value (benchmath.AssumeNothing.Compare)
 
 	// The four conditions of a regression; the metric regressed only when
-	// all four hold.
+	// all four hold (and its noise allows telling, below).
 	Worse         bool // the median moved the wrong way for Better
 	Significant   bool // P <= Alpha (benchstat's rule: otherwise it prints "~")
 	OverThreshold bool // |Delta| > Threshold
 	EnoughSamples bool // the sample counts can reach significance at Alpha at all
 
+	// BaseNoise and NewNoise are each side's spread between rounds (or
+	// runs): the range of the per-round medians as a percentage of the
+	// median, NaN with fewer than two rounds. BaseRounds and NewRounds
+	// count the rounds.
+	BaseNoise, NewNoise   float64
+	BaseRounds, NewRounds int
+	// Noisy: a side's noise is wider than the threshold, so a change of
+	// the threshold's size cannot be told from the noise.
+	Noisy bool
+
 	Warnings []string // too few samples, with how many are needed
+
+	same bool // every sample of both sides is one value
 }
 
-// Regression reports whether the metric got significantly and materially worse.
+// Regression reports whether the metric got significantly and materially
+// worse, by more than its noise allows telling.
 func (m *MetricDiff) Regression() bool {
-	return m.Unmeasured == "" && m.Worse && m.Significant && m.OverThreshold && m.EnoughSamples
+	return m.changed() && m.Worse && !m.Noisy
 }
 
 // Improvement reports whether it got significantly and materially better.
 func (m *MetricDiff) Improvement() bool {
-	return m.Unmeasured == "" && !m.Worse && m.Delta != 0 && m.Significant && m.OverThreshold && m.EnoughSamples
+	return m.changed() && !m.Worse && m.Delta != 0 && !m.Noisy
+}
+
+// TooNoisy reports whether the metric moved by more than the threshold,
+// significantly, but the noise of a side was wider than the threshold.
+func (m *MetricDiff) TooNoisy() bool { return m.changed() && m.Delta != 0 && m.Noisy }
+
+func (m *MetricDiff) changed() bool {
+	return m.Unmeasured == "" && m.Significant && m.OverThreshold && m.EnoughSamples
+}
+
+// Noise is the wider of the two sides' noise (NaN when neither is known).
+func (m *MetricDiff) Noise() float64 {
+	switch {
+	case math.IsNaN(m.BaseNoise):
+		return m.NewNoise
+	case math.IsNaN(m.NewNoise):
+		return m.BaseNoise
+	}
+	return math.Max(m.BaseNoise, m.NewNoise)
 }
 
 // Verdict says in a few words which conditions held.
@@ -84,20 +144,56 @@ func (m *MetricDiff) Verdict(opt DiffOptions) string {
 		return fmt.Sprintf("no significant change (p=%s > %s)", formatP(m.P), formatP(opt.Alpha))
 	case !m.OverThreshold:
 		return fmt.Sprintf("significant but within threshold (%s, threshold %s%%)", formatDelta(m.Delta), trimFloat(opt.Threshold))
+	case m.Noisy:
+		return fmt.Sprintf("too noisy to tell at %s%%: %s %s, but the rounds spread %s (base, %s) and %s (new, %s)",
+			trimFloat(opt.Threshold), m.change(), m.direction(), formatNoise(m.BaseNoise), units.Plural(m.BaseRounds, "round"), formatNoise(m.NewNoise), units.Plural(m.NewRounds, "round"))
 	case m.Worse:
-		return fmt.Sprintf("REGRESSION: %s worse, p=%s, n=%d+%d, threshold %s%%", formatDelta(m.Delta), formatP(m.P), m.Base.N, m.New.N, trimFloat(opt.Threshold))
+		return fmt.Sprintf("REGRESSION: %s worse, p=%s, n=%d+%d, threshold %s%%%s", m.change(), formatP(m.P), m.Base.N, m.New.N, trimFloat(opt.Threshold), m.noiseNote())
 	}
-	return fmt.Sprintf("improvement: %s better, p=%s", formatDelta(m.Delta), formatP(m.P))
+	return fmt.Sprintf("improvement: %s better, p=%s%s", m.change(), formatP(m.P), m.noiseNote())
+}
+
+// change is the delta, or the two medians when base is zero.
+func (m *MetricDiff) change() string {
+	if math.IsNaN(m.Delta) {
+		return fmt.Sprintf("from %s to %s", FormatQuantity(m.Base.Median, m.Unit), FormatQuantity(m.New.Median, m.Unit))
+	}
+	return formatDelta(m.Delta)
+}
+
+func (m *MetricDiff) direction() string {
+	if m.Worse {
+		return "worse"
+	}
+	return "better"
+}
+
+func (m *MetricDiff) noiseNote() string {
+	if n := m.Noise(); !math.IsNaN(n) {
+		return ", noise " + formatNoise(n)
+	}
+	return ""
+}
+
+func formatNoise(p float64) string {
+	if math.IsNaN(p) {
+		return "unknown"
+	}
+	if p < 10 {
+		return strconv.FormatFloat(p, 'f', 1, 64) + "%"
+	}
+	return strconv.FormatFloat(p, 'f', 0, 64) + "%"
 }
 
 // GeomeanDiff is the geometric mean of the medians of one metric over the
 // results compared on both sides. It has no p-value and never regresses.
 type GeomeanDiff struct {
-	Metric    string
-	Unit      string
-	Base, New float64
-	Delta     float64 // percent
-	N         int     // results in the mean
+	Metric string  `json:"metric"`
+	Unit   string  `json:"unit"`
+	Base   float64 `json:"base"`
+	New    float64 `json:"new"`
+	Delta  float64 `json:"delta_pct"`
+	N      int     `json:"n"` // results in the mean
 }
 
 func (o DiffOptions) withDefaults() DiffOptions {
@@ -114,26 +210,36 @@ type side struct {
 	metrics map[string][]*pooled
 	envs    map[string]map[string]bool
 	ids     map[string]Result // name and parameters of each key
+	context map[string]bool   // the result is context (Result.Role, or the name rule)
 }
 
 type pooled struct {
 	Metric
 	unmeasured []string
+	// groups holds the samples of each round of each run: "run\x00round".
+	groups map[string][]float64
+	order  []string
 }
 
 func collect(docs []*Document) *side {
-	s := &side{metrics: map[string][]*pooled{}, envs: map[string]map[string]bool{}, ids: map[string]Result{}}
-	for _, d := range docs {
+	s := &side{metrics: map[string][]*pooled{}, envs: map[string]map[string]bool{}, ids: map[string]Result{}, context: map[string]bool{}}
+	for di, d := range docs {
 		for i := range d.Results {
 			r := &d.Results[i]
 			k := r.Key()
+			context, derived := roles(d, r)
 			if _, ok := s.metrics[k]; !ok {
 				s.keys = append(s.keys, k)
 				s.metrics[k] = nil
 				s.envs[k] = map[string]bool{}
 				s.ids[k] = Result{Name: r.Name, Params: r.Params}
 			}
+			s.context[k] = s.context[k] || context
 			s.envs[k][d.EnvOf(r).Key()] = true
+			run := d.RunOf(r)
+			if run == "" {
+				run = fmt.Sprintf("document %d", di+1) // documents before run ids: one run each
+			}
 			for _, m := range r.Metrics {
 				var p *pooled
 				for _, q := range s.metrics[k] {
@@ -142,11 +248,25 @@ func collect(docs []*Document) *side {
 					}
 				}
 				if p == nil {
-					p = &pooled{Metric: Metric{Name: m.Name, Unit: m.Unit, Better: m.Better}}
+					p = &pooled{Metric: Metric{Name: m.Name, Unit: m.Unit, Better: m.Better}, groups: map[string][]float64{}}
 					s.metrics[k] = append(s.metrics[k], p)
+				}
+				if p.DerivedFrom == "" {
+					p.DerivedFrom = derived[m.Name]
 				}
 				if m.Measured() {
 					p.Samples = append(p.Samples, m.Samples...)
+					for j, v := range m.Samples {
+						round := 0
+						if len(m.Rounds) == len(m.Samples) {
+							round = m.Rounds[j]
+						}
+						g := run + "\x00" + strconv.Itoa(round)
+						if _, ok := p.groups[g]; !ok {
+							p.order = append(p.order, g)
+						}
+						p.groups[g] = append(p.groups[g], v)
+					}
 				} else {
 					p.unmeasured = append(p.unmeasured, m.Unmeasured)
 				}
@@ -159,13 +279,36 @@ func collect(docs []*Document) *side {
 	return s
 }
 
+// noise is the spread of the per-round medians: their range as a
+// percentage of the median of all samples; NaN with fewer than two rounds.
+func (p *pooled) noise() (float64, int) {
+	if len(p.order) < 2 {
+		return math.NaN(), len(p.order)
+	}
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for _, g := range p.order {
+		m := results.Summarize(p.groups[g]).Median
+		lo, hi = math.Min(lo, m), math.Max(hi, m)
+	}
+	med := math.Abs(results.Summarize(p.Samples).Median)
+	if med == 0 {
+		if hi == lo {
+			return 0, len(p.order)
+		}
+		return math.Inf(1), len(p.order)
+	}
+	return 100 * (hi - lo) / med, len(p.order)
+}
+
 // Diff compares the results of new against those of base. Results pair by
 // Result.Key(); several results with the same key on one side are pooled
 // (with a warning when they come from different environments). For each
 // metric it reports both medians with their 95% CIs, the change and the
-// Mann-Whitney U p-value, and whether it is a regression: worse for its
-// direction AND significant AND larger than the threshold AND from enough
-// samples to tell.
+// Mann-Whitney U p-value, each side's noise between rounds, and whether it
+// is a regression: worse for its direction AND significant AND larger than
+// the threshold AND from enough samples to tell AND not drowned in noise.
+// Only deciding metrics (see DiffOptions.Metrics) fail a comparison, and
+// so do failed gates and missing results of new (see Failures).
 func Diff(base, new []*Document, opt DiffOptions) *Comparison {
 	opt = opt.withDefaults()
 	c := &Comparison{Options: opt}
@@ -180,9 +323,40 @@ func Diff(base, new []*Document, opt DiffOptions) *Comparison {
 			}
 		}
 	}
+	for i, d := range new {
+		c.FailedGates = append(c.FailedGates, d.Failed()...)
+		if d.Interrupted() {
+			c.Interrupted = append(c.Interrupted, fmt.Sprintf("new document %d (%s) is interrupted: its results are the part that ran", i+1, d.Suite))
+		}
+	}
+	baseRuns := map[string]bool{}
+	for _, d := range base {
+		for i := range d.Results {
+			if run := d.RunOf(&d.Results[i]); run != "" {
+				baseRuns[run] = true
+			}
+		}
+	}
+	for _, d := range new {
+		for i := range d.Results {
+			if run := d.RunOf(&d.Results[i]); baseRuns[run] {
+				c.Warnings = append(c.Warnings, fmt.Sprintf("base and new both hold run %s: a run compared with itself shows no change", run))
+				delete(baseRuns, run)
+			}
+		}
+	}
+	for i, d := range base {
+		c.BaseFailedGates = append(c.BaseFailedGates, d.Failed()...)
+		if d.Interrupted() {
+			c.Warnings = append(c.Warnings, fmt.Sprintf("base document %d (%s) is interrupted: results it lacks are not compared", i+1, d.Suite))
+		}
+	}
 	for _, k := range b.keys {
 		if _, ok := n.metrics[k]; !ok {
 			c.OnlyBase = append(c.OnlyBase, k)
+			if !b.context[k] {
+				c.Missing = append(c.Missing, k)
+			}
 			continue
 		}
 		for _, bm := range b.metrics[k] {
@@ -192,12 +366,20 @@ func Diff(base, new []*Document, opt DiffOptions) *Comparison {
 					nm = q
 				}
 			}
+			decides, role := decides(opt, b.context[k] || n.context[k], bm, nm)
 			if nm == nil {
 				c.Warnings = append(c.Warnings, fmt.Sprintf("%s: metric %s is only in base", k, bm.Name))
+				if decides && bm.Measured() {
+					c.Missing = append(c.Missing, k+": "+bm.Name)
+				}
 				continue
 			}
 			m := compareMetric(k, bm, nm, opt)
 			m.Name, m.Params = b.ids[k].Name, b.ids[k].Params
+			m.Decides, m.Role = decides, role
+			if decides && m.Unmeasured != "" && len(bm.Samples) > 0 && len(bm.unmeasured) == 0 && len(nm.Samples) == 0 {
+				c.Missing = append(c.Missing, k+": "+bm.Name+" (unmeasured in new: "+unmeasuredWhy(nm)+")")
+			}
 			c.Metrics = append(c.Metrics, m)
 		}
 		for _, nm := range n.metrics[k] {
@@ -215,8 +397,27 @@ func Diff(base, new []*Document, opt DiffOptions) *Comparison {
 	return c
 }
 
+// decides says whether a metric decides, and its role in words.
+func decides(opt DiffOptions, context bool, bm, nm *pooled) (bool, string) {
+	role := "measured"
+	from := bm.DerivedFrom
+	if from == "" && nm != nil {
+		from = nm.DerivedFrom
+	}
+	switch {
+	case context:
+		role = "context"
+	case from != "":
+		role = "derived from " + from
+	}
+	if opt.Metrics != nil {
+		return slices.Contains(opt.Metrics, bm.Name), role
+	}
+	return role == "measured", role
+}
+
 func compareMetric(key string, bm, nm *pooled, opt DiffOptions) MetricDiff {
-	d := MetricDiff{Key: key, Metric: bm.Name, Unit: bm.Unit, Better: bm.Better}
+	d := MetricDiff{Key: key, Metric: bm.Name, Unit: bm.Unit, Better: bm.Better, BaseNoise: math.NaN(), NewNoise: math.NaN()}
 	switch {
 	case len(bm.unmeasured) > 0 || len(bm.Samples) == 0:
 		d.Unmeasured = "base: " + unmeasuredWhy(bm)
@@ -232,6 +433,7 @@ func compareMetric(key string, bm, nm *pooled, opt DiffOptions) MetricDiff {
 		return d
 	}
 	d.Base, d.New = results.Summarize(bm.Samples), results.Summarize(nm.Samples)
+	d.same = !slices.ContainsFunc(append(slices.Clone(bm.Samples), nm.Samples...), func(v float64) bool { return v != bm.Samples[0] })
 	bs, ns := results.NewSample(bm.Samples, opt.Alpha), results.NewSample(nm.Samples, opt.Alpha)
 	cmp := benchmath.AssumeNothing.Compare(bs, ns)
 	d.P = cmp.P
@@ -249,7 +451,9 @@ func compareMetric(key string, bm, nm *pooled, opt DiffOptions) MetricDiff {
 	case d.Base.Median == 0:
 		d.Delta = math.NaN()
 	default:
-		d.Delta = (d.New.Median/d.Base.Median - 1) * 100
+		// Of |base|, so that the sign says which way the median moved even
+		// for negative values.
+		d.Delta = (d.New.Median - d.Base.Median) / math.Abs(d.Base.Median) * 100
 	}
 	if d.Better == HigherIsBetter {
 		d.Worse = d.New.Median < d.Base.Median
@@ -259,6 +463,9 @@ func compareMetric(key string, bm, nm *pooled, opt DiffOptions) MetricDiff {
 	d.Significant = cmp.P <= opt.Alpha
 	d.OverThreshold = math.IsNaN(d.Delta) || math.Abs(d.Delta) > opt.Threshold
 	d.EnoughSamples = d.Significant || minUTestP(len(bm.Samples), len(nm.Samples)) <= opt.Alpha
+	d.BaseNoise, d.BaseRounds = bm.noise()
+	d.NewNoise, d.NewRounds = nm.noise()
+	d.Noisy = d.Noise() > opt.Threshold
 	return d
 }
 
@@ -319,24 +526,152 @@ func geomean(xs []float64) float64 {
 	return math.Exp(sum / float64(len(xs)))
 }
 
-// Regressions returns the metrics that regressed.
+// Regressions returns the deciding metrics that regressed.
 func (c *Comparison) Regressions() []*MetricDiff {
+	return c.filter(func(m *MetricDiff) bool { return m.Decides && m.Regression() })
+}
+
+// Noisy returns the deciding metrics that changed by more than the
+// threshold within noise wider than it: too noisy to tell.
+func (c *Comparison) Noisy() []*MetricDiff {
+	return c.filter(func(m *MetricDiff) bool { return m.Decides && m.TooNoisy() })
+}
+
+// Compared counts the deciding metrics measured on both sides.
+func (c *Comparison) Compared() int {
+	return len(c.filter(func(m *MetricDiff) bool { return m.Decides && m.Unmeasured == "" }))
+}
+
+func (c *Comparison) filter(keep func(*MetricDiff) bool) []*MetricDiff {
 	var out []*MetricDiff
 	for i := range c.Metrics {
-		if c.Metrics[i].Regression() {
+		if keep(&c.Metrics[i]) {
 			out = append(out, &c.Metrics[i])
 		}
 	}
 	return out
 }
 
+// Failures are the reasons the comparison fails (exit 1), one per kind,
+// most important first: gates that failed in new, results missing from
+// new or an interrupted new document (unless AllowMissing), regressions,
+// and changes too noisy to tell (with FailNoisy). None: it passed.
+func (c *Comparison) Failures() []string {
+	var out []string
+	if n := len(c.FailedGates); n > 0 {
+		out = append(out, fmt.Sprintf("%s failed in new: %s", units.Plural(n, "gate"), listSome(c.FailedGates, 2)))
+	}
+	if !c.Options.AllowMissing {
+		if n := len(c.Interrupted); n > 0 {
+			out = append(out, strings.Join(c.Interrupted, "; ")+" (--allow-missing to accept)")
+		}
+		if n := len(c.Missing); n > 0 {
+			out = append(out, fmt.Sprintf("%s of base missing from new: %s (--allow-missing to accept)", units.Plural(n, "result"), listSome(c.Missing, 3)))
+		}
+	}
+	if regs := c.Regressions(); len(regs) > 0 {
+		out = append(out, fmt.Sprintf("%s: %s", units.Plural(len(regs), "regression"), listSome(briefs(regs), 3)))
+	}
+	if noisy := c.Noisy(); c.Options.FailNoisy && len(noisy) > 0 {
+		out = append(out, fmt.Sprintf("%s too noisy to tell at %s%% (--fail-noisy): %s", units.Plural(len(noisy), "metric"), trimFloat(c.Options.Threshold), listSome(briefs(noisy), 3)))
+	}
+	return out
+}
+
+// briefs are "key latency +10.2% (p=0.002, noise 1.2%)", for one-line summaries.
+func briefs(ms []*MetricDiff) []string {
+	out := make([]string, len(ms))
+	for i, m := range ms {
+		out[i] = fmt.Sprintf("%s %s %s (p=%s, noise %s)", m.Key, m.Metric, m.change(), formatP(m.P), formatNoise(m.Noise()))
+	}
+	return out
+}
+
+// Deciding lists the metric names that decide in at least one compared
+// result, and those shown only, each with why ("derived from latency",
+// "context"), in order of first appearance.
+func (c *Comparison) Deciding() (decide, shown []string) {
+	for _, m := range c.Metrics {
+		if m.Decides {
+			if !slices.Contains(decide, m.Metric) {
+				decide = append(decide, m.Metric)
+			}
+			continue
+		}
+		what := m.Metric + " (" + m.Role + ")"
+		if m.Role == "context" {
+			what = m.Name + " results (context)"
+		} else if m.Role == "measured" {
+			what = m.Metric + " (not in --metrics)"
+		}
+		if !slices.Contains(shown, what) {
+			shown = append(shown, what)
+		}
+	}
+	return decide, shown
+}
+
+// roles are what a document declares of a result: whether it is context,
+// and what each metric is derived from. Documents from before run ids
+// declared nothing; for them a rule by name stands in.
+func roles(d *Document, r *Result) (context bool, derived map[string]string) {
+	derived = map[string]string{}
+	if d.RunID != "" || r.Run != "" || r.Role != RoleMeasured || slices.ContainsFunc(r.Metrics, func(m Metric) bool { return m.DerivedFrom != "" }) {
+		for _, m := range r.Metrics {
+			derived[m.Name] = m.DerivedFrom
+		}
+		return r.Role == RoleContext, derived
+	}
+	return contextByName(r), derivedByName(r)
+}
+
+// contextByName: the ceilings, the uniform-routing reference, tuning
+// candidates and the memcpy rows of the arena sweep.
+func contextByName(r *Result) bool {
+	switch r.Name {
+	case "ceiling", "spill-ceiling", "router/uniform-reference", "moe_tune":
+		return true
+	}
+	t := r.Params["transport"]
+	return r.Name == "transport" && (t == "memcpy" || t == "memcpy-2t")
+}
+
+// derivedByName: percentages, and rates where the result has the time
+// they are computed from.
+func derivedByName(r *Result) map[string]string {
+	out := map[string]string{}
+	var source string
+	for _, name := range []string{"latency", "time", "kernel_time"} {
+		if r.Metric(name) != nil {
+			source = name
+			break
+		}
+	}
+	for _, m := range r.Metrics {
+		switch {
+		case m.Name == source:
+		case strings.HasSuffix(m.Name, "_of_ceiling") && r.Metric(strings.TrimSuffix(m.Name, "_of_ceiling")) != nil:
+			out[m.Name] = strings.TrimSuffix(m.Name, "_of_ceiling")
+		case source != "" && (strings.HasPrefix(m.Name, "pct_") || m.Name == "share"):
+			out[m.Name] = source
+		case source != "" && slices.Contains([]string{"throughput", "bandwidth", "tensors_per_s", "vs_file", "slowdown", "tflops", "gbps"}, m.Name):
+			out[m.Name] = source
+		}
+	}
+	if r.Metric("register") != nil && r.Metric("register_per_gib") != nil {
+		out["register_per_gib"] = "register"
+	}
+	return out
+}
+
 // CannotTell returns the metrics whose sample counts are too small to show
-// any change at Alpha.
+// any change at Alpha (and whose samples are not all one value).
 func (c *Comparison) CannotTell() []*MetricDiff {
 	var out []*MetricDiff
 	for i := range c.Metrics {
-		if c.Metrics[i].Unmeasured == "" && !c.Metrics[i].EnoughSamples {
-			out = append(out, &c.Metrics[i])
+		// Samples all one value on both sides leave nothing to tell.
+		if m := &c.Metrics[i]; m.Unmeasured == "" && !m.EnoughSamples && !m.same {
+			out = append(out, m)
 		}
 	}
 	return out
@@ -366,8 +701,15 @@ func (m *MetricDiff) deltaCell() string {
 	return formatDelta(m.Delta)
 }
 
-func summaryCell(s Summary) string {
-	return FormatValue(s.Median) + " " + formatPct(s.HalfWidthPct())
+// summaryCell is the median with its unit and, when bounded, the
+// half-width of its interval; without an interval (too few samples) the
+// median alone, since the n column says why.
+func summaryCell(s Summary, unit string) string {
+	v := FormatQuantity(s.Median, unit)
+	if p := s.HalfWidthPct(); !math.IsInf(p, 0) && s.Lo != s.Hi {
+		v += " " + formatPct(p)
+	}
+	return v
 }
 
 // CannotTellSummary describes, one entry per metric, the comparisons whose
@@ -412,171 +754,6 @@ func (c *Comparison) SamplesNeeded() int {
 	return n
 }
 
-// RenderDiff writes the comparison as text or markdown: a table per metric
-// with a geomean row, then what is on one side only, warnings, and the
-// verdict of each regression. A metric none of whose results has enough
-// samples to tell gets one line instead of a table.
-func RenderDiff(w io.Writer, c *Comparison, format string) error {
-	markdown := false
-	switch format {
-	case FormatText:
-	case FormatMarkdown:
-		markdown = true
-	default:
-		return fmt.Errorf("unknown diff format %q (want %s or %s)", format, FormatText, FormatMarkdown)
-	}
-	var b strings.Builder
-	item := func(s string) {
-		if markdown {
-			b.WriteString("- ")
-		}
-		b.WriteString(s + "\n")
-	}
-	heading := func(s string) {
-		if markdown {
-			b.WriteString("### ")
-		}
-		b.WriteString(s + "\n")
-		if markdown {
-			b.WriteString("\n")
-		}
-	}
-	// One table per metric name and unit, in order of first appearance.
-	type group struct {
-		col  MetricColumn
-		rows []*MetricDiff
-	}
-	var groups []*group
-	for i := range c.Metrics {
-		m := &c.Metrics[i]
-		var g *group
-		for _, x := range groups {
-			if x.col.Name == m.Metric && x.col.Unit == m.Unit {
-				g = x
-			}
-		}
-		if g == nil {
-			g = &group{col: MetricColumn{Name: m.Metric, Unit: m.Unit, Better: m.Better}}
-			groups = append(groups, g)
-		}
-		g.rows = append(g.rows, m)
-	}
-	fmt.Fprintf(&b, "alpha %s, threshold %s%%\n\n", trimFloat(c.Options.Alpha), trimFloat(c.Options.Threshold))
-	labels := map[*MetricDiff]string{}
-	var untabled []*MetricDiff
-	tabled := 0
-	for _, g := range groups {
-		// Rows that all cannot tell would fill a table with "cannot
-		// tell"; one line below lists them instead.
-		if !slices.ContainsFunc(g.rows, func(m *MetricDiff) bool { return m.Unmeasured != "" || m.EnoughSamples }) {
-			untabled = append(untabled, g.rows...)
-			continue
-		}
-		if tabled > 0 {
-			b.WriteString("\n")
-		}
-		tabled++
-		heading(fmt.Sprintf("%s (%s is better)", g.col.Header(), g.col.Better))
-		ids := make([]Result, len(g.rows))
-		for j, m := range g.rows {
-			ids[j] = Result{Name: m.Name, Params: m.Params}
-		}
-		lines, short := rowLabels(ids)
-		for _, l := range lines {
-			item(l)
-		}
-		if len(lines) > 0 && markdown {
-			b.WriteString("\n")
-		}
-		tab := newTableWriter(&b, markdown)
-		tab.Header([]string{"result", "base", "new", "delta", "p", "n", "verdict"})
-		for j, m := range g.rows {
-			labels[m] = short[j]
-			row := []string{short[j], "", "", m.deltaCell(), "", "", m.Verdict(c.Options)}
-			if m.Unmeasured == "" {
-				row[1], row[2] = summaryCell(m.Base), summaryCell(m.New)
-				row[4], row[5] = formatP(m.P), fmt.Sprintf("%d+%d", m.Base.N, m.New.N)
-			}
-			if err := tab.Append(row); err != nil {
-				return err
-			}
-		}
-		for _, gm := range c.Geomeans {
-			if gm.Metric == g.col.Name && gm.Unit == g.col.Unit {
-				row := []string{"geomean", FormatValue(gm.Base), FormatValue(gm.New), formatDelta(gm.Delta), "", strconv.Itoa(gm.N), ""}
-				if err := tab.Append(row); err != nil {
-					return err
-				}
-			}
-		}
-		if err := tab.Render(); err != nil {
-			return err
-		}
-	}
-	// A warning shared by many results is one line naming a few of them.
-	type warning struct {
-		text string
-		who  []string
-	}
-	var warns []*warning
-	for i := range c.Metrics {
-		m := &c.Metrics[i]
-		who, ok := labels[m]
-		if !ok {
-			continue // summarised as "cannot tell"
-		}
-		for _, w := range m.Warnings {
-			text := m.Metric + ": " + w
-			j := slices.IndexFunc(warns, func(x *warning) bool { return x.text == text })
-			if j < 0 {
-				warns = append(warns, &warning{text: text})
-				j = len(warns) - 1
-			}
-			warns[j].who = append(warns[j].who, who)
-		}
-	}
-	var warnings []string
-	for _, w := range warns {
-		warnings = append(warnings, w.text+" ("+listSome(w.who, 3)+")")
-	}
-	warnings = append(warnings, c.Warnings...)
-	var cannot []string
-	if ct := cannotTellSummary(untabled); len(ct) > 0 {
-		cannot = []string{strings.Join(ct, "; ")}
-	}
-	sections := []struct {
-		title string
-		lines []string
-	}{
-		{fmt.Sprintf("cannot tell, too few samples (at alpha %s the U test needs at least %d a side)", trimFloat(c.Options.Alpha), c.SamplesNeeded()), cannot},
-		{"only in base", c.OnlyBase},
-		{"only in new", c.OnlyNew},
-		{"warnings", warnings},
-	}
-	for _, s := range sections {
-		if len(s.lines) == 0 {
-			continue
-		}
-		b.WriteString("\n")
-		heading(s.title + ":")
-		for _, l := range s.lines {
-			item(l)
-		}
-	}
-	b.WriteString("\n")
-	regs := c.Regressions()
-	if len(regs) == 0 {
-		b.WriteString("no regressions\n")
-	} else {
-		heading(fmt.Sprintf("%d regression(s):", len(regs)))
-		for _, m := range regs {
-			item(m.Key + ": " + m.Metric + ": " + m.Verdict(c.Options))
-		}
-	}
-	_, err := io.WriteString(w, b.String())
-	return err
-}
-
 // listSome joins the first n names and counts the rest.
 func listSome(names []string, n int) string {
 	if len(names) <= n {
@@ -593,7 +770,11 @@ const maxLabel = 40
 // labels are still long, the fewest parameters that tell the rows apart
 // stay and each row's others go into a line of their own. Short labels of a
 // lone result stay whole.
-func rowLabels(rs []Result) (lines, labels []string) {
+func rowLabels(rs []Result) (lines, labels []string) { return rowLabelsWithin(rs, maxLabel) }
+
+// rowLabelsWithin is rowLabels with labels of at most limit characters
+// where the parameters allow.
+func rowLabelsWithin(rs []Result, limit int) (lines, labels []string) {
 	labels = make([]string, len(rs))
 	var names []string
 	byName := map[string][]int{}
@@ -635,12 +816,12 @@ func rowLabels(rs []Result) (lines, labels []string) {
 				varying = append(varying, k)
 			}
 		}
-		if len(idx) == 1 && len(rs[idx[0]].Key()) <= maxLabel {
+		if len(idx) == 1 && len(rs[idx[0]].Key()) <= limit {
 			labels[idx[0]] = rs[idx[0]].Key()
 			continue
 		}
 		keep := varying
-		if longest(rs, idx, keep, label) > maxLabel {
+		if longest(rs, idx, keep, label) > limit {
 			keep = fewestTellingApart(rs, idx, varying)
 		}
 		if len(shared) > 0 {

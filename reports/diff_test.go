@@ -167,8 +167,8 @@ func TestRenderDiffGolden(t *testing.T) {
 			golden(t, tc.name+".golden", b.Bytes())
 		})
 	}
-	if err := RenderDiff(&bytes.Buffer{}, c, "csv"); err == nil {
-		t.Error("RenderDiff accepted csv")
+	if err := RenderDiff(&bytes.Buffer{}, c, "xml"); err == nil {
+		t.Error("RenderDiff accepted xml")
 	}
 }
 
@@ -222,12 +222,12 @@ func TestRenderDiffSummarisesUntestable(t *testing.T) {
 			}
 			d.Results = append(d.Results, Result{Name: "moe", Params: Params{"batch": batch, "model": "m"}, Metrics: []Metric{
 				{Name: "latency", Unit: "us", Better: LowerIsBetter, Samples: lat},
-				{Name: "rel_l2", Better: LowerIsBetter, Samples: []float64{0.003}},
+				{Name: "rel_l2", Better: LowerIsBetter, Samples: []float64{0.003 * scale}},
 			}})
 		}
 		return d
 	}
-	c := Diff([]*Document{mk(1)}, []*Document{mk(1)}, DiffOptions{Threshold: 5})
+	c := Diff([]*Document{mk(1)}, []*Document{mk(1.001)}, DiffOptions{Threshold: 5})
 	var b bytes.Buffer
 	if err := RenderDiff(&b, c, FormatText); err != nil {
 		t.Fatal(err)
@@ -242,7 +242,7 @@ func TestRenderDiffSummarisesUntestable(t *testing.T) {
 	if strings.Contains(out, "all samples are equal") || strings.Contains(out, "confidence interval") {
 		t.Errorf("warnings of the summarised metric repeated:\n%s", out)
 	}
-	if !strings.Contains(out, "latency (us)") {
+	if !strings.Contains(out, "latency (lower is better)") {
 		t.Errorf("latency table missing:\n%s", out)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -165,17 +166,37 @@ func benchField(s, bad string) string {
 // own Env holds the rest (see Document.EnvOf), so tables still group by
 // environment and nothing is lost. Merging merged documents works the same.
 // Suites and commands that differ are joined and recorded in a warning;
-// Start is the earliest start and End the latest end.
+// Start is the earliest start and End the latest end. Every result keeps
+// the run it came from (Result.Run), so two runs of one host stay apart;
+// the merged document is a new one with a run id of its own. The same run
+// given twice (directly or inside merged documents) is refused: its
+// samples would count double.
 func Merge(docs ...*Document) (*Document, error) {
 	if len(docs) == 0 {
 		return nil, fmt.Errorf("merge: no documents")
 	}
+	inDoc := map[string]int{}
 	for i, d := range docs {
 		if err := d.Validate(); err != nil {
 			return nil, fmt.Errorf("merge: document %d: %w", i+1, err)
 		}
+		runs := map[string]bool{}
+		if d.RunID != "" && len(d.Results) == 0 {
+			runs[d.RunID] = true
+		}
+		for j := range d.Results {
+			if run := d.RunOf(&d.Results[j]); run != "" {
+				runs[run] = true
+			}
+		}
+		for run := range runs {
+			if k, ok := inDoc[run]; ok {
+				return nil, &DuplicateRunError{Run: run, First: k + 1, Second: i + 1}
+			}
+			inDoc[run] = i
+		}
 	}
-	out := &Document{Format: results.Format, Schema: results.SchemaVersion}
+	out := &Document{Format: results.Format, Schema: results.SchemaVersion, RunID: results.NewRunID(time.Now())}
 	var suites, commands []string
 	seenWarn := map[string]bool{}
 	var envs []Env
@@ -201,11 +222,24 @@ func Merge(docs ...*Document) (*Document, error) {
 		if len(d.Results) == 0 {
 			envs = append(envs, d.Env)
 		}
+		out.Rounds = max(out.Rounds, d.Rounds)
 		for i := range d.Results {
 			r := d.Results[i]
 			env := d.EnvOf(&r)
 			envs = append(envs, env)
 			r.Env = env // reduced below
+			r.Run = d.RunOf(&r)
+			if context, derived := roles(d, &r); d.RunID == "" {
+				// A document from before roles were declared: the merged
+				// one declares what the rule by name says of it.
+				r.Metrics = append([]Metric(nil), r.Metrics...)
+				for j := range r.Metrics {
+					r.Metrics[j].DerivedFrom = derived[r.Metrics[j].Name]
+				}
+				if context {
+					r.Role = RoleContext
+				}
+			}
 			out.Results = append(out.Results, r)
 		}
 	}
@@ -239,6 +273,16 @@ func Merge(docs ...*Document) (*Document, error) {
 		}
 	}
 	return out, nil
+}
+
+// DuplicateRunError is Merge's refusal of one run given twice.
+type DuplicateRunError struct {
+	Run           string
+	First, Second int // 1-based positions of the documents
+}
+
+func (e *DuplicateRunError) Error() string {
+	return fmt.Sprintf("merge: documents %d and %d hold the same run %s: merging it twice would count its samples twice", e.First, e.Second, e.Run)
 }
 
 func containsString(ss []string, s string) bool {

@@ -14,9 +14,12 @@ type (
 	Params    = results.Params
 	Direction = results.Direction
 	Summary   = results.Summary
+	Role      = results.Role
 )
 
 const (
 	LowerIsBetter  = results.LowerIsBetter
 	HigherIsBetter = results.HigherIsBetter
+	RoleMeasured   = results.RoleMeasured
+	RoleContext    = results.RoleContext
 )

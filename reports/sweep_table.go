@@ -147,8 +147,8 @@ func sweepNum(v float64) string {
 	}
 }
 
-// sweepTable is arena sweep's run table: a header naming the device and the
-// samples per point, then its tables.
+// sweepTable is arena sweep's run table: a header naming the device, the
+// samples per point and the rounds, then its tables.
 func sweepTable(w io.Writer, d *Document) error {
 	samples := 1
 	for _, r := range d.Results {
@@ -158,6 +158,11 @@ func sweepTable(w io.Writer, d *Document) error {
 		if r.Name == "copy" || r.Name == "transport" {
 			break // register's three metrics have as many; count's one per sample too
 		}
+	}
+	if d.Rounds > 1 {
+		// The samples of every round are joined: say how many each round took.
+		fmt.Fprintf(w, "# arena sweep on %s, %d samples per point in each of %d rounds\n", deviceLine(d), samples/d.Rounds, d.Rounds)
+		return sweepTables(w, d.Results)
 	}
 	fmt.Fprintf(w, "# arena sweep on %s, %d samples per point\n", deviceLine(d), samples)
 	return sweepTables(w, d.Results)

@@ -10,7 +10,9 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
+	"github.com/mstar-dev/mstar/internal/units"
 	"github.com/mstar-dev/mstar/reports/results"
 	"github.com/olekukonko/tablewriter"
 	"github.com/olekukonko/tablewriter/renderer"
@@ -32,6 +34,11 @@ var TableFormats = []string{FormatText, FormatMarkdown, FormatCSV, FormatJSON}
 type TableOptions struct {
 	Params  []string // parameter columns, in this order
 	Metrics []string // metric columns, in this order
+	// Wide leaves text tables as wide as their cells; otherwise a table
+	// wider than TextWidth is split into tables of fewer metric columns
+	// (each repeating the result's name and parameters), or printed one
+	// result per block where even that does not fit.
+	Wide bool
 }
 
 // Table is the results of one environment: one row per result, columns for
@@ -42,6 +49,10 @@ type Table struct {
 	Metrics []MetricColumn // metric columns
 	Gates   []string       // gate columns
 	Rows    []Row
+	// ShowRun: two rows have one name and parameters but come from
+	// different runs (a merge of two runs of one host), so the run is a
+	// column that tells them apart.
+	ShowRun bool
 }
 
 // MetricColumn is one metric column: results pair into it by name and unit.
@@ -66,6 +77,7 @@ type Row struct {
 	Cells    []Cell  // parallel to Table.Metrics
 	Gates    []*Gate // parallel to Table.Gates; nil where the result has no such gate
 	Warnings []string
+	Run      string // the run it came from (Document.RunOf)
 }
 
 // Cell is one metric of one result: a summary, or why it was not measured.
@@ -85,8 +97,9 @@ func Tables(docs []*Document, opt TableOptions) ([]*Table, error) {
 	var tables []*Table
 	byEnv := map[string]*Table{}
 	type pending struct {
-		t *Table
-		r *Result
+		t   *Table
+		r   *Result
+		run string
 	}
 	var all []pending
 	allParams, allMetrics := map[string]bool{}, map[string]bool{}
@@ -111,7 +124,7 @@ func Tables(docs []*Document, opt TableOptions) ([]*Table, error) {
 				byEnv[k] = t
 				tables = append(tables, t)
 			}
-			all = append(all, pending{t, r})
+			all = append(all, pending{t, r, d.RunOf(r)})
 			for p := range r.Params {
 				allParams[p] = true
 			}
@@ -170,7 +183,7 @@ func Tables(docs []*Document, opt TableOptions) ([]*Table, error) {
 
 	for _, p := range all {
 		t, r := p.t, p.r
-		row := Row{Name: r.Name, Params: r.Params, Warnings: r.Warnings}
+		row := Row{Name: r.Name, Params: r.Params, Warnings: r.Warnings, Run: p.run}
 		for _, c := range t.Metrics {
 			var cell Cell
 			for _, m := range r.Metrics {
@@ -200,6 +213,16 @@ func Tables(docs []*Document, opt TableOptions) ([]*Table, error) {
 		}
 		t.Rows = append(t.Rows, row)
 	}
+	for _, t := range tables {
+		runs := map[string]string{}
+		for _, r := range t.Rows {
+			k := Result{Name: r.Name, Params: r.Params}.Key()
+			if other, ok := runs[k]; ok && other != r.Run {
+				t.ShowRun = true
+			}
+			runs[k] = r.Run
+		}
+	}
 	return tables, nil
 }
 
@@ -228,9 +251,13 @@ func Render(w io.Writer, docs []*Document, format string, opt TableOptions) erro
 	}
 	switch format {
 	case FormatText:
-		return renderText(w, tables, false)
+		width := TextWidth
+		if opt.Wide {
+			width = 0
+		}
+		return renderText(w, docs, tables, false, width)
 	case FormatMarkdown:
-		return renderText(w, tables, true)
+		return renderText(w, docs, tables, true, 0)
 	case FormatCSV:
 		return renderCSV(w, tables)
 	case FormatJSON:
@@ -377,7 +404,11 @@ func (t *Table) factorParams() (*Table, string) {
 }
 
 func (t *Table) header() []string {
-	h := append([]string{"name"}, t.Params...)
+	h := []string{"name"}
+	if t.ShowRun {
+		h = append(h, "run")
+	}
+	h = append(h, t.Params...)
 	for _, c := range t.Metrics {
 		h = append(h, c.Header())
 	}
@@ -386,6 +417,9 @@ func (t *Table) header() []string {
 
 func (t *Table) cells(r Row) []string {
 	out := []string{r.Name}
+	if t.ShowRun {
+		out = append(out, r.Run)
+	}
 	for _, p := range t.Params {
 		out = append(out, r.Params[p])
 	}
@@ -448,19 +482,64 @@ func newTableWriter(w io.Writer, markdown bool) *tablewriter.Table {
 	return tablewriter.NewTable(w, tablewriter.WithRenderer(r), tablewriter.WithConfig(cfg))
 }
 
-func renderText(w io.Writer, tables []*Table, markdown bool) error {
+// alerts are the lines a reader must see first: interrupted runs and
+// failed gates (whose reasons follow their tables).
+func alerts(docs []*Document) []string {
+	var out, failed []string
+	for i, d := range docs {
+		if d.Interrupted() {
+			what := d.Suite
+			if d.RunID != "" {
+				what += " run " + d.RunID
+			}
+			out = append(out, fmt.Sprintf("INTERRUPTED: document %d (%s) stopped before it completed: its results are the part that ran", i+1, what))
+		}
+		for _, f := range d.Failed() {
+			key, rest, _ := strings.Cut(f, ": ")
+			gate, _, _ := strings.Cut(rest, ": ")
+			failed = append(failed, key+": "+gate)
+		}
+	}
+	if len(failed) > 0 {
+		var names []string
+		for _, f := range failed {
+			if !slices.Contains(names, f) {
+				names = append(names, f)
+			}
+		}
+		for i, n := range names {
+			if k := strings.Count(strings.Join(failed, "\x00")+"\x00", n+"\x00"); k > 1 {
+				names[i] = fmt.Sprintf("%s (%d documents)", n, k)
+			}
+		}
+		out = append(out, fmt.Sprintf("FAILED: %s (%s); the reasons follow the tables", units.Plural(len(failed), "gate"), listSome(names, 3)))
+	}
+	return out
+}
+
+func renderText(w io.Writer, docs []*Document, tables []*Table, markdown bool, width int) error {
+	var b strings.Builder
+	for _, a := range alerts(docs) {
+		if markdown {
+			a = "**" + a + "**"
+		}
+		b.WriteString(wrap(a, width, "    ") + "\n")
+	}
+	if b.Len() > 0 {
+		b.WriteString("\n")
+	}
 	if len(tables) == 0 {
-		_, err := fmt.Fprintln(w, "no results")
+		b.WriteString("no results\n")
+		_, err := io.WriteString(w, b.String())
 		return err
 	}
 	common, per := envLines(tables)
-	var b strings.Builder
 	writeEnv := func(lines []string) {
 		for _, l := range lines {
 			if markdown {
 				b.WriteString("- ")
 			}
-			b.WriteString(l)
+			b.WriteString(wrap(l, width, "    "))
 			b.WriteString("\n")
 		}
 	}
@@ -480,19 +559,12 @@ func renderText(w io.Writer, tables []*Table, markdown bool) error {
 			if markdown {
 				b.WriteString("- ")
 			}
-			b.WriteString(shared + "\n")
+			b.WriteString(wrap(shared, width, "    ") + "\n")
 			if markdown {
 				b.WriteString("\n")
 			}
 		}
-		tab := newTableWriter(&b, markdown)
-		tab.Header(t.header())
-		for _, r := range t.Rows {
-			if err := tab.Append(t.cells(r)); err != nil {
-				return err
-			}
-		}
-		if err := tab.Render(); err != nil {
+		if err := t.render(&b, markdown, width); err != nil {
 			return err
 		}
 		if notes := t.notes(); len(notes) > 0 {
@@ -503,12 +575,119 @@ func renderText(w io.Writer, tables []*Table, markdown bool) error {
 				if markdown {
 					b.WriteString("- ")
 				}
-				b.WriteString(n + "\n")
+				b.WriteString(wrap(n, width, "    ") + "\n")
 			}
 		}
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// render writes the table, fitted into width columns (0: any): split into
+// several tables of fewer metric and gate columns, each repeating the name
+// and parameter columns; where even one such column does not fit, one
+// block per result with a line per value.
+func (t *Table) render(b *strings.Builder, markdown bool, width int) error {
+	header := t.header()
+	rows := make([][]string, len(t.Rows))
+	for i, r := range t.Rows {
+		rows[i] = t.cells(r)
+	}
+	colWidth := make([]int, len(header))
+	for j := range header {
+		colWidth[j] = utf8.RuneCountInString(header[j])
+		for _, r := range rows {
+			colWidth[j] = max(colWidth[j], utf8.RuneCountInString(r[j]))
+		}
+		colWidth[j] += 3 // "│ " and " "
+	}
+	ident := len(t.header()) - len(t.Metrics) - len(t.Gates)
+	sum := func(cols []int) int {
+		n := 1
+		for _, j := range cols {
+			n += colWidth[j]
+		}
+		return n
+	}
+	identCols := make([]int, ident)
+	for j := range identCols {
+		identCols[j] = j
+	}
+	all := make([]int, len(header))
+	for j := range all {
+		all[j] = j
+	}
+	if width == 0 || sum(all) <= width {
+		return writeTable(b, markdown, header, rows, all)
+	}
+	var groups [][]int
+	cur := slices.Clone(identCols)
+	for j := ident; j < len(header); j++ {
+		if sum(append(cur, j)) > width && len(cur) > ident {
+			groups = append(groups, cur)
+			cur = slices.Clone(identCols)
+		}
+		cur = append(cur, j)
+	}
+	groups = append(groups, cur)
+	// A few results over many tables read better as blocks.
+	if slices.ContainsFunc(groups, func(g []int) bool { return sum(g) > width }) || len(groups) > 3 || (len(groups) > 1 && len(rows) <= 2) {
+		return writeBlocks(b, header, rows, ident, width)
+	}
+	for i, g := range groups {
+		if i > 0 {
+			b.WriteString("\n")
+		}
+		if err := writeTable(b, markdown, header, rows, g); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func writeTable(b *strings.Builder, markdown bool, header []string, rows [][]string, cols []int) error {
+	pick := func(r []string) []string {
+		out := make([]string, len(cols))
+		for i, j := range cols {
+			out[i] = r[j]
+		}
+		return out
+	}
+	tab := newTableWriter(b, markdown)
+	tab.Header(pick(header))
+	for _, r := range rows {
+		if err := tab.Append(pick(r)); err != nil {
+			return err
+		}
+	}
+	return tab.Render()
+}
+
+// writeBlocks prints each row as its name and parameters, then one
+// indented "column: value" line per non-empty value.
+func writeBlocks(b *strings.Builder, header []string, rows [][]string, ident, width int) error {
+	for i, r := range rows {
+		if i > 0 {
+			b.WriteString("\n")
+		}
+		id := r[0]
+		for j := 1; j < ident; j++ {
+			id += "/" + header[j] + "=" + r[j]
+		}
+		b.WriteString(wrap(id+":", width, "    ") + "\n")
+		pad := 0
+		for j := ident; j < len(header); j++ {
+			pad = max(pad, utf8.RuneCountInString(header[j]))
+		}
+		for j := ident; j < len(header); j++ {
+			if r[j] == "" {
+				continue
+			}
+			line := "  " + header[j] + strings.Repeat(" ", pad-utf8.RuneCountInString(header[j])) + "  " + r[j]
+			b.WriteString(wrap(line, width, strings.Repeat(" ", pad+4)) + "\n")
+		}
+	}
+	return nil
 }
 
 // renderCSV writes one rectangular table for machines: a column for each
@@ -606,6 +785,7 @@ type jsonTable struct {
 
 type jsonRow struct {
 	Name     string       `json:"name"`
+	Run      string       `json:"run,omitempty"`
 	Params   Params       `json:"params,omitempty"`
 	Metrics  []jsonMetric `json:"metrics"`
 	Gates    []Gate       `json:"gates,omitempty"`
@@ -635,7 +815,7 @@ func renderJSON(w io.Writer, tables []*Table) error {
 	for _, t := range tables {
 		jt := jsonTable{Env: t.Env, Rows: []jsonRow{}}
 		for _, r := range t.Rows {
-			jr := jsonRow{Name: r.Name, Params: r.Params, Metrics: []jsonMetric{}, Warnings: r.Warnings}
+			jr := jsonRow{Name: r.Name, Run: r.Run, Params: r.Params, Metrics: []jsonMetric{}, Warnings: r.Warnings}
 			for i, c := range r.Cells {
 				if !c.Present {
 					continue
@@ -660,4 +840,56 @@ func renderJSON(w io.Writer, tables []*Table) error {
 	enc.SetIndent("", "  ")
 	enc.SetEscapeHTML(false)
 	return enc.Encode(out)
+}
+
+// scaledUnit is a unit FormatQuantity rescales: its size in seconds (or
+// bytes per second).
+type scaledUnit struct {
+	name  string
+	scale float64
+}
+
+var (
+	timeUnits = []scaledUnit{{"ns", 1e-9}, {"µs", 1e-6}, {"ms", 1e-3}, {"s", 1}}
+	rateUnits = []scaledUnit{{"B/s", 1}, {"kB/s", 1e3}, {"MB/s", 1e6}, {"GB/s", 1e9}, {"TB/s", 1e12}}
+)
+
+// unitFamily finds unit among the rescalable units ("us" is µs): its
+// family and its size, or nil.
+func unitFamily(unit string) ([]scaledUnit, float64) {
+	if unit == "us" {
+		unit = "µs"
+	}
+	for _, family := range [][]scaledUnit{timeUnits, rateUnits} {
+		for _, u := range family {
+			if u.name == unit {
+				return family, u.scale
+			}
+		}
+	}
+	return nil, 1
+}
+
+// FormatQuantity prints a value with its unit, times rescaled to ns, µs,
+// ms or s and byte rates to B/s … TB/s so that about four digits show:
+// "5.8 ms", "1.37 GB/s", "30.6%", "0.0017".
+func FormatQuantity(v float64, unit string) string {
+	family, scale := unitFamily(unit)
+	if family != nil && v != 0 && !math.IsNaN(v) && !math.IsInf(v, 0) {
+		base := v * scale
+		best := family[0]
+		for _, u := range family {
+			if math.Abs(base)/u.scale >= 1 {
+				best = u
+			}
+		}
+		return FormatValue(base/best.scale) + " " + best.name
+	}
+	switch unit {
+	case "":
+		return FormatValue(v)
+	case "%":
+		return FormatValue(v) + "%"
+	}
+	return FormatValue(v) + " " + unit
 }

@@ -732,7 +732,7 @@ func (a *Ablation) Results() []results.Result {
 			all = append(all, v...)
 		}
 		p := a.params("balanced")
-		res = append(res, results.Result{Name: "router/uniform-reference", Params: p, Metrics: []results.Metric{
+		res = append(res, results.Result{Name: "router/uniform-reference", Params: p, Role: results.RoleContext, Metrics: []results.Metric{
 			{Name: "kernel_time", Unit: "ms", Better: results.LowerIsBetter, Samples: all},
 			{Name: "touched_experts", Unit: "experts", Better: results.LowerIsBetter, Samples: []float64{float64(a.uniformTouched)}},
 		}})
@@ -742,6 +742,9 @@ func (a *Ablation) Results() []results.Result {
 
 func metric(c column, samples []float64) results.Metric {
 	m := results.Metric{Name: c.name, Unit: c.unit, Better: c.better, Samples: samples}
+	if c.name == "slowdown" {
+		m.DerivedFrom = "kernel_time" // kernel time over the uniform reference's
+	}
 	if len(samples) == 0 {
 		m.Unmeasured = c.why
 		if m.Unmeasured == "" {

@@ -484,8 +484,10 @@ func (c *Ceilings) Result(kind string) results.Result {
 			m.Unmeasured = "no samples"
 		}
 	}
+	// A ceiling bounds the code under test; it is not the code under test.
 	return results.Result{
 		Name:    CeilingResult,
+		Role:    results.RoleContext,
 		Params:  results.Params{"what": kind, "size": ce.Size, "method": ce.Method},
 		Metrics: []results.Metric{m},
 	}

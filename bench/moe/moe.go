@@ -16,6 +16,7 @@ import (
 	"strings"
 	"unsafe"
 
+	"github.com/mstar-dev/mstar/bench"
 	"github.com/mstar-dev/mstar/bench/ceilings"
 
 	"github.com/mstar-dev/mstar/internal/badinput"
@@ -68,9 +69,12 @@ type MoEOptions struct {
 	Routing   string
 	Trace     *moe.Routing
 	TraceName string
-	Samples   int    // timed samples per batch (0: 20 on CUDA, 6 on the CPU)
-	Seed      uint64 // weights, inputs and routing
-	Config    moe.Config
+	Samples   int // timed samples per batch (0: 20 on CUDA, 6 on the CPU)
+	// Rounds repeats the whole sweep (see Rounds; 0 or 1: once); the
+	// ceilings are measured once, in the first.
+	Rounds int
+	Seed   uint64 // weights, inputs and routing
+	Config moe.Config
 	// Without Config (CUDA): each batch's configuration comes from the
 	// tuned file for the local shape and device, found by ConfigLookup (nil:
 	// moe.DefaultTunedLookup, the user's folder then the shipped files),
@@ -150,6 +154,7 @@ type MoEReport struct {
 	// KernelsID names the kernels' source and target ("moe.cu 1a2b3c4d5e6f
 	// cubin sm_90a"): stable across runs of one build, for the environment.
 	KernelsID string
+	Rounds    int // rounds of the sweep that completed
 }
 
 // Failed reports whether any batch failed its correctness gate.
@@ -259,8 +264,61 @@ func checkTokens(m int) []int {
 // sampled), then the timed samples. Errors of input (shape does not fit in
 // memory) are bad input (badinput.Is). A canceled ctx stops it between batches (on
 // the CPU also between samples): it returns the report of the batches done
-// so far with ctx's error; the batch in flight is left out.
+// so far with ctx's error; the batch in flight is left out. With
+// opt.Rounds above 1 the whole sweep repeats (Rounds) and the report
+// joins the rounds.
 func RunMoE(ctx context.Context, dev gpu.Device, opt MoEOptions) (*MoEReport, error) {
+	if opt.Rounds <= 1 {
+		rep, err := runMoERound(ctx, dev, opt)
+		if rep != nil {
+			rep.Rounds = 1
+			if err != nil {
+				rep.Rounds = 0
+			}
+		}
+		return rep, err
+	}
+	var rep *MoEReport
+	sink := opt.Sink
+	joined, done, err := bench.Rounds(opt.Rounds, func(round int) ([]results.Result, error) {
+		if round > 0 {
+			// The ceilings are measured once (in the first round) and streamed once.
+			opt.Sink = func(r results.Result) {
+				if r.Name != ceilings.CeilingResult {
+					sink.Send(r)
+				}
+			}
+			if sink == nil {
+				opt.Sink = nil
+			}
+		}
+		r, err := runMoERound(ctx, dev, opt)
+		if r == nil {
+			return nil, err
+		}
+		if rep == nil {
+			rep = r
+		} else {
+			for _, w := range r.Warnings {
+				if !slices.Contains(rep.Warnings, w) {
+					rep.Warnings = append(rep.Warnings, w)
+				}
+			}
+			rep.Batches = min(rep.Batches, r.Batches)
+		}
+		// Every round divides by the same ceilings, measured in the first.
+		opt.Ceilings = r.Ceilings
+		return r.Results, err
+	})
+	if rep == nil || (err != nil && ctx.Err() == nil) {
+		return nil, err
+	}
+	rep.Results, rep.Rounds = joined, done
+	return rep, err
+}
+
+// runMoERound is one round of RunMoE's sweep.
+func runMoERound(ctx context.Context, dev gpu.Device, opt MoEOptions) (*MoEReport, error) {
 	local, err := PrepareMoE(&opt)
 	if err != nil {
 		return nil, err
@@ -511,7 +569,8 @@ func tuneResult(opt MoEOptions, local moe.Shape, m int, o TuneOutcome) results.R
 			rel.Unmeasured = o.Reject
 		}
 	}
-	r := results.Result{Name: MoETuneResult, Params: p, Metrics: []results.Metric{lat, rel}}
+	// Candidates are the tuner's exploration, context for the measured batch.
+	r := results.Result{Name: MoETuneResult, Params: p, Role: results.RoleContext, Metrics: []results.Metric{lat, rel}}
 	if o.Reject != "" {
 		r.Warnings = append(r.Warnings, "rejected: "+o.Reject)
 	}
@@ -665,6 +724,11 @@ func moeResult(opt MoEOptions, local moe.Shape, m int, r moe.Routing, us []float
 			relMetric,
 		},
 		Gates: []results.Gate{gate},
+	}
+	// One measured quantity: the rates and percentages are latency seen
+	// through this run's constants and ceilings.
+	for i := 1; i <= 5; i++ {
+		res.Metrics[i].DerivedFrom = MoELatency
 	}
 	return res
 }

@@ -66,7 +66,7 @@ func stageResults(opt MoEOptions, local moe.Shape, m int, r moe.Routing, stages 
 		params["kernel"] = st.Kernel
 		metrics := []results.Metric{
 			{Name: MoELatency, Unit: "µs", Better: results.LowerIsBetter, Samples: st.US},
-			{Name: MoEStageShare, Unit: "%", Better: results.LowerIsBetter, Samples: []float64{share}},
+			{Name: MoEStageShare, Unit: "%", Better: results.LowerIsBetter, Samples: []float64{share}, DerivedFrom: MoELatency},
 		}
 		if flops > 0 {
 			per := func(f func(sec float64) float64) []float64 {
@@ -77,9 +77,9 @@ func stageResults(opt MoEOptions, local moe.Shape, m int, r moe.Routing, stages 
 				return out
 			}
 			metrics = append(metrics,
-				results.Metric{Name: MoEThroughput, Unit: "TFLOP/s", Better: results.HigherIsBetter, Samples: per(func(s float64) float64 { return flops / s / 1e12 })},
-				results.Metric{Name: MoEBandwidth, Unit: "GB/s", Better: results.HigherIsBetter, Samples: per(func(s float64) float64 { return bytes / s / 1e9 })})
-			floor := results.Metric{Name: MoEPctFloor, Unit: "%", Better: results.HigherIsBetter}
+				results.Metric{Name: MoEThroughput, Unit: "TFLOP/s", Better: results.HigherIsBetter, Samples: per(func(s float64) float64 { return flops / s / 1e12 }), DerivedFrom: MoELatency},
+				results.Metric{Name: MoEBandwidth, Unit: "GB/s", Better: results.HigherIsBetter, Samples: per(func(s float64) float64 { return bytes / s / 1e9 }), DerivedFrom: MoELatency})
+			floor := results.Metric{Name: MoEPctFloor, Unit: "%", Better: results.HigherIsBetter, DerivedFrom: MoELatency}
 			if c != nil && c.D2D.Measured() && c.GEMM.Measured() {
 				floorSec := math.Max(bytes/(c.D2D.Value*1e9), flops/(c.GEMM.Value*1e12))
 				floor.Samples = per(func(s float64) float64 { return 100 * floorSec / s })

@@ -195,12 +195,15 @@ func (f *firstFail) gate(name string) results.Gate {
 
 // bandwidthMetrics are the four figures of a spill+restore cell.
 func bandwidthMetrics(c *Ceiling, spill, restore []float64) []results.Metric {
-	return []results.Metric{
+	ms := []results.Metric{
 		metric("spill", "GB/s", results.HigherIsBetter, spill...),
 		metric("restore", "GB/s", results.HigherIsBetter, restore...),
 		ofCeiling("spill_of_ceiling", spill, c.Spill, c.Unmeasured),
 		ofCeiling("restore_of_ceiling", restore, c.Restore, c.Unmeasured),
 	}
+	// A percentage of the ceiling is the bandwidth again: it does not decide.
+	ms[2].DerivedFrom, ms[3].DerivedFrom = "spill", "restore"
+	return ms
 }
 
 func bandwidthGates(c *Ceiling, spill, restore []float64, floor float64) []results.Gate {

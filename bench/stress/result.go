@@ -113,7 +113,7 @@ func (s *Summary) Result() results.Result {
 	lower, higher := results.LowerIsBetter, results.HigherIsBetter
 	metrics := []results.Metric{
 		{Name: "throughput", Unit: "GB/s", Better: higher, Samples: gbps},
-		{Name: "tensors_per_s", Unit: "tensors/s", Better: higher, Samples: rate},
+		{Name: "tensors_per_s", Unit: "tensors/s", Better: higher, Samples: rate, DerivedFrom: "throughput"}, // the same intervals, counted in tensors
 		{Name: "latency", Unit: "us", Better: lower, Samples: thin(s.Latencies, MaxLatencySamples)},
 	}
 	if len(s.Latencies) > 0 {

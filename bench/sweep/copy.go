@@ -328,6 +328,7 @@ func copyResults(opt Options, points []*copyPoint) []results.Result {
 			{Name: MetricWrong, Unit: "copies", Better: results.LowerIsBetter, Samples: p.wrong},
 			countMetric("copies/sample", p.reps),
 		}
+		derivedFromTime(r.Metrics[1:5])
 		r.Gates = []results.Gate{verifiedGate(p.wrong, p.reps, "copies")}
 		rs = append(rs, r)
 	}
@@ -358,7 +359,7 @@ func runRegister(ctx context.Context, opt Options, out *Outcome) error {
 		r := results.Result{Name: "register", Params: results.Params{"size": sizeParam(size)}}
 		reg := results.Metric{Name: MetricRegister, Unit: "ms", Better: results.LowerIsBetter}
 		unreg := results.Metric{Name: MetricUnregister, Unit: "ms", Better: results.LowerIsBetter}
-		per := results.Metric{Name: MetricRegPerGiB, Unit: "ms/GiB", Better: results.LowerIsBetter}
+		per := results.Metric{Name: MetricRegPerGiB, Unit: "ms/GiB", Better: results.LowerIsBetter, DerivedFrom: MetricRegister}
 		if !cuda {
 			why := "the CPU backend does not page-lock memory (Register is a no-op)"
 			reg.Unmeasured, unreg.Unmeasured, per.Unmeasured = why, why, why

@@ -276,6 +276,14 @@ func ratio(name, unit string, xs []float64, ref float64, scale float64, why stri
 	return m
 }
 
+// derivedFromTime marks rates and ratios computed from a result's time:
+// one measured quantity, which alone decides a diff.
+func derivedFromTime(ms []results.Metric) {
+	for i := range ms {
+		ms[i].DerivedFrom = MetricTime
+	}
+}
+
 func sizeParam(n int64) string { return strconv.FormatInt(n, 10) }
 
 func countMetric(unit string, n int) results.Metric {

@@ -377,11 +377,16 @@ func transportResults(points []*transportPoint) []results.Result {
 				ratio(MetricPctMemcpy, "%", bw, memcpyBW[p.size], 100, "no memcpy measurement at this size"),
 			},
 		}
+		derivedFromTime(r.Metrics[1:])
 		if p.transport == TrArena || p.transport == TrFile {
 			why := "no file-transport measurement at this size"
 			m := ratio(MetricVsFile, "x", rate, fileRate[p.size], 1, why)
+			m.DerivedFrom = MetricTime
 			r.Metrics = append(r.Metrics, m)
 			r.Metrics = append(r.Metrics, results.Metric{Name: MetricSpills, Unit: "tensors", Better: results.LowerIsBetter, Samples: p.spills})
+		}
+		if p.transport == TrMemcpy || p.transport == TrMemcpy2 {
+			r.Role = results.RoleContext // the reference the transports are held against
 		}
 		r.Metrics = append(r.Metrics, results.Metric{Name: MetricWrong, Unit: "copies", Better: results.LowerIsBetter, Samples: p.wrong}, countMetric("tensors/sample", p.count))
 		r.Gates = []results.Gate{verifiedGate(p.wrong, p.count, "tensors")}

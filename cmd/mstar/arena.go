@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mstar-dev/mstar/arena"
+	"github.com/mstar-dev/mstar/bench"
 	"github.com/mstar-dev/mstar/bench/stress"
 	"github.com/mstar-dev/mstar/bench/sweep"
 	"github.com/mstar-dev/mstar/internal/gpu"
@@ -82,7 +84,7 @@ func arenaSweepCmd(a *app) *cobra.Command {
 	var (
 		device, mode, minSize, maxSize, shmDir, out, plot string
 		factor                                            int64
-		samples, tensors                                  int
+		samples, tensors, rounds                          int
 		pcie                                              float64
 	)
 	cmd := &cobra.Command{
@@ -105,7 +107,9 @@ ACK) and through per-tensor files, next to one thread (and two threads) of
 memcpy. --mode all does both; the default is all with a GPU and transport
 without one.
 
-Every point is the median of --samples samples; every copy is verified
+Every point is the median of --samples samples per round, of --rounds
+rounds (the whole sweep repeated, so that 'report diff' sees the noise
+between rounds); every copy is verified
 (destinations poisoned before, compared after) and #wrong counts those that
 differ — any wrong copy fails the run (exit 1). The table prints to stdout;
 --out writes the results document (every sample), --plot a PNG or SVG of
@@ -134,14 +138,14 @@ with "-transport" added to its name).`,
 				}
 			}
 			if err := firstErr(atLeast("min-size", lo, 16, ""), atLeast("factor", factor, 2, ""), atLeast("samples", samples, 1, ""),
-				atLeast("tensors", tensors, 0, "0: picked by size"), atLeast("pcie-gbps", pcie, 0, "0: from NVML"),
+				atLeast("tensors", tensors, 0, "0: picked by size"), atLeast("pcie-gbps", pcie, 0, "0: from NVML"), atLeast("rounds", rounds, 1, ""),
 				checkShmDir("shm-dir", shmDir, true)); err != nil {
 				return err
 			}
 			return a.measure(measurement{suite: "arena sweep", device: device, out: out,
 				run: func(ctx context.Context, m *measuring) (*outcome, error) {
 					opt := sweep.Options{Device: m.dev, Mode: md, MinSize: lo, MaxSize: hi, Factor: factor, Samples: samples, Tensors: tensors, Dir: shmDir,
-						Sink: m.sink, Progress: func(step string) { m.bar.Describe(step) }}
+						Sink: m.sink}
 					if pcie > 0 {
 						opt.PCIeGBps, opt.PCIeNote = pcie, fmt.Sprintf("PCIe theoretical %.1f GB/s per direction (--pcie-gbps)", pcie)
 					} else if m.dev.Info().Backend == gpu.CUDA {
@@ -149,15 +153,36 @@ with "-transport" added to its name).`,
 					}
 					// On an interrupt the point in flight stops and removes its
 					// segments and files; the points done are still written.
-					res, err := sweep.Run(ctx, opt)
+					var res *sweep.Outcome
+					points := 0
+					joined, done, err := bench.Rounds(rounds, func(round int) ([]results.Result, error) {
+						opt.Progress = func(step string) { m.bar.Describe(fmt.Sprintf("round %d/%d %s", round+1, rounds, step)) }
+						r, err := sweep.Run(ctx, opt)
+						if r == nil {
+							return nil, err
+						}
+						if res == nil {
+							res = r
+						}
+						for _, w := range r.Warnings {
+							if !slices.Contains(res.Warnings, w) {
+								res.Warnings = append(res.Warnings, w)
+							}
+						}
+						points = len(r.Results)
+						return r.Results, err
+					})
 					if res == nil {
 						return nil, err
 					}
-					o := &outcome{results: res.Results, warnings: res.Warnings}
+					o := &outcome{results: joined, warnings: res.Warnings, rounds: done}
 					if opt.PCIeNote != "" {
 						o.warnings = append(o.warnings, opt.PCIeNote)
 					}
-					o.done = units.Plural(len(res.Results), "point") + " done"
+					o.done = units.Plural(points, "point") + " done"
+					if rounds > 1 {
+						o.done = fmt.Sprintf("%s in round %d of %d", o.done, done+1, rounds)
+					}
 					return o, err
 				},
 				table: func(w io.Writer, doc *results.Document) error {
@@ -190,7 +215,8 @@ with "-transport" added to its name).`,
 	f.StringVar(&minSize, "min-size", "4KiB", "smallest size")
 	f.StringVar(&maxSize, "max-size", "1GiB", "largest size")
 	f.Int64Var(&factor, "factor", 4, "size step: each size is this many times the last")
-	f.IntVar(&samples, "samples", 10, "timed samples per point (the table shows medians)")
+	f.IntVar(&samples, "samples", 10, "timed samples per point and round (the table shows medians)")
+	f.IntVar(&rounds, "rounds", bench.DefaultRounds, "repeat the whole sweep this many times, interleaved, so that 'report diff' sees the noise between rounds")
 	f.IntVar(&tensors, "tensors", 0, "tensors per transport sample (0: up to 4096 small tensors, 64 MiB's worth, at least 16)")
 	f.StringVar(&shmDir, "shm-dir", arena.DefaultDir, "directory for segments and tensor files")
 	f.Float64Var(&pcie, "pcie-gbps", 0, "the PCIe link's theoretical GB/s per direction (0: from NVML)")

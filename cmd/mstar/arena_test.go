@@ -135,6 +135,25 @@ func TestArenaSweepCPU(t *testing.T) {
 			t.Errorf("plot %s: %v", p, err)
 		}
 	}
+	// The default three rounds: each sample knows its round; the memcpy
+	// reference is context and the rates are derived from the time.
+	if doc.Rounds != 3 || !strings.Contains(stdout, "in each of 3 rounds") {
+		t.Errorf("rounds %d; stdout:\n%s", doc.Rounds, stdout)
+	}
+	for _, r := range doc.Results {
+		if r.Name != "transport" {
+			continue
+		}
+		if tm := r.Metric("time"); tm == nil || len(tm.Rounds) != 6 || tm.Rounds[5] != 2 {
+			t.Errorf("%s time: %+v", r.Key(), tm)
+		}
+		if bw := r.Metric("bandwidth"); bw == nil || bw.DerivedFrom != "time" {
+			t.Errorf("%s bandwidth: %+v", r.Key(), bw)
+		}
+		if memcpy := strings.HasPrefix(r.Params["transport"], "memcpy"); memcpy != (r.Role == results.RoleContext) {
+			t.Errorf("%s: role %q", r.Key(), r.Role)
+		}
+	}
 }
 
 func TestArenaStressCLI(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/mstar-dev/mstar/bench"
 	benchceil "github.com/mstar-dev/mstar/bench/ceilings"
 	moebench "github.com/mstar-dev/mstar/bench/moe"
 	"github.com/mstar-dev/mstar/internal/envinfo"
@@ -28,7 +29,7 @@ func newBenchMoE(a *app) *cobra.Command {
 	var (
 		model, device, out, batches, routing, traceIn, traceOut, config, ceilings, dumpDir string
 		hfConfig                                                                           string
-		experts, topk, hidden, inter, tp, ep, samples, tuneSamples                         int
+		experts, topk, hidden, inter, tp, ep, samples, tuneSamples, rounds                 int
 		seed                                                                               uint64
 		tune, stages                                                                       bool
 		pf                                                                                 peerFlags
@@ -150,8 +151,11 @@ Models:
 			if err := firstErr(atLeast("tp", tp, 1, ""), atLeast("ep", ep, 1, "")); err != nil {
 				return err
 			}
+			if err := atLeast("rounds", rounds, 1, ""); err != nil {
+				return err
+			}
 			opt := moebench.MoEOptions{Model: model, TP: tp, EP: ep, Routing: routing, Samples: samples, Seed: seed, DumpDir: dumpDir,
-				Tune: tune, TuneSamples: tuneSamples, Stages: stages}
+				Tune: tune, TuneSamples: tuneSamples, Stages: stages, Rounds: rounds}
 			if hfConfig != "" {
 				if model != "" {
 					return usageErr("--hf-config and --model both give the shape: give one")
@@ -251,7 +255,7 @@ Models:
 			var peerWarnings []string
 			var peerOut bytes.Buffer
 			return a.measure(measurement{suite: "bench moe", device: device, out: out,
-				steps: func(dev gpu.Device) int { return batches(dev) + 2 },
+				steps: func(dev gpu.Device) int { return rounds*(batches(dev)+1) + 1 },
 				run: func(ctx context.Context, m *measuring) (*outcome, error) {
 					if opt.Ceilings != nil {
 						if err := opt.Ceilings.Matches(m.dev.Info()); err != nil {
@@ -294,7 +298,10 @@ Models:
 					if rep.Compile != "" {
 						fmt.Fprintln(a.stderr, "mstar: "+rep.Compile)
 					}
-					o := &outcome{warnings: rep.Warnings, done: fmt.Sprintf("%d of %d batches done", rep.Batches, total)}
+					o := &outcome{warnings: rep.Warnings, rounds: rep.Rounds, done: fmt.Sprintf("%d of %d batches done", rep.Batches, total)}
+					if rounds > 1 {
+						o.done = fmt.Sprintf("%d of %d batches done in round %d of %d", rep.Batches, total, min(rep.Rounds+1, rounds), rounds)
+					}
 					// The ceilings the percentages are of, measured or read,
 					// travel with the results (the peers read them from here too).
 					o.results = append(append(rep.Results, rep.Ceilings.Results()...), extra...)
@@ -339,7 +346,8 @@ Models:
 	f.StringVar(&traceIn, "routing-file", "", "replay routing from `FILE` (format above)")
 	deprecatedAlias(f, "routing-trace", "routing-file")
 	f.StringVar(&traceOut, "routing-out", "", "write the routing used to `FILE`")
-	f.IntVar(&samples, "samples", 0, "timed samples per batch (0: 20 on CUDA, 6 on the CPU)")
+	f.IntVar(&samples, "samples", 0, "timed samples per batch and round (0: 20 on CUDA, 6 on the CPU)")
+	f.IntVar(&rounds, "rounds", bench.DefaultRounds, "repeat the whole sweep this many times, interleaved, so that 'report diff' sees the noise between rounds")
 	f.Uint64Var(&seed, "seed", 1, "seed of weights, inputs and routing")
 	f.StringVar(&config, "config", "auto", "kernels: auto, skinny:nt=1|2|4, tiled:NAME|bm=…,bn=…,bk=…,wm=…,wn=…,stages=…, or tc:NAME|bm=…,…,gm=…,minb=…")
 	f.BoolVar(&tune, "tune", false, "CUDA: per batch, check and time every candidate configuration and measure with the fastest correct one")

@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -106,5 +107,48 @@ func TestBenchMoEConfigOnCPU(t *testing.T) {
 	}
 	if !strings.Contains(stdout, "# warning: --config tiled") || !strings.Contains(stdout, "applies to CUDA kernels only") {
 		t.Errorf("stdout lacks the --config warning:\n%s", stdout)
+	}
+}
+
+// --rounds repeats the sweep: every sample knows its round, the ceilings are
+// measured once, and the printed table summarises every round.
+func TestBenchMoERounds(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "moe.json")
+	stdout, stderr, code := runMstar(t, "bench", "moe", "--experts", "8", "--topk", "2", "--hidden", "64", "--inter", "32",
+		"--batch", "1,9", "--device", "cpu", "--samples", "2", "--rounds", "3", "--out", out)
+	if code != exitOK {
+		t.Fatalf("exit %d; stderr: %s", code, stderr)
+	}
+	d, err := results.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Rounds != 3 || d.RunID == "" {
+		t.Errorf("document rounds %d, run id %q", d.Rounds, d.RunID)
+	}
+	moeRows, ceilings := 0, 0
+	for _, r := range d.Results {
+		switch r.Name {
+		case "moe":
+			moeRows++
+			lat := r.Metric("latency")
+			if want := []int{0, 0, 1, 1, 2, 2}; lat == nil || !slices.Equal(lat.Rounds, want) || len(lat.Samples) != 6 {
+				t.Errorf("%s latency: %d samples, rounds %v; want 6 in rounds %v", r.Key(), len(lat.Samples), lat.Rounds, want)
+			}
+			if tp := r.Metric("throughput"); tp == nil || tp.DerivedFrom != "latency" || len(tp.Rounds) != 6 {
+				t.Errorf("%s throughput: %+v", r.Key(), tp)
+			}
+		case "ceiling":
+			ceilings++
+			if r.Role != results.RoleContext {
+				t.Errorf("ceiling %s has role %q", r.Key(), r.Role)
+			}
+		}
+	}
+	if moeRows != 2 || ceilings != 4 {
+		t.Errorf("%d moe results and %d ceilings; want 2 and 4 (measured once)", moeRows, ceilings)
+	}
+	if strings.Count(stdout, "# mstar bench moe:") != 1 {
+		t.Errorf("want one table for all rounds:\n%s", stdout)
 	}
 }

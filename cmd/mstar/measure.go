@@ -57,6 +57,7 @@ type outcome struct {
 	warnings []string
 	env      results.Env // keys added to the document's environment
 	done     string      // "3 of 5 batches done": said when interrupted
+	rounds   int         // rounds of the sweep that completed (0: not a rounds sweep)
 }
 
 // partialSuffix names the stream of finished results kept beside --out
@@ -106,6 +107,7 @@ func (a *app) measure(m measurement) error {
 	}
 	doc.Results = append(doc.Results, res.results...)
 	doc.Warnings = append(doc.Warnings, res.warnings...)
+	doc.Rounds = res.rounds
 	for k, v := range res.env {
 		doc.Env[k] = v
 	}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/mstar-dev/mstar/internal/limits"
@@ -28,14 +29,15 @@ either form: one JSON document, or the NDJSON stream a long run writes as it
 goes; a FILE of "-" is read from stdin. It never measures anything itself.
 
   show    tables: one per environment, a row per result, median ± 95% CI
-  diff    compare two documents with the Mann-Whitney U test; exit 1 on a
-          regression (for CI)
+  diff    compare two documents (Mann-Whitney U test, noise between rounds);
+          exit 1 on a failed gate, a missing result or a regression (for CI)
   export  the Go benchmark format, for benchstat and other golang.org/x/perf tools
   merge   join documents from several machines or shards into one
   plot    a metric against a numeric parameter, PNG or SVG
 
-Exit codes: 0 ok; 1 a regression (diff only); 2 bad usage or bad input
-(a missing, empty or malformed file, a wrong schema version).`,
+Exit codes: 0 ok; 1 a failed gate, a missing result or a regression (diff
+only); 2 bad usage or bad input (a missing, empty or malformed file, a wrong
+schema version, a merge of one run twice).`,
 			Example: `  mstar report show results.json
   mstar report diff base.json new.json --threshold 5
   mstar report export --format gobench base.json > base.txt
@@ -129,6 +131,7 @@ func reportShowCmd(a *app) *cobra.Command {
 	var format string
 	var asRun bool
 	var params, metrics []string
+	var wide bool
 	cmd := &cobra.Command{
 		Use:   "show FILE...",
 		Short: "Print results as tables: median ± 95% CI per metric, gates, one table per environment",
@@ -143,7 +146,13 @@ median of all samples ± the half-width of the 95% confidence interval as a
 percentage of the median, the unit in the header), and its gates (PASS or
 FAIL). Below a table come the reasons of failed gates, why metrics were not
 measured, and warnings. A metric that was not measured shows "unmeasured",
-never 0; an interval that needs more samples shows ±∞.
+never 0; an interval that needs more samples shows ±∞. Interrupted runs and
+failed gates are flagged at the top.
+
+Text tables fit 120 columns: a wider one is split into tables of fewer
+metric columns, each repeating the name and parameters, and a result with
+many columns is printed as a block of "column  value" lines; --wide prints
+each table whole.
 
 --params and --metrics choose and order the columns; results with none of
 the chosen metrics are left out. Formats: text (default), markdown (for a
@@ -153,9 +162,10 @@ median/ci_lo/ci_hi/n per metric), json (the summaries).
 --run prints each document as the command that measured it printed it when
 it finished (the same code draws both), one after the other.`,
 		Example: `  mstar report show results.json
-  mstar report show --params batch,model --metrics latency,tflops a.json b.json
+  mstar report show --params batch,model --metrics latency,throughput a.json b.json
   mstar report show --format markdown results.json >> $GITHUB_STEP_SUMMARY
   mstar report show --format csv results.json > results.csv
+  mstar report show --wide results.json
   ssh gpu-box cat results.json | mstar report show -
   mstar report show --run moe.json                     # the table bench moe printed`,
 		Args: cobra.MinimumNArgs(1),
@@ -168,8 +178,8 @@ it finished (the same code draws both), one after the other.`,
 				return err
 			}
 			if asRun {
-				if cmd.Flags().Changed("format") || cmd.Flags().Changed("params") || cmd.Flags().Changed("metrics") {
-					return usageErr("--run prints the run's own text table: leave out --format, --params and --metrics")
+				if cmd.Flags().Changed("format") || cmd.Flags().Changed("params") || cmd.Flags().Changed("metrics") || wide {
+					return usageErr("--run prints the run's own text table: leave out --format, --params, --metrics and --wide")
 				}
 				for _, d := range docs {
 					if err := reports.RunTable(a.stdout, d); err != nil {
@@ -178,7 +188,7 @@ it finished (the same code draws both), one after the other.`,
 				}
 				return nil
 			}
-			var opt reports.TableOptions
+			opt := reports.TableOptions{Wide: wide}
 			if cmd.Flags().Changed("params") {
 				opt.Params = nonEmpty(params)
 			}
@@ -194,6 +204,7 @@ it finished (the same code draws both), one after the other.`,
 	cmd.Flags().StringVar(&format, "format", reports.FormatText, "output format: "+strings.Join(reports.TableFormats, ", "))
 	cmd.Flags().StringSliceVar(&params, "params", nil, "parameter columns, in order (comma-separated; empty for none)")
 	cmd.Flags().StringSliceVar(&metrics, "metrics", nil, "metric columns, in order (comma-separated)")
+	cmd.Flags().BoolVar(&wide, "wide", false, "text: whole tables, however wide (default: fitted into 120 columns)")
 	cmd.Flags().BoolVar(&asRun, "run", false, "print the table the measuring command printed when it finished")
 	return cmd
 }
@@ -212,35 +223,65 @@ func nonEmpty(ss []string) []string {
 func reportDiffCmd(a *app) *cobra.Command {
 	var format string
 	var threshold, alpha float64
+	var metrics []string
+	var allowMissing, failNoisy, wide bool
 	cmd := &cobra.Command{
 		Use:   "diff BASE NEW",
-		Short: "Compare two results documents; exit 1 on a significant regression",
+		Short: "Compare two results documents; exit 1 on a failed gate, a missing result or a regression",
 		Long: `diff pairs the results of NEW with those of BASE by name and parameters and,
 for every metric of every pair, prints both medians with their 95% CIs, the
-change in percent, and the p-value of the Mann-Whitney U test — the same
-statistics as benchstat (golang.org/x/perf/benchmath). A change that is not
-significant prints "~". A geometric-mean row summarises each metric.
-Results present on one side only are listed. Either file may be a merged
-document (mstar report merge); results with the same name and parameters on
-one side are pooled, with a warning when they come from different machines.
+change in percent, the p-value of the Mann-Whitney U test — the same
+statistics as benchstat (golang.org/x/perf/benchmath) — and each side's noise
+between rounds. A change that is not significant prints "~". A geometric-mean
+row summarises each deciding metric. Either file may be a merged document
+(mstar report merge); results with the same name and parameters on one side
+are pooled, with a warning when they come from different machines.
 
-A metric regressed when all four hold, and the verdict column says which did:
+What decides (the output says which metrics did):
+  gates        a gate that failed in NEW (correctness first) fails the diff,
+               whatever the statistics say
+  missing      a result of BASE that NEW lacks, or an interrupted NEW, fails
+               it (--allow-missing accepts them)
+  metrics      one verdict per measured quantity: metrics derived from
+               another (throughput and bandwidth from latency, every % of a
+               ceiling or floor) are shown but do not decide, and neither do
+               context results (the ceilings, memcpy references, tuning
+               candidates); --metrics names the metrics that decide instead,
+               wherever they appear
+
+A deciding metric regressed when all of these hold, and the verdict says which
+did not:
   worse        it moved the wrong way for its direction (lower/higher is better)
   significant  p <= --alpha
   material     the change is larger than --threshold percent
   enough       there are enough samples to tell at all (at alpha 0.05 the
-               U test needs at least 4 a side; fewer can never be significant)
-diff exits 1 when any metric regressed, naming each metric and why. With too
-few samples it says it cannot tell, on stderr, and exits 0. When no metric
-is measured on both sides (renamed parameters, say) there is nothing to
-compare: exit 2, so a CI gate never passes by comparing nothing.`,
+               U test needs at least 4 a side; fewer can never be significant;
+               the medians are shown anyway)
+  quiet        neither side's noise is wider than --threshold: noise is the
+               spread of the medians of a document's rounds (--rounds of the
+               measuring commands) or of the runs merged into one side; a
+               change within wider noise is "too noisy to tell at X%", with
+               the numbers (exit 0, or 1 with --fail-noisy)
+
+Formats: text (tables fitted into 120 columns, metrics that do not decide in
+one line each; --wide for all their tables), markdown (a PR comment), csv
+(one row per verdict, raw numbers), json (every verdict with its numbers, and
+the outcome).
+
+Exit codes: 0 no failure; 1 a failed gate in NEW, a missing result or an
+interrupted NEW, a regression of a deciding metric (or a noisy change with
+--fail-noisy); 2 bad usage or input, or nothing to compare (no deciding
+metric is measured on both sides), so a CI gate never passes by comparing
+nothing. The reasons go to stderr in at most three lines.`,
 		Example: `  mstar report diff base.json new.json
   mstar report diff --threshold 2 --alpha 0.01 base.json new.json
-  mstar report diff --format markdown base.json new.json > comment.md`,
+  mstar report diff --metrics latency,pct_floor base.json new.json
+  mstar report diff --format markdown base.json new.json > comment.md
+  mstar report diff --format json base.json new.json > verdicts.json`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if format != reports.FormatText && format != reports.FormatMarkdown {
-				return usageErr("--format %q: want text or markdown", format)
+			if err := oneOf("format", format, reports.DiffFormats); err != nil {
+				return err
 			}
 			if err := atLeast("threshold", threshold, 0, "a percentage"); err != nil {
 				return err
@@ -252,40 +293,88 @@ compare: exit 2, so a CI gate never passes by comparing nothing.`,
 			if err != nil {
 				return err
 			}
-			c := reports.Diff(docs[:1], docs[1:], reports.DiffOptions{Threshold: threshold, Alpha: alpha})
-			compared := 0
-			for _, m := range c.Metrics {
-				if m.Unmeasured == "" {
-					compared++
+			opt := reports.DiffOptions{Threshold: threshold, Alpha: alpha, AllowMissing: allowMissing, FailNoisy: failNoisy}
+			if cmd.Flags().Changed("metrics") {
+				opt.Metrics = nonEmpty(metrics)
+				if len(opt.Metrics) == 0 {
+					return usageErr("--metrics: name at least one metric")
+				}
+				if err := knownMetrics(docs, opt.Metrics); err != nil {
+					return err
 				}
 			}
-			if compared == 0 {
+			c := reports.Diff(docs[:1], docs[1:], opt)
+			failures := c.Failures()
+			if c.Compared() == 0 && len(failures) == 0 {
 				// A CI gate that compared nothing must not pass quietly;
-				// no table either, whose "no regressions" would read as a pass.
-				return usageErr("nothing to compare: no metric is measured on both sides (%d result(s) only in base, %d only in new, %d metric(s) unmeasured on a side)",
+				// no table either, whose "ok" would read as a pass.
+				why := fmt.Sprintf("%d result(s) only in base, %d only in new, %d metric(s) compared, none deciding and measured on both sides",
 					len(c.OnlyBase), len(c.OnlyNew), len(c.Metrics))
+				if _, shown := c.Deciding(); len(shown) > 0 && opt.Metrics == nil {
+					why += "; name the metrics that should decide with --metrics"
+				}
+				return usageErr("nothing to compare: %s", why)
 			}
-			if err := reports.RenderDiff(a.stdout, c, format); err != nil {
+			if err := reports.RenderDiffWide(a.stdout, c, format, wide); err != nil {
 				return err
 			}
 			if ct := c.CannotTell(); len(ct) > 0 {
 				fmt.Fprintf(a.stderr, "mstar: warning: cannot tell whether %d metric(s) changed: too few samples (at least %d a side needed): %s\n",
-					len(ct), c.SamplesNeeded(), strings.Join(c.CannotTellSummary(), "; "))
+					len(ct), c.SamplesNeeded(), brief(strings.Join(c.CannotTellSummary(), "; "), 160))
 			}
-			if regs := c.Regressions(); len(regs) > 0 {
-				var why []string
-				for _, m := range regs {
-					why = append(why, m.Key+": "+m.Metric+": "+m.Verdict(c.Options))
-				}
-				return failed("%d regression(s): %s", len(regs), strings.Join(why, "; "))
+			if noisy := c.Noisy(); len(noisy) > 0 && !failNoisy {
+				fmt.Fprintf(a.stderr, "mstar: warning: %d change(s) too noisy to tell at %s%% (see the verdicts; --fail-noisy fails them)\n", len(noisy), strconv.FormatFloat(threshold, 'g', -1, 64))
+			}
+			if len(failures) > 0 {
+				return failed("%s", brief(strings.Join(failures, "; "), 400))
 			}
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&format, "format", reports.FormatText, "output format: text or markdown")
-	cmd.Flags().Float64Var(&threshold, "threshold", 5, "smallest change, in percent, that counts as a regression")
-	cmd.Flags().Float64Var(&alpha, "alpha", 0.05, "significance level of the Mann-Whitney U test")
+	f := cmd.Flags()
+	f.StringVar(&format, "format", reports.FormatText, "output format: "+strings.Join(reports.DiffFormats, ", "))
+	f.Float64Var(&threshold, "threshold", 5, "smallest change (%) that counts; also the noise bar")
+	f.Float64Var(&alpha, "alpha", 0.05, "significance level of the Mann-Whitney U test")
+	f.StringSliceVar(&metrics, "metrics", nil, "metrics that decide, wherever they are (default: measured, not derived or context)")
+	f.BoolVar(&allowMissing, "allow-missing", false, "pass although NEW lacks results of BASE or was interrupted")
+	f.BoolVar(&failNoisy, "fail-noisy", false, "exit 1 also for a change within noise wider than --threshold")
+	f.BoolVar(&wide, "wide", false, "all tables, as wide as their cells (default: 120 columns)")
 	return cmd
+}
+
+// knownMetrics refuses a --metrics name that no document has.
+func knownMetrics(docs []*reports.Document, names []string) error {
+	have := map[string]bool{}
+	for _, d := range docs {
+		for _, r := range d.Results {
+			for _, m := range r.Metrics {
+				have[m.Name] = true
+			}
+		}
+	}
+	for _, n := range names {
+		if !have[n] {
+			all := make([]string, 0, len(have))
+			for k := range have {
+				all = append(all, k)
+			}
+			slices.Sort(all)
+			return usageErr("--metrics: no metric named %q (have: %s)", n, strings.Join(all, ", "))
+		}
+	}
+	return nil
+}
+
+// brief cuts s to about n characters, saying so.
+func brief(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := strings.LastIndex(s[:n], " ")
+	if cut < n/2 {
+		cut = n
+	}
+	return s[:cut] + " … (see the report)"
 }
 
 func reportExportCmd(a *app) *cobra.Command {
@@ -336,15 +425,28 @@ func reportMergeCmd(a *app) *cobra.Command {
 		Long: `merge joins documents into one, written atomically to OUT. Every result keeps
 the environment it was measured in: the merged document's environment holds
 the keys all results share, and each result records the keys in which it
-differs (its host, GPU, commit, ...). 'mstar report show' on the merged
-document prints the same tables, grouped by environment, as on its parts;
-'mstar report diff' accepts it on either side. Merged documents merge again.`,
+differs (its host, GPU, commit, ...), and the run it came from (its run id),
+so two runs of one host stay distinguishable. 'mstar report show' on the
+merged document prints the same tables, grouped by environment, as on its
+parts; 'mstar report diff' accepts it on either side, and takes the runs
+merged into one side as rounds: their spread is that side's noise. Merged
+documents merge again.
+
+Refused (exit 2): an OUT that is one of the inputs, and one run given twice
+(the same file, a copy, or a document already inside a merged input): its
+samples would count twice.`,
 		Example: `  mstar report merge -o all.json shard-0.json shard-1.json shard-2.json
   mstar report merge -o fleet.json h200-*.json h100-*.json`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if out == "" {
 				return usageErr("merge: -o OUT is required")
+			}
+			for _, in := range args {
+				if sameFile(in, out) {
+					// Writing over an input would lose it if anything went wrong.
+					return usageErr("merge: -o %s is also an input: write the merged document to a new file", out)
+				}
 			}
 			docs, err := a.readDocs(args)
 			if err != nil {
@@ -369,6 +471,20 @@ document prints the same tables, grouped by environment, as on its parts;
 	return cmd
 }
 
+// sameFile reports whether paths a and b name one file: the same path, or
+// two names of one existing file (a link, ./x and x).
+func sameFile(a, b string) bool {
+	if a == "-" || b == "-" {
+		return false
+	}
+	if filepath.Clean(a) == filepath.Clean(b) {
+		return true
+	}
+	fa, errA := os.Stat(a)
+	fb, errB := os.Stat(b)
+	return errA == nil && errB == nil && os.SameFile(fa, fb)
+}
+
 func reportPlotCmd(a *app) *cobra.Command {
 	var opt reports.PlotOptions
 	var out string
@@ -386,8 +502,8 @@ Unmeasured points are left out, with a warning, never drawn as 0.
 
 The image format follows OUT's extension: .png or .svg.`,
 		Example: `  mstar report plot --metric latency --x batch --logx -o latency.png results.json
-  mstar report plot --metric tflops --x batch --series model -o tflops.svg results.json
-  mstar report plot --metric bandwidth --x size --where dir=h2d --logx -o h2d.png base.json new.json   # GPU sweeps (copy results)`,
+  mstar report plot --metric throughput --x batch --series model -o throughput.svg results.json
+  mstar report plot --metric bandwidth --x size --where dir=h2d --logx -o h2d.png sweep-a.json sweep-b.json   # arena sweeps on a GPU`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if opt.Metric == "" || opt.X == "" || out == "" {

@@ -67,15 +67,15 @@ func TestReportDiffExitCodes(t *testing.T) {
 			base:     latencyDoc(t, dir, "a1.json", 1, 10, 50, 0.01),
 			next:     latencyDoc(t, dir, "a2.json", 2, 10, 50, 0.01),
 			wantCode: exitOK,
-			wantOut:  []string{"no regressions"},
+			wantOut:  []string{"ok: no regression in 3 deciding comparisons"},
 		},
 		{
 			name:     "10% slower with 10 samples at 1% noise fails",
 			base:     latencyDoc(t, dir, "b1.json", 3, 10, 50, 0.01),
 			next:     latencyDoc(t, dir, "b2.json", 4, 10, 55, 0.01),
 			wantCode: exitFailed,
-			wantErr:  []string{"3 regression(s)", "moe/batch=1: latency: REGRESSION: +", "moe/batch=64: latency: REGRESSION", "p=0.000, n=10+10, threshold 5%"},
-			wantOut:  []string{"3 regression(s)"},
+			wantErr:  []string{"3 regressions: moe/batch=1 latency +", "moe/batch=16 latency +"},
+			wantOut:  []string{"moe/batch=1: latency: REGRESSION: +", "moe/batch=64: latency: REGRESSION", "p=0.000, n=10+10, threshold 5%", "FAIL: 3 regressions"},
 		},
 		{
 			name:     "3 samples a side cannot tell",
@@ -83,7 +83,7 @@ func TestReportDiffExitCodes(t *testing.T) {
 			next:     latencyDoc(t, dir, "c2.json", 6, 3, 75, 0.01),
 			wantCode: exitOK,
 			wantErr:  []string{"cannot tell whether 3 metric(s) changed: too few samples (at least 4 a side needed)", "(n=3+3)"},
-			wantOut:  []string{"the U test needs at least 4 a side", "latency in 3 results (n=3+3)", "no regressions"},
+			wantOut:  []string{"│ moe/batch=1  │ 49.34 µs │ 75.23 µs │", "│ 3+3 │ -     │ too few samples │", "ok: no regression, but no deciding comparison could tell (3 comparisons with too few samples)"},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -109,7 +109,7 @@ func TestReportDiffExitCodes(t *testing.T) {
 		t.Errorf("--threshold 15: exit %d, stderr %s", code, stderr)
 	}
 	out, _, code := mstarReport(t, "report", "diff", "--format", "markdown", filepath.Join(dir, "b1.json"), filepath.Join(dir, "b2.json"))
-	if code != exitFailed || !strings.Contains(out, "### latency (us)") || !strings.Contains(out, "| moe/batch=1 ") {
+	if code != exitFailed || !strings.Contains(out, "### latency (lower is better)") || !strings.Contains(out, "| moe/batch=1 ") {
 		t.Errorf("markdown diff: exit %d\n%s", code, out)
 	}
 }
@@ -266,7 +266,12 @@ func TestReportDiffNothingCompared(t *testing.T) {
 	if err := results.WriteFile(renamed, doc); err != nil {
 		t.Fatal(err)
 	}
-	stdout, stderr, code := runMstar(t, "report", "diff", base, renamed)
+	// Every result of base is missing from new: that alone fails.
+	_, stderr, code := runMstar(t, "report", "diff", base, renamed)
+	if code != exitFailed || !strings.Contains(stderr, "3 results of base missing from new: moe/batch=1, moe/batch=16, moe/batch=64") {
+		t.Errorf("exit %d, stderr %q; want exit 1 naming the missing results", code, stderr)
+	}
+	stdout, stderr, code := runMstar(t, "report", "diff", "--allow-missing", base, renamed)
 	if code != exitBadInput || !strings.Contains(stderr, "nothing to compare") {
 		t.Errorf("exit %d, stderr %q; want exit 2 saying nothing to compare", code, stderr)
 	}
@@ -295,5 +300,215 @@ func TestReportDiffReadmeExampleReadable(t *testing.T) {
 	}
 	if lines := strings.Split(strings.TrimSpace(stderr), "\n"); len(lines) != 1 || len(lines[0]) > 200 {
 		t.Errorf("stderr, want one short line:\n%s", stderr)
+	}
+}
+
+// editDoc reads a document, changes it and writes it under a new name.
+func editDoc(t *testing.T, from, to string, edit func(d *results.Document)) string {
+	t.Helper()
+	d, err := results.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edit(d)
+	if err := results.WriteFile(to, d); err != nil {
+		t.Fatal(err)
+	}
+	return to
+}
+
+// What fails a CI diff besides the statistics, and how it says so.
+func TestReportDiffGatesMissingFormats(t *testing.T) {
+	dir := t.TempDir()
+	base := latencyDoc(t, dir, "base.json", 1, 10, 50, 0.01)
+	same := latencyDoc(t, dir, "same.json", 2, 10, 50, 0.01)
+	gate := editDoc(t, same, filepath.Join(dir, "gate.json"), func(d *results.Document) {
+		d.Results[2].Gates = []results.Gate{{Name: "correctness", Pass: false, Reason: "rel L2 0.5 against the float64 reference (limit 0.01)"}}
+	})
+	missing := editDoc(t, same, filepath.Join(dir, "missing.json"), func(d *results.Document) { d.Results = d.Results[:2] })
+	interrupted := editDoc(t, missing, filepath.Join(dir, "interrupted.json"), func(d *results.Document) { d.Warnings = append(d.Warnings, results.WarnInterrupted) })
+	// Three quiet rounds a side (what --rounds 3 records), 10% slower.
+	inRounds := func(d *results.Document) {
+		d.Rounds = 3
+		for i := range d.Results {
+			m := &d.Results[i].Metrics[0]
+			m.Rounds = nil
+			for j := range m.Samples {
+				m.Rounds = append(m.Rounds, j*3/len(m.Samples))
+			}
+		}
+	}
+	quietBase := editDoc(t, latencyDoc(t, dir, "qb.json", 7, 12, 50, 0.01), filepath.Join(dir, "quiet-base.json"), inRounds)
+	slower := editDoc(t, latencyDoc(t, dir, "qn.json", 8, 12, 55, 0.01), filepath.Join(dir, "slower.json"), inRounds)
+	noisyBase := editDoc(t, quietBase, filepath.Join(dir, "noisy-base.json"), func(d *results.Document) {
+		for i := range d.Results {
+			m := &d.Results[i].Metrics[0]
+			for j := range m.Samples {
+				m.Samples[j] *= 1 + 0.07*float64(m.Rounds[j]-1) // rounds 7% apart
+			}
+		}
+	})
+	for _, tc := range []struct {
+		name     string
+		args     []string
+		wantCode int
+		wantErr  string
+		wantOut  string
+	}{
+		{"failed gate in new", []string{gate}, exitFailed, "mstar: 1 gate failed in new: moe/batch=64: correctness: rel L2 0.5", "FAILED GATES in new"},
+		{"failed gate in new, missing allowed", []string{"--allow-missing", gate}, exitFailed, "1 gate failed in new", ""},
+		{"missing result", []string{missing}, exitFailed, "1 result of base missing from new: moe/batch=64 (--allow-missing to accept)", "MISSING from new:\nmoe/batch=64"},
+		{"missing result allowed", []string{"--allow-missing", missing}, exitOK, "", "1 result missing, allowed"},
+		{"interrupted new", []string{interrupted}, exitFailed, "new document 1 (bench moe) is interrupted", "INTERRUPTED:"},
+		{"10% slower, quiet rounds", []string{slower}, exitFailed, "mstar: 3 regressions: moe/batch=1 latency +", "noise 0."},
+		{"10% slower, noisy rounds", []string{slower}, exitOK, "3 change(s) too noisy to tell at 5%", "too noisy to tell at 5%: +"},
+		{"10% slower, noisy rounds, --fail-noisy", []string{"--fail-noisy", slower}, exitFailed, "3 metrics too noisy to tell at 5% (--fail-noisy)", ""},
+		{"json", []string{"--format", "json", gate}, exitFailed, "1 gate failed", `"pass": false`},
+		{"csv", []string{"--format", "csv", gate}, exitFailed, "1 gate failed", "moe/batch=64,,,,,,,,,,,,,,,,,,,,,,GATE FAILED,"},
+		{"unknown metric", []string{"--metrics", "nope", same}, exitBadInput, `--metrics: no metric named "nope" (have: latency)`, ""},
+		{"bad format", []string{"--format", "xml", same}, exitBadInput, `--format "xml": want one of text, markdown, csv, json`, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// Flags, then BASE and the case's NEW (its last argument).
+			b := base
+			switch {
+			case strings.Contains(tc.name, "quiet rounds"):
+				b = quietBase
+			case strings.Contains(tc.name, "noisy rounds"):
+				b = noisyBase
+			}
+			args := append(append([]string{"report", "diff"}, tc.args[:len(tc.args)-1]...), b, tc.args[len(tc.args)-1])
+			out, stderr, code := mstarReport(t, args...)
+			if code != tc.wantCode || !strings.Contains(stderr, tc.wantErr) || !strings.Contains(out, tc.wantOut) {
+				t.Errorf("exit %d (want %d)\nstderr (want %q):\n%s\nstdout (want %q):\n%s", code, tc.wantCode, tc.wantErr, stderr, tc.wantOut, out)
+			}
+			if n := strings.Count(strings.TrimSpace(stderr), "\n") + 1; stderr != "" && n > 3 {
+				t.Errorf("stderr has %d lines, want at most 3:\n%s", n, stderr)
+			}
+		})
+	}
+}
+
+func TestReportMergeRefusals(t *testing.T) {
+	dir := t.TempDir()
+	a := latencyDoc(t, dir, "a.json", 1, 6, 50, 0.01)
+	b := latencyDoc(t, dir, "b.json", 2, 6, 50, 0.01)
+	copyOfA := filepath.Join(dir, "copy-of-a.json")
+	if raw, err := os.ReadFile(a); err != nil || os.WriteFile(copyOfA, raw, 0o644) != nil {
+		t.Fatal(err)
+	}
+	merged := filepath.Join(dir, "m.json")
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		wantErr string
+	}{
+		{"-o is an input", []string{"-o", a, a, b}, "merge: -o " + a + " is also an input"},
+		{"-o is an input by another name", []string{"-o", filepath.Join(dir, ".", "b.json"), a, b}, "is also an input"},
+		{"same file twice", []string{"-o", merged, a, b, a}, "merge: documents 1 and 3 hold the same run"},
+		{"a copy of a run", []string{"-o", merged, copyOfA, b, a}, "documents 1 and 3 hold the same run"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, stderr, code := mstarReport(t, append([]string{"report", "merge"}, tc.args...)...)
+			if code != exitBadInput || !strings.Contains(stderr, tc.wantErr) {
+				t.Errorf("exit %d, stderr %q; want exit 2 with %q", code, stderr, tc.wantErr)
+			}
+		})
+	}
+	if raw, _ := os.ReadFile(a); !bytes.Contains(raw, []byte(`"run_id"`)) {
+		t.Fatalf("an -o refusal changed its input, or documents have no run id:\n%s", raw)
+	}
+	// Two runs of one host merge, keep their runs, and diff as two rounds.
+	if _, stderr, code := mstarReport(t, "report", "merge", "-o", merged, a, b); code != exitOK {
+		t.Fatalf("merge: exit %d: %s", code, stderr)
+	}
+	m, err := results.ReadFile(merged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := map[string]bool{}
+	for i := range m.Results {
+		runs[m.RunOf(&m.Results[i])] = true
+	}
+	if len(runs) != 2 || m.RunID == "" {
+		t.Errorf("merged document: run id %q, results from %d runs; want 2", m.RunID, len(runs))
+	}
+	out, _, _ := mstarReport(t, "report", "diff", "--format", "json", merged, b)
+	if !strings.Contains(out, `"rounds": 2`) {
+		t.Errorf("the merged runs are not the base's two rounds:\n%s", out)
+	}
+}
+
+// Every example in the help of the report commands runs: on real
+// documents of this repository, in a folder of its own, without exit 2.
+func TestReportHelpExamplesRun(t *testing.T) {
+	dir := t.TempDir()
+	copyTo := func(from, to string) {
+		raw, err := os.ReadFile(from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, to), raw, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	moe, moeOld := "../../reports/measured/h200/moe-qwen3-30b-a3b.json", "../../reports/measured/h200/moe-v3-qwen3-30b-a3b.json"
+	copyTo(moeOld, "base.json")
+	copyTo(moe, "new.json")
+	copyTo(moe, "results.json")
+	copyTo(moe, "moe.json")
+	copyTo(moeOld, "a.json")
+	copyTo(moe, "b.json")
+	copyTo("../../reports/measured/h200/arena-sweep.json", "sweep-a.json")
+	copyTo("../../reports/measured/h200/arena-sweep.json", "sweep-b.json")
+	for i, n := range []string{"shard-0.json", "shard-1.json", "shard-2.json", "host1.json", "host2.json"} {
+		latencyDoc(t, dir, n, uint64(i+1), 6, 50, 0.01)
+	}
+	root := newRoot(&app{stdout: &bytes.Buffer{}, stderr: &bytes.Buffer{}})
+	report, _, err := root.Find([]string{"report"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wd, _ := os.Getwd()
+	if err := os.Chdir(dir); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Chdir(wd)
+	ran := 0
+	for _, cmd := range append(report.Commands(), report) {
+		for _, line := range strings.Split(cmd.Example, "\n") {
+			line = strings.TrimSpace(line)
+			if i := strings.Index(line, "   #"); i > 0 {
+				line = strings.TrimSpace(line[:i])
+			}
+			// Pipes, globs and other programs are the shell's, not mstar's.
+			if !strings.HasPrefix(line, "mstar ") || strings.ContainsAny(line, "|*$") {
+				continue
+			}
+			line, _, _ = strings.Cut(line, " >")
+			args := strings.Fields(line)[1:]
+			_, stderr, code := mstarReport(t, args...)
+			if code != exitOK && code != exitFailed {
+				t.Errorf("%s: exit %d: %s", line, code, stderr)
+			}
+			ran++
+		}
+	}
+	if ran < 10 {
+		t.Errorf("ran %d examples: the parsing broke", ran)
+	}
+}
+
+// Ceilings are context: a diff of two ceilings documents decides nothing
+// unless --metrics names what should.
+func TestReportDiffContextOnly(t *testing.T) {
+	c := "../../reports/measured/h200/ceilings.json"
+	_, stderr, code := mstarReport(t, "report", "diff", c, c)
+	if code != exitBadInput || !strings.Contains(stderr, "nothing to compare") || !strings.Contains(stderr, "--metrics") {
+		t.Errorf("exit %d, stderr %q; want exit 2 pointing at --metrics", code, stderr)
+	}
+	out, stderr, code := mstarReport(t, "report", "diff", "--metrics", "bandwidth", c, c)
+	if code != exitOK || !strings.Contains(out, "deciding: bandwidth (named by --metrics)") {
+		t.Errorf("--metrics bandwidth: exit %d, stderr %q\n%s", code, stderr, out)
 	}
 }

@@ -18,6 +18,7 @@ func ExampleNewStreamWriter() {
 	var out strings.Builder
 	d := results.NewDocument("arena sweep", []string{"mstar", "arena", "sweep"}, results.Env{"host": "gpu-a"})
 	d.Start = time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
+	d.RunID = "20261130T080000Z-0a1b2c3d" // NewDocument draws a fresh one
 	s, err := results.NewStreamWriter(&out, d)
 	if err != nil {
 		fmt.Println(err)
@@ -30,7 +31,7 @@ func ExampleNewStreamWriter() {
 	s.Close()
 	fmt.Print(out.String())
 	// Output:
-	// {"record":"header","format":"mstar.results","schema":1,"suite":"arena sweep","command":["mstar","arena","sweep"],"start":"2026-11-30T08:00:00Z","env":{"host":"gpu-a"}}
+	// {"record":"header","format":"mstar.results","schema":1,"suite":"arena sweep","command":["mstar","arena","sweep"],"start":"2026-11-30T08:00:00Z","env":{"host":"gpu-a"},"run_id":"20261130T080000Z-0a1b2c3d"}
 	// {"record":"result","result":{"name":"copy","params":{"size":"4KiB"},"metrics":[{"name":"bandwidth","unit":"GB/s","better":"higher","samples":[1.7]}]}}
 	// {"record":"footer","end":"2026-11-30T08:00:01Z"}
 }

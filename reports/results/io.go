@@ -16,15 +16,17 @@ import (
 )
 
 // NewDocument starts a document for one run of suite, recording the command
-// line and the environment; Start is now.
+// line and the environment; Start is now and RunID a fresh id.
 func NewDocument(suite string, args []string, env Env) *Document {
+	start := time.Now()
 	return &Document{
 		Format:  Format,
 		Schema:  SchemaVersion,
 		Suite:   suite,
 		Command: append([]string(nil), args...),
-		Start:   time.Now(),
+		Start:   start,
 		Env:     env,
+		RunID:   NewRunID(start),
 	}
 }
 

@@ -33,8 +33,11 @@
 package results
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -52,6 +55,10 @@ const Format = "mstar.results"
 // that SIGINT or SIGTERM stopped before it completed: its results are the
 // part that ran, and a reader must not take them for the whole run.
 const WarnInterrupted = "interrupted: the run stopped before it completed; its results cover the part that ran"
+
+// WarnNoFooter is the warning a reader adds to a stream that ends without
+// its footer: the run died (SIGKILL, OOM) before it finished.
+const WarnNoFooter = "stream has no footer: the run did not finish, results may be missing"
 
 // Sink receives each result as soon as it is finished, so that a run
 // killed later keeps it (the CLI streams it beside --out). A nil Sink
@@ -79,6 +86,14 @@ type Document struct {
 	Env      Env       `json:"env"` // where it ran: host, cpu, gpu, driver, versions ...
 	Results  []Result  `json:"results"`
 	Warnings []string  `json:"warnings,omitempty"` // run-level, non-fatal problems
+	// RunID names this run (NewDocument sets it), so that two documents of
+	// one host stay distinguishable after a merge; empty in documents
+	// written before run ids existed.
+	RunID string `json:"run_id,omitempty"`
+	// Rounds is how many times the command repeated its whole sweep
+	// (--rounds); 0 or 1 is once. Metric.Rounds says which round each
+	// sample belongs to.
+	Rounds int `json:"rounds,omitempty"`
 }
 
 // Env is the environment a document was measured in, as benchfmt
@@ -108,11 +123,27 @@ type Result struct {
 	// document's Env. Measuring commands leave it empty; Merge sets it when
 	// it joins documents from several machines, so that every result keeps
 	// where it was measured (see Document.EnvOf).
-	Env      Env      `json:"env,omitempty"`
+	Env Env `json:"env,omitempty"`
+	// Run is the run id of the document this result came from when Merge
+	// joined it into a document of several runs (see Document.RunOf).
+	Run string `json:"run,omitempty"`
+	// Role is RoleMeasured (empty) for the code under test, or
+	// RoleContext for what a run measures only to put its results in
+	// context (hardware ceilings, a memcpy reference): a diff shows
+	// context but does not let it decide.
+	Role     Role     `json:"role,omitempty"`
 	Metrics  []Metric `json:"metrics"`
 	Gates    []Gate   `json:"gates,omitempty"`
 	Warnings []string `json:"warnings,omitempty"`
 }
+
+// Role says what a result is for; see Result.Role.
+type Role string
+
+const (
+	RoleMeasured Role = ""
+	RoleContext  Role = "context"
+)
 
 // Params are a result's parameters ("batch": "64", "model": "qwen3-30b-a3b").
 // Values are strings so that they print, pair and export without loss.
@@ -170,6 +201,14 @@ type Metric struct {
 	Better     Direction `json:"better"`
 	Samples    []float64 `json:"samples,omitempty"`
 	Unmeasured string    `json:"unmeasured,omitempty"`
+	// DerivedFrom names the metric of the same result that this one is
+	// computed from (throughput from latency, a percentage of a ceiling):
+	// one measured quantity, so a diff shows it but lets only the source
+	// decide.
+	DerivedFrom string `json:"derived_from,omitempty"`
+	// Rounds, when set, is parallel to Samples: the round (0-based) of the
+	// repeated sweep each sample was measured in.
+	Rounds []int `json:"rounds,omitempty"`
 }
 
 // Measured reports whether the metric has samples.
@@ -224,6 +263,9 @@ func (d *Document) Validate() error {
 		if r.Name == "" {
 			return fmt.Errorf("result %d has no name", i)
 		}
+		if r.Role != RoleMeasured && r.Role != RoleContext {
+			return fmt.Errorf("result %q: role %q is neither empty (measured) nor %q", r.Key(), r.Role, RoleContext)
+		}
 		seen := make(map[string]bool, len(r.Metrics))
 		for j, m := range r.Metrics {
 			if m.Name == "" {
@@ -243,12 +285,122 @@ func (d *Document) Validate() error {
 			if len(m.Samples) > 0 && m.Unmeasured != "" {
 				return fmt.Errorf("result %q: metric %q has samples but is marked unmeasured (%s)", r.Key(), m.Name, m.Unmeasured)
 			}
+			if len(m.Rounds) > 0 && len(m.Rounds) != len(m.Samples) {
+				return fmt.Errorf("result %q: metric %q has %d samples but %d rounds", r.Key(), m.Name, len(m.Samples), len(m.Rounds))
+			}
 			for k, v := range m.Samples {
 				if math.IsNaN(v) || math.IsInf(v, 0) {
 					return fmt.Errorf("result %q: metric %q: sample %d is %v (JSON cannot carry it; mark the metric unmeasured instead)", r.Key(), m.Name, k, v)
 				}
 			}
 		}
+		for _, m := range r.Metrics {
+			if m.DerivedFrom != "" && (m.DerivedFrom == m.Name || !seen[m.DerivedFrom]) {
+				return fmt.Errorf("result %q: metric %q is derived from %q, which is not another metric of the result", r.Key(), m.Name, m.DerivedFrom)
+			}
+		}
 	}
 	return nil
+}
+
+// Interrupted reports whether the run stopped before it completed (its
+// results are the part that ran).
+func (d *Document) Interrupted() bool {
+	for _, w := range d.Warnings {
+		if w == WarnInterrupted || w == WarnNoFooter {
+			return true
+		}
+	}
+	return false
+}
+
+// RunOf is the run id of result r: its own (a merged document's results
+// keep theirs) or its document's.
+func (d *Document) RunOf(r *Result) string {
+	if r.Run != "" {
+		return r.Run
+	}
+	return d.RunID
+}
+
+// NewRunID is a fresh run id: the UTC start time to the second and 32
+// random bits, e.g. "20261201T212619Z-3fa2b1c4".
+func NewRunID(start time.Time) string {
+	var b [4]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		// Without randomness the nanoseconds still tell two runs apart.
+		return start.UTC().Format("20060102T150405.000000000Z")
+	}
+	return start.UTC().Format("20060102T150405Z") + "-" + hex.EncodeToString(b[:])
+}
+
+// JoinRounds joins the results of a sweep repeated in rounds (rounds[i] is
+// round i's results) into one result per key, in order of first
+// appearance: samples are concatenated and each metric's Rounds records
+// the round of every sample; a gate passes only when it passed in every
+// round (a failing round's reason wins); warnings are kept once. Results
+// of one round only (a tuned configuration, an interrupted last round)
+// stay as they are, with their round recorded.
+func JoinRounds(rounds [][]Result) []Result {
+	var out []Result
+	index := map[string]int{}
+	for round, rs := range rounds {
+		for _, r := range rs {
+			k := r.Key()
+			i, ok := index[k]
+			if !ok {
+				i = len(out)
+				index[k] = i
+				c := r
+				c.Metrics, c.Gates, c.Warnings = nil, nil, nil
+				out = append(out, c)
+			}
+			joinResult(&out[i], r, round)
+		}
+	}
+	return out
+}
+
+func joinResult(dst *Result, r Result, round int) {
+	for _, m := range r.Metrics {
+		j := slices.IndexFunc(dst.Metrics, func(x Metric) bool { return x.Name == m.Name })
+		if j < 0 {
+			c := m
+			c.Samples, c.Rounds = nil, nil
+			dst.Metrics = append(dst.Metrics, c)
+			j = len(dst.Metrics) - 1
+		}
+		d := &dst.Metrics[j]
+		if !m.Measured() {
+			if d.Unmeasured == "" {
+				d.Unmeasured = fmt.Sprintf("round %d: %s", round, m.Unmeasured)
+			}
+			continue
+		}
+		for range m.Samples {
+			d.Rounds = append(d.Rounds, round)
+		}
+		d.Samples = append(d.Samples, m.Samples...)
+	}
+	for j := range dst.Metrics {
+		// A metric unmeasured in one round but measured in another keeps
+		// its samples: Validate allows only one of the two.
+		if d := &dst.Metrics[j]; len(d.Samples) > 0 {
+			d.Unmeasured = ""
+		}
+	}
+	for _, g := range r.Gates {
+		j := slices.IndexFunc(dst.Gates, func(x Gate) bool { return x.Name == g.Name })
+		switch {
+		case j < 0:
+			dst.Gates = append(dst.Gates, g)
+		case dst.Gates[j].Pass && (!g.Pass || round > 0):
+			dst.Gates[j] = g // a pass says what the last round checked; a failure stays
+		}
+	}
+	for _, w := range r.Warnings {
+		if !slices.Contains(dst.Warnings, w) {
+			dst.Warnings = append(dst.Warnings, w)
+		}
+	}
 }

@@ -39,6 +39,8 @@ type streamHeader struct {
 	Start    time.Time `json:"start"`
 	Env      Env       `json:"env"`
 	Warnings []string  `json:"warnings,omitempty"`
+	RunID    string    `json:"run_id,omitempty"`
+	Rounds   int       `json:"rounds,omitempty"`
 }
 
 type streamResult struct {
@@ -78,7 +80,7 @@ func NewStreamWriter(w io.Writer, d *Document) (*StreamWriter, error) {
 	s := &StreamWriter{w: w, d: d, nWarn: len(d.Warnings)}
 	err := s.record(streamHeader{
 		Record: recordHeader, Format: d.Format, Schema: d.Schema, Suite: d.Suite,
-		Command: d.Command, Start: d.Start, Env: d.Env, Warnings: d.Warnings,
+		Command: d.Command, Start: d.Start, Env: d.Env, Warnings: d.Warnings, RunID: d.RunID, Rounds: d.Rounds,
 	})
 	if err != nil {
 		return nil, err
@@ -225,7 +227,7 @@ func parseStream(b []byte) (*Document, error) {
 				return nil, jsonpos.Error(line, lineNo-1, err)
 			}
 			d = &Document{Format: h.Format, Schema: h.Schema, Suite: h.Suite, Command: h.Command,
-				Start: h.Start, Env: h.Env, Warnings: h.Warnings}
+				Start: h.Start, Env: h.Env, Warnings: h.Warnings, RunID: h.RunID, Rounds: h.Rounds}
 			// Check the version before reading records it may not describe.
 			if err := d.Validate(); err != nil {
 				return nil, fmt.Errorf("line %d: %w", lineNo, err)
@@ -264,11 +266,33 @@ func parseStream(b []byte) (*Document, error) {
 	if d == nil {
 		return nil, fmt.Errorf("stream has no header")
 	}
+	d.Results = joinRepeats(d.Results)
 	if !footer {
-		d.Warnings = append(d.Warnings, WarnInterrupted, "stream has no footer: the run did not finish, results may be missing")
+		d.Warnings = append(d.Warnings, WarnInterrupted, WarnNoFooter)
 	}
 	if torn {
 		d.Warnings = append(d.Warnings, fmt.Sprintf("line %d: the last record is torn (the run was killed while writing it) and is left out", lineNo))
 	}
 	return d, nil
+}
+
+// joinRepeats joins the rounds of a --rounds run's stream, which holds each
+// round's results as they finished: the k-th result of one key is of round
+// k-1. A stream without repeated keys comes back as it is.
+func joinRepeats(rs []Result) []Result {
+	seen := map[string]int{}
+	var rounds [][]Result
+	for _, r := range rs {
+		k := r.Key()
+		round := seen[k]
+		seen[k]++
+		if round == len(rounds) {
+			rounds = append(rounds, nil)
+		}
+		rounds[round] = append(rounds[round], r)
+	}
+	if len(rounds) <= 1 {
+		return rs
+	}
+	return JoinRounds(rounds)
 }

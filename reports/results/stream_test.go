@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -205,5 +206,39 @@ func TestIsStream(t *testing.T) {
 		if got := isStream([]byte(tc.in)); got != tc.want {
 			t.Errorf("isStream(%.40q) = %v, want %v", tc.in, got, tc.want)
 		}
+	}
+}
+
+// A --rounds run streams each round's results; a reader of the stream
+// left by a kill joins them as the written document would.
+func TestReadStreamJoinsRounds(t *testing.T) {
+	var b strings.Builder
+	d := NewDocument("bench moe", []string{"mstar", "bench", "moe"}, Env{"host": "h"})
+	s, err := NewStreamWriter(&b, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lat := func(v float64) Result {
+		return Result{Name: "moe", Params: Params{"batch": "1"},
+			Metrics: []Metric{{Name: "latency", Unit: "µs", Better: LowerIsBetter, Samples: []float64{v, v + 1}}}}
+	}
+	for _, v := range []float64{10, 20} {
+		if err := s.Add(lat(v)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := Read(strings.NewReader(b.String()), "run.partial.ndjson")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Results) != 1 {
+		t.Fatalf("got %d results, want the two rounds joined into 1", len(got.Results))
+	}
+	m := got.Results[0].Metric("latency")
+	if !slices.Equal(m.Samples, []float64{10, 11, 20, 21}) || !slices.Equal(m.Rounds, []int{0, 0, 1, 1}) {
+		t.Errorf("samples %v rounds %v, want [10 11 20 21] in rounds [0 0 1 1]", m.Samples, m.Rounds)
+	}
+	if !got.Interrupted() {
+		t.Error("a stream without its footer should read as interrupted")
 	}
 }
