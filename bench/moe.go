@@ -330,6 +330,9 @@ func RunMoE(ctx context.Context, dev gpu.Device, opt MoEOptions) (*MoEReport, er
 	}
 
 	rep.Ceilings = opt.Ceilings
+	if _, _, note := opt.Ceilings.Stream(); note != "" {
+		rep.Warnings = append(rep.Warnings, note)
+	}
 	for _, c := range []*Ceiling{&opt.Ceilings.D2D, &opt.Ceilings.GEMM} {
 		if !c.Measured() {
 			rep.Warnings = append(rep.Warnings, "ceiling unmeasured: "+c.Unmeasured+": percentages of it are unmeasured")
@@ -426,6 +429,11 @@ func RunMoE(ctx context.Context, dev gpu.Device, opt MoEOptions) (*MoEReport, er
 		}
 		rep.Results = append(rep.Results, res)
 		rep.Rows = append(rep.Rows, row)
+		for _, w := range res.Warnings {
+			if strings.Contains(w, overCeilingMark) {
+				rep.Warnings = append(rep.Warnings, w)
+			}
+		}
 	}
 	return rep, nil
 }
@@ -552,7 +560,8 @@ func runCPU(ctx context.Context, l *moe.Layer, x []float32, r moe.Routing, sampl
 	}
 	moe.ForwardCPU(l, x, r, out) // the checked pass, also the warm-up
 	scratch := make([]float32, len(out))
-	sec, err := TimeWall(Timing{Samples: samples}, func() error {
+	// The checked pass was the first warm-up call; the rest settle.
+	sec, err := TimeWall(Timing{Samples: samples, Settle: &DefaultSettle}, func() error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
@@ -580,6 +589,14 @@ func runCPU(ctx context.Context, l *moe.Layer, x []float32, r moe.Routing, sampl
 		}
 	}
 	return out, us, st, "cpu:forward-f32", nil
+}
+
+// gpuWarmUp settles a CUDA timing loop: graph replays (each a few ms of
+// back-to-back calls) until their device time stops improving, for at least
+// 100 ms, so that clocks and power state are those of a sustained run.
+func gpuWarmUp(replay func() (float64, error)) error {
+	_, err := SettleCalls(Settle{MinTime: 100 * time.Millisecond, MaxTime: 3 * time.Second}, replay)
+	return err
 }
 
 // gpuMoE holds the CUDA side of a sweep: kernels, weight copies, a stream.
@@ -656,6 +673,7 @@ func (g *gpuMoE) checkedPass(m int, x []float32, r moe.Routing, c moe.Config) (*
 	if err != nil {
 		return nil, nil, err
 	}
+	p.WarmUp = gpuWarmUp
 	if err := p.SetInputs(x, r); err != nil {
 		p.Free()
 		return nil, nil, err
@@ -826,7 +844,9 @@ func MoEParams(opt MoEOptions, local moe.Shape, m int, impl string) reports.Para
 // moeResult turns one batch's samples into a result. Throughput counts
 // Shape.Flops of the computed slots; bandwidth counts Shape.Bytes (touched
 // experts' weights once, x and out once, the routing once); the floor is
-// max(bytes / D2D ceiling, flops / GEMM ceiling).
+// max(bytes / read ceiling, flops / GEMM ceiling) (the d2d copy ceiling
+// when the read ceiling is unmeasured, with a warning). A percentage above
+// OverCeilingPct warns, naming the ceiling.
 func moeResult(opt MoEOptions, local moe.Shape, m int, r moe.Routing, us []float64, rel float64, cfg string, checked int) (reports.Result, MoERow) {
 	slots, touched := r.Slots(), r.Touched(local.E)
 	flops, bytes := local.Flops(slots), local.Bytes(m, touched, slots)
@@ -853,12 +873,13 @@ func moeResult(opt MoEOptions, local moe.Shape, m int, r moe.Routing, us []float
 		}
 		return metric(name, "%", reports.HigherIsBetter, out)
 	}
+	bw, bwName, _ := c.Stream()
 	floor := reports.Metric{Name: MoEPctFloor, Unit: "%", Better: reports.HigherIsBetter}
-	if c.D2D.Measured() && c.GEMM.Measured() {
-		floorSec := math.Max(bytes/(c.D2D.Value*1e9), flops/(c.GEMM.Value*1e12))
+	if bw.Measured() && c.GEMM.Measured() {
+		floorSec := math.Max(bytes/(bw.Value*1e9), flops/(c.GEMM.Value*1e12))
 		floor.Samples = per(func(s float64) float64 { return 100 * floorSec / s })
 	} else {
-		floor.Unmeasured = "needs both the d2d and gemm ceilings"
+		floor.Unmeasured = "needs a bandwidth (read or d2d) and the gemm ceiling"
 	}
 	pass := rel <= MoEMaxRelL2
 	gate := reports.Gate{Name: MoEGate, Pass: pass,
@@ -874,7 +895,7 @@ func moeResult(opt MoEOptions, local moe.Shape, m int, r moe.Routing, us []float
 			metric(MoELatency, "µs", reports.LowerIsBetter, us),
 			metric(MoEThroughput, "TFLOP/s", reports.HigherIsBetter, tflops),
 			metric(MoEBandwidth, "GB/s", reports.HigherIsBetter, gbps),
-			pct(MoEPctBW, c.D2D, gbps),
+			pct(MoEPctBW, bw, gbps),
 			pct(MoEPctCompute, c.GEMM, tflops),
 			floor,
 			relMetric,
@@ -886,14 +907,28 @@ func moeResult(opt MoEOptions, local moe.Shape, m int, r moe.Routing, us []float
 	row := MoERow{M: m, Slots: slots, Touched: touched, Config: cfg, Latency: sum,
 		TFLOPs: flops / med / 1e12, GBps: bytes / med / 1e9, RelL2: rel, Pass: pass,
 		PctBW: math.NaN(), PctCompute: math.NaN(), PctFloor: math.NaN()}
-	if c.D2D.Measured() {
-		row.PctBW = 100 * row.GBps / c.D2D.Value
+	if bw.Measured() {
+		row.PctBW = 100 * row.GBps / bw.Value
 	}
 	if c.GEMM.Measured() {
 		row.PctCompute = 100 * row.TFLOPs / c.GEMM.Value
 	}
 	if floor.Measured() {
-		row.PctFloor = 100 * math.Max(bytes/(c.D2D.Value*1e9), flops/(c.GEMM.Value*1e12)) / med
+		row.PctFloor = 100 * math.Max(bytes/(bw.Value*1e9), flops/(c.GEMM.Value*1e12)) / med
+	}
+	for _, p := range []struct {
+		name string
+		v    float64
+		ce   Ceiling
+		what string
+	}{
+		{"%bw", row.PctBW, bw, bwName},
+		{"%compute", row.PctCompute, c.GEMM, "gemm"},
+		{"%floor", row.PctFloor, bw, bwName + " and gemm"},
+	} {
+		if w := OverCeiling(p.name, p.v, p.what, p.ce); w != "" {
+			res.Warnings = append(res.Warnings, fmt.Sprintf("M=%d: %s", m, w))
+		}
 	}
 	return res, row
 }

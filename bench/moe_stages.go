@@ -94,12 +94,12 @@ func stageResults(opt MoEOptions, local moe.Shape, m int, r moe.Routing, stages 
 				reports.Metric{Name: MoEBandwidth, Unit: "GB/s", Better: reports.HigherIsBetter, Samples: per(func(s float64) float64 { return bytes / s / 1e9 })})
 			row.TFLOPs, row.GBps = flops/(sum.Median*1e-6)/1e12, bytes/(sum.Median*1e-6)/1e9
 			floor := reports.Metric{Name: MoEPctFloor, Unit: "%", Better: reports.HigherIsBetter}
-			if c != nil && c.D2D.Measured() && c.GEMM.Measured() {
-				floorSec := math.Max(bytes/(c.D2D.Value*1e9), flops/(c.GEMM.Value*1e12))
+			if bw, _, _ := c.Stream(); c != nil && bw.Measured() && c.GEMM.Measured() {
+				floorSec := math.Max(bytes/(bw.Value*1e9), flops/(c.GEMM.Value*1e12))
 				floor.Samples = per(func(s float64) float64 { return 100 * floorSec / s })
 				row.PctFloor = 100 * floorSec / (sum.Median * 1e-6)
 			} else {
-				floor.Unmeasured = "needs both the d2d and gemm ceilings"
+				floor.Unmeasured = "needs a bandwidth (read or d2d) and the gemm ceiling"
 			}
 			metrics = append(metrics, floor)
 		}

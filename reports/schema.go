@@ -133,14 +133,25 @@ func (r *Result) Metric(name string) *Metric {
 	return nil
 }
 
-// Passed reports whether every gate of the result passed.
+// Passed reports whether no gate of the result failed (an undecided gate
+// is not a failure: see Undecided).
 func (r Result) Passed() bool {
 	for _, g := range r.Gates {
-		if !g.Pass {
+		if g.Failed() {
 			return false
 		}
 	}
 	return true
+}
+
+// Undecided reports whether a gate of the result could not tell.
+func (r Result) Undecided() bool {
+	for _, g := range r.Gates {
+		if g.Undecided {
+			return true
+		}
+	}
+	return false
 }
 
 // Direction says which way a metric improves.
@@ -171,7 +182,14 @@ type Gate struct {
 	Name   string `json:"name"`
 	Pass   bool   `json:"pass"`
 	Reason string `json:"reason,omitempty"`
+	// Undecided marks a gate that could not tell pass from fail: its
+	// measured interval straddles the limit (Pass is false). It is not a
+	// failure; more samples would decide it.
+	Undecided bool `json:"undecided,omitempty"`
 }
+
+// Failed reports whether the gate decided that its check failed.
+func (g Gate) Failed() bool { return !g.Pass && !g.Undecided }
 
 // EnvOf is the environment result r was measured in: the document's Env
 // overlaid with the result's own Env.
@@ -194,7 +212,20 @@ func (d *Document) Failed() []string {
 	var out []string
 	for _, r := range d.Results {
 		for _, g := range r.Gates {
-			if !g.Pass {
+			if g.Failed() {
+				out = append(out, fmt.Sprintf("%s: %s: %s", r.Key(), g.Name, g.Reason))
+			}
+		}
+	}
+	return out
+}
+
+// Undecided lists the gates that could not tell, as Failed does.
+func (d *Document) Undecided() []string {
+	var out []string
+	for _, r := range d.Results {
+		for _, g := range r.Gates {
+			if g.Undecided {
 				out = append(out, fmt.Sprintf("%s: %s: %s", r.Key(), g.Name, g.Reason))
 			}
 		}
@@ -237,6 +268,11 @@ func (d *Document) Validate() error {
 				if math.IsNaN(v) || math.IsInf(v, 0) {
 					return fmt.Errorf("result %q: metric %q: sample %d is %v (JSON cannot carry it; mark the metric unmeasured instead)", r.Key(), m.Name, k, v)
 				}
+			}
+		}
+		for _, g := range r.Gates {
+			if g.Pass && g.Undecided {
+				return fmt.Errorf("result %q: gate %q both passed and undecided", r.Key(), g.Name)
 			}
 		}
 	}

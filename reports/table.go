@@ -340,6 +340,8 @@ func gateText(g *Gate) string {
 		return ""
 	case g.Pass:
 		return "PASS"
+	case g.Undecided:
+		return "CANNOT TELL"
 	}
 	return "FAIL"
 }
@@ -411,7 +413,9 @@ func (t *Table) notes() []string {
 	for _, r := range t.Rows {
 		key := Result{Name: r.Name, Params: r.Params}.Key()
 		for _, g := range r.Gates {
-			if g != nil && !g.Pass {
+			if g != nil && g.Undecided {
+				add(fmt.Sprintf("CANNOT TELL %s: %s: %s", key, g.Name, oneLine(g.Reason)))
+			} else if g != nil && !g.Pass {
 				add(fmt.Sprintf("FAIL %s: %s: %s", key, g.Name, oneLine(g.Reason)))
 			}
 		}

@@ -203,6 +203,17 @@ func bandwidthMetrics(c *Ceiling, spill, restore []float64) []reports.Metric {
 	}
 }
 
+// ceilingWarnings are the warnings of figures above their ceiling.
+func ceilingWarnings(c *Ceiling, spill, restore []float64) []string {
+	var out []string
+	for _, w := range []string{overCeiling("spill", spill, c, c.Spill), overCeiling("restore", restore, c, c.Restore)} {
+		if w != "" {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
 func bandwidthGates(c *Ceiling, spill, restore []float64, floor float64) []reports.Gate {
 	return []reports.Gate{
 		GateBandwidth("spill", spill, c.Spill, c.Unmeasured, floor),
@@ -230,7 +241,8 @@ func runHibernate(ctx context.Context, e *cellEnv) error {
 	var spillS, restoreS []float64
 	var reaches []Reach
 	var ident firstFail
-	for round := 0; round <= e.cfg.Samples; round++ {
+	warm := newWarmRounds()
+	for round := 0; len(spillS) < e.cfg.Samples; round++ {
 		n, dt, err := spillInto(ctx, e.s, slots, p, all(len(lens)))
 		if err != nil {
 			return err
@@ -268,7 +280,7 @@ func runHibernate(ctx context.Context, e *cellEnv) error {
 		}
 		ident.see(round, GateIdentical(before, after, nil))
 		reaches = append(reaches, reach...)
-		if round > 0 { // round 0 warms up
+		if warm.sample(dt + dt2) { // the first rounds warm up until they settle
 			spillS = append(spillS, gbps(n, dt))
 			restoreS = append(restoreS, gbps(m, dt2))
 		}
@@ -277,7 +289,7 @@ func runHibernate(ctx context.Context, e *cellEnv) error {
 		return err
 	}
 	r := reports.Result{Name: string(e.cell.Scenario), Params: e.params("blocks", fmt.Sprint(len(lens))),
-		Metrics: bandwidthMetrics(c, spillS, restoreS)}
+		Metrics: bandwidthMetrics(c, spillS, restoreS), Warnings: ceilingWarnings(c, spillS, restoreS)}
 	r.Gates = append(r.Gates, ident.gate(GIdentical), GateReached(reaches), GateStranded([]tier.Tier{t}, nil))
 	floor := e.cfg.Floor
 	if e.cell.Tier == tier.Pinned {
@@ -311,7 +323,8 @@ func runPartial(ctx context.Context, e *cellEnv) error {
 		var spillS, restoreS []float64
 		var reaches []Reach
 		var ident, over firstFail
-		for round := 0; round <= e.cfg.Samples; round++ {
+		warm := newWarmRounds()
+		for round := 0; len(spillS) < e.cfg.Samples; round++ {
 			n, dt, err := spillInto(ctx, e.s, slots, p, idx)
 			if err != nil {
 				return err
@@ -354,13 +367,13 @@ func runPartial(ctx context.Context, e *cellEnv) error {
 			// Every block, the resident ones too, must be as it was.
 			ident.see(round, GateIdentical(before, after, nil))
 			reaches = append(reaches, reach...)
-			if round > 0 {
+			if warm.sample(dt + dt2) {
 				spillS = append(spillS, gbps(n, dt))
 				restoreS = append(restoreS, gbps(m, dt2))
 			}
 		}
 		r := reports.Result{Name: string(e.cell.Scenario), Params: e.params("fraction", fmt.Sprint(pct), "blocks", fmt.Sprint(len(lens))),
-			Metrics: bandwidthMetrics(c, spillS, restoreS)}
+			Metrics: bandwidthMetrics(c, spillS, restoreS), Warnings: ceilingWarnings(c, spillS, restoreS)}
 		r.Gates = append(r.Gates, ident.gate(GIdentical), GateReached(reaches), over.gate("overwritten"))
 		r.Gates = append(r.Gates, bandwidthGates(c, spillS, restoreS, e.cfg.Floor)...)
 		e.add(r)
@@ -433,7 +446,8 @@ func runRestoreGate(ctx context.Context, e *cellEnv) error {
 	var spillS, restoreS, verifyMS []float64
 	var reaches []Reach
 	var ident, gated firstFail
-	for round := 0; round <= e.cfg.Samples; round++ {
+	warm := newWarmRounds()
+	for round := 0; len(spillS) < e.cfg.Samples; round++ {
 		n, dt, err := spillInto(ctx, e.s, slots, p, idx)
 		if err != nil {
 			return err
@@ -463,7 +477,7 @@ func runRestoreGate(ctx context.Context, e *cellEnv) error {
 		after, _, _ := checkBlocks(e.s, p, nil, nil)
 		ident.see(round, GateIdentical(before, after, nil))
 		reaches = append(reaches, g.reaches...)
-		if round > 0 {
+		if warm.sample(dt + dt2) {
 			spillS = append(spillS, gbps(n, dt))
 			restoreS = append(restoreS, gbps(m, dt2))
 			verifyMS = append(verifyMS, float64(vt)/float64(time.Millisecond))
@@ -525,7 +539,8 @@ func runRestoreGate(ctx context.Context, e *cellEnv) error {
 	} else {
 		ms = append(ms, unmeasured("short_missing", "B", reports.LowerIsBetter, "the short restore was not caught"))
 	}
-	r := reports.Result{Name: string(e.cell.Scenario), Params: e.params("blocks", fmt.Sprint(len(lens))), Metrics: ms}
+	r := reports.Result{Name: string(e.cell.Scenario), Params: e.params("blocks", fmt.Sprint(len(lens))), Metrics: ms,
+		Warnings: ceilingWarnings(c, spillS, restoreS)}
 	r.Gates = append(r.Gates, ident.gate(GIdentical), GateReached(reaches), gated.gate("compute-gated"), caught, GateStranded([]tier.Tier{t}, nil))
 	r.Gates = append(r.Gates, bandwidthGates(c, spillS, restoreS, e.cfg.Floor)...)
 	e.add(r)
@@ -551,7 +566,6 @@ func negate(v []float64) []float64 {
 var shardShares = []int64{1, 2, 3, 5, 8}
 
 func runUneven(ctx context.Context, e *cellEnv) error {
-	c := e.ceil(ctx)
 	var total int64
 	for _, s := range shardShares {
 		total += s
@@ -581,6 +595,16 @@ func runUneven(ctx context.Context, e *cellEnv) error {
 		e.closers = append(e.closers, s.Close)
 		shards = append(shards, &shard{p: p, before: before, s: s})
 	}
+	// Held to the same shards moved at once, one slot each.
+	var shardSizes []int64
+	for _, sh := range shards {
+		var n int64
+		for _, b := range sh.p.Blocks() {
+			n += b.Len
+		}
+		shardSizes = append(shardSizes, n)
+	}
+	c := e.ceilShards(ctx, e.cell.Size, shardSizes)
 	t, err := e.openTier(e.cell.Tier, capFor(allLens), 0)
 	if err != nil {
 		return err
@@ -617,7 +641,8 @@ func runUneven(ctx context.Context, e *cellEnv) error {
 	var reaches []Reach
 	var ident firstFail
 	reported := make([][]int64, len(shards))
-	for round := 0; round <= e.cfg.Samples; round++ {
+	warm := newWarmRounds()
+	for round := 0; len(spillS) < e.cfg.Samples; round++ {
 		n, dt, err := each(func(_ int, sh *shard) (int64, error) {
 			n, _, err := spillInto(ctx, sh.s, sh.slots, sh.p, all(len(sh.p.Blocks())))
 			return n, err
@@ -648,7 +673,7 @@ func runUneven(ctx context.Context, e *cellEnv) error {
 			ident.see(round, g)
 			reaches = append(reaches, reach...)
 		}
-		if round > 0 {
+		if warm.sample(dt + dt2) {
 			spillS = append(spillS, gbps(n, dt))
 			restoreS = append(restoreS, gbps(m, dt2))
 		}
@@ -658,7 +683,8 @@ func runUneven(ctx context.Context, e *cellEnv) error {
 			return err
 		}
 	}
-	r := reports.Result{Name: string(e.cell.Scenario), Params: e.params("shares", "1:2:3:5:8"), Metrics: bandwidthMetrics(c, spillS, restoreS)}
+	r := reports.Result{Name: string(e.cell.Scenario), Params: e.params("shares", "1:2:3:5:8"), Metrics: bandwidthMetrics(c, spillS, restoreS),
+		Warnings: ceilingWarnings(c, spillS, restoreS)}
 	r.Gates = append(r.Gates, ident.gate(GIdentical), GateReached(reaches), GateStranded([]tier.Tier{t}, nil))
 	r.Gates = append(r.Gates, bandwidthGates(c, spillS, restoreS, e.cfg.Floor)...)
 	e.add(r)

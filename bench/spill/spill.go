@@ -356,7 +356,20 @@ func (o Outcome) Failures() []string {
 	}
 	for _, r := range o.Results {
 		for _, g := range r.Gates {
-			if !g.Pass {
+			if g.Failed() {
+				out = append(out, g.Name+": "+g.Reason)
+			}
+		}
+	}
+	return out
+}
+
+// Undecided lists the gates that could not tell, as "gate: reason".
+func (o Outcome) Undecided() []string {
+	var out []string
+	for _, r := range o.Results {
+		for _, g := range r.Gates {
+			if g.Undecided {
 				out = append(out, g.Name+": "+g.Reason)
 			}
 		}
@@ -522,11 +535,20 @@ func (e *cellEnv) ceil(ctx context.Context) *Ceiling { return e.ceilAt(ctx, e.ce
 // memory (about 2 TB/s) a copy's fixed costs weigh far more on 64 MiB than
 // on 256 MiB, and that is the link, not the cell's design.
 func (e *cellEnv) ceilAt(ctx context.Context, size int64) *Ceiling {
-	k := ceilKey{e.cell.Tier, size}
+	return e.ceilShards(ctx, size, nil)
+}
+
+// ceilShards is the cell tier's ceiling for shards moved at once, each on
+// its own stream (nil: one move of size bytes).
+func (e *cellEnv) ceilShards(ctx context.Context, size int64, shards []int64) *Ceiling {
+	k := ceilKey{Tier: e.cell.Tier, Size: size}
+	if len(shards) > 0 {
+		k.Shards = fmt.Sprint(shards)
+	}
 	if c, ok := e.r.ceilings[k]; ok {
 		return c
 	}
-	c := measureCeiling(ctx, e.r.cfg, e.cell.Tier, size)
+	c := measureCeiling(ctx, e.r.cfg, e.cell.Tier, size, shards)
 	e.r.ceilings[k] = &c
 	e.r.order = append(e.r.order, k)
 	return &c

@@ -74,14 +74,16 @@ tune_latency samples, or why it was rejected, and its rel_l2):
 SiLU·mul), gemm2 (W2 with the routing weight), combine — as "moe_stage"
 results with a "stage" param: each one's latency, its share of the pass, and
 for the GEMMs TFLOP/s, GB/s and % of its own floor (its weights and
-activations at the d2d ceiling, its flops at the gemm ceiling): which kernel
+activations at the read ceiling, its flops at the gemm ceiling): which kernel
 leaves time on the table. On CUDA each stage's kernels are replayed alone,
 the same way as the pass (a graph of back-to-back calls, weights rotated);
 on the CPU each stage is timed within further full passes.
 
 Per batch: latency (µs, median and 95% CI), TFLOP/s, GB/s, each as % of the
 device's ceilings (measured quickly first, or read from --ceilings FILE), and
-% of floor = max(bytes / d2d ceiling, flops / gemm ceiling) / latency.
+% of floor = max(bytes / read ceiling, flops / gemm ceiling) / latency. %bw
+is of the streaming-read ceiling (the d2d copy ceiling, with a warning, when a
+--ceilings FILE has no read ceiling); a % above 105 warns, naming its ceiling.
 Flops: per computed (token, expert) slot 2·H·2I (W1) + 2·I·H (W2) + 4·I
 (SiLU·mul) + 2·H (weight, combine). Bytes: the weights of each touched expert
 once, x and out (bf16) once, the routing ids and weights once.
@@ -316,7 +318,7 @@ func printMoE(a *app, id, name string, opt bench.MoEOptions, rep *bench.MoERepor
 	fmt.Fprintf(w, "# mstar bench moe: %s, local shape %v (tp %d, ep %d), routing %s, seed %d\n", model, rep.Local, opt.TP, opt.EP, routingText(opt), opt.Seed)
 	fmt.Fprintf(w, "# device %s (%s)\n", id, name)
 	c := rep.Ceilings
-	fmt.Fprintf(w, "# ceilings: d2d %s, gemm %s\n", ceilingText(c.D2D), ceilingText(c.GEMM))
+	fmt.Fprintf(w, "# ceilings: read %s, d2d %s, gemm %s\n", ceilingText(c.Read), ceilingText(c.D2D), ceilingText(c.GEMM))
 	if rep.Compile != "" {
 		fmt.Fprintf(w, "# %s\n", rep.Compile)
 	}

@@ -22,6 +22,7 @@ const (
 	exitFailed  = 1 // a gate, a correctness check or a regression failed
 	exitBadUsge = 2 // bad usage or bad input
 	exitBroken  = 3 // the run could not complete: I/O, device or internal error
+	exitUnsure  = 4 // no gate failed, but one could not tell (its interval straddles its limit)
 )
 
 // app carries what every command shares: where to write, and the command
@@ -61,6 +62,12 @@ func badInput(err error) error {
 		return nil
 	}
 	return &exitError{code: exitBadUsge, err: err}
+}
+
+// cannotTell marks a run in which no gate failed but one could not tell
+// pass from fail: exit 4.
+func cannotTell(format string, a ...any) error {
+	return &exitError{code: exitUnsure, err: fmt.Errorf(format, a...)}
 }
 
 // failed marks a failed gate or regression: exit 1.

@@ -99,7 +99,12 @@ re-executed).
 corrupt (identical), stall (bandwidth, and the ladder's tick cost).
 
 Prints the matrix (PASS with the key figure, or FAIL with the first failing
-gate), writes a results document with --out, exits 1 when any gate fails.`,
+gate), writes a results document with --out, exits 1 when any gate fails.
+A bandwidth gate decides on the 95% interval of its median: it passes when
+the interval's lower end reaches the floor, fails when its upper end is
+below it, and otherwise cannot tell (CANNOT-TELL in the matrix, the numbers
+listed below it); a run with no failure but such a gate exits 4. A figure
+above 105% of its tier's ceiling is listed with a warning naming the ceiling.`,
 			Example: `  mstar spill-matrix                                  # every cell, default size
   mstar spill-matrix --cells hibernate,ping-pong --sizes 64MiB,256MiB
   mstar spill-matrix --cells '*/pinned' --device cuda:0 --sizes 1GiB --out spill.json
@@ -239,6 +244,9 @@ gate), writes a results document with --out, exits 1 when any gate fails.`,
 						}
 					}
 					return failed("%d of %d cells failed their gates", n, len(m.Outcomes))
+				}
+				if u := m.Undecided(); len(u) > 0 {
+					return cannotTell("no gate failed, but %d could not tell (exit 4): run more --samples", len(u))
 				}
 				return nil
 			},

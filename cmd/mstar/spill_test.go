@@ -69,9 +69,10 @@ func TestSpillMatrixWritesDocumentAndTrace(t *testing.T) {
 			}
 		}
 	}
-	// Per tier: the pool's size and the partial cells' 25/50/75% shares.
-	if ceilings != 5*4 || len(scen) != 9 {
-		t.Errorf("%d ceilings and %d scenarios in the document, want %d and 9", ceilings, len(scen), 5*4)
+	// Per tier: the pool's size, the partial cells' 25/50/75% shares, and
+	// the uneven cell's shards moved at once.
+	if ceilings != 5*5 || len(scen) != 9 {
+		t.Errorf("%d ceilings and %d scenarios in the document, want %d and 9", ceilings, len(scen), 5*5)
 	}
 	if code == exitFailed && !strings.Contains(stderr, "failed their gates") {
 		t.Errorf("exit 1 without saying why: %s", stderr)
