@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mstar-dev/mstar/arena"
+	"github.com/mstar-dev/mstar/bench"
 	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/mstar-dev/mstar/reports"
 )
@@ -105,7 +106,11 @@ func runCopy(ctx context.Context, opt Options, out *Outcome) error {
 
 	var points []*copyPoint
 	// Interrupted, the points done so far are still results.
-	defer func() { out.Results = append(out.Results, copyResults(opt, points)...) }()
+	defer func() {
+		rs := copyResults(opt, points)
+		out.Results = append(out.Results, rs...)
+		out.Warnings = append(out.Warnings, overWarnings(rs)...)
+	}()
 	for _, size := range sizes {
 		reps := repeats(size, opt.SampleBytes)
 		region := int64(reps) * size
@@ -172,7 +177,13 @@ func measureCopy(ctx context.Context, opt Options, s1, s2 gpu.Stream, hp *hostPa
 	if p.dir == DirBoth {
 		bytesPerRep = 2 * size
 	}
-	for i := -opt.Warmup; i < opt.Samples; i++ {
+	// At least Warmup untimed samples, then more until their time settles
+	// (the first copies of a size ran several times slower than the rest).
+	var warm *bench.Settler
+	if opt.Warmup > 0 {
+		warm = bench.NewSettler(bench.Settle{MinCalls: opt.Warmup, Window: 2, MaxTime: time.Second})
+	}
+	for len(p.secs) < opt.Samples {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
@@ -260,12 +271,15 @@ func measureCopy(ctx context.Context, opt Options, s1, s2 gpu.Stream, hp *hostPa
 				}
 			}
 		}
-		if i < 0 {
-			continue
-		}
 		secs := d.Seconds() / float64(reps)
 		if secs <= 0 {
 			secs = 1e-9 // below the clock's resolution
+		}
+		if warm != nil {
+			if warm.Add(secs) {
+				warm = nil
+			}
+			continue
 		}
 		p.secs = append(p.secs, secs)
 		p.gbps = append(p.gbps, float64(bytesPerRep)/secs/1e9)
@@ -322,6 +336,9 @@ func copyResults(opt Options, points []*copyPoint) []reports.Result {
 			countMetric("copies/sample", p.reps),
 		}
 		r.Gates = []reports.Gate{verifiedGate(p.wrong, p.reps, "copies")}
+		warnOver(&r, MetricPctPinned, "pinned memory at this size and direction", pinned[key{p.dir, p.size}])
+		warnOver(&r, MetricPctCeiling, "the run's best pinned median in this direction (the ceiling)", ceiling[p.dir])
+		warnOver(&r, MetricPctPCIe, "the PCIe link's theoretical rate", pcie)
 		rs = append(rs, r)
 	}
 	return rs

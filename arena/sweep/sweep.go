@@ -26,8 +26,10 @@ import (
 	"math"
 	"sort"
 	"strconv"
+	"strings"
 
 	"github.com/mstar-dev/mstar/arena"
+	"github.com/mstar-dev/mstar/bench"
 	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/mstar-dev/mstar/internal/units"
 	"github.com/mstar-dev/mstar/reports"
@@ -290,6 +292,36 @@ func ratio(name, unit string, xs []float64, ref float64, scale float64, why stri
 		m.Samples = append(m.Samples, scale*x/ref)
 	}
 	return m
+}
+
+// warnOver adds a warning to r when the median of its percentage metric
+// name is above bench.OverCeilingPct of its reference: what names that
+// reference and ref is its value in GB/s. A reference the work beats is
+// no upper bound for it, and the percentage must not pass for one.
+func warnOver(r *reports.Result, name, what string, ref float64) {
+	m := r.Metric(name)
+	if m == nil || !m.Measured() {
+		return
+	}
+	pct := median(m.Samples)
+	if !(pct > bench.OverCeilingPct) {
+		return
+	}
+	r.Warnings = append(r.Warnings, fmt.Sprintf("%s: %s %.0f%% of %s (%.2f GB/s) is above %d%%: that reference is not an upper bound for this work",
+		r.Key(), name, pct, what, ref, bench.OverCeilingPct))
+}
+
+// overWarnings are the results' warnings of percentages above their reference.
+func overWarnings(rs []reports.Result) []string {
+	var out []string
+	for _, r := range rs {
+		for _, w := range r.Warnings {
+			if strings.Contains(w, "is not an upper bound") {
+				out = append(out, w)
+			}
+		}
+	}
+	return out
 }
 
 func sizeParam(n int64) string { return strconv.FormatInt(n, 10) }

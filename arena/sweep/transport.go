@@ -39,7 +39,11 @@ type transportPoint struct {
 func runTransport(ctx context.Context, opt Options, out *Outcome) error {
 	var points []*transportPoint
 	// Interrupted, the points done so far are still results.
-	defer func() { out.Results = append(out.Results, transportResults(points)...) }()
+	defer func() {
+		rs := transportResults(points)
+		out.Results = append(out.Results, rs...)
+		out.Warnings = append(out.Warnings, overWarnings(rs)...)
+	}()
 	for _, size := range opt.Sizes() {
 		count := transportCount(size, opt)
 		src := make([]byte, size)
@@ -378,6 +382,7 @@ func transportResults(points []*transportPoint) []reports.Result {
 		}
 		r.Metrics = append(r.Metrics, reports.Metric{Name: MetricWrong, Unit: "copies", Better: reports.LowerIsBetter, Samples: p.wrong}, countMetric("tensors/sample", p.count))
 		r.Gates = []reports.Gate{verifiedGate(p.wrong, p.count, "tensors")}
+		warnOver(&r, MetricPctMemcpy, "a one-thread memcpy of the same bytes", memcpyBW[p.size])
 		rs = append(rs, r)
 	}
 	return rs
