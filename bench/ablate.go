@@ -268,7 +268,8 @@ type LayerStats struct {
 	Layer int   // the model layer (the gate file's numbering; else 0, 1, ...)
 	Load  []int // live assignments per expert, over all tokens
 	router.LoadStats
-	TokenDrop float64       // fraction of tokens routed to no expert
+	TokenDrop  float64      // fraction of tokens routed to no expert
+	AssignDrop float64      // fraction of (token, expert) assignments dropped for capacity
 	AuxLoss   float64       // NaN when the routing had no logits (a replayed trace)
 	ZLoss     float64       // NaN likewise
 	RouteTime time.Duration // all batches of the layer
@@ -553,6 +554,7 @@ func RunAblation(ctx context.Context, opt AblationOptions) (*Ablation, error) {
 			ls.Load = o.Loads(E)
 			ls.LoadStats = router.Load(ls.Load)
 			ls.TokenDrop = float64(o.TokenDrops()) / float64(T)
+			ls.AssignDrop = assignDrop(o)
 			ls.RouteTime = spent[l]
 			ls.RelL2 = math.NaN()
 			ls.Touched = math.NaN()
@@ -604,8 +606,22 @@ func RunAblation(ctx context.Context, opt AblationOptions) (*Ablation, error) {
 			outs[i] = make([]float32, n*H)
 		}
 		scratch := make([]float32, n*H)
-		if l == L-kernelLayers { // warm-up: first touches of weights and buffers
-			if _, err := kern.Forward(x, ref, scratch); err != nil {
+		if l == L-kernelLayers {
+			// Warm up until the kernel's time settles: first touches of
+			// weights and buffers, thread pools, clocks. A fixed single
+			// call left the first router's samples 35% slower.
+			progress(fmt.Sprintf("kernel: layer %d, warm-up", layerNo[l]))
+			if _, err := SettleCalls(DefaultSettle, func() (float64, error) {
+				if err := ctx.Err(); err != nil {
+					return 0, err
+				}
+				d, err := kern.Forward(x, ref, scratch)
+				return d.Seconds(), err
+			}); err != nil {
+				if ctx.Err() != nil {
+					a.Warnings = append(a.Warnings, fmt.Sprintf("interrupted in the kernel's warm-up (layer %d): the kernel figures are left out", layerNo[l]))
+					return a, ctx.Err()
+				}
 				return nil, fmt.Errorf("fused-MoE kernel: %w", err)
 			}
 		}
@@ -722,7 +738,8 @@ var columns = []column{
 	{"balancedness", "ratio", reports.HigherIsBetter, "balance", func(ls *LayerStats) []float64 { return one(ls.Balancedness) }, "no tokens were routed"},
 	{"cv", "ratio", reports.LowerIsBetter, "CV", func(ls *LayerStats) []float64 { return one(ls.CV) }, "no tokens were routed"},
 	{"entropy", "ratio", reports.HigherIsBetter, "entropy", func(ls *LayerStats) []float64 { return one(ls.Entropy) }, "no tokens were routed"},
-	{"token_drop", "%", reports.LowerIsBetter, "drop%", func(ls *LayerStats) []float64 { return one(100 * ls.TokenDrop) }, ""},
+	{"assignment_drop", "%", reports.LowerIsBetter, "drop%", func(ls *LayerStats) []float64 { return one(100 * ls.AssignDrop) }, ""},
+	{"token_drop", "%", reports.LowerIsBetter, "tok-drop%", func(ls *LayerStats) []float64 { return one(100 * ls.TokenDrop) }, ""},
 	{"aux_loss", "ratio", reports.LowerIsBetter, "aux", func(ls *LayerStats) []float64 { return one(ls.AuxLoss) }, "a replayed trace has no logits"},
 	{"z_loss", "ratio", reports.LowerIsBetter, "z-loss", func(ls *LayerStats) []float64 { return one(ls.ZLoss) }, "a replayed trace has no logits"},
 	{"route_time", "us", reports.LowerIsBetter, "route µs", func(ls *LayerStats) []float64 {
@@ -860,17 +877,23 @@ func (a *Ablation) WriteTable(w io.Writer) error {
 	// Values first, then one format per column.
 	var names []string
 	var vals [][]float64 // [row][column]; NaN: none
+	var kernelCI []string // per row: the kernel time's 95% interval
 	for _, run := range a.Runs {
 		names = append(names, run.Router)
 		row := make([]float64, len(columns))
+		ci := ""
 		for j, c := range columns {
 			var vs []float64
 			for i := range run.Layers {
 				vs = append(vs, finite(c.get(&run.Layers[i]))...)
 			}
 			row[j] = cellValue(c, vs)
+			if c.name == "kernel_time" && len(vs) > 0 {
+				ci = ciText(vs)
+			}
 		}
 		vals = append(vals, row)
+		kernelCI = append(kernelCI, ci)
 	}
 	if len(a.ReferenceMS) > 0 {
 		var all []float64
@@ -892,11 +915,15 @@ func (a *Ablation) WriteTable(w io.Writer) error {
 		}
 		names = append(names, "(uniform)")
 		vals = append(vals, row)
+		kernelCI = append(kernelCI, ciText(all))
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	hdr := []string{"router"}
 	for _, c := range columns {
 		hdr = append(hdr, c.header)
+		if c.name == "kernel_time" {
+			hdr = append(hdr, "±95%")
+		}
 	}
 	fmt.Fprintln(tw, strings.Join(hdr, "\t")+"\t")
 	formats := make([]func(float64) string, len(columns))
@@ -918,6 +945,9 @@ func (a *Ablation) WriteTable(w io.Writer) error {
 			default:
 				row = append(row, formats[j](v))
 			}
+			if columns[j].name == "kernel_time" {
+				row = append(row, kernelCI[i])
+			}
 		}
 		fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
 	}
@@ -928,6 +958,31 @@ func (a *Ablation) WriteTable(w io.Writer) error {
 		fmt.Fprintln(w, "# warning: "+warn)
 	}
 	return nil
+}
+
+// ciText is the half-width of the 95% interval of v's median, in % ("±?"
+// with fewer than 6 samples: the fewest that give one).
+func ciText(v []float64) string {
+	p := reports.Summarize(v).HalfWidthPct()
+	if math.IsNaN(p) || math.IsInf(p, 0) {
+		return "±?"
+	}
+	return fmt.Sprintf("±%.1f%%", p)
+}
+
+// assignDrop is the fraction of o's assigned (token, expert) slots that
+// were dropped for capacity; empty slots (-1) were never assigned.
+func assignDrop(o router.Output) float64 {
+	assigned := 0
+	for _, id := range o.IDs {
+		if id >= 0 {
+			assigned++
+		}
+	}
+	if assigned == 0 {
+		return 0
+	}
+	return float64(o.DroppedSlots()) / float64(assigned)
 }
 
 // kernelOff names the flag that turned the kernel off.
