@@ -268,11 +268,11 @@ type LayerStats struct {
 	Layer int   // the model layer (the gate file's numbering; else 0, 1, ...)
 	Load  []int // live assignments per expert, over all tokens
 	router.LoadStats
-	TokenDrop  float64      // fraction of tokens routed to no expert
-	AssignDrop float64      // fraction of (token, expert) assignments dropped for capacity
-	AuxLoss   float64       // NaN when the routing had no logits (a replayed trace)
-	ZLoss     float64       // NaN likewise
-	RouteTime time.Duration // all batches of the layer
+	TokenDrop  float64       // fraction of tokens routed to no expert
+	AssignDrop float64       // fraction of (token, expert) assignments dropped for capacity
+	AuxLoss    float64       // NaN when the routing had no logits (a replayed trace)
+	ZLoss      float64       // NaN likewise
+	RouteTime  time.Duration // all batches of the layer
 	// Kernel figures, for the last KernelLayers layers only (else nil / NaN).
 	KernelMS []float64 // every sample
 	Slowdown []float64 // each sample / the median time of perfectly uniform routing
@@ -876,7 +876,7 @@ func (a *Ablation) WriteTable(w io.Writer) error {
 	fmt.Fprintln(w, "# load metrics: mean over layers (report show: median over layers); MaxVio = max/mean load − 1, balance = mean/max, entropy normalised (1 = uniform)")
 	// Values first, then one format per column.
 	var names []string
-	var vals [][]float64 // [row][column]; NaN: none
+	var vals [][]float64  // [row][column]; NaN: none
 	var kernelCI []string // per row: the kernel time's 95% interval
 	for _, run := range a.Runs {
 		names = append(names, run.Router)
