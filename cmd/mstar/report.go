@@ -130,7 +130,7 @@ the chosen metrics are left out. Formats: text (default), markdown (for a
 PR comment), csv (one table, a column per environment key that differs,
 median/ci_lo/ci_hi/n per metric), json (the summaries).`,
 		Example: `  mstar report show results.json
-  mstar report show --params batch,model --metrics latency,tflops a.json b.json
+  mstar report show --params batch,model --metrics latency,throughput a.json b.json
   mstar report show --format markdown results.json >> $GITHUB_STEP_SUMMARY
   mstar report show --format csv results.json > results.csv
   ssh gpu-box cat results.json | mstar report show -`,
@@ -350,7 +350,7 @@ Unmeasured points are left out, with a warning, never drawn as 0.
 
 The image format follows OUT's extension: .png or .svg.`,
 		Example: `  mstar report plot --metric latency --x batch --logx -o latency.png results.json
-  mstar report plot --metric tflops --x batch --series model -o tflops.svg results.json
+  mstar report plot --metric throughput --x batch --series model -o tflops.svg results.json
   mstar report plot --metric bandwidth --x size --where dir=h2d --logx -o h2d.png base.json new.json   # GPU sweeps (copy results)`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -108,6 +108,10 @@ named.`,
 				if err := in.Validate(); err != nil {
 					return badInput(fmt.Errorf("%s: %w", name, err))
 				}
+				// A bias the router ignores would silently not apply.
+				if in.Bias != nil && !routerUsesBias(name, cfg, in) {
+					return usageErr("route: router %s does not use --bias: it routes these logits the same with and without one (deepseek-v3 and deepseek-v3-lossfree steer by a bias)", name)
+				}
 				out, _, err := r.Route(in, nil)
 				if err == nil && out.T != T {
 					err = fmt.Errorf("routed %d tokens, want %d", out.T, T)
@@ -208,6 +212,28 @@ func routerUses(name string, cfg router.Config, set func(*router.Config, int)) b
 		rs[i] = r
 	}
 	return !reflect.DeepEqual(rs[0], rs[1])
+}
+
+// routerUsesBias reports whether router name's selection depends on
+// Input.Bias: routed with a bias that strongly favours one expert and with
+// none, on the user's logits, the outputs differ. Like routerUses, this
+// asks the router, so registered routers are judged too.
+func routerUsesBias(name string, cfg router.Config, in router.Input) bool {
+	probe := make([]float32, in.E)
+	probe[in.E-1] = 1e3
+	var outs [2]router.Output
+	for i, bias := range [][]float32{nil, probe} {
+		r, err := router.New(name, cfg)
+		if err != nil {
+			return true // cannot tell: assume it does
+		}
+		in := in
+		in.Bias = bias
+		if outs[i], _, err = r.Route(in, nil); err != nil {
+			return true
+		}
+	}
+	return !reflect.DeepEqual(outs[0], outs[1])
 }
 
 // routerFlagUse splits the router flags into those given on the command
