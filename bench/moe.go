@@ -588,7 +588,7 @@ func runCPU(ctx context.Context, l *moe.Layer, x []float32, r moe.Routing, sampl
 			}
 		}
 	}
-	return out, us, st, "cpu:forward-f32", nil
+	return out, us, st, moe.CPUKernels(r, l.Shape.E), nil
 }
 
 // gpuWarmUp settles a CUDA timing loop: graph replays (each a few ms of

@@ -291,6 +291,36 @@ func (c *Config) defaults() error {
 // the tier cannot both fit (gpu.CheckFits): the pool in device memory, the
 // copy in device memory for the device tier, in host memory for the others
 // but files; on the CPU backend device memory is host memory.
+// CheckLayout refuses, before anything runs, cells whose pool cannot be
+// cut into blocks larger than a block's 8-byte header: --sizes too small
+// for --blocks (--blocks 1000000000 was refused only after the ceilings
+// were measured). It computes, and allocates, nothing per block.
+func CheckLayout(cells []Cell, blocks int) error {
+	if blocks <= 0 {
+		blocks = 16
+	}
+	var total int64
+	for _, s := range shardShares {
+		total += s
+	}
+	var bad []string
+	for _, c := range cells {
+		smallest := c.Size / int64(blocks)
+		if c.Scenario == Uneven {
+			shard := c.Size * shardShares[0] / total / 4096 * 4096
+			n := max(1, shard/max(64<<10, c.Size/int64(blocks)))
+			smallest = shard / n
+		}
+		if smallest <= 8 {
+			bad = append(bad, c.Name())
+		}
+	}
+	if len(bad) > 0 {
+		return &tier.BlockSizeError{Index: -1, Len: 0, Cells: bad}
+	}
+	return nil
+}
+
 func CheckFits(dev gpu.Device, cells []Cell) error {
 	cpu := dev.Info().Backend != gpu.CUDA
 	var onDev, onHost, size int64
@@ -379,6 +409,8 @@ func (o Outcome) Undecided() []string {
 
 // Run runs the cells in order. progress, when set, is called before each.
 // The error is for a run that could not start; failing cells are outcomes.
+// A canceled ctx stops it: the cell in flight is dropped (not recorded as
+// failing), and the cells done so far are returned with ctx's error.
 func Run(ctx context.Context, cfg Config, cells []Cell, progress func(i int, c Cell)) (*Matrix, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
@@ -386,8 +418,8 @@ func Run(ctx context.Context, cfg Config, cells []Cell, progress func(i int, c C
 	r := &runner{cfg: cfg, ceilings: map[ceilKey]*Ceiling{}}
 	m := &Matrix{Config: cfg}
 	for i, c := range cells {
-		if err := ctx.Err(); err != nil {
-			return m, err
+		if ctx.Err() != nil {
+			break
 		}
 		if progress != nil {
 			progress(i, c)
@@ -395,12 +427,17 @@ func Run(ctx context.Context, cfg Config, cells []Cell, progress func(i int, c C
 		start := time.Now()
 		o := r.runCell(ctx, c)
 		o.Took = time.Since(start)
+		if err := ctx.Err(); err != nil {
+			// Interrupted inside the cell: its figures and gates are of a
+			// cell cut short, neither a pass nor a failure. It is dropped.
+			break
+		}
 		m.Outcomes = append(m.Outcomes, o)
 	}
 	for _, k := range r.order {
 		m.Ceilings = append(m.Ceilings, *r.ceilings[k])
 	}
-	return m, nil
+	return m, ctx.Err()
 }
 
 type runner struct {

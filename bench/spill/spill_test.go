@@ -430,3 +430,43 @@ func TestOverCeilingWarns(t *testing.T) {
 		t.Errorf("sharded ceiling result params %v", r.Params)
 	}
 }
+
+// Ctrl-C inside a cell drops that cell: a cell cut short is neither a pass
+// nor a failure (it was recorded as FAIL). The cells before it are kept.
+func TestRunDropsTheCellInFlight(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	cfg := Config{Dev: gpu.NewCPU(), Blocks: 4, Samples: 1, ShmDir: t.TempDir()}
+	cells := []Cell{{Hibernate, tier.Pageable, 1 << 20}, {Hibernate, tier.Device, 1 << 20}, {Partial, tier.Device, 1 << 20}}
+	m, err := Run(ctx, cfg, cells, func(i int, c Cell) {
+		if i == 1 {
+			cancel() // as the second cell starts: it runs on a canceled context
+		}
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err %v, want context.Canceled", err)
+	}
+	if len(m.Outcomes) != 1 || m.Outcomes[0].Cell != cells[0] {
+		t.Fatalf("outcomes %+v, want only the first cell", m.Outcomes)
+	}
+	if !m.Outcomes[0].Passed() {
+		t.Errorf("the finished cell failed: %v", m.Outcomes[0].Failures())
+	}
+}
+
+// The layout check needs no pool: a billion blocks are refused at once, and
+// uneven, whose blocks are at least 64 KiB, only when a shard is too small.
+func TestCheckLayout(t *testing.T) {
+	cells := []Cell{{Hibernate, tier.Device, 64 << 20}, {Uneven, tier.Device, 64 << 20}}
+	err := CheckLayout(cells, 1_000_000_000)
+	var bse *tier.BlockSizeError
+	if !errors.As(err, &bse) || len(bse.Cells) != 1 || bse.Cells[0] != "hibernate/device/64MiB" {
+		t.Errorf("a billion blocks: %v", err)
+	}
+	if err := CheckLayout(cells, 16); err != nil {
+		t.Errorf("the default layout refused: %v", err)
+	}
+	if err := CheckLayout([]Cell{{Uneven, tier.Pageable, 64 << 10}}, 16); err == nil {
+		t.Error("uneven at 64KiB (a shard of 0 bytes) passed")
+	}
+}

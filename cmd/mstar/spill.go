@@ -152,6 +152,18 @@ above 105% of its tier's ceiling is listed with a warning naming the ceiling.`,
 				if err != nil {
 					return usageErr("--cells: %v", err)
 				}
+				if err := spill.CheckLayout(list, blocks); err != nil {
+					var bse *tier.BlockSizeError
+					errors.As(err, &bse)
+					which := strings.Join(bse.Cells, ", ")
+					switch {
+					case len(bse.Cells) == len(list) && len(list) > 1:
+						which = "every cell"
+					case len(bse.Cells) > 4:
+						which = strings.Join(bse.Cells[:3], ", ") + fmt.Sprintf(" and %d more cells", len(bse.Cells)-3)
+					}
+					return usageErr("--sizes %s with --blocks %d: too small for the layout of %s (blocks of 8 bytes or less); give larger --sizes or fewer --blocks", sizes, blocks, which)
+				}
 				if err := spill.CheckFits(dev, list); err != nil {
 					return badInput(err)
 				}

@@ -172,13 +172,17 @@ func TestSpillMatrixBadUsage(t *testing.T) {
 		{"shm dir missing", []string{"spill-matrix", "--device", "cpu", "--cells", "hibernate/pinned", "--sizes", "1MiB", "--shm-dir", "/nonexistent"}, "--shm-dir /nonexistent: no such file or directory"},
 		{"shm dir a file", []string{"spill-matrix", "--device", "cpu", "--cells", "hibernate/pinned", "--sizes", "1MiB", "--shm-dir", "/etc/passwd"}, "--shm-dir /etc/passwd: not a directory"},
 		{"size beyond memory", []string{"spill-matrix", "--device", "cpu", "--cells", "hibernate/pageable", "--sizes", "1024TiB"}, "try smaller --sizes"},
-		// Found when the cell lays out its pool: a usage error, not FAIL.
+		// Found before any cell or ceiling runs: a usage error, not FAIL.
+		{"a billion blocks", []string{"spill-matrix", "--device", "cpu", "--blocks", "1000000000"}, "--sizes 64MiB with --blocks 1000000000: too small for the layout of hibernate/device/64MiB, hibernate/pinned/64MiB, hibernate/pageable/64MiB and 35 more cells"},
 		{"pool too small for its layout", []string{"spill-matrix", "--device", "cpu", "--cells", "uneven/pageable", "--sizes", "64KiB"}, "--sizes 64KiB with --blocks 16: too small for the layout of uneven/pageable/64KiB"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			_, stderr, code := runMstar(t, tt.args...)
+			stdout, stderr, code := runMstar(t, tt.args...)
 			if code != exitBadUsge || !strings.Contains(stderr, tt.want) {
 				t.Errorf("exit %d, stderr %q; want 2 and %q", code, stderr, tt.want)
+			}
+			if stdout != "" {
+				t.Errorf("bad input, yet something ran (a matrix or its ceilings printed):\n%s", stdout)
 			}
 			if strings.Contains(stderr, "panic") || strings.Contains(stderr, "goroutine ") {
 				t.Errorf("crashed: %s", stderr)

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/bits"
+	"strings"
 	"sync"
 
 	"github.com/cespare/xxhash/v2"
@@ -54,9 +55,13 @@ func EvenBlocks(size int64, n int) []int64 {
 type BlockSizeError struct {
 	Index int
 	Len   int64
+	Cells []string // set when found before any pool was made: the cells whose layout does not fit
 }
 
 func (e *BlockSizeError) Error() string {
+	if len(e.Cells) > 0 {
+		return fmt.Sprintf("pool layouts with blocks of 8 bytes or less: %s", strings.Join(e.Cells, ", "))
+	}
 	return fmt.Sprintf("pool: block %d of %d bytes (want more than 8)", e.Index, e.Len)
 }
 
