@@ -40,6 +40,8 @@ type Ceiling struct {
 	Unmeasured string
 	Size       string // what was moved or multiplied: "1 GiB", "8192"
 	Method     string // how, in a few words
+	// GPUState is the GPU's state while the samples ran (nil on the CPU).
+	GPUState *reports.GPUState
 }
 
 // Measured reports whether the ceiling has a value.
@@ -64,6 +66,9 @@ type Ceilings struct {
 	H2D     Ceiling     // page-locked host to device, GB/s
 	D2H     Ceiling     // device to page-locked host, GB/s
 	GEMM    Ceiling     // dense matrix multiply, TFLOP/s (bf16 cuBLAS; the float32 FMA peak on the CPU)
+	// StateNote says why the GPU's state was not sampled ("" when it was,
+	// or on the CPU).
+	StateNote string
 }
 
 // CeilingOptions say how long to measure. Zero sizes pick defaults for the
@@ -165,6 +170,16 @@ func MeasureCeilings(ctx context.Context, dev gpu.Device, opt CeilingOptions) (*
 	if onGPU {
 		settle = &gpuSettle
 	}
+	sampler, stateNote := newStateSampler(dev)
+	defer sampler.shutdown()
+	c.StateNote = stateNote
+	// sampled runs one ceiling's measurement while sampling the GPU.
+	sampled := func(measure func() Ceiling) Ceiling {
+		sampler.start()
+		ce := measure()
+		ce.GPUState = sampler.stop()
+		return ce
+	}
 	const notYet = "interrupted before it was measured"
 	c.D2D = unmeasured(UnitGBps, "", "", notYet)
 	c.H2D, c.D2H, c.Read = c.D2D, c.D2D, c.D2D
@@ -173,13 +188,17 @@ func MeasureCeilings(ctx context.Context, dev gpu.Device, opt CeilingOptions) (*
 		return c, err
 	}
 	progress("d2d")
-	c.D2D = measureD2D(dev, s, opt.CopyBytes, Timing{Warmup: 2, Samples: opt.Samples, Reps: copyReps, Settle: settle})
+	c.D2D = sampled(func() Ceiling {
+		return measureD2D(dev, s, opt.CopyBytes, Timing{Warmup: 2, Samples: opt.Samples, Reps: copyReps, Settle: settle})
+	})
 	if err := ctx.Err(); err != nil {
 		return c, err
 	}
 	progress("read")
 	if onGPU {
-		c.Read = measureReadCUDA(dev, s, opt.ReadBytes, Timing{Warmup: 2, Samples: opt.Samples, Reps: 10, Settle: settle})
+		c.Read = sampled(func() Ceiling {
+			return measureReadCUDA(dev, s, opt.ReadBytes, Timing{Warmup: 2, Samples: opt.Samples, Reps: 10, Settle: settle})
+		})
 	} else {
 		c.Read = measureReadCPU(opt.ReadBytes, Timing{Warmup: 1, Samples: opt.Samples, Reps: 1, Settle: settle})
 	}
@@ -187,13 +206,18 @@ func MeasureCeilings(ctx context.Context, dev gpu.Device, opt CeilingOptions) (*
 		return c, err
 	}
 	progress("h2d")
+	sampler.start()
 	c.H2D, c.D2H = measureHost(dev, s, opt.HostBytes, Timing{Warmup: 2, Samples: opt.Samples, Reps: hostReps, Settle: settle}, progress)
+	c.H2D.GPUState = sampler.stop()
+	c.D2H.GPUState = c.H2D.GPUState
 	if err := ctx.Err(); err != nil {
 		return c, err
 	}
 	progress("gemm")
 	if onGPU {
-		c.GEMM = measureGEMMCUDA(dev, s, opt.GEMMSize, Timing{Warmup: 30, Samples: opt.Samples, Reps: 5})
+		c.GEMM = sampled(func() Ceiling {
+			return measureGEMMCUDA(dev, s, opt.GEMMSize, Timing{Warmup: 30, Samples: opt.Samples, Reps: 5, Settle: settle})
+		})
 	} else {
 		c.GEMM = measureGEMMCPU(opt.GEMMSize, Timing{Warmup: 1, Samples: opt.Samples, Reps: 1})
 	}
@@ -554,9 +578,10 @@ func (c *Ceilings) Results() []reports.Result {
 			}
 		}
 		out = append(out, reports.Result{
-			Name:    CeilingResult,
-			Params:  reports.Params{"what": k, "size": ce.Size, "method": ce.Method},
-			Metrics: []reports.Metric{m},
+			Name:     CeilingResult,
+			Params:   reports.Params{"what": k, "size": ce.Size, "method": ce.Method},
+			Metrics:  []reports.Metric{m},
+			GPUState: ce.GPUState,
 		})
 	}
 	return out
@@ -590,7 +615,7 @@ func CeilingsFrom(d *reports.Document) (*Ceilings, error) {
 		}
 		seen[r.Params["what"]] = true
 		m := r.Metrics[0]
-		*ce = Ceiling{Unit: m.Unit, Size: r.Params["size"], Method: r.Params["method"], Unmeasured: m.Unmeasured}
+		*ce = Ceiling{Unit: m.Unit, Size: r.Params["size"], Method: r.Params["method"], Unmeasured: m.Unmeasured, GPUState: r.GPUState}
 		want := UnitGBps
 		if r.Params["what"] == "gemm" {
 			want = UnitTFLOPs

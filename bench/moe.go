@@ -355,6 +355,11 @@ func RunMoE(ctx context.Context, dev gpu.Device, opt MoEOptions) (*MoEReport, er
 		rep.KernelsID = gk.kernelsID
 	}
 
+	sampler, stateNote := newStateSampler(dev)
+	defer sampler.shutdown()
+	if stateNote != "" {
+		rep.Warnings = append(rep.Warnings, stateNote)
+	}
 	for _, m := range opt.Batches {
 		if err := ctx.Err(); err != nil {
 			return rep, err
@@ -369,6 +374,7 @@ func RunMoE(ctx context.Context, dev gpu.Device, opt MoEOptions) (*MoEReport, er
 		var cfg string
 		var tuned []TuneOutcome
 		var stages []moe.StageTime
+		sampler.start()
 		switch {
 		case onGPU && opt.Tune:
 			want = moe.ReferenceTokens(layer, x, r, tokens)
@@ -386,6 +392,7 @@ func RunMoE(ctx context.Context, dev gpu.Device, opt MoEOptions) (*MoEReport, er
 		default:
 			out, us, stages, cfg, err = runCPU(ctx, layer, x, r, opt.Samples, opt.Stages)
 		}
+		state := sampler.stop()
 		if err != nil && errors.Is(err, ctx.Err()) {
 			return rep, err // interrupted: the batch in flight is left out
 		}
@@ -411,6 +418,10 @@ func RunMoE(ctx context.Context, dev gpu.Device, opt MoEOptions) (*MoEReport, er
 			cfg += fmt.Sprintf("; out[%d] (token %d) is %v", i, i/local.H, out[i])
 		}
 		res, row := moeResult(opt, local, m, r, us, rel, cfg, len(tokens))
+		res.GPUState = state
+		if note := res.ThrottleNote(); note != "" {
+			rep.Warnings = append(rep.Warnings, fmt.Sprintf("M=%d: %s", m, note))
+		}
 		if tuned != nil {
 			res, row = withTuning(opt, local, m, res, row, tuned)
 			for _, o := range tuned {

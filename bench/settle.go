@@ -11,10 +11,12 @@ import (
 // slower than the rest (page faults, thread pools, clocks ramping), and on
 // a GPU the clocks and caches take their own time. A warm-up has settled
 // when it has run at least MinCalls calls for at least MinTime and its
-// timing stopped improving: the median of the last Window call times is no
-// more than Tol below the median of the Window before them. MaxTime ends a
-// warm-up that never settles (a steadily drifting machine); the samples
-// that follow then say how noisy they are through their interval.
+// timing stopped moving: the median of the last Window call times is
+// within Tol of the median of the Window before them — neither still
+// getting faster (caches, page faults, clocks ramping) nor still getting
+// slower (a GPU reaching its power cap). MaxTime ends a warm-up that never
+// settles (a drifting machine); the samples that follow then say how noisy
+// they are through their interval.
 type Settle struct {
 	MinCalls int           // at least this many calls (0: 2*Window)
 	MinTime  time.Duration // and at least this long
@@ -24,8 +26,8 @@ type Settle struct {
 }
 
 // DefaultSettle is the warm-up of the CPU suites: a quarter of a second at
-// least, until the timing stops improving, at most 10 s.
-var DefaultSettle = Settle{MinTime: 250 * time.Millisecond}
+// least, until the timing is stable, at most 3 s.
+var DefaultSettle = Settle{MinTime: 250 * time.Millisecond, MaxTime: 3 * time.Second}
 
 func (s Settle) norm() Settle {
 	if s.Window <= 0 {
@@ -66,14 +68,14 @@ func (s *Settler) Add(sec float64) (done bool) {
 	s.elapsed = time.Since(s.start)
 	n, w := len(s.times), s.cfg.Window
 	if s.elapsed >= s.cfg.MaxTime && n >= 1 {
-		s.why = fmt.Sprintf("not settled after %d calls in %v (still improving): the samples' interval says how noisy they are", n, s.elapsed.Round(time.Millisecond))
+		s.why = fmt.Sprintf("not settled after %d calls in %v (still moving): the samples' interval says how noisy they are", n, s.elapsed.Round(time.Millisecond))
 		return true
 	}
 	if n < s.cfg.MinCalls || s.elapsed < s.cfg.MinTime {
 		return false
 	}
 	last, before := medianOf(s.times[n-w:]), medianOf(s.times[n-2*w:n-w])
-	if last >= before*(1-s.cfg.Tol) {
+	if last >= before*(1-s.cfg.Tol) && last <= before*(1+s.cfg.Tol) {
 		s.why = fmt.Sprintf("settled after %d calls in %v", n, s.elapsed.Round(time.Millisecond))
 		return true
 	}

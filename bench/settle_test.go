@@ -30,6 +30,26 @@ func TestSettlerWaitsForTheTimingToStopImproving(t *testing.T) {
 	}
 }
 
+// A GPU that slows as it reaches its power cap (the H200's GEMM: ~790
+// TFLOP/s first, ~690 sustained) has not settled while it slows.
+func TestSettlerWaitsForAPowerCap(t *testing.T) {
+	calls := []float64{1.00, 1.00, 1.01, 1.08, 1.14, 1.15, 1.14, 1.15, 1.15, 1.14}
+	s := NewSettler(Settle{})
+	done := -1
+	for i, c := range calls {
+		if s.Add(c) {
+			done = i
+			break
+		}
+	}
+	// [1.14 1.15 1.15] against [1.08 1.14 1.15] (medians 1.15, 1.14): the
+	// first windows within 5% of each other; a rule that only waited for
+	// the calls to stop getting faster would have stopped at the third.
+	if done != 8 {
+		t.Fatalf("warm-up ended after call %d, want 8 (times %v)", done, s.Times())
+	}
+}
+
 func TestSettlerMinCallsAndMaxTime(t *testing.T) {
 	s := NewSettler(Settle{MinCalls: 10})
 	for i := 0; i < 9; i++ {

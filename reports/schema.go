@@ -102,6 +102,48 @@ type Result struct {
 	Metrics  []Metric `json:"metrics"`
 	Gates    []Gate   `json:"gates,omitempty"`
 	Warnings []string `json:"warnings,omitempty"`
+	// GPUState is the GPU's state while the result's samples ran, sampled
+	// through NVML; absent where nothing was sampled (the CPU backend).
+	GPUState *GPUState `json:"gpu_state,omitempty"`
+}
+
+// GPUState is the range of a GPU's state over a result's samples: each
+// pair is the least and greatest reading.
+type GPUState struct {
+	Samples     int        `json:"samples"`
+	SMClockMHz  [2]float64 `json:"sm_clock_mhz"`
+	MemClockMHz [2]float64 `json:"mem_clock_mhz"`
+	PowerW      [2]float64 `json:"power_w"`
+	PowerLimitW [2]float64 `json:"power_limit_w"`
+	TempC       [2]float64 `json:"temp_c"`
+	// Reasons are NVML's clock-event (throttle) reasons set in any sample.
+	Reasons          []string `json:"reasons,omitempty"`
+	PowerThrottled   bool     `json:"power_throttled,omitempty"`
+	ThermalThrottled bool     `json:"thermal_throttled,omitempty"`
+}
+
+// ThrottleNote says how a result measured while power- or thermally-
+// throttled was slowed, with the state's ranges; "" when it was not.
+func (r *Result) ThrottleNote() string {
+	g := r.GPUState
+	if g == nil || !(g.PowerThrottled || g.ThermalThrottled) {
+		return ""
+	}
+	var kinds []string
+	if g.PowerThrottled {
+		kinds = append(kinds, "power")
+	}
+	if g.ThermalThrottled {
+		kinds = append(kinds, "thermally")
+	}
+	span := func(v [2]float64, unit string) string {
+		if v[0] == v[1] {
+			return fmt.Sprintf("%.0f %s", v[0], unit)
+		}
+		return fmt.Sprintf("%.0f–%.0f %s", v[0], v[1], unit)
+	}
+	return fmt.Sprintf("measured while %s-throttled (%s): SM clock %s, power %s of a %s limit, %s, over %d GPU samples",
+		strings.Join(kinds, " and "), strings.Join(g.Reasons, ", "), span(g.SMClockMHz, "MHz"), span(g.PowerW, "W"), span(g.PowerLimitW, "W"), span(g.TempC, "°C"), g.Samples)
 }
 
 // Params are a result's parameters ("batch": "64", "model": "qwen3-30b-a3b").

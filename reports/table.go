@@ -170,6 +170,9 @@ func Tables(docs []*Document, opt TableOptions) ([]*Table, error) {
 	for _, p := range all {
 		t, r := p.t, p.r
 		row := Row{Name: r.Name, Params: r.Params, Warnings: r.Warnings}
+		if note := r.ThrottleNote(); note != "" {
+			row.Warnings = append(slices.Clip(row.Warnings), note)
+		}
 		for _, c := range t.Metrics {
 			var cell Cell
 			for _, m := range r.Metrics {

@@ -118,4 +118,12 @@ func printCeilings(a *app, id, name string, c *bench.Ceilings) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", what, reports.FormatValue(s.Median), ci, m.Unit, s.N, r.Params["size"], r.Params["method"])
 	}
 	tw.Flush()
+	for _, r := range c.Results() {
+		if note := r.ThrottleNote(); note != "" {
+			fmt.Fprintf(a.stdout, "note: %s %s\n", r.Params["what"], note)
+		}
+	}
+	if c.StateNote != "" {
+		fmt.Fprintln(a.stdout, "note: "+c.StateNote)
+	}
 }

@@ -90,7 +90,9 @@ plots them.
 
 Exit codes: 0 ok; 1 a gate, a correctness check or a regression failed;
 2 bad usage or bad input; 3 the run could not complete (an I/O, device or
-internal error), so a CI job can tell a failed gate from a broken run.`,
+internal error), so a CI job can tell a failed gate from a broken run; 4 no
+gate failed but one could not tell (spill-matrix: a bandwidth interval that
+straddles its floor; more --samples decide it).`,
 		Example: `  mstar doctor                       # is this machine ready: GPU, CUDA libraries, /dev/shm, memlock?
   mstar report show results.json     # tables from results documents
   mstar report diff base.json new.json --threshold 5   # exit 1 on a significant regression`,
