@@ -53,6 +53,7 @@ func allocSlots(t tier.Tier, p *tier.Pool, idx []int) ([]tier.Slot, error) {
 func spillInto(ctx context.Context, s gpu.Stream, slots []tier.Slot, p *tier.Pool, idx []int) (int64, time.Duration, error) {
 	b := tier.NewBatch(s)
 	start := time.Now()
+	b.Collect() // device copies: one batched launch for every block
 	for _, i := range idx {
 		b.Spill(ctx, slots[i], p.Buffer(), p.Blocks()[i].Off)
 	}
@@ -97,6 +98,7 @@ func restoreBlocks(ctx context.Context, s gpu.Stream, p *tier.Pool, idx []int, s
 	reported := make([]int64, len(p.Blocks()))
 	b := tier.NewBatch(s)
 	start := time.Now()
+	b.Collect()
 	for _, i := range idx {
 		b.Restore(ctx, slots[i], p.Buffer(), p.Blocks()[i].Off, slots[i].Filled())
 	}
