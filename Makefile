@@ -30,6 +30,7 @@ gpu-bins: build
 	$(GO) test -c -o bin/gpu.test ./internal/gpu
 	$(GO) test -c -o bin/cuda.test ./internal/gpu/cuda
 	$(GO) test -c -o bin/moe.test ./kernels/moe
+	$(GO) test -c -o bin/bench.test ./bench
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

@@ -935,13 +935,29 @@ func moeResult(opt MoEOptions, local moe.Shape, m int, r moe.Routing, us []float
 	}{
 		{"%bw", row.PctBW, bw, bwName},
 		{"%compute", row.PctCompute, c.GEMM, "gemm"},
-		{"%floor", row.PctFloor, bw, bwName + " and gemm"},
+		{"%floor", row.PctFloor, floorBound(bytes, flops, bw, c.GEMM), floorBoundName(bytes, flops, bw, c.GEMM, bwName)},
 	} {
 		if w := OverCeiling(p.name, p.v, p.what, p.ce); w != "" {
 			res.Warnings = append(res.Warnings, fmt.Sprintf("M=%d: %s", m, w))
 		}
 	}
 	return res, row
+}
+
+// floorBound is the ceiling that sets the floor: the bandwidth one when the
+// bytes take longer at it than the flops at the GEMM ceiling, else GEMM.
+func floorBound(bytes, flops float64, bw, gemm Ceiling) Ceiling {
+	if !bw.Measured() || !gemm.Measured() || bytes/(bw.Value*1e9) >= flops/(gemm.Value*1e12) {
+		return bw
+	}
+	return gemm
+}
+
+func floorBoundName(bytes, flops float64, bw, gemm Ceiling, bwName string) string {
+	if floorBound(bytes, flops, bw, gemm).Unit == UnitTFLOPs {
+		return "gemm"
+	}
+	return bwName
 }
 
 // IsMoEInputError reports whether err is bad input (exit 2).
