@@ -272,7 +272,7 @@ above 105% of its tier's ceiling is listed with a warning naming the ceiling.`,
 		f.IntVar(&blocks, "blocks", 16, "blocks per pool")
 		// 6: the fewest samples that give a 95% interval of the median; with
 		// 5 every figure's interval would be unbounded (±∞ in report show).
-		f.IntVar(&samples, "samples", 6, "timed repetitions per bandwidth figure (after one warm-up; 6 is the fewest that give a 95% interval)")
+		f.IntVar(&samples, "samples", 6, "timed repetitions per bandwidth figure, after warm-up rounds that settle (6 is the fewest that give a 95% interval)")
 		f.Float64Var(&floor, "floor", 0.5, "bandwidth floor as a fraction of the tier's ceiling measured in the same run")
 		f.Float64Var(&pinnedFloor, "hibernate-pinned-floor", 0, "floor of hibernate through pinned memory (default 0.9 on CUDA, --floor on the CPU)")
 		f.Float64Var(&ppTol, "pingpong-tol", 0, "ping-pong cost model tolerance, |predicted − measured| / measured (default 0.10 on CUDA, 0.25 on the CPU)")
