@@ -157,7 +157,7 @@ func (m *Matrix) WriteText(w io.Writer) error {
 	if len(m.Ceilings) > 0 {
 		fmt.Fprintln(tw, "tier ceilings (best of samples, same run)\ttier\tsize\tspill GB/s\trestore GB/s\twhere")
 		for _, c := range m.Ceilings {
-			size := units.Size(c.Size, "")
+			size := fmt.Sprintf("%s, %d blocks", units.Size(c.Size, ""), c.Blocks)
 			if len(c.Shards) > 1 {
 				size += fmt.Sprintf(" in %d shards at once", len(c.Shards))
 			}

@@ -318,10 +318,12 @@ func runPartial(ctx context.Context, e *cellEnv) error {
 		idx := rng.Perm(len(lens))[:k]
 		sort.Ints(idx)
 		var moved int64
+		var movedLens []int64
 		for _, i := range idx {
 			moved += lens[i]
+			movedLens = append(movedLens, lens[i])
 		}
-		c := e.ceilAt(ctx, moved)
+		c := e.ceilFor(ctx, moved, [][]int64{movedLens})
 		var spillS, restoreS []float64
 		var reaches []Reach
 		var ident, over firstFail
@@ -597,16 +599,16 @@ func runUneven(ctx context.Context, e *cellEnv) error {
 		e.closers = append(e.closers, s.Close)
 		shards = append(shards, &shard{p: p, before: before, s: s})
 	}
-	// Held to the same shards moved at once, one slot each.
-	var shardSizes []int64
+	// Held to the same shards' blocks moved at once, one stream each.
+	var layout [][]int64
 	for _, sh := range shards {
-		var n int64
+		var lens []int64
 		for _, b := range sh.p.Blocks() {
-			n += b.Len
+			lens = append(lens, b.Len)
 		}
-		shardSizes = append(shardSizes, n)
+		layout = append(layout, lens)
 	}
-	c := e.ceilShards(ctx, e.cell.Size, shardSizes)
+	c := e.ceilFor(ctx, e.cell.Size, layout)
 	t, err := e.openTier(e.cell.Tier, capFor(allLens), 0)
 	if err != nil {
 		return err

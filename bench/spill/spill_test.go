@@ -422,8 +422,8 @@ func TestOverCeilingWarns(t *testing.T) {
 	if w := overCeiling("spill", []float64{2.6}, c, c.Spill); w != "" {
 		t.Errorf("104%% of the ceiling warned: %s", w)
 	}
-	c.Shards = []int64{1 << 20, 2 << 20}
-	if w := overCeiling("restore", []float64{4}, c, c.Restore); !strings.Contains(w, "2 slots at once on 2 streams") {
+	c.Shards, c.Blocks = []int64{1 << 20, 2 << 20}, 3
+	if w := overCeiling("restore", []float64{4}, c, c.Restore); !strings.Contains(w, "3 blocks in 2 shards at once on 2 streams") {
 		t.Errorf("a sharded ceiling's warning %q does not say how it moved", w)
 	}
 	if r := c.Result(); r.Params["shards"] != "1MiB+2MiB" {
