@@ -22,12 +22,15 @@ func init() {
 		)
 		cmd := &cobra.Command{
 			Use:   "ceilings",
-			Short: "Measure the device's copy bandwidths and GEMM rate",
+			Short: "Measure the device's copy and read bandwidths and GEMM rate",
 			Long: `ceilings measures the hardware limits that other suites report "% of ceiling"
 against, on the device chosen by --device:
 
   d2d   device memory copy, GB/s counting bytes read plus written
         (CUDA: cuMemcpyDtoDAsync of 1 GiB; CPU: a copy on every core)
+  read  streaming read of device memory, GB/s of bytes read, over at least
+        4× the L2 (CUDA: read.cu, 16-byte loads, 1 GiB; CPU: an AVX2 read
+        loop on every core, 256 MiB): what bounds weight streaming
   h2d   page-locked host to device, GB/s (CUDA: 256 MiB from cuMemHostAlloc)
   d2h   device to page-locked host, GB/s
   gemm  dense GEMM, TFLOP/s (CUDA: cuBLAS bf16 in/out with fp32 compute,
@@ -36,8 +39,11 @@ against, on the device chosen by --device:
         gonum float64 Dgemm, 512³)
 
 Each is the median of --samples samples, timed with CUDA events on a GPU and
-the wall clock on the CPU. A ceiling that cannot be measured (no cuBLAS, too
-little memory) is reported as unmeasured with the reason, never as zero.
+the wall clock on the CPU, after a warm-up that runs until the timing is
+stable. On a GPU each also records the GPU's clocks, power, temperature and
+throttle reasons while it ran, and says when it was power- or thermally-
+throttled. A ceiling that cannot be measured (no cuBLAS, too little memory)
+is reported as unmeasured with the reason, never as zero.
 --quick uses smaller buffers and 6 samples. With --out the results document
 (every sample, the environment) is written atomically; other suites read it
 with --ceilings FILE.`,
@@ -55,7 +61,7 @@ with --ceilings FILE.`,
 				}
 				defer dev.Close()
 				doc := reports.NewDocument("bench ceilings", a.args, envinfo.Collect(dev))
-				bar := progress.New(a.stderr, 4, "ceilings")
+				bar := progress.New(a.stderr, 5, "ceilings")
 				// On an interrupt the ceilings not measured yet are left
 				// unmeasured; those done are still printed and written.
 				ctx, stop := interruptContext()
