@@ -200,7 +200,7 @@ func TestCannotTellExitCode(t *testing.T) {
 		t.Fatalf("cannotTell exits %v, want 4", ee)
 	}
 	for _, c := range []int{exitOK, exitFailed, exitBadUsge, exitBroken} {
-		if c == exitUnsure {
+		if c == exitCannot {
 			t.Errorf("exit %d is shared with another outcome", c)
 		}
 	}

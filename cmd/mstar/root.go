@@ -22,7 +22,7 @@ const (
 	exitFailed  = 1 // a gate, a correctness check or a regression failed
 	exitBadUsge = 2 // bad usage or bad input
 	exitBroken  = 3 // the run could not complete: I/O, device or internal error
-	exitUnsure  = 4 // no gate failed, but one could not tell (its interval straddles its limit)
+	exitCannot  = 4 // the run completed but cannot tell: no gate failed, one could not decide (spill-matrix)
 )
 
 // app carries what every command shares: where to write, and the command
@@ -67,7 +67,7 @@ func badInput(err error) error {
 // cannotTell marks a run in which no gate failed but one could not tell
 // pass from fail: exit 4.
 func cannotTell(format string, a ...any) error {
-	return &exitError{code: exitUnsure, err: fmt.Errorf(format, a...)}
+	return &exitError{code: exitCannot, err: fmt.Errorf(format, a...)}
 }
 
 // failed marks a failed gate or regression: exit 1.

@@ -41,7 +41,7 @@ func TestSpillMatrixWritesDocumentAndTrace(t *testing.T) {
 	dir := t.TempDir()
 	out, tr := filepath.Join(dir, "spill.json"), filepath.Join(dir, "trace.jsonl")
 	stdout, stderr, code := runMstar(t, append(quick(t), "--out", out, "--trace", tr, "--trace-every", "0")...)
-	if code != exitOK && code != exitFailed && code != exitUnsure {
+	if code != exitOK && code != exitFailed && code != exitCannot {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
 	for _, want := range []string{"spill matrix, pool 1MiB in 8 blocks", "hibernate", "co-residency", "peer", "n/a", "tier ceilings"} {
@@ -225,7 +225,7 @@ func TestSpillMatrixDefaultSamplesGiveIntervals(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "spill.json")
 	args := []string{"spill-matrix", "--device", "cpu", "--sizes", "1MiB", "--blocks", "8", "--cells", "hibernate/pageable",
 		"--shm-dir", t.TempDir(), "--out", out}
-	if _, stderr, code := runMstar(t, args...); code != exitOK && code != exitFailed && code != exitUnsure {
+	if _, stderr, code := runMstar(t, args...); code != exitOK && code != exitFailed && code != exitCannot {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
 	stdout, stderr, code := runMstar(t, "report", "show", "--metrics", "spill,restore", out)

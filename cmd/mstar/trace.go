@@ -22,13 +22,13 @@ const maxBadLines = 5
 func (a *app) readTrace(path string, strict bool) (*trace.File, error) {
 	var f *trace.File
 	var err error
-	var data []byte // stdin, kept to tell a results document apart
+	var data []byte // what stdin held, kept to tell a results document apart
 	if path == "-" {
-		if data, err = io.ReadAll(a.stdin); err != nil {
-			return nil, badInput(fmt.Errorf("reading trace from stdin: %w", err))
-		}
+		// trace.Read reads (and limits) stdin; the tee keeps what it read.
+		var seen bytes.Buffer
 		path = "stdin"
-		f, err = trace.Read(bytes.NewReader(data), path)
+		f, err = trace.Read(io.TeeReader(a.stdin, &seen), path)
+		data = seen.Bytes()
 	} else {
 		f, err = trace.ReadFile(path)
 	}
