@@ -36,6 +36,43 @@ func (s *stateSampler) start() {
 	}
 }
 
+// StateSampler samples a GPU's state (clocks, power, temperature,
+// throttle reasons) while a measurement runs, for suites outside package
+// bench. A nil *StateSampler samples nothing; its methods are no-ops.
+type StateSampler struct{ s *stateSampler }
+
+// NewStateSampler samples dev's state, or returns nil and why not ("" on
+// the CPU backend, where there is nothing to sample).
+func NewStateSampler(dev gpu.Device) (*StateSampler, string) {
+	s, note := newStateSampler(dev)
+	if s == nil {
+		return nil, note
+	}
+	return &StateSampler{s}, ""
+}
+
+// Start begins a measurement's range.
+func (s *StateSampler) Start() {
+	if s != nil {
+		s.s.start()
+	}
+}
+
+// Stop ends it and returns the state seen (nil when nothing was read).
+func (s *StateSampler) Stop() *reports.GPUState {
+	if s == nil {
+		return nil
+	}
+	return s.s.stop()
+}
+
+// Close releases NVML.
+func (s *StateSampler) Close() {
+	if s != nil {
+		s.s.shutdown()
+	}
+}
+
 // stop ends the sampling and returns what it saw (nil when nothing).
 func (s *stateSampler) stop() *reports.GPUState {
 	if s == nil {

@@ -55,4 +55,11 @@ func TestStateSamplerRecordsThrottling(t *testing.T) {
 	if s, note := newStateSampler(gpu.NewCPU()); s != nil || note != "" {
 		t.Errorf("the CPU backend: sampler %v, note %q", s, note)
 	}
+	// The exported wrapper, for the spill cells: nil-safe on the CPU.
+	ps, note := NewStateSampler(gpu.NewCPU())
+	ps.Start()
+	if st := ps.Stop(); ps != nil || note != "" || st != nil {
+		t.Errorf("NewStateSampler on the CPU: %v %q %v", ps, note, st)
+	}
+	ps.Close()
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"github.com/mstar-dev/mstar/internal/units"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -176,6 +177,9 @@ func (m *Matrix) WriteText(w io.Writer) error {
 		for _, r := range o.Results {
 			for _, w := range r.Warnings {
 				warns = append(warns, o.Cell.Name()+": "+w)
+			}
+			if note := r.ThrottleNote(); note != "" && !slices.Contains(warns, o.Cell.Name()+": "+note) {
+				warns = append(warns, o.Cell.Name()+": "+note)
 			}
 		}
 	}

@@ -44,6 +44,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mstar-dev/mstar/bench"
 	"github.com/mstar-dev/mstar/bench/spill/regulator"
 	"github.com/mstar-dev/mstar/bench/spill/tier"
 	"github.com/mstar-dev/mstar/internal/gpu"
@@ -417,6 +418,9 @@ func Run(ctx context.Context, cfg Config, cells []Cell, progress func(i int, c C
 	}
 	r := &runner{cfg: cfg, ceilings: map[ceilKey]*Ceiling{}}
 	m := &Matrix{Config: cfg}
+	// On a GPU each cell's results carry the GPU's state while it ran.
+	sampler, _ := bench.NewStateSampler(cfg.Dev)
+	defer sampler.Close()
 	for i, c := range cells {
 		if ctx.Err() != nil {
 			break
@@ -425,7 +429,12 @@ func Run(ctx context.Context, cfg Config, cells []Cell, progress func(i int, c C
 			progress(i, c)
 		}
 		start := time.Now()
+		sampler.Start()
 		o := r.runCell(ctx, c)
+		state := sampler.Stop()
+		for j := range o.Results {
+			o.Results[j].GPUState = state
+		}
 		o.Took = time.Since(start)
 		if err := ctx.Err(); err != nil {
 			// Interrupted inside the cell: its figures and gates are of a
