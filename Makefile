@@ -12,10 +12,14 @@ build:
 test:
 	$(GO) vet ./...
 	$(GO) test ./...
-	$(GO) test -race -short ./arena/...
+	$(GO) test -race -short ./arena/... ./bench/sweep/... ./bench/stress/...
+
+# goimports is run at the version pinned here (fetched by go run, cached).
+GOIMPORTS ?= $(GO) run golang.org/x/tools/cmd/goimports@v0.52.0
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	@out=$$($(GOIMPORTS) -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "goimports would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
 # The main job on the default backend (the GPU when one works, else the CPU).
@@ -31,6 +35,8 @@ gpu-bins: build
 	$(GO) test -c -o bin/cuda.test ./internal/gpu/cuda
 	$(GO) test -c -o bin/moe.test ./kernels/moe
 	$(GO) test -c -o bin/bench.test ./bench
+	$(GO) test -c -o bin/ceilings.test ./bench/ceilings
+	$(GO) test -c -o bin/ablate.test ./bench/ablate
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

@@ -18,8 +18,8 @@
 //
 // The pieces: Arena (producer side: segments, allocator, reference counts,
 // spill, TTL), Reader (consumer side: validated, cached peer mappings),
-// Link/Sender/Receiver (the control channel), SweepOrphans (cleanup) and
-// CheckCeilings. The allocator is TLSF by default; NewAllocator also offers
+// Link/Sender/Receiver (the control channel), CleanOrphans (cleanup) and
+// CheckLimits. The allocator is TLSF by default; NewAllocator also offers
 // the sorted first-fit design it was benchmarked against.
 package arena
 
@@ -27,13 +27,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/mstar-dev/mstar/internal/units"
 	"math"
 	"os"
 	"sync"
 	"time"
 
 	"github.com/mstar-dev/mstar/internal/gpu"
+	"github.com/mstar-dev/mstar/internal/units"
 )
 
 // Config configures an Arena. The zero value of every field is a sensible
@@ -93,7 +93,7 @@ const (
 // Arena is the producer side. It is safe for concurrent use.
 type Arena struct {
 	cfg          Config
-	startupSweep SweepReport
+	startupClean CleanReport
 
 	mu       sync.Mutex
 	segs     []*segment
@@ -163,7 +163,7 @@ type Meta struct {
 	HasChecksum bool
 }
 
-// New creates an arena: checks the ceilings against the directory's file
+// New creates an arena: checks the limits against the directory's file
 // system, sweeps orphaned segments (unless told not to), and creates the
 // first segment so a full /dev/shm fails now.
 func New(cfg Config) (*Arena, error) {
@@ -213,7 +213,7 @@ func New(cfg Config) (*Arena, error) {
 	if fs.Total > 0 {
 		a.maxSize = min(a.maxSize, fs.Total)
 	}
-	warns, err := CheckCeilings(cfg, fs, hostMemTotal())
+	warns, err := CheckLimits(cfg, fs, hostMemTotal())
 	if err != nil {
 		return nil, fmt.Errorf("arena: %w", err)
 	}
@@ -224,11 +224,11 @@ func New(cfg Config) (*Arena, error) {
 		installSignalCleanup()
 	}
 	if !cfg.NoStartupSweep {
-		rep, err := SweepOrphans(cfg.Dir, SweepOptions{})
+		rep, err := CleanOrphans(cfg.Dir, CleanOptions{})
 		if err != nil {
 			return nil, fmt.Errorf("arena: startup %w", err)
 		}
-		a.startupSweep = rep
+		a.startupClean = rep
 		for _, l := range rep.Left {
 			if l.Reason != "younger than the grace period and its pid is alive" {
 				a.warn(fmt.Sprintf("startup sweep left %s alone: %s", l.Name, l.Reason))
@@ -249,8 +249,8 @@ func New(cfg Config) (*Arena, error) {
 	return a, nil
 }
 
-// StartupSweep is what New's sweep of orphaned segments did.
-func (a *Arena) StartupSweep() SweepReport { return a.startupSweep }
+// StartupClean is what New's sweep of orphaned segments did.
+func (a *Arena) StartupClean() CleanReport { return a.startupClean }
 
 // Config returns the arena's configuration with defaults filled in.
 func (a *Arena) Config() Config { return a.cfg }

@@ -156,7 +156,7 @@ func TestSameEntityArenasAreIsolated(t *testing.T) {
 	if a1.SegmentNames()[0] == a2.SegmentNames()[0] {
 		t.Fatal("two arenas of one entity got the same segment name")
 	}
-	if rep := a2.StartupSweep(); len(rep.Removed) != 0 {
+	if rep := a2.StartupClean(); len(rep.Removed) != 0 {
 		t.Fatalf("the second arena's startup sweep removed %v", rep.Removed)
 	}
 	// Fill the second arena completely.
@@ -529,7 +529,7 @@ func TestCheckCeilings(t *testing.T) {
 		{"file transport has no segments", Config{MaxSegments: 100, SegmentSize: 1 << 30, Transport: TransportFile}, 64 << 30, "", nil},
 	}
 	for _, tc := range tests {
-		warns, err := CheckCeilings(tc.cfg, fs, tc.mem)
+		warns, err := CheckLimits(tc.cfg, fs, tc.mem)
 		if tc.wantErr != "" {
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Errorf("%s: error %v, want one containing %q", tc.name, err, tc.wantErr)

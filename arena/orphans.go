@@ -12,8 +12,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// SweepOptions tunes SweepOrphans.
-type SweepOptions struct {
+// CleanOptions tunes CleanOrphans.
+type CleanOptions struct {
 	// Grace protects files younger than this whose creator's pid is alive:
 	// a creator holds its lock microseconds after O_EXCL, and this window
 	// covers that. Default 2s.
@@ -25,8 +25,8 @@ type SweepOptions struct {
 	DryRun bool
 }
 
-// SweepReport says what a sweep did and what it left, and why.
-type SweepReport struct {
+// CleanReport says what a sweep did and what it left, and why.
+type CleanReport struct {
 	Removed      []string // orphans: nobody holds their lock
 	RemovedBytes int64
 	InUse        []string   // a live process maps or holds them
@@ -39,11 +39,11 @@ type LeftFile struct {
 	Reason string
 }
 
-func (r SweepReport) String() string {
+func (r CleanReport) String() string {
 	return fmt.Sprintf("removed %d orphaned files (%d bytes), %d in use, %d left alone", len(r.Removed), r.RemovedBytes, len(r.InUse), len(r.Left))
 }
 
-// SweepOrphans removes segments and spill files in dir whose owner is dead.
+// CleanOrphans removes segments and spill files in dir whose owner is dead.
 //
 // The judgement is the lock: every process that maps a segment (or owns a
 // spill file) holds a shared flock on it, and the kernel drops that lock when
@@ -51,10 +51,10 @@ func (r SweepReport) String() string {
 // lock succeeds is held by nobody: an orphan. The pid in the name is only a
 // hint — a reused pid can look alive, and in another pid namespace a live one
 // can look dead — so it decides nothing alone; it only shields young files
-// (see SweepOptions.Grace). Files that are not ours by name or owner, or
+// (see CleanOptions.Grace). Files that are not ours by name or owner, or
 // that cannot be opened, are left alone and reported, never guessed at.
-func SweepOrphans(dir string, opt SweepOptions) (SweepReport, error) {
-	var rep SweepReport
+func CleanOrphans(dir string, opt CleanOptions) (CleanReport, error) {
+	var rep CleanReport
 	if opt.Grace == 0 {
 		opt.Grace = 2 * time.Second
 	}
@@ -94,7 +94,7 @@ func SweepOrphans(dir string, opt SweepOptions) (SweepReport, error) {
 }
 
 // sweepOne judges one file: removed, or in use (reason ""), or left with a reason.
-func sweepOne(dir string, n Name, uid int, opt SweepOptions) (reason string, removed bool, size int64) {
+func sweepOne(dir string, n Name, uid int, opt CleanOptions) (reason string, removed bool, size int64) {
 	path := filepath.Join(dir, n.String())
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
 	if err != nil {

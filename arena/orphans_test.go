@@ -61,7 +61,7 @@ func TestSweepOrphans(t *testing.T) {
 	otherUID := os.Getuid() + 1
 	// The grace period is far from both ages (seconds for the young file,
 	// an hour for the aged ones), so a slow machine cannot tip either.
-	opt := SweepOptions{Grace: 10 * time.Minute}
+	opt := CleanOptions{Grace: 10 * time.Minute}
 	if os.Getuid() == 0 {
 		_ = os.Chown(filepath.Join(dir, foreign), 65534, 65534)
 	} else {
@@ -72,7 +72,7 @@ func TestSweepOrphans(t *testing.T) {
 	// A dry run judges but removes nothing.
 	dry := opt
 	dry.DryRun = true
-	rep, err := SweepOrphans(dir, dry)
+	rep, err := CleanOrphans(dir, dry)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +83,7 @@ func TestSweepOrphans(t *testing.T) {
 		t.Skip("not root: cannot chown a file to another user; the foreign-owner path is covered by the dry run")
 	}
 
-	rep, err = SweepOrphans(dir, opt)
+	rep, err = CleanOrphans(dir, opt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +143,7 @@ func TestStartupSweep(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := newTestArena(t, Config{Dir: dir, Entity: "worker"})
-	if rep := a.StartupSweep(); len(rep.Removed) != 1 || rep.Removed[0] != orphan {
+	if rep := a.StartupClean(); len(rep.Removed) != 1 || rep.Removed[0] != orphan {
 		t.Fatalf("startup sweep: %s %v", rep, rep.Removed)
 	}
 }
@@ -208,7 +208,7 @@ func TestSignalCleanup(t *testing.T) {
 				if len(files) != 2 {
 					t.Fatalf("after SIGKILL: %v", files)
 				}
-				rep, err := SweepOrphans(dir, SweepOptions{})
+				rep, err := CleanOrphans(dir, CleanOptions{})
 				if err != nil || len(rep.Removed) != 2 {
 					t.Fatalf("sweep after SIGKILL: %v %s", err, rep)
 				}

@@ -165,7 +165,7 @@ func TestForgetOwnerReleasesLock(t *testing.T) {
 	seg.file.fd = -1
 	untrack(seg.file.path)
 	a.segs = nil
-	rep, err := SweepOrphans(dir, SweepOptions{Grace: -1})
+	rep, err := CleanOrphans(dir, CleanOptions{Grace: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +179,7 @@ func TestForgetOwnerReleasesLock(t *testing.T) {
 	if err := r.ReadInto(d, make([]byte, 100)); err == nil || !strings.Contains(err.Error(), "gone") {
 		t.Fatalf("reading a forgotten producer's segment: %v", err)
 	}
-	rep, _ = SweepOrphans(dir, SweepOptions{Grace: -1})
+	rep, _ = CleanOrphans(dir, CleanOptions{Grace: -1})
 	if len(rep.Removed) != 1 {
 		t.Fatalf("sweep after the consumer let go: %s", rep)
 	}

@@ -3,7 +3,7 @@ package bench
 import (
 	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/mstar-dev/mstar/internal/gpu/nvmlinfo"
-	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 // stateSampler samples a GPU's clocks, power, temperature and throttle
@@ -59,7 +59,7 @@ func (s *StateSampler) Start() {
 }
 
 // Stop ends it and returns the state seen (nil when nothing was read).
-func (s *StateSampler) Stop() *reports.GPUState {
+func (s *StateSampler) Stop() *results.GPUState {
 	if s == nil {
 		return nil
 	}
@@ -74,7 +74,7 @@ func (s *StateSampler) Close() {
 }
 
 // stop ends the sampling and returns what it saw (nil when nothing).
-func (s *stateSampler) stop() *reports.GPUState {
+func (s *stateSampler) stop() *results.GPUState {
 	if s == nil {
 		return nil
 	}
@@ -89,12 +89,12 @@ func (s *stateSampler) shutdown() {
 
 // gpuStateOf is a sampled range as a result's GPU state; nil when no
 // reading succeeded.
-func gpuStateOf(r nvmlinfo.Range) *reports.GPUState {
+func gpuStateOf(r nvmlinfo.Range) *results.GPUState {
 	if r.Samples == 0 {
 		return nil
 	}
 	pair := func(s nvmlinfo.Span) [2]float64 { return [2]float64{s.Min, s.Max} }
-	return &reports.GPUState{
+	return &results.GPUState{
 		Samples:          r.Samples,
 		SMClockMHz:       pair(r.SMClockMHz),
 		MemClockMHz:      pair(r.MemClockMHz),

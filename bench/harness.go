@@ -1,8 +1,12 @@
-// Package bench holds mstar's benchmark suites and the timing harness they
-// share: warm-up, a number of samples, each the mean of several calls,
-// timed by device events (device time on CUDA, wall time on the CPU
-// backend), optionally replayed from a CUDA graph; and the hardware
-// ceilings that rates are reported against.
+// Package bench is the timing harness mstar's suites share: warm-up, a
+// number of samples, each the mean of several calls, timed by device events
+// (device time on CUDA, wall time on the CPU backend), optionally replayed
+// from a CUDA graph, and rates from times.
+//
+// Each suite is a package below this one (ceilings, moe, ablate, sweep,
+// stress, spill): options, a Run that returns results and warnings and hands
+// each finished result to a results.Sink, and nothing that prints on its
+// own. cmd/mstar runs every suite through one skeleton (measure.go).
 package bench
 
 import (
@@ -169,14 +173,14 @@ func TimeGraph(s gpu.Stream, t Timing, fn func() error) ([]float64, error) {
 	return samples, err
 }
 
-// errNoSamples is returned by rate helpers given no time.
-var errNoSamples = errors.New("no samples")
+// ErrNoSamples is returned by rate helpers given no time.
+var ErrNoSamples = errors.New("no samples")
 
-// rates turns seconds per call into work per second in units of unit
+// Rates turns seconds per call into work per second in units of unit
 // (e.g. bytes per call and 1e9 for GB/s).
-func rates(seconds []float64, work, unit float64) ([]float64, error) {
+func Rates(seconds []float64, work, unit float64) ([]float64, error) {
 	if len(seconds) == 0 {
-		return nil, errNoSamples
+		return nil, ErrNoSamples
 	}
 	out := make([]float64, len(seconds))
 	for i, s := range seconds {

@@ -81,14 +81,14 @@ func TestTimeErrors(t *testing.T) {
 }
 
 func TestRates(t *testing.T) {
-	got, err := rates([]float64{0.5, 2}, 4e9, 1e9)
+	got, err := Rates([]float64{0.5, 2}, 4e9, 1e9)
 	if err != nil || got[0] != 8 || got[1] != 2 {
 		t.Errorf("rates = %v, %v; want [8 2]", got, err)
 	}
-	if _, err := rates([]float64{1, 0}, 1, 1); err == nil {
+	if _, err := Rates([]float64{1, 0}, 1, 1); err == nil {
 		t.Error("a zero-time sample gave a rate")
 	}
-	if _, err := rates(nil, 1, 1); err == nil {
+	if _, err := Rates(nil, 1, 1); err == nil {
 		t.Error("no samples gave rates")
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mstar-dev/mstar/reports/results"
 	"golang.org/x/perf/benchfmt"
 	"golang.org/x/perf/benchmath"
 	"golang.org/x/perf/benchproc"
@@ -25,7 +26,7 @@ func abPair() (base, new *Document) {
 	rng := rand.New(rand.NewPCG(7, 7))
 	env := Env{"host": "gpu-a", "gpu": "NVIDIA H200", "cores": "16"}
 	mk := func() *Document {
-		return &Document{Format: Format, Schema: SchemaVersion, Suite: "bench moe", Start: t0, End: t0, Env: env}
+		return &Document{Format: results.Format, Schema: results.SchemaVersion, Suite: "bench moe", Start: t0, End: t0, Env: env}
 	}
 	base, new = mk(), mk()
 	type row struct {

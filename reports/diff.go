@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/mstar-dev/mstar/internal/units"
+	"github.com/mstar-dev/mstar/reports/results"
 	"golang.org/x/perf/benchmath"
 )
 
@@ -243,8 +245,8 @@ func compareMetric(key string, bm, nm *pooled, opt DiffOptions) MetricDiff {
 		d.Unmeasured = fmt.Sprintf("direction changed from %q to %q", bm.Better, nm.Better)
 		return d
 	}
-	d.Base, d.New = Summarize(bm.Samples), Summarize(nm.Samples)
-	bs, ns := newSample(bm.Samples, opt.Alpha), newSample(nm.Samples, opt.Alpha)
+	d.Base, d.New = results.Summarize(bm.Samples), results.Summarize(nm.Samples)
+	bs, ns := results.NewSample(bm.Samples, opt.Alpha), results.NewSample(nm.Samples, opt.Alpha)
 	cmp := benchmath.AssumeNothing.Compare(bs, ns)
 	d.P = cmp.P
 	for _, w := range cmp.Warnings {
@@ -408,7 +410,7 @@ func cannotTellSummary(ms []*MetricDiff) []string {
 	out := make([]string, 0, len(order))
 	for _, name := range order {
 		a := by[name]
-		out = append(out, fmt.Sprintf("%s in %s (n=%s)", name, plural(a.n, "result"), strings.Join(a.ns, ", ")))
+		out = append(out, fmt.Sprintf("%s in %s (n=%s)", name, units.Plural(a.n, "result"), strings.Join(a.ns, ", ")))
 	}
 	return out
 }
@@ -422,14 +424,6 @@ func (c *Comparison) SamplesNeeded() int {
 		n++
 	}
 	return n
-}
-
-// plural is "1 result", "2 results".
-func plural(n int, noun string) string {
-	if n == 1 {
-		return "1 " + noun
-	}
-	return strconv.Itoa(n) + " " + noun + "s"
 }
 
 // RenderDiff writes the comparison as text or markdown: a table per metric

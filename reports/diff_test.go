@@ -6,11 +6,13 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 // oneMetric is a document with one result whose latency has the samples.
 func oneMetric(better Direction, samples []float64) *Document {
-	return &Document{Format: Format, Schema: SchemaVersion, Suite: "s", Start: t0, End: t0, Env: Env{"host": "h"},
+	return &Document{Format: results.Format, Schema: results.SchemaVersion, Suite: "s", Start: t0, End: t0, Env: Env{"host": "h"},
 		Results: []Result{{Name: "moe", Params: Params{"batch": "64"},
 			Metrics: []Metric{{Name: "latency", Unit: "us", Better: better, Samples: samples}}}}}
 }
@@ -121,7 +123,7 @@ func TestDiffUnitChange(t *testing.T) {
 
 func TestGeomean(t *testing.T) {
 	mk := func(vals ...float64) *Document {
-		d := &Document{Format: Format, Schema: SchemaVersion, Env: Env{}}
+		d := &Document{Format: results.Format, Schema: results.SchemaVersion, Env: Env{}}
 		for i, v := range vals {
 			d.Results = append(d.Results, Result{Name: "r", Params: Params{"i": string(rune('a' + i))},
 				Metrics: []Metric{{Name: "t", Unit: "s", Better: LowerIsBetter, Samples: []float64{v, v, v, v, v, v}}}})
@@ -212,7 +214,7 @@ func TestRowLabels(t *testing.T) {
 // tell", and its per-result warnings are not repeated.
 func TestRenderDiffSummarisesUntestable(t *testing.T) {
 	mk := func(scale float64) *Document {
-		d := &Document{Format: Format, Schema: SchemaVersion, Suite: "s", Start: t0, End: t0, Env: Env{"host": "h"}}
+		d := &Document{Format: results.Format, Schema: results.SchemaVersion, Suite: "s", Start: t0, End: t0, Env: Env{"host": "h"}}
 		for i, batch := range []string{"1", "16", "64", "256"} {
 			lat := make([]float64, 10)
 			for j := range lat {

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
@@ -80,7 +82,7 @@ func noisy(rng *rand.Rand, n int, center, noise float64) []float64 {
 func fixture(host string, seed uint64) *Document {
 	rng := rand.New(rand.NewPCG(seed, 1))
 	d := &Document{
-		Format: Format, Schema: SchemaVersion, Suite: "bench moe",
+		Format: results.Format, Schema: results.SchemaVersion, Suite: "bench moe",
 		Command: []string{"mstar", "bench", "moe", "--out", "r.json"},
 		Start:   t0, End: t0.Add(time.Minute),
 		Env: Env{"host": host, "gpu": "NVIDIA H200", "cores": "16", "go": "go1.26.8"},

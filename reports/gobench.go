@@ -9,6 +9,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 // ExportGoBench writes docs in the Go benchmark format
@@ -173,7 +175,7 @@ func Merge(docs ...*Document) (*Document, error) {
 			return nil, fmt.Errorf("merge: document %d: %w", i+1, err)
 		}
 	}
-	out := &Document{Format: Format, Schema: SchemaVersion}
+	out := &Document{Format: results.Format, Schema: results.SchemaVersion}
 	var suites, commands []string
 	seenWarn := map[string]bool{}
 	var envs []Env

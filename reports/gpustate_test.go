@@ -3,6 +3,8 @@ package reports
 import (
 	"strings"
 	"testing"
+
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 // A result measured while throttled says so in show's notes and in diff's
@@ -21,7 +23,7 @@ func TestThrottledResultsAreNamed(t *testing.T) {
 	if cool.ThrottleNote() != "" {
 		t.Errorf("an unthrottled result noted: %q", cool.ThrottleNote())
 	}
-	doc := &Document{Format: Format, Schema: SchemaVersion, Results: []Result{hot, cool}}
+	doc := &Document{Format: results.Format, Schema: results.SchemaVersion, Results: []Result{hot, cool}}
 	var b strings.Builder
 	tabs, err := Tables([]*Document{doc}, TableOptions{})
 	if err != nil {

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/mstar-dev/mstar/internal/units"
+	"github.com/mstar-dev/mstar/reports/results"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
@@ -166,7 +168,7 @@ func PlotSeries(docs []*Document, opt PlotOptions) (series []Series, unit string
 				return nil, "", nil, fmt.Errorf("plot: series %q has several results at %s=%v (%s among them): narrow it with --where or choose --series", label, opt.X, it.x, it.r.Key())
 			}
 		}
-		s.Points = append(s.Points, Point{X: it.x, Summary: Summarize(it.m.Samples)})
+		s.Points = append(s.Points, Point{X: it.x, Summary: results.Summarize(it.m.Samples)})
 	}
 	for _, l := range order {
 		s := byLabel[l]
@@ -199,7 +201,9 @@ func emptyPlotError(docs []*Document, opt PlotOptions, unmeasured bool) error {
 	if len(left) == 0 {
 		return fmt.Errorf("plot: no result has parameter %q and metric %q", opt.X, opt.Metric)
 	}
-	what := func() string { return fmt.Sprintf("%s with %s and %s", plural(len(left), "result"), opt.Metric, opt.X) }
+	what := func() string {
+		return fmt.Sprintf("%s with %s and %s", units.Plural(len(left), "result"), opt.Metric, opt.X)
+	}
 	have := func() string {
 		if len(left) == 1 {
 			return "has"
@@ -365,7 +369,7 @@ func PlotFile(path string, docs []*Document, opt PlotOptions) ([]string, error) 
 	if err != nil {
 		return warnings, err
 	}
-	if err := writeFileAtomic(path, buf.Bytes()); err != nil {
+	if err := results.WriteFileAtomic(path, buf.Bytes()); err != nil {
 		return warnings, fmt.Errorf("writing %s: %w", path, err)
 	}
 	return warnings, nil

@@ -6,11 +6,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 // sweep is a batch sweep of two models on one machine.
 func sweep(host string) *Document {
-	d := &Document{Format: Format, Schema: SchemaVersion, Suite: "bench moe", Start: t0, End: t0, Env: Env{"host": host}}
+	d := &Document{Format: results.Format, Schema: results.SchemaVersion, Suite: "bench moe", Start: t0, End: t0, Env: Env{"host": host}}
 	for _, model := range []string{"small", "large"} {
 		for _, batch := range []string{"64", "1", "16"} {
 			base := map[string]float64{"1": 10, "16": 20, "64": 40}[batch]

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/mstar-dev/mstar/reports/results"
 	"github.com/olekukonko/tablewriter"
 	"github.com/olekukonko/tablewriter/renderer"
 	"github.com/olekukonko/tablewriter/tw"
@@ -179,7 +180,7 @@ func Tables(docs []*Document, opt TableOptions) ([]*Table, error) {
 				if m.Name == c.Name && m.Unit == c.Unit {
 					cell.Present = true
 					if m.Measured() {
-						cell.Summary = Summarize(m.Samples)
+						cell.Summary = results.Summarize(m.Samples)
 						cell.Constant = !slices.ContainsFunc(m.Samples, func(v float64) bool { return v != m.Samples[0] })
 					} else {
 						cell.Unmeasured = m.Unmeasured
@@ -288,26 +289,9 @@ func oneLine(s string) string {
 	return strings.Join(strings.Fields(s), " ")
 }
 
-// FormatValue prints a number with about four significant digits and no
-// exponent in the range people read (0.001 to 1e15).
-func FormatValue(v float64) string {
-	a := math.Abs(v)
-	switch {
-	case v == 0:
-		return "0"
-	case math.IsNaN(v) || math.IsInf(v, 0):
-		return strconv.FormatFloat(v, 'g', -1, 64)
-	case a >= 1e4 && a < 1e15:
-		return strconv.FormatFloat(v, 'f', 0, 64)
-	case a >= 1e-3 && a < 1e4:
-		s := strconv.FormatFloat(v, 'g', 4, 64)
-		if strings.ContainsRune(s, 'e') { // 9999.7 rounds to 1e+04
-			s = strconv.FormatFloat(v, 'f', 0, 64)
-		}
-		return s
-	}
-	return strconv.FormatFloat(v, 'e', 3, 64)
-}
+// FormatValue prints a number with about four significant digits (see
+// results.FormatValue, where producers' warnings get it too).
+func FormatValue(v float64) string { return results.FormatValue(v) }
 
 // formatPct prints a CI half-width: "±2%", "±0.4%", "±∞", "±?".
 func formatPct(p float64) string {

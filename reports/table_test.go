@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 func twoMachines() []*Document {
@@ -195,7 +197,7 @@ func TestRenderUnknownFormat(t *testing.T) {
 // Samples that are all alike (a count of wrong copies, say) show as a value:
 // an interval of ±∞ from too few samples would only be noise there.
 func TestRenderConstantSamples(t *testing.T) {
-	d := &Document{Format: Format, Schema: SchemaVersion, Suite: "arena sweep", Env: Env{"host": "h"},
+	d := &Document{Format: results.Format, Schema: results.SchemaVersion, Suite: "arena sweep", Env: Env{"host": "h"},
 		Results: []Result{{Name: "copy", Params: Params{"size": "4096"}, Metrics: []Metric{
 			{Name: "wrong", Unit: "copies", Better: LowerIsBetter, Samples: []float64{0, 0, 0}},
 			{Name: "bandwidth", Unit: "GB/s", Better: HigherIsBetter, Samples: []float64{1, 2, 3}},

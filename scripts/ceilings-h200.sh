@@ -42,7 +42,7 @@ say() { echo "$@" | tee -a "$OUT/summary.txt"; }
 if ! skip tests; then
 	{
 		"$BIN/gpu.test" -test.run 'CopyDtoDBatchCUDA' -test.v
-		"$BIN/bench.test" -test.run 'TestCUDACeilingsQuick' -test.v
+		"$BIN/ceilings.test" -test.run 'TestCUDACeilingsQuick' -test.v
 	} >"$OUT/gpu-tests.log" 2>&1
 	say "gpu tests: exit $? ($(grep -c -- '--- PASS' "$OUT/gpu-tests.log") passed, $(grep -c -- '--- FAIL' "$OUT/gpu-tests.log") failed)"
 fi

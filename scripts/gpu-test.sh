@@ -7,6 +7,8 @@
 #   go test -c -o bin/cuda.test  ./internal/gpu/cuda
 #   go test -c -o bin/gpu.test   ./internal/gpu
 #   go test -c -o bin/bench.test ./bench
+#   go test -c -o bin/ceilings.test ./bench/ceilings
+#   go test -c -o bin/ablate.test ./bench/ablate
 #
 # then, there:  scripts/gpu-test.sh [OUTDIR]     (default $OUT, else ./gpu-out;
 # MSTAR_BIN names another folder of binaries than bin/)
@@ -29,7 +31,9 @@ status=0
 step nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,pcie.link.gen.current,pcie.link.width.current --format=csv
 step "$bin"/cuda.test -test.v -test.count=1
 step "$bin"/gpu.test -test.v -test.count=1
-step "$bin"/bench.test -test.v -test.count=1 -test.run 'CUDA|Ceiling|Time'
+step "$bin"/bench.test -test.v -test.count=1 -test.run 'CUDA|Time'
+step "$bin"/ceilings.test -test.v -test.count=1 -test.run 'CUDA|Ceiling|Time'
+step "$bin"/ablate.test -test.v -test.count=1 -test.run 'CUDA'
 step "$bin"/mstar bench ceilings --device cuda:0 --out "$out/ceilings.json"
 echo "== gpu-test.sh: exit $status" | tee -a "$log"
 exit $status

@@ -9,6 +9,8 @@ import (
 	"io"
 	"os"
 	"strings"
+
+	"github.com/mstar-dev/mstar/internal/jsonpos"
 )
 
 // BadLine is a line Read could not use, and why.
@@ -82,12 +84,13 @@ func (f *File) parse(line int, b []byte) {
 		msg := err.Error()
 		var se *json.SyntaxError
 		if errors.As(err, &se) {
-			// Offset is just past the wrong byte: its 1-based column, as
-			// reports counts; at the end of input, the column after it.
-			col := se.Offset
-			if col >= int64(len(b)) && strings.HasPrefix(se.Error(), "unexpected end of JSON input") {
-				col = int64(len(b)) + 1
+			// Offset is just past the wrong byte: its column, as reports
+			// counts; at the end of input, the column after it.
+			off := se.Offset - 1
+			if off+1 >= int64(len(b)) && strings.HasPrefix(se.Error(), "unexpected end of JSON input") {
+				off = int64(len(b))
 			}
+			_, col := jsonpos.Position(b, off)
 			msg = fmt.Sprintf("column %d: %v (torn or garbled line)", col, err)
 		}
 		f.Bad = append(f.Bad, BadLine{Line: line, Err: msg})

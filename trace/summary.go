@@ -2,13 +2,14 @@ package trace
 
 import (
 	"fmt"
-	"github.com/mstar-dev/mstar/internal/units"
 	"io"
 	"math"
 	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/mstar-dev/mstar/internal/units"
 )
 
 // Quantiles of a set of values (microseconds here). N is how many values

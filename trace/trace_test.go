@@ -4,16 +4,14 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"image/png"
 	"math"
-	"path/filepath"
 	"reflect"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
@@ -267,52 +265,10 @@ func TestQuantilesUnmeasured(t *testing.T) {
 	}
 }
 
-func TestPlot(t *testing.T) {
-	var recs []Record
-	for i := 0; i < 20; i++ {
-		recs = append(recs, tick("a", i, i/5%4), tick("b", i, 0))
-	}
-	f := &File{Records: recs}
-	dir := t.TempDir()
-	png1 := filepath.Join(dir, "t.png")
-	if err := Plot(f, png1, PlotOptions{Title: "test"}); err != nil {
-		t.Fatal(err)
-	}
-	var buf bytes.Buffer
-	if err := WritePlot(&buf, "png", f, PlotOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	img, err := png.Decode(&buf)
-	if err != nil {
-		t.Fatalf("not a PNG: %v", err)
-	}
-	if b := img.Bounds(); b.Dx() < 500 || b.Dy() < 500 {
-		t.Errorf("image %v is too small for three panels", b)
-	}
-	buf.Reset()
-	if err := WritePlot(&buf, "svg", f, PlotOptions{}); err != nil || !strings.Contains(buf.String(), "<svg") {
-		t.Errorf("svg: %v", err)
-	}
-	errs := []struct {
-		name string
-		err  error
-		want string
-	}{
-		{"bad extension", Plot(f, filepath.Join(dir, "t.gif"), PlotOptions{}), ".png or .svg"},
-		{"no records", Plot(&File{}, filepath.Join(dir, "e.png"), PlotOptions{}), "no records"},
-		{"unknown session", Plot(f, filepath.Join(dir, "u.png"), PlotOptions{Sessions: []string{"zz"}}), "session(s) zz"},
-	}
-	for _, e := range errs {
-		if e.err == nil || !strings.Contains(e.err.Error(), e.want) {
-			t.Errorf("%s: error %v, want %q", e.name, e.err, e.want)
-		}
-	}
-}
-
 // The committed trace of the CPU acceptance run reads clean, and its ladder
 // kept to one rung change per cooldown.
 func TestCommittedTrace(t *testing.T) {
-	f, err := ReadFile("../testdata/spill/cpu-trace.jsonl")
+	f, err := ReadFile("../reports/measured/spill/cpu-trace.jsonl")
 	if err != nil {
 		t.Skipf("no committed trace: %v", err)
 	}
@@ -365,7 +321,7 @@ func TestBadLineColumnsAgreeWithReports(t *testing.T) {
 	colRE := regexp.MustCompile(`column (\d+)`)
 	for _, line := range []string{`{"session":"a",,"x":1}`, `{"bad`, `{"tick":1}}`} {
 		f := readAll(t, []byte(line+"\n"))
-		_, rerr := reports.Read(strings.NewReader(line), "x")
+		_, rerr := results.Read(strings.NewReader(line), "x")
 		if len(f.Bad) != 1 || rerr == nil {
 			t.Fatalf("%s: bad %v, reports error %v", line, f.Bad, rerr)
 		}

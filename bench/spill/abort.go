@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/mstar-dev/mstar/internal/units"
 	"time"
 
-	"github.com/mstar-dev/mstar/bench/spill/tier"
+	"github.com/mstar-dev/mstar/internal/units"
+
 	"github.com/mstar-dev/mstar/internal/gpu"
-	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/internal/spill/tier"
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 // cancelAfter is a stream that cancels a context once it has issued n
@@ -55,7 +56,7 @@ func runAbort(ctx context.Context, e *cellEnv) error {
 		return err
 	}
 	ledger := tier.NewLedger(e.cfg.TTL)
-	var gates []reports.Gate
+	var gates []results.Gate
 
 	// Cancel during the third chunk of the middle block.
 	mid := len(lens) / 2
@@ -142,14 +143,14 @@ func runAbort(ctx context.Context, e *cellEnv) error {
 	}
 	freeSlots(slots)
 	gates = append(gates, GateIdentical(before, after, nil), GateReached(reach), GateStranded([]tier.Tier{t}, ledger))
-	r := reports.Result{Name: string(e.cell.Scenario), Params: e.params("ttl", e.cfg.TTL.String()),
-		Metrics: []reports.Metric{
-			metric("stranded", "MiB", reports.LowerIsBetter, float64(st.Bytes)/(1<<20)),
-			metric("stranded_written", "MiB", reports.LowerIsBetter, float64(st.Written)/(1<<20)),
-			metric("reclaimed", "MiB", reports.HigherIsBetter, float64(freed.Bytes)/(1<<20)),
-			metric("reclaim_after", "ms", reports.LowerIsBetter, float64(reclaimAfter)/float64(time.Millisecond)),
-			metric("retry_spill", "GB/s", reports.HigherIsBetter, gbps(n, dt)),
-			metric("retry_restore", "GB/s", reports.HigherIsBetter, gbps(m, dt2)),
+	r := results.Result{Name: string(e.cell.Scenario), Params: e.params("ttl", e.cfg.TTL.String()),
+		Metrics: []results.Metric{
+			metric("stranded", "MiB", results.LowerIsBetter, float64(st.Bytes)/(1<<20)),
+			metric("stranded_written", "MiB", results.LowerIsBetter, float64(st.Written)/(1<<20)),
+			metric("reclaimed", "MiB", results.HigherIsBetter, float64(freed.Bytes)/(1<<20)),
+			metric("reclaim_after", "ms", results.LowerIsBetter, float64(reclaimAfter)/float64(time.Millisecond)),
+			metric("retry_spill", "GB/s", results.HigherIsBetter, gbps(n, dt)),
+			metric("retry_restore", "GB/s", results.HigherIsBetter, gbps(m, dt2)),
 		},
 		Gates: gates}
 	e.add(r)

@@ -13,8 +13,8 @@ import (
 	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/mstar-dev/mstar/internal/units"
 
-	"github.com/mstar-dev/mstar/bench/spill/tier"
-	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/internal/spill/tier"
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 type ceilKey struct {
@@ -206,8 +206,8 @@ func measureCeiling(ctx context.Context, cfg Config, kind tier.Kind, size int64,
 }
 
 // Result is the ceiling as a results row.
-func (c Ceiling) Result() reports.Result {
-	r := reports.Result{Name: "spill-ceiling", Params: reports.Params{"tier": string(c.Tier), "size": units.Size(c.Size, ""), "blocks": fmt.Sprint(c.Blocks)}}
+func (c Ceiling) Result() results.Result {
+	r := results.Result{Name: "spill-ceiling", Params: results.Params{"tier": string(c.Tier), "size": units.Size(c.Size, ""), "blocks": fmt.Sprint(c.Blocks)}}
 	if len(c.Shards) > 1 {
 		parts := make([]string, len(c.Shards))
 		for i, n := range c.Shards {
@@ -216,14 +216,14 @@ func (c Ceiling) Result() reports.Result {
 		r.Params["shards"] = strings.Join(parts, "+")
 	}
 	if c.Unmeasured != "" {
-		r.Metrics = []reports.Metric{
-			unmeasured("spill", "GB/s", reports.HigherIsBetter, c.Unmeasured),
-			unmeasured("restore", "GB/s", reports.HigherIsBetter, c.Unmeasured),
+		r.Metrics = []results.Metric{
+			unmeasured("spill", "GB/s", results.HigherIsBetter, c.Unmeasured),
+			unmeasured("restore", "GB/s", results.HigherIsBetter, c.Unmeasured),
 		}
 	} else {
-		r.Metrics = []reports.Metric{
-			metric("spill", "GB/s", reports.HigherIsBetter, c.Spill...),
-			metric("restore", "GB/s", reports.HigherIsBetter, c.Restore...),
+		r.Metrics = []results.Metric{
+			metric("spill", "GB/s", results.HigherIsBetter, c.Spill...),
+			metric("restore", "GB/s", results.HigherIsBetter, c.Restore...),
 		}
 	}
 	return r

@@ -3,11 +3,12 @@ package spill
 import (
 	"context"
 	"fmt"
-	"github.com/mstar-dev/mstar/internal/units"
 	"time"
 
-	"github.com/mstar-dev/mstar/bench/spill/tier"
-	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/internal/units"
+
+	"github.com/mstar-dev/mstar/internal/spill/tier"
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 // Co-residency: tenants share one device budget. A tenant going cold
@@ -153,7 +154,7 @@ func (c *coPolicy) release(ctx context.Context, s *coSource) (*int64, error) {
 	return &n, nil
 }
 
-// cold releases every source of a tenant. Totals come only from reports.
+// cold releases every source of a tenant. Totals come only from results.
 func (c *coPolicy) cold(ctx context.Context, t *coTenant) ([]sourceReport, error) {
 	var out []sourceReport
 	for _, s := range t.sources {
@@ -333,7 +334,7 @@ func runCoResidency(ctx context.Context, e *cellEnv) error {
 		return fmt.Errorf("setup vision: %v %s", err, refusal)
 	}
 	freeBefore := c.free()
-	var gates []reports.Gate
+	var gates []results.Gate
 
 	// 1. llm goes cold.
 	reps, err := c.cold(ctx, llm)
@@ -479,7 +480,7 @@ func runCoResidency(ctx context.Context, e *cellEnv) error {
 	if refusal != "" {
 		gates = append(gates, fail("rehydrate", "llm could not come back: %s", refusal))
 	}
-	var idents []reports.Gate
+	var idents []results.Gate
 	for _, s := range []*coSource{kv, experts} {
 		if s.pool == nil {
 			idents = append(idents, fail(GIdentical, "%s not restored", s.name))
@@ -514,12 +515,12 @@ func runCoResidency(ctx context.Context, e *cellEnv) error {
 		}
 	}
 	gates = append(gates, GateStranded([]tier.Tier{t}, nil))
-	r := reports.Result{Name: string(e.cell.Scenario), Params: e.params("tenants", "llm,vision,audio"),
-		Metrics: []reports.Metric{
-			metric("released", "MiB", reports.HigherIsBetter, float64(released)/(1<<20)),
-			metric("stranded_until_ttl", "MiB", reports.LowerIsBetter, float64(strandedNow)/(1<<20)),
-			metric("claimed", "MiB", reports.HigherIsBetter, float64(grown+claimed)/(1<<20)),
-			metric("rehydrated", "MiB", reports.HigherIsBetter, float64(back)/(1<<20)),
+	r := results.Result{Name: string(e.cell.Scenario), Params: e.params("tenants", "llm,vision,audio"),
+		Metrics: []results.Metric{
+			metric("released", "MiB", results.HigherIsBetter, float64(released)/(1<<20)),
+			metric("stranded_until_ttl", "MiB", results.LowerIsBetter, float64(strandedNow)/(1<<20)),
+			metric("claimed", "MiB", results.HigherIsBetter, float64(grown+claimed)/(1<<20)),
+			metric("rehydrated", "MiB", results.HigherIsBetter, float64(back)/(1<<20)),
 		},
 		Gates: gates}
 	e.add(r)

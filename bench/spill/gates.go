@@ -6,9 +6,9 @@ import (
 	"strings"
 
 	"github.com/mstar-dev/mstar/bench"
-	"github.com/mstar-dev/mstar/bench/spill/tier"
+	"github.com/mstar-dev/mstar/internal/spill/tier"
 	"github.com/mstar-dev/mstar/internal/units"
-	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 // Gate names.
@@ -20,12 +20,12 @@ const (
 	GBandwidth  = "bandwidth"  // not below the floor × the tier's ceiling
 )
 
-func pass(name, what string, a ...any) reports.Gate {
-	return reports.Gate{Name: name, Pass: true, Reason: fmt.Sprintf(what, a...)}
+func pass(name, what string, a ...any) results.Gate {
+	return results.Gate{Name: name, Pass: true, Reason: fmt.Sprintf(what, a...)}
 }
 
-func fail(name, why string, a ...any) reports.Gate {
-	return reports.Gate{Name: name, Pass: false, Reason: fmt.Sprintf(why, a...)}
+func fail(name, why string, a ...any) results.Gate {
+	return results.Gate{Name: name, Pass: false, Reason: fmt.Sprintf(why, a...)}
 }
 
 // listMore prints at most a few items and how many more.
@@ -38,7 +38,7 @@ func listMore(items []string, n int) string {
 
 // GateIdentical compares block hashes after a restore with those before.
 // Only the blocks in which are compared (nil: all).
-func GateIdentical(before, after []uint64, which []int) reports.Gate {
+func GateIdentical(before, after []uint64, which []int) results.Gate {
 	if which == nil {
 		which = make([]int, len(before))
 		for i := range which {
@@ -69,7 +69,7 @@ type Reach struct {
 
 // GateReached passes when every restore's measured reach equals its request.
 // A failure quotes the measured figure (and the tier's claim when it differs).
-func GateReached(rs []Reach) reports.Gate {
+func GateReached(rs []Reach) results.Gate {
 	var bad []string
 	var req, got int64
 	for _, r := range rs {
@@ -94,7 +94,7 @@ func GateReached(rs []Reach) reports.Gate {
 
 // GateStranded passes when the tiers hold nothing and the ledger strands
 // nothing at the end of a cell.
-func GateStranded(tiers []tier.Tier, l *tier.Ledger) reports.Gate {
+func GateStranded(tiers []tier.Tier, l *tier.Ledger) results.Gate {
 	var bad []string
 	for _, t := range tiers {
 		if u := t.Used(); u != 0 {
@@ -115,7 +115,7 @@ func GateStranded(tiers []tier.Tier, l *tier.Ledger) reports.Gate {
 // GateUnmeasured checks that every figure is either measured (samples, all
 // finite) or says why it is not — never an empty metric that a reader would
 // take for zero, and never samples next to an unmeasured reason.
-func GateUnmeasured(ms []reports.Metric) reports.Gate {
+func GateUnmeasured(ms []results.Metric) results.Gate {
 	var bad []string
 	for _, m := range ms {
 		switch {
@@ -149,7 +149,7 @@ func GateUnmeasured(ms []reports.Metric) reports.Gate {
 // (Undecided, with the numbers and a request for more samples). An
 // unmeasured ceiling fails the gate: it cannot be checked, and that is
 // not a pass.
-func GateBandwidth(what string, samples []float64, ceiling []float64, ceilingWhy string, floor float64) reports.Gate {
+func GateBandwidth(what string, samples []float64, ceiling []float64, ceilingWhy string, floor float64) results.Gate {
 	name := GBandwidth + "." + what
 	if len(samples) == 0 {
 		return fail(name, "%s bandwidth unmeasured", what)
@@ -192,7 +192,7 @@ type span struct{ mid, lo, hi float64 }
 // the range of the samples stands for it (only a range clear of a limit
 // decides).
 func interval(v []float64) span {
-	s := reports.Summarize(v)
+	s := results.Summarize(v)
 	out := span{s.Median, s.Lo, s.Hi}
 	if math.IsInf(out.lo, 0) || math.IsInf(out.hi, 0) || math.IsNaN(out.lo) || math.IsNaN(out.hi) {
 		out.lo, out.hi = -best(negated(v)), best(v)
@@ -216,7 +216,7 @@ func overCeiling(what string, samples []float64, c *Ceiling, ceiling []float64) 
 		return ""
 	}
 	ceil := best(ceiling)
-	pct := 100 * reports.Summarize(samples).Median / ceil
+	pct := 100 * results.Summarize(samples).Median / ceil
 	if !(pct > overCeilingPct) {
 		return ""
 	}
@@ -236,27 +236,27 @@ func best(v []float64) float64 {
 	return m
 }
 
-func metric(name, unit string, better reports.Direction, samples ...float64) reports.Metric {
-	m := reports.Metric{Name: name, Unit: unit, Better: better, Samples: append([]float64(nil), samples...)}
+func metric(name, unit string, better results.Direction, samples ...float64) results.Metric {
+	m := results.Metric{Name: name, Unit: unit, Better: better, Samples: append([]float64(nil), samples...)}
 	if len(samples) == 0 {
 		m.Unmeasured = "no sample was taken"
 	}
 	return m
 }
 
-func unmeasured(name, unit string, better reports.Direction, why string) reports.Metric {
-	return reports.Metric{Name: name, Unit: unit, Better: better, Unmeasured: why}
+func unmeasured(name, unit string, better results.Direction, why string) results.Metric {
+	return results.Metric{Name: name, Unit: unit, Better: better, Unmeasured: why}
 }
 
 // ofCeiling turns bandwidth samples into percentages of the ceiling's best.
-func ofCeiling(name string, samples, ceiling []float64, ceilingWhy string) reports.Metric {
+func ofCeiling(name string, samples, ceiling []float64, ceilingWhy string) results.Metric {
 	if len(ceiling) == 0 {
-		return unmeasured(name, "%", reports.HigherIsBetter, "ceiling unmeasured: "+ceilingWhy)
+		return unmeasured(name, "%", results.HigherIsBetter, "ceiling unmeasured: "+ceilingWhy)
 	}
 	c := best(ceiling)
 	out := make([]float64, len(samples))
 	for i, v := range samples {
 		out[i] = 100 * v / c
 	}
-	return metric(name, "%", reports.HigherIsBetter, out...)
+	return metric(name, "%", results.HigherIsBetter, out...)
 }

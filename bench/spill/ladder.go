@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/mstar-dev/mstar/bench/spill/regulator"
-	"github.com/mstar-dev/mstar/bench/spill/tier"
-	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/internal/spill/regulator"
+	"github.com/mstar-dev/mstar/internal/spill/tier"
+	"github.com/mstar-dev/mstar/reports/results"
 	"github.com/mstar-dev/mstar/trace"
 )
 
@@ -160,19 +160,19 @@ func runLadder(ctx context.Context, e *cellEnv) error {
 			reach[i].Reported = reach[i].Measured // the regulator's own counts are in bytes_moved
 		}
 		gates = append(gates, GateIdentical(before, after, nil), GateReached(reach), GateStranded([]tier.Tier{pinned, deep}, nil))
-		r := reports.Result{Name: string(e.cell.Scenario), Params: e.params("curve", curve.Name, "cooldown", fmt.Sprint(e.cfg.Cooldown)),
-			Metrics: []reports.Metric{
-				metric("tick_cost", "us", reports.LowerIsBetter, st.costs...),
+		r := results.Result{Name: string(e.cell.Scenario), Params: e.params("curve", curve.Name, "cooldown", fmt.Sprint(e.cfg.Cooldown)),
+			Metrics: []results.Metric{
+				metric("tick_cost", "us", results.LowerIsBetter, st.costs...),
 				// Derived from the measured move rate, so results, not parameters.
-				metric("interval", "ms", reports.LowerIsBetter, float64(interval)/float64(time.Millisecond)),
-				metric("max_move", "MiB", reports.HigherIsBetter, float64(maxMove)/(1<<20)),
-				metric("rung_changes", "changes", reports.LowerIsBetter, float64(len(st.changes))),
-				metric("changes_per_cooldown", "changes", reports.LowerIsBetter, float64(st.perWindow)),
-				metric("flaps", "flaps", reports.LowerIsBetter, float64(st.flaps)),
-				metric("overruns", "ticks", reports.LowerIsBetter, float64(st.overruns)),
-				metric("moved", "MiB", reports.HigherIsBetter, float64(st.moved)/(1<<20)),
-				metric("refused", "MiB", reports.LowerIsBetter, float64(st.refused)/(1<<20)),
-				metric("min_headroom", "ratio", reports.HigherIsBetter, st.minHead),
+				metric("interval", "ms", results.LowerIsBetter, float64(interval)/float64(time.Millisecond)),
+				metric("max_move", "MiB", results.HigherIsBetter, float64(maxMove)/(1<<20)),
+				metric("rung_changes", "changes", results.LowerIsBetter, float64(len(st.changes))),
+				metric("changes_per_cooldown", "changes", results.LowerIsBetter, float64(st.perWindow)),
+				metric("flaps", "flaps", results.LowerIsBetter, float64(st.flaps)),
+				metric("overruns", "ticks", results.LowerIsBetter, float64(st.overruns)),
+				metric("moved", "MiB", results.HigherIsBetter, float64(st.moved)/(1<<20)),
+				metric("refused", "MiB", results.LowerIsBetter, float64(st.refused)/(1<<20)),
+				metric("min_headroom", "ratio", results.HigherIsBetter, st.minHead),
 			},
 			Gates: gates}
 		e.add(r)
@@ -195,7 +195,7 @@ type ladderStats struct {
 
 // ladderGates checks a run's ticks: at most one rung change inside any
 // window of one cooldown, and no tick costing more than its interval.
-func ladderGates(ticks []regulator.Tick, cooldown int, interval time.Duration) ([]reports.Gate, ladderStats) {
+func ladderGates(ticks []regulator.Tick, cooldown int, interval time.Duration) ([]results.Gate, ladderStats) {
 	st := ladderStats{minHead: 1}
 	var overruns []string
 	for i, t := range ticks {
@@ -225,7 +225,7 @@ func ladderGates(ticks []regulator.Tick, cooldown int, interval time.Duration) (
 			st.flaps++
 		}
 	}
-	var gates []reports.Gate
+	var gates []results.Gate
 	if st.perWindow > 1 {
 		gates = append(gates, fail("cooldown", "%d rung changes inside one cooldown of %d ticks (changes at ticks %v)", st.perWindow, cooldown, st.changes))
 	} else {

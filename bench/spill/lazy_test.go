@@ -3,8 +3,8 @@ package spill
 import (
 	"testing"
 
-	"github.com/mstar-dev/mstar/bench/spill/tier"
 	"github.com/mstar-dev/mstar/internal/gpu/gputest"
+	"github.com/mstar-dev/mstar/internal/spill/tier"
 )
 
 // The cells that batch their copies (and ping-pong, which queues a whole

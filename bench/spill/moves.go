@@ -9,9 +9,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/mstar-dev/mstar/bench/spill/tier"
 	"github.com/mstar-dev/mstar/internal/gpu"
-	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/internal/spill/tier"
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 // capFor is the segment room blocks need (each slot starts on a page).
@@ -176,9 +176,9 @@ func poisonBlocks(s gpu.Stream, p *tier.Pool, idx []int) error {
 }
 
 // firstFail keeps the first failing gate of several rounds, else the last.
-type firstFail struct{ g *reports.Gate }
+type firstFail struct{ g *results.Gate }
 
-func (f *firstFail) see(round int, g reports.Gate) {
+func (f *firstFail) see(round int, g results.Gate) {
 	if f.g != nil && !f.g.Pass {
 		return
 	}
@@ -188,7 +188,7 @@ func (f *firstFail) see(round int, g reports.Gate) {
 	f.g = &g
 }
 
-func (f *firstFail) gate(name string) reports.Gate {
+func (f *firstFail) gate(name string) results.Gate {
 	if f.g == nil {
 		return fail(name, "never checked")
 	}
@@ -196,10 +196,10 @@ func (f *firstFail) gate(name string) reports.Gate {
 }
 
 // bandwidthMetrics are the four figures of a spill+restore cell.
-func bandwidthMetrics(c *Ceiling, spill, restore []float64) []reports.Metric {
-	return []reports.Metric{
-		metric("spill", "GB/s", reports.HigherIsBetter, spill...),
-		metric("restore", "GB/s", reports.HigherIsBetter, restore...),
+func bandwidthMetrics(c *Ceiling, spill, restore []float64) []results.Metric {
+	return []results.Metric{
+		metric("spill", "GB/s", results.HigherIsBetter, spill...),
+		metric("restore", "GB/s", results.HigherIsBetter, restore...),
 		ofCeiling("spill_of_ceiling", spill, c.Spill, c.Unmeasured),
 		ofCeiling("restore_of_ceiling", restore, c.Restore, c.Unmeasured),
 	}
@@ -216,8 +216,8 @@ func ceilingWarnings(c *Ceiling, spill, restore []float64) []string {
 	return out
 }
 
-func bandwidthGates(c *Ceiling, spill, restore []float64, floor float64) []reports.Gate {
-	return []reports.Gate{
+func bandwidthGates(c *Ceiling, spill, restore []float64, floor float64) []results.Gate {
+	return []results.Gate{
 		GateBandwidth("spill", spill, c.Spill, c.Unmeasured, floor),
 		GateBandwidth("restore", restore, c.Restore, c.Unmeasured, floor),
 	}
@@ -290,7 +290,7 @@ func runHibernate(ctx context.Context, e *cellEnv) error {
 	if err := freeSlots(slots); err != nil {
 		return err
 	}
-	r := reports.Result{Name: string(e.cell.Scenario), Params: e.params("blocks", fmt.Sprint(len(lens))),
+	r := results.Result{Name: string(e.cell.Scenario), Params: e.params("blocks", fmt.Sprint(len(lens))),
 		Metrics: bandwidthMetrics(c, spillS, restoreS), Warnings: ceilingWarnings(c, spillS, restoreS)}
 	r.Gates = append(r.Gates, ident.gate(GIdentical), GateReached(reaches), GateStranded([]tier.Tier{t}, nil))
 	floor := e.cfg.Floor
@@ -376,7 +376,7 @@ func runPartial(ctx context.Context, e *cellEnv) error {
 				restoreS = append(restoreS, gbps(m, dt2))
 			}
 		}
-		r := reports.Result{Name: string(e.cell.Scenario), Params: e.params("fraction", fmt.Sprint(pct), "blocks", fmt.Sprint(len(lens))),
+		r := results.Result{Name: string(e.cell.Scenario), Params: e.params("fraction", fmt.Sprint(pct), "blocks", fmt.Sprint(len(lens))),
 			Metrics: bandwidthMetrics(c, spillS, restoreS), Warnings: ceilingWarnings(c, spillS, restoreS)}
 		r.Gates = append(r.Gates, ident.gate(GIdentical), GateReached(reaches), over.gate("overwritten"))
 		r.Gates = append(r.Gates, bandwidthGates(c, spillS, restoreS, e.cfg.Floor)...)
@@ -492,7 +492,7 @@ func runRestoreGate(ctx context.Context, e *cellEnv) error {
 	// must refuse, hold compute back, and quote the measured reach.
 	short := int64(4096 + 13)
 	j := len(lens) - 1
-	var caught reports.Gate
+	var caught results.Gate
 	var missing []float64
 	if _, _, err := spillInto(ctx, e.s, slots, p, idx); err != nil {
 		return err
@@ -537,13 +537,13 @@ func runRestoreGate(ctx context.Context, e *cellEnv) error {
 	}
 
 	ms := bandwidthMetrics(c, spillS, restoreS)
-	ms = append(ms, metric("verify", "ms", reports.LowerIsBetter, verifyMS...))
+	ms = append(ms, metric("verify", "ms", results.LowerIsBetter, verifyMS...))
 	if len(missing) > 0 {
-		ms = append(ms, metric("short_missing", "B", reports.LowerIsBetter, missing...))
+		ms = append(ms, metric("short_missing", "B", results.LowerIsBetter, missing...))
 	} else {
-		ms = append(ms, unmeasured("short_missing", "B", reports.LowerIsBetter, "the short restore was not caught"))
+		ms = append(ms, unmeasured("short_missing", "B", results.LowerIsBetter, "the short restore was not caught"))
 	}
-	r := reports.Result{Name: string(e.cell.Scenario), Params: e.params("blocks", fmt.Sprint(len(lens))), Metrics: ms,
+	r := results.Result{Name: string(e.cell.Scenario), Params: e.params("blocks", fmt.Sprint(len(lens))), Metrics: ms,
 		Warnings: ceilingWarnings(c, spillS, restoreS)}
 	r.Gates = append(r.Gates, ident.gate(GIdentical), GateReached(reaches), gated.gate("compute-gated"), caught, GateStranded([]tier.Tier{t}, nil))
 	r.Gates = append(r.Gates, bandwidthGates(c, spillS, restoreS, e.cfg.Floor)...)
@@ -687,7 +687,7 @@ func runUneven(ctx context.Context, e *cellEnv) error {
 			return err
 		}
 	}
-	r := reports.Result{Name: string(e.cell.Scenario), Params: e.params("shares", "1:2:3:5:8"), Metrics: bandwidthMetrics(c, spillS, restoreS),
+	r := results.Result{Name: string(e.cell.Scenario), Params: e.params("shares", "1:2:3:5:8"), Metrics: bandwidthMetrics(c, spillS, restoreS),
 		Warnings: ceilingWarnings(c, spillS, restoreS)}
 	r.Gates = append(r.Gates, ident.gate(GIdentical), GateReached(reaches), GateStranded([]tier.Tier{t}, nil))
 	r.Gates = append(r.Gates, bandwidthGates(c, spillS, restoreS, e.cfg.Floor)...)

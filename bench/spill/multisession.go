@@ -9,8 +9,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/mstar-dev/mstar/bench/spill/tier"
-	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/internal/spill/tier"
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 // Multi-session: several sessions, each with its own pool and stream, spill
@@ -179,11 +179,11 @@ func runMultiSession(ctx context.Context, e *cellEnv) error {
 	if switches <= S-1 {
 		inter = fail("interleaved", "%d switches among %d sessions: they ran one after another, nothing was tested concurrently", switches, S)
 	}
-	r := reports.Result{Name: string(e.cell.Scenario), Params: e.params("sessions", fmt.Sprint(S)),
-		Metrics: []reports.Metric{
-			metric("operations", "ops", reports.HigherIsBetter, float64(ops)),
-			metric("switches", "switches", reports.HigherIsBetter, float64(switches)),
-			metric("moved", "GB/s", reports.HigherIsBetter, gbps(moved, took)),
+	r := results.Result{Name: string(e.cell.Scenario), Params: e.params("sessions", fmt.Sprint(S)),
+		Metrics: []results.Metric{
+			metric("operations", "ops", results.HigherIsBetter, float64(ops)),
+			metric("switches", "switches", results.HigherIsBetter, float64(switches)),
+			metric("moved", "GB/s", results.HigherIsBetter, gbps(moved, took)),
 		}}
 	r.Gates = append(r.Gates, ident.gate(GIdentical), GateReached(reaches), inter, GateStranded([]tier.Tier{t}, nil))
 	e.add(r)

@@ -4,12 +4,11 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"sort"
 	"time"
 
-	"github.com/mstar-dev/mstar/bench/spill/tier"
 	"github.com/mstar-dev/mstar/internal/gpu"
-	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/internal/spill/tier"
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 // Ping-pong: models A and B (a draft and a target) of L layers each take
@@ -189,18 +188,6 @@ func (pp *pingPong) transfer(ctx context.Context, x, y int, done []chan struct{}
 	return err
 }
 
-func median(v []float64) float64 {
-	if len(v) == 0 {
-		return math.NaN()
-	}
-	s := append([]float64(nil), v...)
-	sort.Float64s(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
-
 func runPingPong(ctx context.Context, e *cellEnv) error {
 	L := max(2, e.cfg.Blocks/2)
 	layer := e.cell.Size / 2 / int64(L) / 4096 * 4096
@@ -283,12 +270,12 @@ func runPingPong(ctx context.Context, e *cellEnv) error {
 	if err != nil {
 		return err
 	}
-	pp.passes = min(maxPasses, max(1, int(math.Ceil(minTurn.Seconds()/median(onePass)))))
+	pp.passes = min(maxPasses, max(1, int(math.Ceil(minTurn.Seconds()/results.Median(onePass)))))
 	tSamples, err := calibrate(2 * max(2, e.cfg.Samples/2))
 	if err != nil {
 		return err
 	}
-	T := median(tSamples)
+	T := results.Median(tSamples)
 	// The fixed cost of a turn with neither compute nor transfer.
 	var oSamples []float64
 	for k := 0; k < 1+2*max(2, e.cfg.Samples/2); k++ {
@@ -300,7 +287,7 @@ func runPingPong(ctx context.Context, e *cellEnv) error {
 			oSamples = append(oSamples, time.Since(start).Seconds())
 		}
 	}
-	O := median(oSamples)
+	O := results.Median(oSamples)
 	// Size the compute stand-in at 60% of the transfer.
 	perLayer := time.Duration(0.6 * T / float64(L) * float64(time.Second))
 	computeKind := "wait"
@@ -372,34 +359,34 @@ func runPingPong(ctx context.Context, e *cellEnv) error {
 		ident.see(-1, g)
 	}
 	tol := e.cfg.PingPongTol
-	medErr := median(errPct)
+	medErr := results.Median(errPct)
 	what := fmt.Sprintf("predicted %.2f ms per turn (overhead %.3f + compute %.2f + max(0, transfer %.2f − overhead − compute), medians; %s compute, %d pass(es) per layer), measured %.2f ms; median error %.1f%%",
-		median(preds), O*1e3, median(cSamples), T*1e3, computeKind, pp.passes, median(turns), medErr)
+		results.Median(preds), O*1e3, results.Median(cSamples), T*1e3, computeKind, pp.passes, results.Median(turns), medErr)
 	// A median error over the tolerance fails only when the 95% interval
 	// of that median is over it too; otherwise noise cannot be told from a
 	// wrong model, and the gate says so rather than flip.
 	errSpan := interval(errPct)
-	var model reports.Gate
+	var model results.Gate
 	switch {
 	case medErr <= 100*tol:
-		model = pass("cost-model", "%s ≤ %.0f%%; raw pricing (overhead + compute + transfer) would be off by %.0f%%", what, 100*tol, median(rawPct))
+		model = pass("cost-model", "%s ≤ %.0f%%; raw pricing (overhead + compute + transfer) would be off by %.0f%%", what, 100*tol, results.Median(rawPct))
 	case errSpan.lo > 100*tol:
 		model = fail("cost-model", "%s > %.0f%% (95%% interval %.1f–%.1f%%)", what, 100*tol, errSpan.lo, errSpan.hi)
 	default:
 		model = fail("cost-model", "cannot tell: %s > %.0f%%, but its 95%% interval %.1f–%.1f%% reaches below; run more --samples", what, 100*tol, errSpan.lo, errSpan.hi)
 		model.Undecided = true
 	}
-	r := reports.Result{Name: string(e.cell.Scenario), Params: e.params("layers", fmt.Sprint(L), "compute", computeKind, "passes", fmt.Sprint(pp.passes)),
-		Metrics: []reports.Metric{
-			metric("turn", "ms", reports.LowerIsBetter, turns...),
-			metric("predicted", "ms", reports.LowerIsBetter, preds...),
-			metric("transfer", "ms", reports.LowerIsBetter, scale(tSamples, 1e3)...),
-			metric("compute", "ms", reports.LowerIsBetter, cSamples...),
-			metric("compute_alone", "ms", reports.LowerIsBetter, scale(cAlone, 1e3)...),
-			metric("overhead", "ms", reports.LowerIsBetter, scale(oSamples, 1e3)...),
-			metric("model_error", "%", reports.LowerIsBetter, errPct...),
-			metric("raw_error", "%", reports.LowerIsBetter, rawPct...),
-			metric("transfer_bw", "GB/s", reports.HigherIsBetter, float64(2*layer*int64(L)*int64(pp.passes))/T/1e9),
+	r := results.Result{Name: string(e.cell.Scenario), Params: e.params("layers", fmt.Sprint(L), "compute", computeKind, "passes", fmt.Sprint(pp.passes)),
+		Metrics: []results.Metric{
+			metric("turn", "ms", results.LowerIsBetter, turns...),
+			metric("predicted", "ms", results.LowerIsBetter, preds...),
+			metric("transfer", "ms", results.LowerIsBetter, scale(tSamples, 1e3)...),
+			metric("compute", "ms", results.LowerIsBetter, cSamples...),
+			metric("compute_alone", "ms", results.LowerIsBetter, scale(cAlone, 1e3)...),
+			metric("overhead", "ms", results.LowerIsBetter, scale(oSamples, 1e3)...),
+			metric("model_error", "%", results.LowerIsBetter, errPct...),
+			metric("raw_error", "%", results.LowerIsBetter, rawPct...),
+			metric("transfer_bw", "GB/s", results.HigherIsBetter, float64(2*layer*int64(L)*int64(pp.passes))/T/1e9),
 		}}
 	r.Gates = append(r.Gates, model, ident.gate(GIdentical), GateReached(pp.reach))
 	for m := range pp.homes {
@@ -407,7 +394,7 @@ func runPingPong(ctx context.Context, e *cellEnv) error {
 	}
 	r.Gates = append(r.Gates, GateStranded([]tier.Tier{t}, nil))
 	e.add(r)
-	e.figure = fmt.Sprintf("pred %.2f/meas %.2f ms (%.0f%%)", median(preds), median(turns), medErr)
+	e.figure = fmt.Sprintf("pred %.2f/meas %.2f ms (%.0f%%)", results.Median(preds), results.Median(turns), medErr)
 	return nil
 }
 

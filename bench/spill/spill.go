@@ -39,16 +39,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/mstar-dev/mstar/internal/units"
 	"path"
 	"strings"
 	"time"
 
 	"github.com/mstar-dev/mstar/bench"
-	"github.com/mstar-dev/mstar/bench/spill/regulator"
-	"github.com/mstar-dev/mstar/bench/spill/tier"
+	"github.com/mstar-dev/mstar/internal/badinput"
 	"github.com/mstar-dev/mstar/internal/gpu"
-	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/internal/spill/regulator"
+	"github.com/mstar-dev/mstar/internal/spill/tier"
+	"github.com/mstar-dev/mstar/internal/units"
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 // Scenario names a row of the matrix.
@@ -189,9 +190,10 @@ func ParseSizes(s string) ([]int64, error) {
 // Config tunes a run.
 type Config struct {
 	Dev     gpu.Device
-	Blocks  int     // blocks per pool; 0 means 16
-	Samples int     // timed repetitions of a bandwidth figure; 0 means 5
-	Floor   float64 // bandwidth floor as a fraction of the tier ceiling; 0 means 0.5
+	Sink    results.Sink // each cell's results, as soon as the cell is done
+	Blocks  int          // blocks per pool; 0 means 16
+	Samples int          // timed repetitions of a bandwidth figure; 0 means 5
+	Floor   float64      // bandwidth floor as a fraction of the tier ceiling; 0 means 0.5
 	// HibernatePinnedFloor is the floor of hibernate through pinned memory,
 	// the path the H200 target names; 0 means 0.9 on CUDA and Floor on the
 	// CPU backend (where copies share two cores with everything else).
@@ -288,15 +290,19 @@ func (c *Config) defaults() error {
 	return nil
 }
 
-// CheckFits refuses, before any cell runs, sizes whose pool and its copy in
-// the tier cannot both fit (gpu.CheckFits): the pool in device memory, the
-// copy in device memory for the device tier, in host memory for the others
-// but files; on the CPU backend device memory is host memory.
 // CheckLayout refuses, before anything runs, cells whose pool cannot be
 // cut into blocks larger than a block's 8-byte header: --sizes too small
 // for --blocks (--blocks 1000000000 was refused only after the ceilings
 // were measured). It computes, and allocates, nothing per block.
 func CheckLayout(cells []Cell, blocks int) error {
+	if bad := SmallLayouts(cells, blocks); len(bad) > 0 {
+		return badinput.Errorf("pool layouts with blocks of 8 bytes or less: %s", strings.Join(bad, ", "))
+	}
+	return nil
+}
+
+// SmallLayouts names the cells whose layout CheckLayout refuses.
+func SmallLayouts(cells []Cell, blocks int) []string {
 	if blocks <= 0 {
 		blocks = 16
 	}
@@ -316,12 +322,13 @@ func CheckLayout(cells []Cell, blocks int) error {
 			bad = append(bad, c.Name())
 		}
 	}
-	if len(bad) > 0 {
-		return &tier.BlockSizeError{Index: -1, Len: 0, Cells: bad}
-	}
-	return nil
+	return bad
 }
 
+// CheckFits refuses, before any cell runs, sizes whose pool and its copy in
+// the tier cannot both fit (gpu.CheckFits): the pool in device memory, the
+// copy in device memory for the device tier, in host memory for the others
+// but files; on the CPU backend device memory is host memory.
 func CheckFits(dev gpu.Device, cells []Cell) error {
 	cpu := dev.Info().Backend != gpu.CUDA
 	var onDev, onHost, size int64
@@ -360,7 +367,7 @@ func CheckFits(dev gpu.Device, cells []Cell) error {
 // Outcome is one cell's run.
 type Outcome struct {
 	Cell    Cell
-	Results []reports.Result
+	Results []results.Result
 	Figure  string // the key figure, for the matrix
 	Err     error  // the cell could not run at all
 	Took    time.Duration
@@ -442,9 +449,11 @@ func Run(ctx context.Context, cfg Config, cells []Cell, progress func(i int, c C
 			break
 		}
 		m.Outcomes = append(m.Outcomes, o)
+		cfg.Sink.Send(o.results()...)
 	}
 	for _, k := range r.order {
 		m.Ceilings = append(m.Ceilings, *r.ceilings[k])
+		cfg.Sink.Send(r.ceilings[k].Result())
 	}
 	return m, ctx.Err()
 }
@@ -513,7 +522,7 @@ type cellEnv struct {
 	s       gpu.Stream
 	r       *runner
 	closers []func() error
-	results []reports.Result
+	results []results.Result
 	figure  string
 }
 
@@ -559,8 +568,8 @@ func (e *cellEnv) pool(lens []int64, seed uint64) (*tier.Pool, []uint64, error) 
 }
 
 // params are a result's parameters: the cell's plus extras.
-func (e *cellEnv) params(kv ...string) reports.Params {
-	p := reports.Params{"scenario": string(e.cell.Scenario), "tier": string(e.cell.Tier), "size": units.Size(e.cell.Size, "")}
+func (e *cellEnv) params(kv ...string) results.Params {
+	p := results.Params{"scenario": string(e.cell.Scenario), "tier": string(e.cell.Tier), "size": units.Size(e.cell.Size, "")}
 	for i := 0; i+1 < len(kv); i += 2 {
 		p[kv[i]] = kv[i+1]
 	}
@@ -568,7 +577,7 @@ func (e *cellEnv) params(kv ...string) reports.Params {
 }
 
 // add appends a result, with the unmeasured-distinct gate checked last.
-func (e *cellEnv) add(r reports.Result) {
+func (e *cellEnv) add(r results.Result) {
 	r.Gates = append(r.Gates, GateUnmeasured(r.Metrics))
 	e.results = append(e.results, r)
 }

@@ -11,10 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mstar-dev/mstar/bench/spill/regulator"
-	"github.com/mstar-dev/mstar/bench/spill/tier"
+	"github.com/mstar-dev/mstar/internal/badinput"
 	"github.com/mstar-dev/mstar/internal/gpu"
-	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/internal/spill/regulator"
+	"github.com/mstar-dev/mstar/internal/spill/tier"
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 // The peer tier's holder is this test binary, re-executed.
@@ -189,7 +190,7 @@ func TestGateFunctions(t *testing.T) {
 
 	tests := []struct {
 		name   string
-		g      reports.Gate
+		g      results.Gate
 		pass   bool
 		reason string
 	}{
@@ -204,10 +205,10 @@ func TestGateFunctions(t *testing.T) {
 		{"stranded, all empty", GateStranded([]tier.Tier{empty}, emptyLedger), true, "every tier empty"},
 		{"stranded, ledger holds a slot", GateStranded([]tier.Tier{empty}, ledger), false, "1 slots (8192 bytes) stranded and not reclaimed"},
 		{"stranded, tier holds bytes", GateStranded([]tier.Tier{busy}, nil), false, "pageable tier still holds 4096"},
-		{"unmeasured, fine", GateUnmeasured([]reports.Metric{metric("a", "x", reports.HigherIsBetter, 1), unmeasured("b", "x", reports.HigherIsBetter, "why")}), true, "2 figures"},
-		{"unmeasured, empty metric", GateUnmeasured([]reports.Metric{{Name: "a", Unit: "x", Better: reports.HigherIsBetter}}), false, "a has no samples and no reason"},
-		{"unmeasured, both", GateUnmeasured([]reports.Metric{{Name: "a", Samples: []float64{0}, Unmeasured: "why"}}), false, "marked unmeasured"},
-		{"unmeasured, NaN", GateUnmeasured([]reports.Metric{{Name: "a", Samples: []float64{math.NaN()}}}), false, "NaN"},
+		{"unmeasured, fine", GateUnmeasured([]results.Metric{metric("a", "x", results.HigherIsBetter, 1), unmeasured("b", "x", results.HigherIsBetter, "why")}), true, "2 figures"},
+		{"unmeasured, empty metric", GateUnmeasured([]results.Metric{{Name: "a", Unit: "x", Better: results.HigherIsBetter}}), false, "a has no samples and no reason"},
+		{"unmeasured, both", GateUnmeasured([]results.Metric{{Name: "a", Samples: []float64{0}, Unmeasured: "why"}}), false, "marked unmeasured"},
+		{"unmeasured, NaN", GateUnmeasured([]results.Metric{{Name: "a", Samples: []float64{math.NaN()}}}), false, "NaN"},
 		{"bandwidth, interval at the floor", GateBandwidth("spill", []float64{5, 5.2}, []float64{10, 9.8}, "", 0.5), true, "(50–53%) (floor 50%)"},
 		{"bandwidth, below", GateBandwidth("spill", []float64{4.9}, []float64{10}, "", 0.5), false, "below the floor of 50%"},
 		{"bandwidth, ceiling unmeasured", GateBandwidth("restore", []float64{4.9}, nil, "no holder", 0.5), false, "unmeasured (no holder)"},
@@ -252,7 +253,7 @@ func TestGateBandwidthIntervals(t *testing.T) {
 		if g.Pass != tt.pass || g.Undecided != tt.undecid || !strings.Contains(g.Reason, tt.reason) {
 			t.Errorf("%s: pass=%v undecided=%v %q; want pass=%v undecided=%v with %q", tt.name, g.Pass, g.Undecided, g.Reason, tt.pass, tt.undecid, tt.reason)
 		}
-		r := reports.Result{Gates: []reports.Gate{g}}
+		r := results.Result{Gates: []results.Gate{g}}
 		if r.Passed() != (tt.pass || tt.undecid) || r.Undecided() != tt.undecid {
 			t.Errorf("%s: result passed=%v undecided=%v: an undecided gate is not a failure", tt.name, r.Passed(), r.Undecided())
 		}
@@ -331,8 +332,8 @@ func TestMatchAndParse(t *testing.T) {
 
 func TestMatrixText(t *testing.T) {
 	m := &Matrix{Config: Config{Blocks: 16}, Outcomes: []Outcome{
-		{Cell: Cell{Hibernate, tier.Pinned, 64 << 20}, Figure: "1.0/2.0 GB/s", Results: []reports.Result{{Name: "hibernate", Gates: []reports.Gate{pass("identical", "ok")}}}},
-		{Cell: Cell{Hibernate, tier.File, 64 << 20}, Results: []reports.Result{{Name: "hibernate", Gates: []reports.Gate{fail("reached", "block 2 short")}}}},
+		{Cell: Cell{Hibernate, tier.Pinned, 64 << 20}, Figure: "1.0/2.0 GB/s", Results: []results.Result{{Name: "hibernate", Gates: []results.Gate{pass("identical", "ok")}}}},
+		{Cell: Cell{Hibernate, tier.File, 64 << 20}, Results: []results.Result{{Name: "hibernate", Gates: []results.Gate{fail("reached", "block 2 short")}}}},
 		{Cell: Cell{Ladder, tier.File, 64 << 20}, Err: fmt.Errorf("holder died")},
 	}}
 	var b bytes.Buffer
@@ -460,8 +461,7 @@ func TestRunDropsTheCellInFlight(t *testing.T) {
 func TestCheckLayout(t *testing.T) {
 	cells := []Cell{{Hibernate, tier.Device, 64 << 20}, {Uneven, tier.Device, 64 << 20}}
 	err := CheckLayout(cells, 1_000_000_000)
-	var bse *tier.BlockSizeError
-	if !errors.As(err, &bse) || len(bse.Cells) != 1 || bse.Cells[0] != "hibernate/device/64MiB" {
+	if !badinput.Is(err) || !strings.HasSuffix(err.Error(), ": hibernate/device/64MiB") {
 		t.Errorf("a billion blocks: %v", err)
 	}
 	if err := CheckLayout(cells, 16); err != nil {

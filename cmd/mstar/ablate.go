@@ -1,7 +1,7 @@
 package main
 
 import (
-	"errors"
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,16 +10,16 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/mstar-dev/mstar/bench"
-	"github.com/mstar-dev/mstar/internal/envinfo"
-	"github.com/mstar-dev/mstar/internal/gpu"
-	"github.com/mstar-dev/mstar/internal/progress"
+	"github.com/mstar-dev/mstar/bench/ablate"
+	"github.com/mstar-dev/mstar/internal/units"
 	"github.com/mstar-dev/mstar/kernels/moe"
 	"github.com/mstar-dev/mstar/kernels/router"
 	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 func init() {
+	reports.RegisterRunTable(ablate.AblationSuite, ablate.Table)
 	register(func(a *app) *cobra.Command {
 		cmd := &cobra.Command{
 			Use:   "ablate",
@@ -57,7 +57,7 @@ func newAblateRouter(a *app) *cobra.Command {
 		Use:   "router",
 		Short: "Routers × metrics: expert load, losses, routing time, and fused-MoE time under each routing",
 		Long: `ablate router routes one workload — --layers layers of --tokens tokens — with
-every router (--routers; by default ` + strings.Join(bench.DefaultAblationRouters, ", ") + `)
+every router (--routers; by default ` + strings.Join(ablate.DefaultAblationRouters, ", ") + `)
 and prints a routers × metrics table:
 
   MaxVio     max expert load / mean load − 1 (0 = perfectly balanced)
@@ -89,10 +89,10 @@ uniform, 1 leaves a few experts far more attractive), the preferred expert's
 logit raised by --strength standard deviations, and --correlation between
 consecutive layers; gate weights random or read from a safetensors checkpoint
 (--gates: model.layers.N.mlp.gate.weight, and DeepSeek-V3's
-e_score_correction_bias where present). --trace replays a recorded routing
+e_score_correction_bias where present). --routing-file replays a recorded routing
 (JSON Lines: a header {"format":"mstar.routing-trace","experts":E,"topk":K},
 then one line {"layer":L,"ids":[...],"weights":[...]} per token per layer) as
-router "trace"; --record-trace writes the --baseline router's routing in that
+router "trace"; --routing-out writes the --baseline router's routing in that
 format. Tokens are routed in batches of --batch, in order, so stateful
 routers (deepseek-v3-lossfree, cross-layer) carry their state from layer to
 layer and from batch to batch.
@@ -111,8 +111,8 @@ out-of-range expert id.`,
   mstar ablate router --model deepseek-v3 --layers 2 --tokens 2048 --zipf 1.2 --out ablate.json --heatmap load.png
   mstar ablate router --model mixtral-8x7b --routers mixtral,switch,expert-choice --capacity-factor 1.0
   mstar ablate router --model qwen3-30b-a3b --gates /models/Qwen3-30B-A3B --gate-layers 0,24,47 --layers 3
-  mstar ablate router --model qwen3-30b-a3b --kernel-tokens 0 --record-trace routing.jsonl
-  mstar ablate router --model qwen3-30b-a3b --trace routing.jsonl --routers trace,softmax-topk-norm`,
+  mstar ablate router --model qwen3-30b-a3b --kernel-tokens 0 --routing-out routing.jsonl
+  mstar ablate router --model qwen3-30b-a3b --routing-file routing.jsonl --routers trace,softmax-topk-norm`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			// The heat map is PNG only; another extension would mislabel it.
@@ -142,10 +142,10 @@ out-of-range expert id.`,
 			if m.K > m.E {
 				return usageErr("--topk %d exceeds the %d experts", m.K, m.E)
 			}
-			// 0 layers or tokens are all of a --trace's; without one, nothing.
+			// 0 layers or tokens are all of a --routing-file's; without one, nothing.
 			layersOK, tokensOK := atLeast("layers", layers, 1, ""), atLeast("tokens", tokens, 1, "")
 			if tracePath != "" {
-				layersOK, tokensOK = atLeast("layers", layers, 0, "0: every layer of --trace"), atLeast("tokens", tokens, 0, "0: every token of --trace")
+				layersOK, tokensOK = atLeast("layers", layers, 0, "0: every layer of --routing-file"), atLeast("tokens", tokens, 0, "0: every token of --routing-file")
 			}
 			if err := firstErr(layersOK, tokensOK, atLeast("batch", batch, 0, "0: one batch"),
 				atLeast("kernel-tokens", kTokens, 0, "0: skip the kernel"), atLeast("kernel-layers", kLayers, 1, ""),
@@ -161,17 +161,17 @@ out-of-range expert id.`,
 			// silently not apply. (--seed seeds the workload too.)
 			compared := append(append([]string{}, routers...), baseline, m.Router)
 			if len(routers) == 0 && tracePath == "" {
-				compared = append(compared, bench.DefaultAblationRouters...)
+				compared = append(compared, ablate.DefaultAblationRouters...)
 			}
-			for _, s := range routerSettings {
-				if s.flag == "seed" || !cmd.Flags().Changed(s.flag) {
+			for _, s := range router.Settings {
+				if s.Name == "seed" || !cmd.Flags().Changed(s.Name) {
 					continue
 				}
-				if !slices.ContainsFunc(compared, func(n string) bool { return n != "" && routerUses(n, cfg, s.set) }) {
-					fmt.Fprintf(a.stderr, "mstar: warning: --%s: none of the routers compared uses it\n", s.flag)
+				if !slices.ContainsFunc(compared, func(n string) bool { return n != "" && router.Uses(n, cfg, s) }) {
+					fmt.Fprintf(a.stderr, "mstar: warning: --%s: none of the routers compared uses it\n", s.Name)
 				}
 			}
-			opt := bench.AblationOptions{
+			opt := ablate.AblationOptions{
 				Model: m, Routers: routers, Config: cfg, Baseline: baseline,
 				Layers: layers, Tokens: tokens, Batch: batch,
 				Workload:     router.Workload{Alpha: zipf, Strength: strength, Correlation: corr, Seed: rf.seed},
@@ -186,7 +186,7 @@ out-of-range expert id.`,
 			}
 			if gates != "" {
 				if tracePath != "" {
-					return usageErr("--gates and --trace: give one (a trace is routing already done)")
+					return usageErr("--gates and --routing-file: give one (a trace is routing already done)")
 				}
 				gs, err := router.LoadGates(gates, m.E, m.H, gateLayers, layers)
 				if err != nil {
@@ -201,7 +201,7 @@ out-of-range expert id.`,
 			if tracePath != "" {
 				tr, err := router.ReadTraceFile(tracePath)
 				if err != nil {
-					return badInput(fmt.Errorf("--trace: %w", err))
+					return badInput(fmt.Errorf("--routing-file: %w", err))
 				}
 				opt.Trace = tr
 				kernelK = tr.TopK
@@ -214,7 +214,7 @@ out-of-range expert id.`,
 			}
 			need := opt.HostBytes()
 			if kTokens > 0 {
-				need += bench.KernelHostBytes(moe.Shape{E: m.E, K: min(kernelK, m.E), H: m.H, I: m.I})
+				need += ablate.KernelHostBytes(moe.Shape{E: m.E, K: min(kernelK, m.E), H: m.H, I: m.I})
 			}
 			if L, T, _ := opt.Dims(); true {
 				what := fmt.Sprintf("routing %d layers × %d tokens with %d experts", L, T, m.E)
@@ -222,101 +222,82 @@ out-of-range expert id.`,
 					return err
 				}
 			}
-			var dev gpu.Device
-			if kTokens > 0 && kSamples > 0 && kLayers > 0 {
-				if dev, err = a.openDevice(device); err != nil {
-					return err
-				}
-				defer dev.Close()
-				k, note, release := bench.KernelFor(dev, moe.Shape{E: m.E, K: min(kernelK, m.E), H: m.H, I: m.I}, rf.seed)
-				defer release()
-				opt.Kernel = k
-				if k == nil {
-					opt.KernelTokens, opt.KernelSkipped = 0, note
-				}
-				if _, onGPU := k.(*bench.CUDAKernel); onGPU {
-					if !cmd.Flags().Changed("kernel-tokens") {
-						opt.KernelTokens = 1024
+			withKernel := kTokens > 0 && kSamples > 0 && kLayers > 0
+			var res *ablate.Ablation
+			run := measurement{suite: ablate.AblationSuite, out: out,
+				run: func(ctx context.Context, ms *measuring) (*outcome, error) {
+					if withKernel {
+						k, note, release := ablate.KernelFor(ms.dev, moe.Shape{E: m.E, K: min(kernelK, m.E), H: m.H, I: m.I}, rf.seed)
+						defer release()
+						if k == nil {
+							opt.KernelTokens, opt.KernelSkipped = 0, note
+						}
+						opt.UseKernel(k, cmd.Flags().Changed("kernel-tokens"), cmd.Flags().Changed("kernel-samples"))
+						if note != "" {
+							fmt.Fprintln(a.stderr, "mstar: "+note)
+						}
 					}
-					if !cmd.Flags().Changed("kernel-samples") {
-						opt.KernelSamples = 10
+					last := 0
+					opt.Progress = func(what string, done, total int) {
+						ms.bar.SetTotal(total)
+						ms.bar.Describe(what)
+						ms.bar.Add(done - last)
+						last = done
 					}
-				}
-				if note != "" {
-					fmt.Fprintln(a.stderr, "mstar: "+note)
-				}
-			}
-			doc := reports.NewDocument(bench.AblationSuite, a.args, envinfo.Collect(dev))
-			var bar *progress.Bar
-			last := 0
-			opt.Progress = func(what string, done, total int) {
-				if bar == nil {
-					bar = progress.New(a.stderr, total, "ablate router")
-				}
-				bar.Describe(what)
-				bar.Add(done - last)
-				last = done
-			}
-			// On an interrupt the router or kernel layer in flight is left
-			// out; those done are still printed and written.
-			ctx, stop := interruptContext()
-			defer stop()
-			res, err := bench.RunAblation(ctx, opt)
-			bar.Finish()
-			stopped := err != nil && ctx.Err() != nil && res != nil
-			if stopped {
-				err = nil
-			}
-			if err != nil {
-				if errors.Is(err, bench.ErrAblationInput) {
-					return badInput(err)
-				}
-				return err
-			}
-			doc.Results = res.Results()
-			doc.Warnings = res.Warnings
-			if opt.KernelSkipped != "" {
-				doc.Warnings = append(doc.Warnings, opt.KernelSkipped)
-			}
-			if stopped {
-				noteInterrupted(doc)
-			}
-			doc.Finish()
-			if err := res.WriteTable(a.stdout); err != nil {
-				return err
-			}
-			if heatmap != "" && len(res.Runs) > 0 { // none when interrupted in the first router
-				f, err := os.Create(heatmap)
-				if err != nil {
-					return badInput(fmt.Errorf("--heatmap: %w", err))
-				}
-				if err := res.WriteHeatMap(f); err != nil {
-					f.Close()
-					return fmt.Errorf("writing %s: %w", heatmap, err)
-				}
-				if err := f.Close(); err != nil {
-					return fmt.Errorf("writing %s: %w", heatmap, err)
-				}
-				fmt.Fprintf(a.stderr, "mstar: wrote %s\n", heatmap)
-			}
-			if recordPath != "" {
-				name := baseline
-				if name == "" {
-					name = m.Router
-					if opt.Trace != nil {
-						name = bench.TraceRouter
+					// On an interrupt the router or kernel layer in flight is
+					// left out; those done are still printed and written.
+					var err error
+					if res, err = ablate.RunAblation(ctx, opt); res == nil {
+						return nil, err
 					}
-				}
-				tr, err := res.Trace(name)
-				switch {
-				case err != nil && stopped: // interrupted before that router ran
-					fmt.Fprintf(a.stderr, "mstar: --record-trace: not written: %v\n", err)
-				case err != nil:
-					return badInput(fmt.Errorf("--record-trace: %w", err))
-				default:
+					// The results are finished together: kernel figures
+					// compare every router with the uniform reference.
+					o := &outcome{results: res.Results(), warnings: res.Warnings,
+						done: units.Plural(len(res.Runs), "router") + " done"}
+					ms.sink.Send(o.results...)
+					if opt.KernelSkipped != "" {
+						o.warnings = append(o.warnings, opt.KernelSkipped)
+					}
+					return o, err
+				},
+				table: reports.RunTable,
+				after: func(doc *results.Document) error {
+					stopped := slices.Contains(doc.Warnings, results.WarnInterrupted)
+					if heatmap != "" && len(res.Runs) > 0 { // none when interrupted in the first router
+						f, err := os.Create(heatmap)
+						if err != nil {
+							return badInput(fmt.Errorf("--heatmap: %w", err))
+						}
+						if err := reports.WriteLoadHeatMap(f, doc.Results); err != nil {
+							f.Close()
+							return fmt.Errorf("writing %s: %w", heatmap, err)
+						}
+						if err := f.Close(); err != nil {
+							return fmt.Errorf("writing %s: %w", heatmap, err)
+						}
+						fmt.Fprintf(a.stderr, "mstar: wrote %s\n", heatmap)
+					}
+					if recordPath == "" {
+						return nil
+					}
+					name := baseline
+					if name == "" {
+						name = m.Router
+						if opt.Trace != nil {
+							name = ablate.TraceRouter
+						}
+					}
+					tr, err := res.Trace(name)
+					switch {
+					case err != nil && stopped: // interrupted before that router ran
+						fmt.Fprintf(a.stderr, "mstar: --routing-out: not written: %v\n", err)
+						return nil
+					case err != nil:
+						return badInput(fmt.Errorf("--routing-out: %w", err))
+					}
 					f, err := os.Create(recordPath)
 					if err != nil {
-						return badInput(fmt.Errorf("--record-trace: %w", err))
+						return badInput(fmt.Errorf("--routing-out: %w", err))
 					}
 					if err := tr.Write(f); err != nil {
 						f.Close()
@@ -326,17 +307,14 @@ out-of-range expert id.`,
 						return fmt.Errorf("writing %s: %w", recordPath, err)
 					}
 					fmt.Fprintf(a.stderr, "mstar: wrote %s (%s's routing)\n", recordPath, name)
-				}
+					return nil
+				},
+				failed: func(*results.Document) error { return nil }, // no gates: the table is the answer
 			}
-			if out != "" {
-				if err := a.writeResults(out, doc); err != nil {
-					return err
-				}
+			if withKernel {
+				run.device = device
 			}
-			if stopped {
-				return errInterrupted(fmt.Sprintf("ablate router (%s done)", plural(len(res.Runs), "router")), nil)
-			}
-			return nil
+			return a.measure(run)
 		},
 	}
 	f := cmd.Flags()
@@ -345,18 +323,20 @@ out-of-range expert id.`,
 	f.IntVar(&topk, "topk", 0, "override the model's experts per token")
 	f.IntVar(&hidden, "hidden", 0, "override the model's hidden size")
 	f.IntVar(&inter, "inter", 0, "override the model's expert intermediate size")
-	f.StringSliceVar(&routers, "routers", nil, "routers to compare, comma-separated (default: all built-ins; 'trace' replays --trace)")
-	f.StringVar(&baseline, "baseline", "", "router whose MoE output the others are compared with (default: the model's own router; the trace with --trace)")
-	f.IntVar(&layers, "layers", 4, "layers to route (with --trace, 0: all of its layers)")
-	f.IntVar(&tokens, "tokens", 4096, "tokens per layer (with --trace, 0: all of its tokens)")
+	f.StringSliceVar(&routers, "routers", nil, "routers to compare, comma-separated (default: all built-ins; 'trace' replays --routing-file)")
+	f.StringVar(&baseline, "baseline", "", "router whose MoE output the others are compared with (default: the model's own router; the trace with --routing-file)")
+	f.IntVar(&layers, "layers", 4, "layers to route (with --routing-file, 0: all of its layers)")
+	f.IntVar(&tokens, "tokens", 4096, "tokens per layer (with --routing-file, 0: all of its tokens)")
 	f.IntVar(&batch, "batch", 512, "tokens per batch (stateful routers adapt batch by batch; 0: one batch)")
 	f.Float64Var(&zipf, "zipf", 1.0, "Zipf exponent of the experts' affinity (0: uniform)")
 	f.Float64Var(&strength, "strength", 2.0, "logit boost of a token's preferred expert, in standard deviations")
 	f.Float64Var(&corr, "correlation", 0.5, "correlation of preferences and hidden states between consecutive layers, in [0,1]")
 	f.StringVar(&gates, "gates", "", "read gate weights from a safetensors `FILE` or a directory of shards")
 	f.IntSliceVar(&gateLayers, "gate-layers", nil, "model layer numbers to read from --gates (default: the first --layers that have a gate)")
-	f.StringVar(&tracePath, "trace", "", "replay a recorded routing `FILE` as router 'trace'")
-	f.StringVar(&recordPath, "record-trace", "", "write the --baseline router's routing of every layer as a trace `FILE`")
+	f.StringVar(&tracePath, "routing-file", "", "replay a recorded routing `FILE` as router 'trace'")
+	f.StringVar(&recordPath, "routing-out", "", "write the --baseline router's routing of every layer as a routing `FILE`")
+	deprecatedAlias(f, "trace", "routing-file")
+	deprecatedAlias(f, "record-trace", "routing-out")
 	f.IntVar(&kTokens, "kernel-tokens", 16, "tokens per layer timed through the fused-MoE kernel (0: skip the kernel; a GPU takes 1024 unless set)")
 	f.IntVar(&kLayers, "kernel-layers", 1, "layers (the last ones) timed through the fused-MoE kernel (--kernel-tokens 0 skips it)")
 	f.IntVar(&kSamples, "kernel-samples", 6, "kernel timings per router and layer, after a warm-up that settles (6: the fewest with a 95% interval; a GPU takes 10 unless set)")

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/mstar-dev/mstar/kernels/router"
-	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 // tinyModel overrides the preset's shape so the whole command runs in a blink.
@@ -30,7 +30,7 @@ func TestAblateRouterCommand(t *testing.T) {
 			t.Errorf("table lacks %q:\n%s", want, stdout)
 		}
 	}
-	doc, err := reports.ReadFile(out)
+	doc, err := results.ReadFile(out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +55,7 @@ func TestAblateRouterCommand(t *testing.T) {
 	if code != exitOK || !strings.Contains(stdout2, "2 layers × 128 tokens") {
 		t.Fatalf("replaying the recorded trace: exit %d: %s\n%s", code, stderr, stdout2)
 	}
-	if _, stderr, code := runMstar(t, append([]string{"ablate", "router", "--tokens", "64", "--layers", "1", "--kernel-tokens", "0", "--baseline", "switch", "--record-trace", rec}, tinyModel...)...); code != exitBadUsge || !strings.Contains(stderr, "cannot be recorded") {
+	if _, stderr, code := runMstar(t, append([]string{"ablate", "router", "--tokens", "64", "--layers", "1", "--kernel-tokens", "0", "--baseline", "switch", "--record-trace", rec}, tinyModel...)...); code != exitBadInput || !strings.Contains(stderr, "cannot be recorded") {
 		t.Errorf("recording switch: exit %d: %s", code, stderr)
 	}
 	f, err := os.Open(heat)
@@ -69,7 +69,7 @@ func TestAblateRouterCommand(t *testing.T) {
 }
 
 func TestAblateRouterInputs(t *testing.T) {
-	td := filepath.Join("..", "..", "testdata", "router")
+	td := filepath.Join("testdata", "router")
 	t.Run("gates from a safetensors file, bias and all", func(t *testing.T) {
 		stdout, stderr, code := runMstar(t, append([]string{"ablate", "router", "--gates", filepath.Join(td, "gates-e16-h32.safetensors"),
 			"--layers", "2", "--tokens", "256", "--routers", "deepseek-v3", "--n-group", "4", "--topk-group", "2", "--kernel-tokens", "0"}, tinyModel...)...)
@@ -93,7 +93,7 @@ func TestAblateRouterInputs(t *testing.T) {
 }
 
 func TestAblateRouterBadInput(t *testing.T) {
-	td := filepath.Join("..", "..", "testdata", "router")
+	td := filepath.Join("testdata", "router")
 	dir := t.TempDir()
 	// A gate file lacking layer 1, and one whose gate is transposed.
 	write := func(name string, ts []router.Tensor) string {
@@ -146,8 +146,8 @@ func TestAblateRouterBadInput(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			args := append([]string{"ablate", "router", "--tokens", "64", "--layers", "1", "--kernel-tokens", "0"}, tinyModel...)
 			_, stderr, code := runMstar(t, append(args, tc.args...)...)
-			if code != exitBadUsge {
-				t.Errorf("exit %d, want %d; stderr: %s", code, exitBadUsge, stderr)
+			if code != exitBadInput {
+				t.Errorf("exit %d, want %d; stderr: %s", code, exitBadInput, stderr)
 			}
 			if !strings.Contains(stderr, tc.want) {
 				t.Errorf("stderr %q lacks %q", stderr, tc.want)
@@ -168,7 +168,7 @@ func TestAblateRouterBadInput(t *testing.T) {
 	if !strings.Contains(stderr, "warning: --n-group: none of the routers compared uses it") {
 		t.Errorf("--n-group with hash,random: no warning:\n%s", stderr)
 	}
-	if _, stderr, code := runMstar(t, "ablate", "nope"); code != exitBadUsge || !strings.Contains(stderr, `unknown command "nope"`) {
+	if _, stderr, code := runMstar(t, "ablate", "nope"); code != exitBadInput || !strings.Contains(stderr, `unknown command "nope"`) {
 		t.Errorf("ablate nope: exit %d, %s", code, stderr)
 	}
 }

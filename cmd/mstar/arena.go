@@ -1,23 +1,24 @@
 package main
 
 import (
-	"errors"
+	"context"
 	"fmt"
-	"github.com/mstar-dev/mstar/internal/units"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/mstar-dev/mstar/internal/envinfo"
+	"github.com/mstar-dev/mstar/internal/units"
+	"github.com/mstar-dev/mstar/reports/results"
+
 	"github.com/spf13/cobra"
 
 	"github.com/mstar-dev/mstar/arena"
-	"github.com/mstar-dev/mstar/arena/stress"
-	"github.com/mstar-dev/mstar/arena/sweep"
-	"github.com/mstar-dev/mstar/internal/envinfo"
+	"github.com/mstar-dev/mstar/bench/stress"
+	"github.com/mstar-dev/mstar/bench/sweep"
 	"github.com/mstar-dev/mstar/internal/gpu"
-	"github.com/mstar-dev/mstar/internal/gpu/nvmlinfo"
 	"github.com/mstar-dev/mstar/internal/progress"
 	"github.com/mstar-dev/mstar/reports"
 )
@@ -77,27 +78,6 @@ func parseSizeBounds(minSize, maxSize string) (lo, hi int64, err error) {
 	return lo, hi, nil
 }
 
-// arenaPCIe finds the link's theoretical rate from the environment NVML
-// filled in ("pcie": "gen5 x16 (max gen5 x16)"): the maximum generation and
-// width, since an idle link trains down.
-func arenaPCIe(env reports.Env) (gbps float64, note string) {
-	v, ok := env["pcie"]
-	if !ok {
-		return 0, "PCIe link unknown (NVML did not report it); pass --pcie-gbps"
-	}
-	var g, w, mg, mw int
-	if n, _ := fmt.Sscanf(v, "gen%d x%d (max gen%d x%d)", &g, &w, &mg, &mw); n < 2 {
-		return 0, fmt.Sprintf("PCIe link %q not understood; pass --pcie-gbps", v)
-	}
-	if mg > 0 && mw > 0 {
-		g, w = mg, mw
-	}
-	if r := nvmlinfo.PCIeGBps(g, w); r > 0 {
-		return r, fmt.Sprintf("PCIe gen%d x%d theoretical %.1f GB/s per direction (NVML: %s)", g, w, r, v)
-	}
-	return 0, fmt.Sprintf("PCIe generation %d unknown; pass --pcie-gbps", g)
-}
-
 func arenaSweepCmd(a *app) *cobra.Command {
 	var (
 		device, mode, minSize, maxSize, shmDir, out, plot string
@@ -140,10 +120,10 @@ with "-transport" added to its name).`,
 			if err != nil {
 				return err
 			}
-			m := sweep.Mode(mode)
-			switch m {
+			md := sweep.Mode(mode)
+			switch md {
 			case "auto":
-				m = ""
+				md = ""
 			case sweep.ModeCopy, sweep.ModeTransport, sweep.ModeAll:
 			default:
 				return usageErr("--mode %q: want auto, copy, transport or all", mode)
@@ -158,71 +138,50 @@ with "-transport" added to its name).`,
 				checkShmDir("shm-dir", shmDir, true)); err != nil {
 				return err
 			}
-			dev, err := a.openDevice(device)
-			if err != nil {
-				return err
-			}
-			defer dev.Close()
-			env := envinfo.Collect(dev)
-			opt := sweep.Options{Device: dev, Mode: m, MinSize: lo, MaxSize: hi, Factor: factor, Samples: samples, Tensors: tensors, Dir: shmDir}
-			if pcie > 0 {
-				opt.PCIeGBps, opt.PCIeNote = pcie, fmt.Sprintf("PCIe theoretical %.1f GB/s per direction (--pcie-gbps)", pcie)
-			} else if dev.Info().Backend == gpu.CUDA {
-				opt.PCIeGBps, opt.PCIeNote = arenaPCIe(env)
-			}
-			doc := reports.NewDocument("arena sweep", a.args, env)
-			bar := progress.New(a.stderr, 0, "arena sweep")
-			opt.Progress = func(step string) { bar.Describe(step) }
-			// On an interrupt the point in flight stops and removes its
-			// segments and files; the points done are still printed and written.
-			ctx, stop := interruptContext()
-			defer stop()
-			res, err := sweep.Run(ctx, opt)
-			bar.Finish()
-			if res != nil {
-				doc.Results = res.Results
-				doc.Warnings = res.Warnings
-			}
-			stopped := err != nil && ctx.Err() != nil && res != nil
-			if stopped {
-				err = nil
-				noteInterrupted(doc)
-			}
-			if err != nil {
-				var oe *sweep.OptionsError
-				if errors.As(err, &oe) { // the options were refused before anything ran
-					return usageErr("%v", err)
-				}
-				return err
-			}
-			if opt.PCIeNote != "" {
-				doc.Warnings = append(doc.Warnings, opt.PCIeNote)
-			}
-			doc.Finish()
-			fmt.Fprintf(a.stdout, "# arena sweep on %s (%s), %d samples per point\n", dev.Info().ID, dev.Info().Name, max(samples, 1))
-			if err := sweep.WriteTable(a.stdout, doc.Results); err != nil {
-				return err
-			}
-			for _, w := range doc.Warnings {
-				fmt.Fprintln(a.stderr, "mstar: warning: "+w)
-			}
-			if out != "" {
-				if err := a.writeResults(out, doc); err != nil {
-					return err
-				}
-			}
-			if plot != "" {
-				if err := arenaPlots(a, plot, doc); err != nil {
-					return err
-				}
-			}
-			if stopped {
-				return errInterrupted(fmt.Sprintf("arena sweep (%s done)", plural(len(doc.Results), "point")), doc.Failed())
-			}
-			if bad := doc.Failed(); len(bad) > 0 {
-				return failed("%d sweep points had wrong copies: %s", len(bad), strings.Join(bad, "; "))
-			}
-			return nil
+			return a.measure(measurement{suite: "arena sweep", device: device, out: out,
+				run: func(ctx context.Context, m *measuring) (*outcome, error) {
+					opt := sweep.Options{Device: m.dev, Mode: md, MinSize: lo, MaxSize: hi, Factor: factor, Samples: samples, Tensors: tensors, Dir: shmDir,
+						Sink: m.sink, Progress: func(step string) { m.bar.Describe(step) }}
+					if pcie > 0 {
+						opt.PCIeGBps, opt.PCIeNote = pcie, fmt.Sprintf("PCIe theoretical %.1f GB/s per direction (--pcie-gbps)", pcie)
+					} else if m.dev.Info().Backend == gpu.CUDA {
+						opt.PCIeGBps, opt.PCIeNote = sweep.PCIeCeiling(envinfo.PCIeLink(m.dev))
+					}
+					// On an interrupt the point in flight stops and removes its
+					// segments and files; the points done are still written.
+					res, err := sweep.Run(ctx, opt)
+					if res == nil {
+						return nil, err
+					}
+					o := &outcome{results: res.Results, warnings: res.Warnings}
+					if opt.PCIeNote != "" {
+						o.warnings = append(o.warnings, opt.PCIeNote)
+					}
+					o.done = units.Plural(len(res.Results), "point") + " done"
+					return o, err
+				},
+				table: func(w io.Writer, doc *results.Document) error {
+					if err := reports.RunTable(w, doc); err != nil {
+						return err
+					}
+					for _, w := range doc.Warnings {
+						fmt.Fprintln(a.stderr, "mstar: warning: "+w)
+					}
+					return nil
+				},
+				after: func(doc *results.Document) error {
+					if plot != "" {
+						return arenaPlots(a, plot, doc)
+					}
+					return nil
+				},
+				failed: func(doc *results.Document) error {
+					if bad := doc.Failed(); len(bad) > 0 {
+						return failed("%d sweep points had wrong copies: %s", len(bad), strings.Join(bad, "; "))
+					}
+					return nil
+				},
+			})
 		},
 	}
 	addDeviceFlag(cmd, &device)
@@ -241,8 +200,8 @@ with "-transport" added to its name).`,
 }
 
 // arenaPlots draws the copy and transport results, each in its own image.
-func arenaPlots(a *app, path string, doc *reports.Document) error {
-	parts := map[string]*reports.Document{}
+func arenaPlots(a *app, path string, doc *results.Document) error {
+	parts := map[string]*results.Document{}
 	for _, r := range doc.Results {
 		if r.Name != "copy" && r.Name != "transport" {
 			continue
@@ -271,7 +230,7 @@ func arenaPlots(a *app, path string, doc *reports.Document) error {
 			title = "arena sweep: producer->consumer bandwidth, arena vs files vs memcpy"
 		}
 		// Transport rates span decades; copy rates mostly sit within one.
-		warns, err := reports.PlotFile(p, []*reports.Document{d}, reports.PlotOptions{Metric: sweep.MetricBandwidth, X: "size", LogX: true, LogY: name == "transport", Title: title})
+		warns, err := reports.PlotFile(p, []*results.Document{d}, reports.PlotOptions{Metric: sweep.MetricBandwidth, X: "size", LogX: true, LogY: name == "transport", Title: title})
 		for _, w := range warns {
 			fmt.Fprintln(a.stderr, "mstar: plot: "+w)
 		}
@@ -364,66 +323,46 @@ ratio.`,
 			if err := checkShmDir("shm-dir", shmDir, true); err != nil {
 				return err
 			}
-			ctx, stop := interruptContext()
-			defer stop()
-			doc := reports.NewDocument("arena stress", a.args, envinfo.Collect(nil))
 			// Progress lines follow the rule of every command's progress
 			// (internal/progress): on a terminal only, so logs stay clean.
 			var live io.Writer
 			if progress.IsTerminal(a.stderr) {
 				live = a.stderr
 			}
-			var sums []*stress.Summary
-			for _, tr := range trs {
-				opt := stress.Options{
-					Producers: producers, Consumers: consumers, Duration: duration, Count: count,
-					MinSize: lo, MaxSize: hi, Fanout: fanout, KillRate: killRate, Transport: tr,
-					ShmDir: shmDir, SegmentSize: seg, MaxSegments: maxSegs, Inflight: inflight,
-					Interval: interval, Seed: seed, Exe: exe, Args: wargs, Env: wenv, Live: live,
-				}
-				fmt.Fprintf(a.stderr, "mstar: arena stress, transport %s\n", tr)
-				s, err := stress.Run(ctx, opt)
-				if err != nil {
-					if strings.HasPrefix(err.Error(), "stress: ") {
-						return usageErr("%v", err)
+			return a.measure(measurement{suite: "arena stress", out: out,
+				run: func(ctx context.Context, m *measuring) (*outcome, error) {
+					o := &outcome{}
+					for _, tr := range trs {
+						opt := stress.Options{
+							Producers: producers, Consumers: consumers, Duration: duration, Count: count,
+							MinSize: lo, MaxSize: hi, Fanout: fanout, KillRate: killRate, Transport: tr,
+							ShmDir: shmDir, SegmentSize: seg, MaxSegments: maxSegs, Inflight: inflight,
+							Interval: interval, Seed: seed, Exe: exe, Args: wargs, Env: wenv, Live: live,
+						}
+						fmt.Fprintf(a.stderr, "mstar: arena stress, transport %s\n", tr)
+						s, err := stress.Run(ctx, opt)
+						if err != nil {
+							return nil, err
+						}
+						r := s.Result()
+						m.sink(r)
+						o.results = append(o.results, r)
+						if ctx.Err() != nil {
+							// The run could not complete (exit 3); its gates
+							// judged a part run, which fails "delivered" by itself.
+							return o, ctx.Err()
+						}
 					}
-					return err
-				}
-				sums = append(sums, s)
-				fmt.Fprintf(a.stdout, "# arena stress: transport %s\n", tr)
-				if err := s.WriteSummary(a.stdout); err != nil {
-					return err
-				}
-				doc.Results = append(doc.Results, s.Result())
-				if ctx.Err() != nil {
-					break
-				}
-			}
-			if len(sums) == 2 && sums[1].Delivered > 0 && sums[0].Elapsed > 0 && sums[1].Elapsed > 0 {
-				r0 := float64(sums[0].Delivered) / sums[0].Elapsed.Seconds()
-				r1 := float64(sums[1].Delivered) / sums[1].Elapsed.Seconds()
-				fmt.Fprintf(a.stdout, "# %s vs %s: %.2fx the tensors/s, %.2fx the GB/s\n", sums[0].Options.Transport, sums[1].Options.Transport,
-					r0/r1, (float64(sums[0].Bytes)/sums[0].Elapsed.Seconds())/(float64(sums[1].Bytes)/sums[1].Elapsed.Seconds()))
-			}
-			if ctx.Err() != nil {
-				noteInterrupted(doc)
-			}
-			doc.Finish()
-			if out != "" {
-				if err := a.writeResults(out, doc); err != nil {
-					return err
-				}
-			}
-			bad := doc.Failed()
-			if ctx.Err() != nil {
-				// The run could not complete (exit 3); its gates judged a
-				// part run, which fails "delivered" gates by itself.
-				return errInterrupted("arena stress", bad)
-			}
-			if len(bad) > 0 {
-				return failed("arena stress failed %d gate(s): %s", len(bad), strings.Join(bad, "; "))
-			}
-			return nil
+					return o, nil
+				},
+				table: reports.RunTable,
+				failed: func(doc *results.Document) error {
+					if bad := doc.Failed(); len(bad) > 0 {
+						return failed("arena stress failed %d gate(s): %s", len(bad), strings.Join(bad, "; "))
+					}
+					return nil
+				},
+			})
 		},
 	}
 	f := cmd.Flags()
@@ -483,7 +422,7 @@ arena also runs this sweep when it starts.`,
 			if err := checkShmDir("shm-dir", dir, !dry); err != nil {
 				return err
 			}
-			rep, err := arena.SweepOrphans(dir, arena.SweepOptions{DryRun: dry})
+			rep, err := arena.CleanOrphans(dir, arena.CleanOptions{DryRun: dry})
 			if err != nil {
 				return badInput(err)
 			}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -9,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/mstar-dev/mstar/arena"
-	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 const arenaWorkerEnv = "MSTAR_CMD_ARENA_WORKER"
@@ -33,26 +32,6 @@ func arenaShmDir(t *testing.T) string {
 	}
 	t.Cleanup(func() { os.RemoveAll(d) })
 	return d
-}
-
-func TestArenaPCIe(t *testing.T) {
-	tests := []struct {
-		name string
-		env  reports.Env
-		want float64
-		note string
-	}{
-		{"gen5 x16 at idle downtrained", reports.Env{"pcie": "gen1 x16 (max gen5 x16)"}, 63.0, "gen5 x16"},
-		{"gen4 x8", reports.Env{"pcie": "gen4 x8 (max gen4 x8)"}, 15.75, "gen4 x8"},
-		{"not reported", reports.Env{}, 0, "--pcie-gbps"},
-		{"garbled", reports.Env{"pcie": "fast"}, 0, "not understood"},
-	}
-	for _, tc := range tests {
-		got, note := arenaPCIe(tc.env)
-		if math.Abs(got-tc.want) > 0.05 || !strings.Contains(note, tc.note) {
-			t.Errorf("%s: %.2f GB/s, %q; want %.2f and a note with %q", tc.name, got, note, tc.want, tc.note)
-		}
-	}
 }
 
 func TestArenaUsageErrors(t *testing.T) {
@@ -101,7 +80,7 @@ func TestArenaUsageErrors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, stderr, code := runMstar(t, tc.args...)
-			if code != exitBadUsge || !strings.Contains(stderr, tc.want) {
+			if code != exitBadInput || !strings.Contains(stderr, tc.want) {
 				t.Errorf("exit %d, stderr %q; want exit 2 mentioning %q", code, stderr, tc.want)
 			}
 			if strings.Contains(stderr, "panic") || strings.Contains(stderr, "goroutine ") {
@@ -129,7 +108,7 @@ func TestArenaSweepCPU(t *testing.T) {
 			t.Errorf("stdout lacks %q:\n%s", want, stdout)
 		}
 	}
-	doc, err := reports.ReadFile(out)
+	doc, err := results.ReadFile(out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +140,7 @@ func TestArenaStressCLI(t *testing.T) {
 	if strings.Contains(stderr, "tensors/s") {
 		t.Errorf("progress lines on stderr that is not a terminal:\n%s", stderr)
 	}
-	doc, err := reports.ReadFile(out)
+	doc, err := results.ReadFile(out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +174,7 @@ func TestArenaClean(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, orphan)); !os.IsNotExist(err) {
 		t.Fatal("the orphan is still there")
 	}
-	if _, stderr, code := runMstar(t, "arena", "clean", "--shm-dir", filepath.Join(dir, "missing")); code != exitBadUsge {
+	if _, stderr, code := runMstar(t, "arena", "clean", "--shm-dir", filepath.Join(dir, "missing")); code != exitBadInput {
 		t.Fatalf("missing directory: exit %d, %s", code, stderr)
 	}
 }
@@ -209,11 +188,11 @@ func TestArenaStressInterrupted(t *testing.T) {
 	if code != exitBroken || !strings.Contains(stderr, "interrupted") {
 		t.Fatalf("exit %d, stderr %q; want exit 3 saying it was interrupted", code, stderr)
 	}
-	doc, err := reports.ReadFile(out)
+	doc, err := results.ReadFile(out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Contains(doc.Warnings, reports.WarnInterrupted) {
+	if !slices.Contains(doc.Warnings, results.WarnInterrupted) {
 		t.Errorf("document warnings %q do not say the run was interrupted", doc.Warnings)
 	}
 }

@@ -1,21 +1,21 @@
 package main
 
 import (
+	"context"
 	"fmt"
-	"io"
-	"math"
 	"os"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
-	"github.com/mstar-dev/mstar/bench"
-	"github.com/mstar-dev/mstar/internal/envinfo"
-	"github.com/mstar-dev/mstar/internal/progress"
+	benchceil "github.com/mstar-dev/mstar/bench/ceilings"
+	moebench "github.com/mstar-dev/mstar/bench/moe"
+	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/mstar-dev/mstar/kernels/moe"
+	"github.com/mstar-dev/mstar/kernels/router"
 	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 func init() {
@@ -30,8 +30,8 @@ func newBenchMoE(a *app) *cobra.Command {
 		tune, stages                                                                       bool
 	)
 	names := []string{}
-	for _, p := range moe.Presets() {
-		names = append(names, fmt.Sprintf("  %-20s %v  %s", p.Name, p.Shape, p.Note))
+	for _, m := range router.Models() {
+		names = append(names, fmt.Sprintf("  %-20s %v  %s", m.Name, moe.Shape{E: m.E, K: m.K, H: m.H, I: m.I}, m.Note))
 	}
 	cmd := &cobra.Command{
 		Use:   "moe",
@@ -94,20 +94,23 @@ ranks and --ep N the experts (rank 0 is measured: it holds experts
 [0, E/N); a token's slots on other ranks are dropped from the local compute).
 
 Routing: uniform random by default (k distinct experts per token, softmax
-weights), --routing zipf:ALPHA for skewed expert load, or --routing-trace
-FILE to replay recorded routing:
+weights), --routing zipf:ALPHA for skewed expert load, or --routing-file
+FILE to replay recorded routing, in the routing file format of ablate router
+(JSON Lines: a header {"format":"mstar.routing-trace","experts":E,"topk":k},
+then one {"layer":L,"ids":[e,...],"weights":[w,...]} per token; the first
+layer replays) or as one object
   {"experts": E, "topk": k, "ids": [[e, ...], ...], "weights": [[w, ...], ...]}
-one row of k distinct global expert ids per token ("weights" optional: 1/k).
-Batch M uses the first M tokens (a trace repeats when shorter).
---routing-out FILE writes the routing used, in the same format (the peers in
-scripts/peers replay it).
+with one row of k distinct global expert ids per token ("weights" optional:
+1/k). Batch M uses the first M tokens (a file repeats when shorter).
+--routing-out FILE writes the routing used as a routing file (JSON Lines;
+ablate router --routing-file and the peers in scripts/peers replay it).
 
 Models:
 ` + strings.Join(names, "\n"),
 		Example: `  mstar bench moe --model qwen3-30b-a3b --batch 1,16 --device cpu
   mstar bench moe --model deepseek-v3 --tp 8 --device cuda:0 --out ds-tp8.json
   mstar bench moe --model qwen3-30b-a3b --routing zipf:1.2 --batch 64,1024 --out zipf.json
-  mstar bench moe --experts 64 --topk 4 --hidden 1024 --inter 512 --routing-trace routing.json
+  mstar bench moe --experts 64 --topk 4 --hidden 1024 --inter 512 --routing-file routing.jsonl
   mstar bench moe --model mixtral-8x7b --batch 4096 --config tiled:bm=128,bn=128,bk=32,wm=2,wn=4,stages=4
   mstar bench moe --model qwen3-30b-a3b --batch 256,1024,4096 --config tc:128x256k64s3 --device cuda:0
   mstar bench moe --model qwen3-235b-a22b --batch 1,64,1024,4096 --tune --device cuda:0 --out tuned.json
@@ -118,14 +121,14 @@ Models:
 			if err := firstErr(atLeast("tp", tp, 1, ""), atLeast("ep", ep, 1, "")); err != nil {
 				return err
 			}
-			opt := bench.MoEOptions{Model: model, TP: tp, EP: ep, Routing: routing, Samples: samples, Seed: seed, DumpDir: dumpDir,
+			opt := moebench.MoEOptions{Model: model, TP: tp, EP: ep, Routing: routing, Samples: samples, Seed: seed, DumpDir: dumpDir,
 				Tune: tune, TuneSamples: tuneSamples, Stages: stages}
 			if model != "" {
-				p, err := moe.LookupPreset(model)
+				m, err := router.ModelByName(model)
 				if err != nil {
-					return usageErr("--model: %v", err)
+					return usageErr("--model: %v (or give --experts --topk --hidden --inter)", err)
 				}
-				opt.Model, opt.Shape = p.Name, p.Shape
+				opt.Model, opt.Shape = m.Name, moe.Shape{E: m.E, K: m.K, H: m.H, I: m.I}
 			} else if !f.Changed("experts") || !f.Changed("topk") || !f.Changed("hidden") || !f.Changed("inter") {
 				return usageErr("give --model NAME or all of --experts --topk --hidden --inter (see 'mstar bench moe --help')")
 			}
@@ -160,18 +163,22 @@ Models:
 			}
 			if traceIn != "" {
 				if f.Changed("routing") {
-					return usageErr("--routing and --routing-trace exclude each other")
+					return usageErr("--routing and --routing-file exclude each other")
 				}
-				r, e, err := moe.ReadTrace(traceIn)
+				tr, err := router.ReadTraceFile(traceIn)
 				if err != nil {
-					return badInput(err)
+					return badInput(fmt.Errorf("reading routing file %w", err))
 				}
-				if e != opt.Shape.E {
-					return usageErr("routing trace %s is over %d experts, the shape has %d", traceIn, e, opt.Shape.E)
+				if tr.Experts != opt.Shape.E {
+					return usageErr("routing file %s is over %d experts, the shape has %d", traceIn, tr.Experts, opt.Shape.E)
 				}
+				if len(tr.Layers) > 1 {
+					fmt.Fprintf(a.stderr, "mstar: routing file %s has %d layers; replaying its first (layer %d)\n", traceIn, len(tr.Layers), tr.Layers[0])
+				}
+				r := moe.Routing{IDs: tr.IDs[0], Weights: tr.Weights[0], M: tr.Tokens, K: tr.TopK}
 				opt.Trace, opt.TraceName = &r, traceIn
 			}
-			if _, err := bench.PrepareMoE(&opt); err != nil {
+			if _, err := moebench.PrepareMoE(&opt); err != nil {
 				return badInput(err)
 			}
 			if dumpDir != "" {
@@ -180,85 +187,72 @@ Models:
 				}
 			}
 			if ceilings != "" {
-				c, err := bench.ReadCeilings(ceilings)
+				c, err := benchceil.ReadCeilings(ceilings)
 				if err != nil {
 					return badInput(fmt.Errorf("--ceilings: %w", err))
 				}
 				opt.Ceilings = c
 			}
-			dev, err := a.openDevice(device)
-			if err != nil {
-				return err
-			}
-			if opt.Ceilings != nil {
-				if err := opt.Ceilings.Matches(dev.Info()); err != nil {
-					dev.Close()
-					return badInput(fmt.Errorf("--ceilings %s: %w", ceilings, err))
+			var rep *moebench.MoEReport
+			batches := func(dev gpu.Device) int {
+				if len(opt.Batches) > 0 {
+					return len(opt.Batches)
 				}
-			}
-			defer dev.Close()
-			if len(opt.Batches) == 0 && dev.Info().Backend != "cuda" {
-				fmt.Fprintf(a.stderr, "mstar: on the CPU the default sweep is --batch %s (the GPU's goes to 4096)\n", joinInts(bench.DefaultCPUBatches))
-			}
-			doc := reports.NewDocument("bench moe", a.args, envinfo.Collect(dev))
-			steps := len(opt.Batches)
-			if steps == 0 {
-				steps = len(bench.DefaultCPUBatches)
-				if dev.Info().Backend == "cuda" {
-					steps = len(bench.DefaultGPUBatches)
+				if dev.Info().Backend == gpu.CUDA {
+					return len(moebench.DefaultGPUBatches)
 				}
+				return len(moebench.DefaultCPUBatches)
 			}
-			bar := progress.New(a.stderr, steps+2, "bench moe")
-			opt.Progress = func(step string) {
-				bar.Describe(step)
-				if strings.HasPrefix(step, "M=") || step == "weights" {
-					bar.Add(1)
-				}
-			}
-			// On an interrupt the batch in flight stops; the batches done
-			// are still printed and written.
-			ctx, stop := interruptContext()
-			defer stop()
-			rep, err := bench.RunMoE(ctx, dev, opt)
-			bar.Finish()
-			stopped := err != nil && ctx.Err() != nil && rep != nil
-			if stopped {
-				err = nil
-				noteInterrupted(doc)
-			}
-			if err != nil {
-				if bench.IsMoEInputError(err) {
-					return badInput(err)
-				}
-				return err
-			}
-			doc.Results = append(doc.Results, rep.Results...)
-			// The ceilings the percentages are of, measured or read, travel
-			// with the results (the peers read them from here too).
-			doc.Results = append(doc.Results, rep.Ceilings.Results()...)
-			doc.Warnings = append(doc.Warnings, rep.Warnings...)
-			if rep.KernelsID != "" {
-				doc.Env["moe_kernels"] = rep.KernelsID
-			}
-			doc.Finish()
-			printMoE(a, dev.Info().ID, dev.Info().Name, opt, rep)
-			if traceOut != "" && rep.Routing.M > 0 { // none when interrupted before it was drawn
-				if err := moe.WriteTrace(traceOut, rep.Routing, opt.Shape.E); err != nil {
-					return err
-				}
-			}
-			if out != "" {
-				if err := a.writeResults(out, doc); err != nil {
-					return err
-				}
-			}
-			if stopped {
-				return errInterrupted(fmt.Sprintf("bench moe (%d of %d batches done)", len(rep.Rows), steps), doc.Failed())
-			}
-			if rep.Failed() {
-				return failed("correctness gate failed:\n  %s", strings.Join(doc.Failed(), "\n  "))
-			}
-			return nil
+			return a.measure(measurement{suite: "bench moe", device: device, out: out,
+				steps: func(dev gpu.Device) int { return batches(dev) + 2 },
+				run: func(ctx context.Context, m *measuring) (*outcome, error) {
+					if opt.Ceilings != nil {
+						if err := opt.Ceilings.Matches(m.dev.Info()); err != nil {
+							return nil, badInput(fmt.Errorf("--ceilings %s: %w", ceilings, err))
+						}
+					}
+					if len(opt.Batches) == 0 && m.dev.Info().Backend != gpu.CUDA {
+						fmt.Fprintf(a.stderr, "mstar: on the CPU the default sweep is --batch %s (the GPU's goes to 4096)\n", joinInts(moebench.DefaultCPUBatches))
+					}
+					total := batches(m.dev)
+					opt.Sink = m.sink
+					opt.Progress = func(step string) {
+						m.bar.Describe(step)
+						if strings.HasPrefix(step, "M=") || step == "weights" {
+							m.bar.Add(1)
+						}
+					}
+					var err error
+					rep, err = moebench.RunMoE(ctx, m.dev, opt)
+					if rep == nil {
+						return nil, err
+					}
+					if rep.Compile != "" {
+						fmt.Fprintln(a.stderr, "mstar: "+rep.Compile)
+					}
+					o := &outcome{warnings: rep.Warnings, done: fmt.Sprintf("%d of %d batches done", rep.Batches, total)}
+					// The ceilings the percentages are of, measured or read,
+					// travel with the results (the peers read them from here too).
+					o.results = append(rep.Results, rep.Ceilings.Results()...)
+					if rep.KernelsID != "" {
+						o.env = results.Env{"moe_kernels": rep.KernelsID}
+					}
+					return o, err
+				},
+				table: reports.RunTable,
+				after: func(doc *results.Document) error {
+					if traceOut != "" && rep.Routing.M > 0 { // none when interrupted before it was drawn
+						return writeRoutingFile(traceOut, rep.Routing, opt.Shape.E)
+					}
+					return nil
+				},
+				failed: func(doc *results.Document) error {
+					if rep.Failed() {
+						return failed("correctness gate failed:\n  %s", strings.Join(doc.Failed(), "\n  "))
+					}
+					return nil
+				},
+			})
 		},
 	}
 	f := cmd.Flags()
@@ -273,7 +267,8 @@ Models:
 	addDeviceFlag(cmd, &device)
 	f.StringVarP(&out, "out", "o", "", "write the results document to `FILE`")
 	f.StringVar(&routing, "routing", "uniform", "routing: uniform or zipf:ALPHA")
-	f.StringVar(&traceIn, "routing-trace", "", "replay routing from `FILE` (format above)")
+	f.StringVar(&traceIn, "routing-file", "", "replay routing from `FILE` (format above)")
+	deprecatedAlias(f, "routing-trace", "routing-file")
 	f.StringVar(&traceOut, "routing-out", "", "write the routing used to `FILE`")
 	f.IntVar(&samples, "samples", 0, "timed samples per batch (0: 20 on CUDA, 6 on the CPU)")
 	f.Uint64Var(&seed, "seed", 1, "seed of weights, inputs and routing")
@@ -307,115 +302,19 @@ func joinInts(v []int) string {
 	return strings.Join(s, ",")
 }
 
-// printMoE prints the nccl-tests-like table: a commented header, then one
-// aligned row per batch.
-func printMoE(a *app, id, name string, opt bench.MoEOptions, rep *bench.MoEReport) {
-	w := a.stdout
-	model := opt.Model
-	if model == "" {
-		model = "custom"
+// writeRoutingFile writes a routing over e experts as a one-layer routing file.
+func writeRoutingFile(path string, r moe.Routing, e int) error {
+	tr, err := router.TraceFromOutputs(e, []router.Output{{T: r.M, K: r.K, IDs: r.IDs, Weights: r.Weights}})
+	if err != nil {
+		return fmt.Errorf("writing routing file %s: %w", path, err)
 	}
-	fmt.Fprintf(w, "# mstar bench moe: %s, local shape %v (tp %d, ep %d), routing %s, seed %d\n", model, rep.Local, opt.TP, opt.EP, routingText(opt), opt.Seed)
-	fmt.Fprintf(w, "# device %s (%s)\n", id, name)
-	c := rep.Ceilings
-	fmt.Fprintf(w, "# ceilings: read %s, d2d %s, gemm %s\n", ceilingText(c.Read), ceilingText(c.D2D), ceilingText(c.GEMM))
-	if rep.Compile != "" {
-		fmt.Fprintf(w, "# %s\n", rep.Compile)
+	f, err := os.Create(path)
+	if err != nil {
+		return badInput(fmt.Errorf("--routing-out: %w", err))
 	}
-	for _, warn := range rep.Warnings {
-		fmt.Fprintf(w, "# warning: %s\n", warn)
+	if err := tr.Write(f); err != nil {
+		f.Close()
+		return fmt.Errorf("writing routing file %s: %w", path, err)
 	}
-	fmt.Fprintln(w, "#")
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	io.WriteString(tw, "#\tbatch\tslots\texperts\tlatency(us)\t±95%\tTFLOP/s\tGB/s\t%bw\t%compute\t%floor\trel_l2\tgate\t\n")
-	for _, r := range rep.Rows {
-		gate := "pass"
-		if !r.Pass {
-			gate = "FAIL"
-		}
-		ci := "±?"
-		if p := r.Latency.HalfWidthPct(); !math.IsNaN(p) && !math.IsInf(p, 0) {
-			ci = fmt.Sprintf("±%.1f%%", p)
-		}
-		fmt.Fprintf(tw, "\t%d\t%d\t%d\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t%.2g\t%s\t\n",
-			r.M, r.Slots, r.Touched, r.Latency.Median, ci, reports.FormatValue(r.TFLOPs), reports.FormatValue(r.GBps),
-			pctText(r.PctBW), pctText(r.PctCompute), pctText(r.PctFloor), r.RelL2, gate)
-	}
-	tw.Flush()
-	fmt.Fprintln(w, "#")
-	for _, r := range rep.Rows {
-		fmt.Fprintf(w, "# M=%d kernels: %s\n", r.M, r.Config)
-	}
-	for _, r := range rep.Rows {
-		if len(r.Stages) == 0 {
-			continue
-		}
-		how := "each stage's kernels timed alone"
-		if strings.HasPrefix(r.Stages[0].Kernel, "cpu:") {
-			how = "each stage timed within further passes"
-		}
-		fmt.Fprintf(w, "#\n# M=%d stages, %s (a GEMM's %%floor is of its own bytes and flops):\n", r.M, how)
-		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-		io.WriteString(tw, "#\tstage\tlatency(us)\t±95%\tshare\tTFLOP/s\tGB/s\t%floor\tkernel\t\n")
-		for _, s := range r.Stages {
-			ci := "±?"
-			if !math.IsNaN(s.HalfWidthPct) && !math.IsInf(s.HalfWidthPct, 0) {
-				ci = fmt.Sprintf("±%.1f%%", s.HalfWidthPct)
-			}
-			share := "-"
-			if !math.IsNaN(s.Share) {
-				share = fmt.Sprintf("%.0f%%", s.Share)
-			}
-			fmt.Fprintf(tw, "\t%s\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t\n", s.Stage, s.US, ci, share,
-				dashIfNaN(s.TFLOPs), dashIfNaN(s.GBps), pctText(s.PctFloor), s.Kernel)
-		}
-		tw.Flush()
-	}
-	for _, r := range rep.Rows {
-		if len(r.Tuned) == 0 {
-			continue
-		}
-		fmt.Fprintf(w, "#\n# M=%d tuned (static table: %v):\n", r.M, moe.ChooseConfig(rep.Local, r.M))
-		for _, o := range r.Tuned {
-			switch {
-			case o.Reject != "":
-				fmt.Fprintf(w, "#   %-58s rejected: %s\n", o.Config, o.Reject)
-			default:
-				mark := ""
-				if o.Chosen {
-					mark = "  <- chosen"
-				}
-				fmt.Fprintf(w, "#   %-58s %9.1f us  rel_l2 %.2g%s\n", o.Config, o.Median(), o.RelL2, mark)
-			}
-		}
-	}
-}
-
-func routingText(opt bench.MoEOptions) string {
-	if opt.Trace != nil {
-		return "trace " + opt.TraceName
-	}
-	return opt.Routing
-}
-
-func ceilingText(c bench.Ceiling) string {
-	if !c.Measured() {
-		return "unmeasured (" + c.Unmeasured + ")"
-	}
-	return fmt.Sprintf("%s %s", reports.FormatValue(c.Value), c.Unit)
-}
-
-// dashIfNaN formats a value, "-" where it does not apply.
-func dashIfNaN(v float64) string {
-	if math.IsNaN(v) {
-		return "-"
-	}
-	return reports.FormatValue(v)
-}
-
-func pctText(p float64) string {
-	if math.IsNaN(p) {
-		return "-"
-	}
-	return fmt.Sprintf("%.1f", p)
+	return f.Close()
 }

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 func TestBenchMoECPU(t *testing.T) {
@@ -22,7 +22,7 @@ func TestBenchMoECPU(t *testing.T) {
 			t.Errorf("stdout lacks %q:\n%s", want, stdout)
 		}
 	}
-	d, err := reports.ReadFile(out)
+	d, err := results.ReadFile(out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +40,7 @@ func TestBenchMoECPU(t *testing.T) {
 	}
 	// The written routing replays.
 	_, stderr, code = runMstar(t, "bench", "moe", "--experts", "8", "--topk", "2", "--hidden", "64", "--inter", "32",
-		"--batch", "3", "--device", "cpu", "--samples", "1", "--routing-trace", trace)
+		"--batch", "3", "--device", "cpu", "--samples", "1", "--routing-file", trace)
 	if code != exitOK {
 		t.Errorf("replaying --routing-out: exit %d: %s", code, stderr)
 	}
@@ -79,7 +79,7 @@ func TestBenchMoEBadInput(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, stderr, code := runMstar(t, append([]string{"bench", "moe"}, tt.args...)...)
-			if code != exitBadUsge || !strings.Contains(stderr, tt.want) {
+			if code != exitBadInput || !strings.Contains(stderr, tt.want) {
 				t.Errorf("exit %d, stderr %q; want exit 2 mentioning %q", code, stderr, tt.want)
 			}
 		})

@@ -1,14 +1,12 @@
 package main
 
 import (
-	"fmt"
-	"text/tabwriter"
+	"context"
 
 	"github.com/spf13/cobra"
 
-	"github.com/mstar-dev/mstar/bench"
-	"github.com/mstar-dev/mstar/internal/envinfo"
-	"github.com/mstar-dev/mstar/internal/progress"
+	benchceil "github.com/mstar-dev/mstar/bench/ceilings"
+	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/mstar-dev/mstar/reports"
 )
 
@@ -55,46 +53,26 @@ with --ceilings FILE.`,
 				if err := atLeast("samples", samples, 0, "0: 20 on CUDA, 10 on the CPU, 6 with --quick"); err != nil {
 					return err
 				}
-				dev, err := a.openDevice(device)
-				if err != nil {
-					return err
-				}
-				defer dev.Close()
-				doc := reports.NewDocument("bench ceilings", a.args, envinfo.Collect(dev))
-				bar := progress.New(a.stderr, 5, "ceilings")
-				// On an interrupt the ceilings not measured yet are left
-				// unmeasured; those done are still printed and written.
-				ctx, stop := interruptContext()
-				defer stop()
-				c, err := bench.MeasureCeilings(ctx, dev, bench.CeilingOptions{
-					Quick:   quick,
-					Samples: samples,
-					Progress: func(what string) {
-						bar.Describe(what)
-						if what != "d2d" {
-							bar.Add(1)
+				return a.measure(measurement{suite: "bench ceilings", device: device, out: out, steps: func(gpu.Device) int { return 5 },
+					run: func(ctx context.Context, m *measuring) (*outcome, error) {
+						c, err := benchceil.MeasureCeilings(ctx, m.dev, benchceil.CeilingOptions{
+							Quick: quick, Samples: samples, Sink: m.sink,
+							Progress: func(what string) {
+								m.bar.Describe(what)
+								if what != "d2d" {
+									m.bar.Add(1)
+								}
+							},
+						})
+						if c == nil {
+							return nil, err
 						}
+						// On an interrupt the ceilings not measured yet are
+						// left unmeasured; those done are still written.
+						return &outcome{results: c.Results(), warnings: stateWarnings(c.StateNote)}, err
 					},
+					table: reports.RunTable,
 				})
-				bar.Finish()
-				stopped := err != nil && ctx.Err() != nil && c != nil
-				if stopped {
-					noteInterrupted(doc)
-				} else if err != nil {
-					return err
-				}
-				doc.Results = c.Results()
-				doc.Finish()
-				printCeilings(a, dev.Info().ID, dev.Info().Name, c)
-				if out != "" {
-					if err := a.writeResults(out, doc); err != nil {
-						return err
-					}
-				}
-				if stopped {
-					return errInterrupted("bench ceilings", nil)
-				}
-				return nil
 			},
 		}
 		addDeviceFlag(cmd, &device)
@@ -105,31 +83,11 @@ with --ceilings FILE.`,
 	})
 }
 
-func printCeilings(a *app, id, name string, c *bench.Ceilings) {
-	fmt.Fprintf(a.stdout, "device: %s (%s)\n", id, name)
-	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ceiling\tmedian\t±95% CI\tunit\tsamples\tsize\tmethod")
-	for _, r := range c.Results() {
-		m := r.Metrics[0]
-		what := r.Params["what"]
-		if !m.Measured() {
-			fmt.Fprintf(tw, "%s\tunmeasured\t\t%s\t0\t%s\t%s\n", what, m.Unit, r.Params["size"], m.Unmeasured)
-			continue
-		}
-		s := reports.Summarize(m.Samples)
-		ci := "±?"
-		if p := s.HalfWidthPct(); p == p && p < 1e9 {
-			ci = fmt.Sprintf("±%.1f%%", p)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", what, reports.FormatValue(s.Median), ci, m.Unit, s.N, r.Params["size"], r.Params["method"])
+// stateWarnings is why the GPU's state was not sampled, as the document's
+// warnings (none when it was, or on the CPU).
+func stateWarnings(note string) []string {
+	if note == "" {
+		return nil
 	}
-	tw.Flush()
-	for _, r := range c.Results() {
-		if note := r.ThrottleNote(); note != "" {
-			fmt.Fprintf(a.stdout, "note: %s %s\n", r.Params["what"], note)
-		}
-	}
-	if c.StateNote != "" {
-		fmt.Fprintln(a.stdout, "note: "+c.StateNote)
-	}
+	return []string{note}
 }

@@ -6,9 +6,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mstar-dev/mstar/bench"
+	benchceil "github.com/mstar-dev/mstar/bench/ceilings"
 	"github.com/mstar-dev/mstar/internal/gpu/cuda"
-	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 func runCeilingsCLI(args ...string) (stdout, stderr string, code int) {
@@ -28,7 +28,7 @@ func TestBenchCeilingsCPUWritesDocument(t *testing.T) {
 			t.Errorf("table lacks %q:\n%s", want, stdout)
 		}
 	}
-	doc, err := reports.ReadFile(path)
+	doc, err := results.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,11 +38,11 @@ func TestBenchCeilingsCPUWritesDocument(t *testing.T) {
 	if got := strings.Join(doc.Command, " "); !strings.Contains(got, "bench ceilings") {
 		t.Errorf("command %q", got)
 	}
-	c, err := bench.CeilingsFrom(doc)
+	c, err := benchceil.CeilingsFrom(doc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, ce := range []bench.Ceiling{c.D2D, c.H2D, c.D2H, c.GEMM} {
+	for _, ce := range []benchceil.Ceiling{c.D2D, c.H2D, c.D2H, c.GEMM} {
 		if !ce.Measured() || len(ce.Samples) != 2 {
 			t.Errorf("ceiling %+v: want measured with 2 samples", ce)
 		}
@@ -69,8 +69,8 @@ func TestBenchCeilingsBadInput(t *testing.T) {
 				t.Skip("this machine has a CUDA driver")
 			}
 			_, stderr, code := runCeilingsCLI(tt.args...)
-			if code != exitBadUsge {
-				t.Errorf("exit %d, want %d; stderr: %s", code, exitBadUsge, stderr)
+			if code != exitBadInput {
+				t.Errorf("exit %d, want %d; stderr: %s", code, exitBadInput, stderr)
 			}
 			if !strings.Contains(stderr, tt.want) || strings.Contains(stderr, "goroutine ") {
 				t.Errorf("stderr %q lacks %q (or shows a panic)", stderr, tt.want)

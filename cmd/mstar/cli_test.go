@@ -41,9 +41,9 @@ func TestRootExitCodes(t *testing.T) {
 	}{
 		{"help", []string{"--help"}, exitOK, ""},
 		{"version", []string{"version"}, exitOK, ""},
-		{"unknown command is bad usage", []string{"frobnicate"}, exitBadUsge, "unknown command"},
-		{"unknown flag is bad usage", []string{"version", "--nope"}, exitBadUsge, "unknown flag"},
-		{"extra argument is bad usage", []string{"version", "extra"}, exitBadUsge, "extra"},
+		{"unknown command is bad usage", []string{"frobnicate"}, exitBadInput, "unknown command"},
+		{"unknown flag is bad usage", []string{"version", "--nope"}, exitBadInput, "unknown flag"},
+		{"extra argument is bad usage", []string{"version", "extra"}, exitBadInput, "extra"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, stderr, code := runMstar(t, tc.args...)
@@ -80,7 +80,7 @@ func TestUsageMessages(t *testing.T) {
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			stdout, stderr, code := runMstar(t, tc.args...)
-			if code != exitBadUsge || stderr != tc.want || stdout != "" {
+			if code != exitBadInput || stderr != tc.want || stdout != "" {
 				t.Errorf("exit %d, stdout %q\nstderr %q\nwant   %q", code, stdout, stderr, tc.want)
 			}
 		})
@@ -170,7 +170,7 @@ func TestCPUProfileFlag(t *testing.T) {
 		t.Errorf("stderr %q does not say where the profile went", stderr)
 	}
 	_, stderr, code = runMstar(t, "--cpuprofile", "/nonexistent/dir/cpu.pprof", "version")
-	if code != exitBadUsge || !strings.Contains(stderr, "--cpuprofile") {
+	if code != exitBadInput || !strings.Contains(stderr, "--cpuprofile") {
 		t.Errorf("unwritable profile: exit %d, stderr %q; want 2 naming --cpuprofile", code, stderr)
 	}
 }
@@ -186,7 +186,7 @@ func TestOutputDirectoryRefused(t *testing.T) {
 		{"arena", "stress", "--duration", "200ms", "--producers", "1", "--consumers", "1", "--fanout", "1", "--max-size", "4KiB", "--segment-size", "1MiB"},
 	} {
 		stdout, stderr, code := runMstar(t, append(args, "--out", dir)...)
-		if code != exitBadUsge || !strings.Contains(stderr, "--out "+dir+": is a directory") || stdout != "" {
+		if code != exitBadInput || !strings.Contains(stderr, "--out "+dir+": is a directory") || stdout != "" {
 			t.Errorf("%v --out DIR: exit %d, stderr %q, stdout %d bytes; want exit 2 naming --out, before any output", args, code, stderr, len(stdout))
 		}
 	}
@@ -199,7 +199,7 @@ func TestCannotTellExitCode(t *testing.T) {
 	if !errors.As(cannotTell("x"), &ee) || ee.code != 4 {
 		t.Fatalf("cannotTell exits %v, want 4", ee)
 	}
-	for _, c := range []int{exitOK, exitFailed, exitBadUsge, exitBroken} {
+	for _, c := range []int{exitOK, exitFailed, exitBadInput, exitBroken} {
 		if c == exitCannot {
 			t.Errorf("exit %d is shared with another outcome", c)
 		}

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/reports/results"
 	"github.com/spf13/cobra"
 )
 
@@ -64,16 +64,16 @@ func exampleCommands(line string) [][]string {
 }
 
 // knownMetrics are the metric names of the results documents kept in
-// testdata: what an example's --metric or --metrics may name.
+// reports/measured: what an example's --metric or --metrics may name.
 func knownMetrics(t *testing.T) map[string]bool {
 	t.Helper()
 	known := map[string]bool{}
-	root := filepath.Join("..", "..", "testdata")
+	root := filepath.Join("..", "..", "reports", "measured")
 	filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
 		if err != nil || d.IsDir() || !strings.HasSuffix(p, ".json") {
 			return nil
 		}
-		doc, err := reports.ReadFile(p)
+		doc, err := results.ReadFile(p)
 		if err != nil {
 			return nil // not a results document (a trace, a doctor report)
 		}

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 // interruptContext is canceled by the first SIGINT or SIGTERM: the run stops
@@ -26,8 +26,8 @@ var interruptContext = func() (context.Context, context.CancelFunc) {
 
 // noteInterrupted records in doc, before it is written, that the run was
 // cut short: its results are the part that ran.
-func noteInterrupted(doc *reports.Document) {
-	doc.Warnings = append(doc.Warnings, reports.WarnInterrupted)
+func noteInterrupted(doc *results.Document) {
+	doc.Warnings = append(doc.Warnings, results.WarnInterrupted)
 }
 
 // errInterrupted is the error of a run cut short by a signal: exit 3, since

@@ -2,14 +2,17 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 
 	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/reports/results"
 	"github.com/mstar-dev/mstar/trace"
 	"github.com/spf13/cobra"
 )
@@ -53,11 +56,11 @@ Exit codes: 0 ok; 1 a regression (diff only); 2 bad usage or bad input
 
 // readDocs reads results documents, "-" from stdin; any problem is bad
 // input (exit 2).
-func (a *app) readDocs(paths []string) ([]*reports.Document, error) {
-	docs := make([]*reports.Document, 0, len(paths))
+func (a *app) readDocs(paths []string) ([]*results.Document, error) {
+	docs := make([]*results.Document, 0, len(paths))
 	stdin := false
 	for _, p := range paths {
-		var d *reports.Document
+		var d *results.Document
 		var err error
 		if p == "-" {
 			if stdin {
@@ -68,11 +71,19 @@ func (a *app) readDocs(paths []string) ([]*reports.Document, error) {
 			if b, err = io.ReadAll(a.stdin); err != nil {
 				return nil, fmt.Errorf("reading stdin: %w", err)
 			}
-			if d, err = reports.Read(bytes.NewReader(b), "stdin"); err != nil && isTrace(bytes.NewReader(b)) {
+			if d, err = results.Read(bytes.NewReader(b), "stdin"); err != nil && isTrace(bytes.NewReader(b)) {
 				return nil, usageErr("stdin: this is a trace; use mstar trace summarize")
 			}
 		} else {
-			d, err = reports.ReadFile(p)
+			// A run killed before it wrote FILE left its finished results
+			// in FILE.partial.ndjson.
+			if _, serr := os.Stat(p); errors.Is(serr, fs.ErrNotExist) {
+				if _, perr := os.Stat(p + partialSuffix); perr == nil {
+					fmt.Fprintf(a.stderr, "mstar: %s does not exist; reading %s, the results its run finished\n", p, p+partialSuffix)
+					p += partialSuffix
+				}
+			}
+			d, err = results.ReadFile(p)
 			if err != nil {
 				// The two kinds of file are easy to mix up; the JSON error
 				// about one read as the other would not say so.
@@ -87,6 +98,13 @@ func (a *app) readDocs(paths []string) ([]*reports.Document, error) {
 		}
 		if err != nil {
 			return nil, badInput(err)
+		}
+		if slices.Contains(d.Warnings, results.WarnInterrupted) {
+			name := p
+			if p == "-" {
+				name = "stdin"
+			}
+			fmt.Fprintf(a.stderr, "mstar: warning: %s: %s\n", name, results.WarnInterrupted)
 		}
 		docs = append(docs, d)
 	}
@@ -108,6 +126,7 @@ func oneOf(flag, v string, allowed []string) error {
 
 func reportShowCmd(a *app) *cobra.Command {
 	var format string
+	var asRun bool
 	var params, metrics []string
 	cmd := &cobra.Command{
 		Use:   "show FILE...",
@@ -128,12 +147,16 @@ never 0; an interval that needs more samples shows ±∞.
 --params and --metrics choose and order the columns; results with none of
 the chosen metrics are left out. Formats: text (default), markdown (for a
 PR comment), csv (one table, a column per environment key that differs,
-median/ci_lo/ci_hi/n per metric), json (the summaries).`,
+median/ci_lo/ci_hi/n per metric), json (the summaries).
+
+--run prints each document as the command that measured it printed it when
+it finished (the same code draws both), one after the other.`,
 		Example: `  mstar report show results.json
   mstar report show --params batch,model --metrics latency,throughput a.json b.json
   mstar report show --format markdown results.json >> $GITHUB_STEP_SUMMARY
   mstar report show --format csv results.json > results.csv
-  ssh gpu-box cat results.json | mstar report show -`,
+  ssh gpu-box cat results.json | mstar report show -
+  mstar report show --run moe.json                     # the table bench moe printed`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := oneOf("format", format, reports.TableFormats); err != nil {
@@ -142,6 +165,17 @@ median/ci_lo/ci_hi/n per metric), json (the summaries).`,
 			docs, err := a.readDocs(args)
 			if err != nil {
 				return err
+			}
+			if asRun {
+				if cmd.Flags().Changed("format") || cmd.Flags().Changed("params") || cmd.Flags().Changed("metrics") {
+					return usageErr("--run prints the run's own text table: leave out --format, --params and --metrics")
+				}
+				for _, d := range docs {
+					if err := reports.RunTable(a.stdout, d); err != nil {
+						return badInput(err)
+					}
+				}
+				return nil
 			}
 			var opt reports.TableOptions
 			if cmd.Flags().Changed("params") {
@@ -159,6 +193,7 @@ median/ci_lo/ci_hi/n per metric), json (the summaries).`,
 	cmd.Flags().StringVar(&format, "format", reports.FormatText, "output format: "+strings.Join(reports.TableFormats, ", "))
 	cmd.Flags().StringSliceVar(&params, "params", nil, "parameter columns, in order (comma-separated; empty for none)")
 	cmd.Flags().StringSliceVar(&metrics, "metrics", nil, "metric columns, in order (comma-separated)")
+	cmd.Flags().BoolVar(&asRun, "run", false, "print the table the measuring command printed when it finished")
 	return cmd
 }
 
@@ -318,7 +353,7 @@ document prints the same tables, grouped by environment, as on its parts;
 			if err != nil {
 				return badInput(err)
 			}
-			if err := reports.WriteFile(out, m); err != nil {
+			if err := results.WriteFile(out, m); err != nil {
 				return badInput(err)
 			}
 			envs := map[string]bool{}

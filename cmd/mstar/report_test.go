@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 var updateReport = flag.Bool("update-report", false, "rewrite cmd/mstar/testdata/report*.golden")
@@ -33,21 +33,21 @@ func mstarReport(t *testing.T, args ...string) (stdout, stderr string, code int)
 func latencyDoc(t *testing.T, dir, name string, seed uint64, n int, center, noise float64) string {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(seed, 99))
-	d := reports.NewDocument("bench moe", []string{"mstar", "bench", "moe"}, reports.Env{"host": "gpu-a", "gpu": "NVIDIA H200"})
+	d := results.NewDocument("bench moe", []string{"mstar", "bench", "moe"}, results.Env{"host": "gpu-a", "gpu": "NVIDIA H200"})
 	d.Start = time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
 	for _, batch := range []int{1, 16, 64} {
 		var s []float64
 		for range n {
 			s = append(s, math.Round(center*float64(batch)*(1+noise*rng.NormFloat64())*1000)/1000)
 		}
-		d.Results = append(d.Results, reports.Result{
-			Name: "moe", Params: reports.Params{"batch": strconv.Itoa(batch)},
-			Metrics: []reports.Metric{{Name: "latency", Unit: "us", Better: reports.LowerIsBetter, Samples: s}},
+		d.Results = append(d.Results, results.Result{
+			Name: "moe", Params: results.Params{"batch": strconv.Itoa(batch)},
+			Metrics: []results.Metric{{Name: "latency", Unit: "us", Better: results.LowerIsBetter, Samples: s}},
 		})
 	}
 	d.Finish()
 	path := filepath.Join(dir, name)
-	if err := reports.WriteFile(path, d); err != nil {
+	if err := results.WriteFile(path, d); err != nil {
 		t.Fatal(err)
 	}
 	return path
@@ -163,8 +163,8 @@ func TestReportBadInput(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, stderr, code := mstarReport(t, tc.args...)
-			if code != exitBadUsge {
-				t.Errorf("exit code %d, want %d", code, exitBadUsge)
+			if code != exitBadInput {
+				t.Errorf("exit code %d, want %d", code, exitBadInput)
 			}
 			if stderr != tc.want {
 				t.Errorf("stderr (-want +got):\n-%q\n+%q", tc.want, stderr)
@@ -214,13 +214,13 @@ func TestReportShowGolden(t *testing.T) {
 func TestReportMergeExportPlot(t *testing.T) {
 	dir := t.TempDir()
 	a := latencyDoc(t, dir, "a.json", 1, 6, 50, 0.01)
-	b0, err := reports.ReadFile(latencyDoc(t, dir, "b0.json", 2, 6, 50, 0.01))
+	b0, err := results.ReadFile(latencyDoc(t, dir, "b0.json", 2, 6, 50, 0.01))
 	if err != nil {
 		t.Fatal(err)
 	}
 	b0.Env["host"] = "gpu-b"
 	b := filepath.Join(dir, "b.json")
-	if err := reports.WriteFile(b, b0); err != nil {
+	if err := results.WriteFile(b, b0); err != nil {
 		t.Fatal(err)
 	}
 	merged := filepath.Join(dir, "m.json")
@@ -246,7 +246,7 @@ func TestReportMergeExportPlot(t *testing.T) {
 		t.Errorf("plot wrote no PNG: %v", err)
 	}
 	_, stderr, code = mstarReport(t, "report", "plot", "--metric", "nope", "--x", "batch", "-o", png, merged)
-	if code != exitBadUsge || !strings.Contains(stderr, `no result has parameter "batch" and metric "nope"`) {
+	if code != exitBadInput || !strings.Contains(stderr, `no result has parameter "batch" and metric "nope"`) {
 		t.Errorf("plot of a missing metric: exit %d: %s", code, stderr)
 	}
 }
@@ -255,7 +255,7 @@ func TestReportMergeExportPlot(t *testing.T) {
 func TestReportDiffNothingCompared(t *testing.T) {
 	dir := t.TempDir()
 	base := latencyDoc(t, dir, "base.json", 1, 10, 50, 0.01)
-	doc, err := reports.ReadFile(base)
+	doc, err := results.ReadFile(base)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,11 +263,11 @@ func TestReportDiffNothingCompared(t *testing.T) {
 		doc.Results[i].Params["batch"] += "0" // renamed parameter values
 	}
 	renamed := filepath.Join(dir, "renamed.json")
-	if err := reports.WriteFile(renamed, doc); err != nil {
+	if err := results.WriteFile(renamed, doc); err != nil {
 		t.Fatal(err)
 	}
 	stdout, stderr, code := runMstar(t, "report", "diff", base, renamed)
-	if code != exitBadUsge || !strings.Contains(stderr, "nothing to compare") {
+	if code != exitBadInput || !strings.Contains(stderr, "nothing to compare") {
 		t.Errorf("exit %d, stderr %q; want exit 2 saying nothing to compare", code, stderr)
 	}
 	if stdout != "" {
@@ -278,7 +278,7 @@ func TestReportDiffNothingCompared(t *testing.T) {
 // The README's diff: narrow tables, rel_l2 (one sample a run) in one line,
 // one short warning on stderr.
 func TestReportDiffReadmeExampleReadable(t *testing.T) {
-	stdout, stderr, code := runMstar(t, "report", "diff", "../../testdata/h200/moe-v3-qwen3-30b-a3b.json", "../../testdata/h200/moe-qwen3-30b-a3b.json")
+	stdout, stderr, code := runMstar(t, "report", "diff", "../../reports/measured/h200/moe-v3-qwen3-30b-a3b.json", "../../reports/measured/h200/moe-qwen3-30b-a3b.json")
 	if code != exitOK {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}

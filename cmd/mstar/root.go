@@ -11,18 +11,20 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/internal/badinput"
+	"github.com/mstar-dev/mstar/internal/units"
+	"github.com/mstar-dev/mstar/reports/results"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
 
 // Exit codes, documented in README.md.
 const (
-	exitOK      = 0 // everything ran and every gate passed
-	exitFailed  = 1 // a gate, a correctness check or a regression failed
-	exitBadUsge = 2 // bad usage or bad input
-	exitBroken  = 3 // the run could not complete: I/O, device or internal error
-	exitCannot  = 4 // the run completed but cannot tell: no gate failed, one could not decide (spill-matrix)
+	exitOK       = 0 // everything ran and every gate passed
+	exitFailed   = 1 // a gate, a correctness check or a regression failed
+	exitBadInput = 2 // bad usage or bad input
+	exitBroken   = 3 // the run could not complete: I/O, device or internal error
+	exitCannot   = 4 // the run completed but cannot tell: no gate failed, one could not decide (spill-matrix)
 )
 
 // app carries what every command shares: where to write, and the command
@@ -51,18 +53,11 @@ type exitError struct {
 func (e *exitError) Error() string { return e.err.Error() }
 func (e *exitError) Unwrap() error { return e.err }
 
-// usageErr marks bad usage or bad input: exit 2.
-func usageErr(format string, a ...any) error {
-	return &exitError{code: exitBadUsge, err: fmt.Errorf(format, a...)}
-}
+// usageErr is bad usage or bad input (exit 2, mapped in run).
+func usageErr(format string, a ...any) error { return badinput.Errorf(format, a...) }
 
-// badInput wraps an error about the user's input (a file, a flag value): exit 2.
-func badInput(err error) error {
-	if err == nil {
-		return nil
-	}
-	return &exitError{code: exitBadUsge, err: err}
-}
+// badInput marks an error about the user's input (a file, a flag value).
+func badInput(err error) error { return badinput.Wrap(err) }
 
 // cannotTell marks a run in which no gate failed but one could not tell
 // pass from fail: exit 4.
@@ -129,7 +124,7 @@ straddles its floor; more --samples decide it).`,
 	root.PersistentFlags().StringVar(&a.cpuProfile, "cpuprofile", "", "write a CPU profile of the run to `FILE` when the command ends (an interrupted run leaves none); read it with 'go tool pprof bin/mstar FILE'")
 	// Flag parse errors are usage errors: exit 2.
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
-		return &exitError{code: exitBadUsge, err: fmt.Errorf("%s%s (see '%s --help')", subcommand(c), flagErrorText(err), c.CommandPath())}
+		return usageErr("%s%s (see '%s --help')", subcommand(c), flagErrorText(err), c.CommandPath())
 	})
 	return root
 }
@@ -147,6 +142,13 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if err == nil {
 		return exitOK
 	}
+	// The one place that turns errors into exit codes: bad input from any
+	// package (badinput, wrapped with %w) is 2, a failed gate or an
+	// interrupted run carries its code, anything else is 3.
+	if badinput.Is(err) {
+		fmt.Fprintln(stderr, "mstar: "+err.Error())
+		return exitBadInput
+	}
 	var ee *exitError
 	if errors.As(err, &ee) {
 		fmt.Fprintln(stderr, "mstar: "+err.Error())
@@ -157,16 +159,16 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if n := argCount.FindStringSubmatch(err.Error()); n != nil && cmd != nil {
 		msg := argCount.ReplaceAllStringFunc(err.Error(), func(m string) string {
 			k, _ := strconv.Atoi(argCount.FindStringSubmatch(m)[1])
-			return plural(k, "argument")
+			return units.Plural(k, "argument")
 		})
 		fmt.Fprintf(stderr, "mstar: %s%s (usage: %s; see '%s --help')\n", subcommand(cmd), msg, strings.TrimSuffix(cmd.UseLine(), " [flags]"), cmd.CommandPath())
-		return exitBadUsge
+		return exitBadInput
 	}
 	fmt.Fprintln(stderr, "mstar: "+err.Error())
 	// cobra's own errors (unknown command, wrong argument count) are usage errors.
 	if strings.Contains(err.Error(), "unknown command") || strings.Contains(err.Error(), "arg(s)") ||
 		strings.Contains(err.Error(), "unknown flag") || strings.Contains(err.Error(), "required flag") {
-		return exitBadUsge
+		return exitBadInput
 	}
 	// Exit 1 means a gate or a regression failed, and only that.
 	return exitBroken
@@ -217,12 +219,20 @@ func flagErrorText(err error) string {
 }
 
 // writeResults writes a results document atomically and says where.
-func (a *app) writeResults(path string, doc *reports.Document) error {
-	if err := reports.WriteFile(path, doc); err != nil {
+func (a *app) writeResults(path string, doc *results.Document) error {
+	if err := results.WriteFile(path, doc); err != nil {
 		return err
 	}
 	fmt.Fprintf(a.stderr, "mstar: wrote %s\n", path)
 	return nil
+}
+
+// deprecatedAlias makes old another name of the flag new: hidden, and
+// deprecated with a note on stderr, so scripts that use it keep working.
+func deprecatedAlias(f *pflag.FlagSet, old, new string) {
+	nf := f.Lookup(new)
+	f.Var(nf.Value, old, nf.Usage)
+	f.MarkDeprecated(old, "use --"+new)
 }
 
 // outputFlags are the flags that name a file mstar writes, in every command.

@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"reflect"
 	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/mstar-dev/mstar/internal/units"
 	"github.com/mstar-dev/mstar/kernels/router"
 )
 
@@ -109,7 +109,7 @@ named.`,
 					return badInput(fmt.Errorf("%s: %w", name, err))
 				}
 				// A bias the router ignores would silently not apply.
-				if in.Bias != nil && !routerUsesBias(name, cfg, in) {
+				if in.Bias != nil && !router.UsesBias(name, cfg, in) {
 					return usageErr("route: router %s does not use --bias: it routes these logits the same with and without one (deepseek-v3 and deepseek-v3-lossfree steer by a bias)", name)
 				}
 				out, _, err := r.Route(in, nil)
@@ -180,71 +180,14 @@ func (rf *routerFlags) config(cmd *cobra.Command) (router.Config, error) {
 	return cfg, nil
 }
 
-// routerSettings are the router flags, each with a way to set two
-// different values of it in a Config.
-var routerSettings = []struct {
-	flag string
-	set  func(c *router.Config, i int)
-}{
-	{"n-group", func(c *router.Config, i int) { c.NGroup = i + 1 }},
-	{"topk-group", func(c *router.Config, i int) { c.TopKGroup = i + 1 }},
-	{"scaling", func(c *router.Config, i int) { c.Scaling = float64(i + 1) }},
-	{"renormalize", func(c *router.Config, i int) { b := i == 1; c.Renormalize = &b }},
-	{"capacity-factor", func(c *router.Config, i int) { c.CapacityFactor = float64(i + 1) }},
-	{"bias-rate", func(c *router.Config, i int) { c.BiasUpdateRate = 0.001 * float64(i+1) }},
-	{"mix", func(c *router.Config, i int) { c.Mix = 0.25 * float64(i+1) }},
-	{"skew", func(c *router.Config, i int) { c.Skew = float64(i + 1) }},
-	{"seed", func(c *router.Config, i int) { c.Seed = uint64(i + 1) }},
-}
-
-// routerUses reports whether router name depends on a setting: built with
-// two different values of it, the routers differ. This asks the router
-// itself, so routers added with router.Register are judged too.
-func routerUses(name string, cfg router.Config, set func(*router.Config, int)) bool {
-	var rs [2]router.Router
-	for i := range rs {
-		c := cfg
-		set(&c, i)
-		r, err := router.New(name, c)
-		if err != nil {
-			return true // cannot tell: assume it does
-		}
-		rs[i] = r
-	}
-	return !reflect.DeepEqual(rs[0], rs[1])
-}
-
-// routerUsesBias reports whether router name's selection depends on
-// Input.Bias: routed with a bias that strongly favours one expert and with
-// none, on the user's logits, the outputs differ. Like routerUses, this
-// asks the router, so registered routers are judged too.
-func routerUsesBias(name string, cfg router.Config, in router.Input) bool {
-	probe := make([]float32, in.E)
-	probe[in.E-1] = 1e3
-	var outs [2]router.Output
-	for i, bias := range [][]float32{nil, probe} {
-		r, err := router.New(name, cfg)
-		if err != nil {
-			return true // cannot tell: assume it does
-		}
-		in := in
-		in.Bias = bias
-		if outs[i], _, err = r.Route(in, nil); err != nil {
-			return true
-		}
-	}
-	return !reflect.DeepEqual(outs[0], outs[1])
-}
-
 // routerFlagUse splits the router flags into those given on the command
 // line that router name ignores, and all it uses ("--seed").
 func routerFlagUse(cmd *cobra.Command, name string, cfg router.Config) (unused, uses []string) {
-	for _, s := range routerSettings {
-		used := routerUses(name, cfg, s.set)
-		if used {
-			uses = append(uses, "--"+s.flag)
-		} else if cmd.Flags().Changed(s.flag) {
-			unused = append(unused, "--"+s.flag)
+	for _, s := range router.Settings {
+		if router.Uses(name, cfg, s) {
+			uses = append(uses, "--"+s.Name)
+		} else if cmd.Flags().Changed(s.Name) {
+			unused = append(unused, "--"+s.Name)
 		}
 	}
 	return unused, uses
@@ -281,7 +224,7 @@ func readLogits(a *app, path string) ([]float32, int, int, error) {
 	logits := make([]float32, 0, len(rows)*E)
 	for t, r := range rows {
 		if len(r) != E {
-			return nil, 0, 0, fmt.Errorf("%s: row %d has %s, row 0 has %d: every token needs one logit per expert", name, t, plural(len(r), "number"), E)
+			return nil, 0, 0, fmt.Errorf("%s: row %d has %s, row 0 has %d: every token needs one logit per expert", name, t, units.Plural(len(r), "number"), E)
 		}
 		for _, v := range r {
 			logits = append(logits, float32(v))

@@ -108,7 +108,7 @@ func TestRouteHashTokenIDs(t *testing.T) {
 		t.Errorf("token id 151935 twice should route alike, 7 differently: %v", got.IDs)
 	}
 	frac := writeFile(t, dir, "frac.json", "[1.5,2,3]")
-	if _, stderr, code := runMstar(t, "route", "--router", "hash", "--logits", logits, "--token-ids", frac); code != exitBadUsge || !strings.Contains(stderr, "integer token ids") {
+	if _, stderr, code := runMstar(t, "route", "--router", "hash", "--logits", logits, "--token-ids", frac); code != exitBadInput || !strings.Contains(stderr, "integer token ids") {
 		t.Errorf("fractional token id: exit %d: %s", code, stderr)
 	}
 }
@@ -151,8 +151,8 @@ func TestRouteBadInput(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			out, stderr, code := runMstar(t, append([]string{"route"}, tc.args...)...)
-			if code != exitBadUsge {
-				t.Errorf("exit %d, want %d (bad input); stderr: %s", code, exitBadUsge, stderr)
+			if code != exitBadInput {
+				t.Errorf("exit %d, want %d (bad input); stderr: %s", code, exitBadInput, stderr)
 			}
 			if !strings.Contains(stderr, tc.want) {
 				t.Errorf("stderr %q lacks %q", stderr, tc.want)

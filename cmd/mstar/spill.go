@@ -1,18 +1,17 @@
 package main
 
 import (
-	"errors"
+	"context"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/mstar-dev/mstar/bench/spill"
-	"github.com/mstar-dev/mstar/bench/spill/tier"
-	"github.com/mstar-dev/mstar/internal/envinfo"
 	"github.com/mstar-dev/mstar/internal/gpu"
-	"github.com/mstar-dev/mstar/internal/progress"
-	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/internal/spill/tier"
+	"github.com/mstar-dev/mstar/reports/results"
 	"github.com/mstar-dev/mstar/trace"
 	"github.com/spf13/cobra"
 )
@@ -133,134 +132,106 @@ above 105% of its tier's ceiling is listed with a warning naming the ceiling.`,
 						return err
 					}
 				}
-				dev, err := a.openDevice(device)
-				if err != nil {
-					return err
-				}
-				defer dev.Close()
-				if !cmd.Flags().Changed("sizes") {
-					sizes = "64MiB"
-					if dev.Info().Backend == gpu.CUDA {
-						sizes = "1GiB"
-					}
-				}
-				sz, err := spill.ParseSizes(sizes)
-				if err != nil {
-					return usageErr("--sizes: %v", err)
-				}
-				list, err := spill.Match(spill.Cells(spill.Scenarios, kinds, sz), cells)
-				if err != nil {
-					return usageErr("--cells: %v", err)
-				}
-				if err := spill.CheckLayout(list, blocks); err != nil {
-					var bse *tier.BlockSizeError
-					errors.As(err, &bse)
-					which := strings.Join(bse.Cells, ", ")
-					switch {
-					case len(bse.Cells) == len(list) && len(list) > 1:
-						which = "every cell"
-					case len(bse.Cells) > 4:
-						which = strings.Join(bse.Cells[:3], ", ") + fmt.Sprintf(" and %d more cells", len(bse.Cells)-3)
-					}
-					return usageErr("--sizes %s with --blocks %d: too small for the layout of %s (blocks of 8 bytes or less); give larger --sizes or fewer --blocks", sizes, blocks, which)
-				}
-				if err := spill.CheckFits(dev, list); err != nil {
-					return badInput(err)
-				}
-				holder := spillHolder
-				if len(holder.Argv) == 0 {
-					exe, err := os.Executable()
-					if err != nil {
-						return fmt.Errorf("finding this binary for the peer tier's holder: %w", err)
-					}
-					holder = tier.Holder{Argv: []string{exe, "spill-holder"}}
-				}
-				cfg := spill.Config{Dev: dev, Blocks: blocks, Samples: samples, Floor: floor, HibernatePinnedFloor: pinnedFloor, PingPongTol: ppTol,
-					Faults: faults, ShmDir: shmDir, Holder: holder, Seed: seed, TTL: ttl,
-					Interval: interval, Cooldown: cooldown, Sessions: sessions}
-				var tw *trace.Writer
-				if tracePath != "" {
-					f, err := os.Create(tracePath)
-					if err != nil {
-						return badInput(fmt.Errorf("--trace: %w", err))
-					}
-					tw = trace.NewWriter(f, trace.Options{Every: traceEvery})
-					cfg.Trace = tw
-				}
-				doc := reports.NewDocument("spill-matrix", a.args, envinfo.Collect(dev))
-				// On an interrupt the cell in flight stops between copies and
-				// cleans up (segments unlinked, holders told to quit); the
-				// cells done so far are still printed and written.
-				ctx, stop := interruptContext()
-				defer stop()
-				bar := progress.New(a.stderr, len(list), "spill-matrix")
-				m, runErr := spill.Run(ctx, cfg, list, func(i int, c spill.Cell) {
-					if i > 0 {
-						bar.Add(1)
-					}
-					bar.Describe(c.Name())
-				})
-				bar.Finish()
-				if tw != nil {
-					if err := tw.Close(); err != nil {
-						doc.Warnings = append(doc.Warnings, err.Error())
-					}
-					var kept, dropped int64
-					for _, s := range tw.Stats() {
-						kept += s.Written
-						dropped += s.Suppressed
-					}
-					fmt.Fprintf(a.stderr, "mstar: trace %s: %d records kept, %d suppressed by the throttle (--trace-every %s)\n", tracePath, kept, dropped, traceEvery)
-				}
-				if runErr != nil && m == nil {
-					return runErr
-				}
-				if faults.Any() {
-					doc.Warnings = append(doc.Warnings, "faults injected on purpose: "+strings.Join(inject, ","))
-				}
-				if err := m.WriteText(a.stdout); err != nil {
-					return err
-				}
-				doc.Results = m.Results()
-				if runErr != nil && ctx.Err() != nil {
-					noteInterrupted(doc)
-				}
-				doc.Finish()
-				if out != "" {
-					if err := reports.WriteFile(out, doc); err != nil {
-						return err
-					}
-				}
-				if runErr != nil && ctx.Err() != nil {
-					return errInterrupted(fmt.Sprintf("spill-matrix (%d of %d cells done)", len(m.Outcomes), len(list)), doc.Failed())
-				}
-				if runErr != nil {
-					return fmt.Errorf("spill-matrix stopped after %d of %d cells: %w", len(m.Outcomes), len(list), runErr)
-				}
-				// A pool too small for its cell's layout is bad input (exit 2),
-				// not a failed gate.
-				var small []string
-				for _, o := range m.Outcomes {
-					if bse := (*tier.BlockSizeError)(nil); errors.As(o.Err, &bse) {
-						small = append(small, o.Cell.Name())
-					}
-				}
-				if len(small) > 0 {
-					return usageErr("--sizes %s with --blocks %d: too small for the layout of %s (blocks of 8 bytes or less); give larger --sizes or fewer --blocks", sizes, blocks, strings.Join(small, ", "))
-				}
-				if !m.Passed() {
-					n := 0
-					for _, o := range m.Outcomes {
-						if !o.Passed() {
-							n++
+				var m *spill.Matrix
+				return a.measure(measurement{suite: "spill-matrix", device: device, out: out,
+					run: func(ctx context.Context, ms *measuring) (*outcome, error) {
+						dev := ms.dev
+						if !cmd.Flags().Changed("sizes") {
+							sizes = "64MiB"
+							if dev.Info().Backend == gpu.CUDA {
+								sizes = "1GiB"
+							}
 						}
-					}
-					return failed("%d of %d cells failed their gates", n, len(m.Outcomes))
-				}
-				if u := m.Undecided(); len(u) > 0 {
-					return cannotTell("no gate failed, but %d could not tell (exit 4): run more --samples", len(u))
-				}
-				return nil
+						sz, err := spill.ParseSizes(sizes)
+						if err != nil {
+							return nil, usageErr("--sizes: %v", err)
+						}
+						list, err := spill.Match(spill.Cells(spill.Scenarios, kinds, sz), cells)
+						if err != nil {
+							return nil, usageErr("--cells: %v", err)
+						}
+						if small := spill.SmallLayouts(list, blocks); len(small) > 0 {
+							which := strings.Join(small, ", ")
+							switch {
+							case len(small) == len(list) && len(list) > 1:
+								which = "every cell"
+							case len(small) > 4:
+								which = strings.Join(small[:3], ", ") + fmt.Sprintf(" and %d more cells", len(small)-3)
+							}
+							return nil, usageErr("--sizes %s with --blocks %d: too small for the layout of %s (blocks of 8 bytes or less); give larger --sizes or fewer --blocks", sizes, blocks, which)
+						}
+						if err := spill.CheckFits(dev, list); err != nil {
+							return nil, badInput(err)
+						}
+						holder := spillHolder
+						if len(holder.Argv) == 0 {
+							exe, err := os.Executable()
+							if err != nil {
+								return nil, fmt.Errorf("finding this binary for the peer tier's holder: %w", err)
+							}
+							holder = tier.Holder{Argv: []string{exe, "spill-holder"}}
+						}
+						cfg := spill.Config{Dev: dev, Sink: ms.sink, Blocks: blocks, Samples: samples, Floor: floor, HibernatePinnedFloor: pinnedFloor, PingPongTol: ppTol,
+							Faults: faults, ShmDir: shmDir, Holder: holder, Seed: seed, TTL: ttl,
+							Interval: interval, Cooldown: cooldown, Sessions: sessions}
+						o := &outcome{}
+						var tw *trace.Writer
+						if tracePath != "" {
+							f, err := os.Create(tracePath)
+							if err != nil {
+								return nil, badInput(fmt.Errorf("--trace: %w", err))
+							}
+							tw = trace.NewWriter(f, trace.Options{Every: traceEvery})
+							cfg.Trace = tw
+						}
+						// On an interrupt the cell in flight stops between copies and
+						// cleans up (segments unlinked, holders told to quit); the
+						// cells done so far are still printed and written.
+						ms.bar.SetTotal(len(list))
+						m, err = spill.Run(ctx, cfg, list, func(i int, c spill.Cell) {
+							if i > 0 {
+								ms.bar.Add(1)
+							}
+							ms.bar.Describe(c.Name())
+						})
+						if tw != nil {
+							if err := tw.Close(); err != nil {
+								o.warnings = append(o.warnings, err.Error())
+							}
+							var kept, dropped int64
+							for _, s := range tw.Stats() {
+								kept += s.Written
+								dropped += s.Suppressed
+							}
+							fmt.Fprintf(a.stderr, "mstar: trace %s: %d records kept, %d suppressed by the throttle (--trace-every %s)\n", tracePath, kept, dropped, traceEvery)
+						}
+						if m == nil {
+							return nil, err
+						}
+						if err != nil && ctx.Err() == nil {
+							return nil, fmt.Errorf("spill-matrix stopped after %d of %d cells: %w", len(m.Outcomes), len(list), err)
+						}
+						if faults.Any() {
+							o.warnings = append(o.warnings, "faults injected on purpose: "+strings.Join(inject, ","))
+						}
+						o.results = m.Results()
+						o.done = fmt.Sprintf("%d of %d cells done", len(m.Outcomes), len(list))
+						return o, err
+					},
+					table: func(w io.Writer, doc *results.Document) error { return m.WriteText(w) },
+					failed: func(doc *results.Document) error {
+						if small := m.BadInputCells(); len(small) > 0 {
+							return usageErr("--sizes %s with --blocks %d: too small for the layout of %s (blocks of 8 bytes or less); give larger --sizes or fewer --blocks", sizes, blocks, strings.Join(small, ", "))
+						}
+						if n := m.FailedCells(); n > 0 {
+							return failed("%d of %d cells failed their gates", n, len(m.Outcomes))
+						}
+						if u := m.Undecided(); len(u) > 0 {
+							return cannotTell("no gate failed, but %d could not tell (exit 4): run more --samples", len(u))
+						}
+						return nil
+					},
+				})
 			},
 		}
 		f := cmd.Flags()

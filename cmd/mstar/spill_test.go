@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mstar-dev/mstar/bench/spill/tier"
-	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/internal/spill/tier"
+	"github.com/mstar-dev/mstar/reports/results"
 	"github.com/mstar-dev/mstar/trace"
 )
 
@@ -49,7 +49,7 @@ func TestSpillMatrixWritesDocumentAndTrace(t *testing.T) {
 			t.Errorf("matrix lacks %q:\n%s", want, stdout)
 		}
 	}
-	doc, err := reports.ReadFile(out)
+	doc, err := results.ReadFile(out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +119,7 @@ func TestSpillMatrixInject(t *testing.T) {
 			if !strings.Contains(stdout+stderr, tt.gate) || !strings.Contains(stderr, "failed their gates") {
 				t.Errorf("output does not name gate %s:\n%s\n%s", tt.gate, stdout, stderr)
 			}
-			doc, err := reports.ReadFile(out)
+			doc, err := results.ReadFile(out)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -178,7 +178,7 @@ func TestSpillMatrixBadUsage(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			stdout, stderr, code := runMstar(t, tt.args...)
-			if code != exitBadUsge || !strings.Contains(stderr, tt.want) {
+			if code != exitBadInput || !strings.Contains(stderr, tt.want) {
 				t.Errorf("exit %d, stderr %q; want 2 and %q", code, stderr, tt.want)
 			}
 			if stdout != "" {
@@ -195,14 +195,14 @@ func TestSpillMatrixBadUsage(t *testing.T) {
 // H200 run the README quotes) are valid documents whose every gate passed,
 // and they hold every cell of the matrix.
 func TestCommittedSpillResults(t *testing.T) {
-	cpu, _ := filepath.Glob("../../testdata/spill/*.json")
-	h200, _ := filepath.Glob("../../testdata/h200/spill*.json")
+	cpu, _ := filepath.Glob("../../reports/measured/spill/*.json")
+	h200, _ := filepath.Glob("../../reports/measured/h200/spill*.json")
 	paths := append(cpu, h200...)
 	if len(cpu) == 0 || len(h200) == 0 {
 		t.Fatalf("committed spill-matrix results missing: %d CPU, %d H200", len(cpu), len(h200))
 	}
 	for _, p := range paths {
-		doc, err := reports.ReadFile(p)
+		doc, err := results.ReadFile(p)
 		if err != nil {
 			t.Errorf("%s: %v", p, err)
 			continue

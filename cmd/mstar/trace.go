@@ -7,7 +7,9 @@ import (
 	"io"
 	"time"
 
-	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/internal/units"
+	"github.com/mstar-dev/mstar/reports/results"
+	"github.com/mstar-dev/mstar/reports/traceplot"
 	"github.com/mstar-dev/mstar/trace"
 	"github.com/spf13/cobra"
 )
@@ -39,10 +41,10 @@ func (a *app) readTrace(path string, strict bool) (*trace.File, error) {
 		// Every line of a results document is a "bad line" of a trace.
 		isDoc := false
 		if data != nil {
-			_, derr := reports.Read(bytes.NewReader(data), path)
+			_, derr := results.Read(bytes.NewReader(data), path)
 			isDoc = derr == nil
 		} else {
-			_, derr := reports.ReadFile(path)
+			_, derr := results.ReadFile(path)
 			isDoc = derr == nil
 		}
 		if isDoc {
@@ -55,13 +57,13 @@ func (a *app) readTrace(path string, strict bool) (*trace.File, error) {
 	}
 	for i, b := range f.Bad {
 		if i == maxBadLines {
-			fmt.Fprintf(a.stderr, "mstar: %s: %s%s\n", path, plural(len(f.Bad)-i, "more bad line"), what)
+			fmt.Fprintf(a.stderr, "mstar: %s: %s%s\n", path, units.Plural(len(f.Bad)-i, "more bad line"), what)
 			break
 		}
 		fmt.Fprintf(a.stderr, "mstar: %s: %s%s\n", path, b, what)
 	}
 	if strict && len(f.Bad) > 0 {
-		return nil, badInput(fmt.Errorf("%s: %s (--strict)", path, plural(len(f.Bad), "bad line")))
+		return nil, badInput(fmt.Errorf("%s: %s (--strict)", path, units.Plural(len(f.Bad), "bad line")))
 	}
 	if len(f.Records) == 0 {
 		return nil, badInput(fmt.Errorf("%s: no valid trace records", path))
@@ -162,7 +164,7 @@ extension: .png or .svg.`,
 				if err != nil {
 					return err
 				}
-				if err := trace.Plot(f, outPath, trace.PlotOptions{Sessions: sessions, Title: title}); err != nil {
+				if err := traceplot.Plot(f, outPath, traceplot.PlotOptions{Sessions: sessions, Title: title}); err != nil {
 					return badInput(err)
 				}
 				fmt.Fprintf(a.stdout, "wrote %s (%d records)\n", outPath, len(f.Records))

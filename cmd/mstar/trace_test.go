@@ -75,7 +75,7 @@ func TestTraceSummarize(t *testing.T) {
 		t.Errorf("summary of the rest:\n%s", out)
 	}
 	_, stderr, code = runMstar(t, "trace", "summarize", "--strict", torn)
-	if code != exitBadUsge || !strings.Contains(stderr, "--strict") {
+	if code != exitBadInput || !strings.Contains(stderr, "--strict") {
 		t.Errorf("--strict: exit %d %s", code, stderr)
 	}
 
@@ -85,21 +85,21 @@ func TestTraceSummarize(t *testing.T) {
 	} {
 		p := filepath.Join(dir, tt.name+".jsonl")
 		os.WriteFile(p, []byte(tt.body), 0o644)
-		if _, stderr, code := runMstar(t, "trace", "summarize", p); code != exitBadUsge || !strings.Contains(stderr, tt.want) {
+		if _, stderr, code := runMstar(t, "trace", "summarize", p); code != exitBadInput || !strings.Contains(stderr, tt.want) {
 			t.Errorf("%s: exit %d %s", tt.name, code, stderr)
 		}
 	}
-	if _, stderr, code := runMstar(t, "trace", "summarize", filepath.Join(dir, "missing.jsonl")); code != exitBadUsge || !strings.Contains(stderr, "no such file") {
+	if _, stderr, code := runMstar(t, "trace", "summarize", filepath.Join(dir, "missing.jsonl")); code != exitBadInput || !strings.Contains(stderr, "no such file") {
 		t.Errorf("missing file: exit %d %s", code, stderr)
 	}
-	if _, _, code := runMstar(t, "trace", "summarize", "--format", "xml", path); code != exitBadUsge {
+	if _, _, code := runMstar(t, "trace", "summarize", "--format", "xml", path); code != exitBadInput {
 		t.Errorf("--format xml: exit %d", code)
 	}
-	if out, stderr, code := runMstar(t, "trace", "summarize", "--flap-window", "-1s", path); code != exitBadUsge || out != "" ||
+	if out, stderr, code := runMstar(t, "trace", "summarize", "--flap-window", "-1s", path); code != exitBadInput || out != "" ||
 		!strings.Contains(stderr, "--flap-window -1s: must be at least 0s (0: twice the cooldown)") {
 		t.Errorf("--flap-window -1s: exit %d, stderr %q, stdout %q", code, stderr, out)
 	}
-	if _, _, code := runMstar(t, "trace", "frobnicate"); code != exitBadUsge {
+	if _, _, code := runMstar(t, "trace", "frobnicate"); code != exitBadInput {
 		t.Errorf("unknown trace subcommand: exit %d", code)
 	}
 }
@@ -137,7 +137,7 @@ func TestTracePlot(t *testing.T) {
 		{"gif", []string{"trace", "plot", path, "-o", filepath.Join(dir, "t.gif")}, ".png or .svg"},
 		{"unknown session", []string{"trace", "plot", path, "-o", filepath.Join(dir, "u.png"), "--session", "zz"}, "zz"},
 	} {
-		if _, stderr, code := runMstar(t, tt.args...); code != exitBadUsge || !strings.Contains(stderr, tt.want) {
+		if _, stderr, code := runMstar(t, tt.args...); code != exitBadInput || !strings.Contains(stderr, tt.want) {
 			t.Errorf("%s: exit %d %s", tt.name, code, stderr)
 		}
 	}
@@ -149,11 +149,11 @@ func TestTraceAndResultsDocumentsToldApart(t *testing.T) {
 	path, lines := writeTrace(t)
 	doc := latencyDoc(t, t.TempDir(), "doc.json", 1, 6, 50, 0.01)
 	stdout, stderr, code := runMstar(t, "trace", "summarize", doc)
-	if code != exitBadUsge || stdout != "" || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, "this is a results document; use mstar report show") {
+	if code != exitBadInput || stdout != "" || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, "this is a results document; use mstar report show") {
 		t.Errorf("trace summarize on a results document: exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
 	}
 	_, stderr, code = runMstar(t, "report", "show", path)
-	if code != exitBadUsge || !strings.Contains(stderr, "this is a trace; use mstar trace summarize") {
+	if code != exitBadInput || !strings.Contains(stderr, "this is a trace; use mstar trace summarize") {
 		t.Errorf("report show on a trace: exit %d: %s", code, stderr)
 	}
 
@@ -165,7 +165,7 @@ func TestTraceAndResultsDocumentsToldApart(t *testing.T) {
 		t.Errorf("12 bad lines: exit %d, stderr:\n%s", code, stderr)
 	}
 	_, stderr, code = runMstar(t, "trace", "summarize", "--strict", garbled)
-	if code != exitBadUsge || strings.Contains(stderr, "skipped") || !strings.Contains(stderr, "12 bad lines (--strict)") {
+	if code != exitBadInput || strings.Contains(stderr, "skipped") || !strings.Contains(stderr, "12 bad lines (--strict)") {
 		t.Errorf("--strict says lines were skipped: exit %d, stderr:\n%s", code, stderr)
 	}
 }
@@ -181,7 +181,7 @@ func TestReportShowStdin(t *testing.T) {
 		t.Errorf("report show -: exit %d\nstdout: %s\nstderr: %s", code, out.String(), errb.String())
 	}
 	errb.Reset()
-	if code := run([]string{"report", "diff", "-", "-"}, bytes.NewReader(b), &out, &errb); code != exitBadUsge || !strings.Contains(errb.String(), "given twice") {
+	if code := run([]string{"report", "diff", "-", "-"}, bytes.NewReader(b), &out, &errb); code != exitBadInput || !strings.Contains(errb.String(), "given twice") {
 		t.Errorf("report diff - -: exit %d: %s", code, errb.String())
 	}
 }
@@ -206,7 +206,7 @@ func TestTraceSummarizeStdin(t *testing.T) {
 		doc = string(d)
 	}
 	code = run([]string{"trace", "summarize", "-"}, strings.NewReader(doc), &out, &errb)
-	if code != exitBadUsge || !strings.Contains(errb.String(), "stdin: this is a results document") {
+	if code != exitBadInput || !strings.Contains(errb.String(), "stdin: this is a results document") {
 		t.Errorf("a results document on stdin: exit %d, stderr %q", code, errb.String())
 	}
 }

@@ -13,13 +13,13 @@ import (
 	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/mstar-dev/mstar/internal/gpu/nvmlinfo"
 	"github.com/mstar-dev/mstar/internal/version"
-	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 // Collect returns the environment of this process on dev (nil: host only).
 // Facts that cannot be read are left out rather than written as empty.
-func Collect(dev gpu.Device) reports.Env {
-	env := reports.Env{}
+func Collect(dev gpu.Device) results.Env {
+	env := results.Env{}
 	set := func(k, v string) {
 		if v = strings.TrimSpace(v); v != "" {
 			env[k] = v
@@ -66,7 +66,7 @@ func Collect(dev gpu.Device) reports.Env {
 		// Match NVML's GPU to this device by PCI bus id: CUDA_VISIBLE_DEVICES
 		// and CUDA_DEVICE_ORDER renumber CUDA's devices, not NVML's.
 		if g, ok := nvmlGPU(r, info); ok {
-			set("pcie", fmt.Sprintf("gen%d x%d (max gen%d x%d)", g.PCIeGen, g.PCIeWidth, g.PCIeMaxGen, g.PCIeMaxWidth))
+			set("pcie", linkOf(g).String())
 			if g.SMMaxMHz > 0 {
 				set("gpu.sm_clock_max", fmt.Sprintf("%d MHz", g.SMMaxMHz))
 			}
@@ -89,6 +89,34 @@ func firstLine(path string) string {
 
 // nvmlGPU finds the NVML entry of a CUDA device by PCI bus id; without bus
 // ids, only a machine's single GPU of the same name is taken for it.
+// PCIe is a GPU's PCIe link as NVML reports it: now, and at most (an idle
+// link trains down).
+type PCIe struct{ Gen, Width, MaxGen, MaxWidth int }
+
+func (l PCIe) String() string {
+	return fmt.Sprintf("gen%d x%d (max gen%d x%d)", l.Gen, l.Width, l.MaxGen, l.MaxWidth)
+}
+
+func linkOf(g nvmlinfo.GPU) PCIe {
+	return PCIe{Gen: g.PCIeGen, Width: g.PCIeWidth, MaxGen: g.PCIeMaxGen, MaxWidth: g.PCIeMaxWidth}
+}
+
+// PCIeLink is dev's PCIe link, when dev is a CUDA device NVML reports on.
+func PCIeLink(dev gpu.Device) (PCIe, bool) {
+	if dev == nil || dev.Info().Backend != gpu.CUDA {
+		return PCIe{}, false
+	}
+	r, err := nvmlinfo.Query()
+	if err != nil {
+		return PCIe{}, false
+	}
+	g, ok := nvmlGPU(r, dev.Info())
+	if !ok || g.PCIeGen == 0 {
+		return PCIe{}, false
+	}
+	return linkOf(g), true
+}
+
 func nvmlGPU(r *nvmlinfo.Report, info gpu.Info) (nvmlinfo.GPU, bool) {
 	if want, ok := busKey(info.PCIBusID); ok {
 		for _, g := range r.GPUs {

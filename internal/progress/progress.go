@@ -14,15 +14,20 @@ import (
 // Bar is a progress bar, or nothing when its writer is not a terminal.
 // The zero value and a nil *Bar are valid and draw nothing.
 type Bar struct {
-	bar *progressbar.ProgressBar
+	bar         *progressbar.ProgressBar
+	w           io.Writer
+	description string
 }
 
 // New returns a bar over total steps, drawn on w only when w is a terminal.
 func New(w io.Writer, total int, description string) *Bar {
-	if !IsTerminal(w) || total <= 0 {
+	if !IsTerminal(w) {
 		return &Bar{}
 	}
-	return &Bar{bar: progressbar.NewOptions(total,
+	if total <= 0 {
+		return &Bar{w: w, description: description}
+	}
+	return &Bar{w: w, description: description, bar: progressbar.NewOptions(total,
 		progressbar.OptionSetWriter(w),
 		progressbar.OptionSetDescription(description),
 		progressbar.OptionShowCount(),
@@ -31,6 +36,19 @@ func New(w io.Writer, total int, description string) *Bar {
 		progressbar.OptionThrottle(100*time.Millisecond),
 		progressbar.OptionClearOnFinish(),
 	)}
+}
+
+// SetTotal sets the number of steps, for work that learns it late; a bar
+// made with none starts drawing then.
+func (b *Bar) SetTotal(total int) {
+	if b == nil || b.w == nil || total <= 0 {
+		return
+	}
+	if b.bar == nil {
+		*b = *New(b.w, total, b.description)
+		return
+	}
+	b.bar.ChangeMax(total)
 }
 
 // Describe changes the text shown beside the bar (the step now running).

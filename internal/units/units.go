@@ -61,3 +61,11 @@ func Parse(s string) (int64, error) {
 	}
 	return int64(n), nil
 }
+
+// Plural is "1 file", "2 files": a count and its noun.
+func Plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return strconv.Itoa(n) + " " + noun + "s"
+}

@@ -392,7 +392,7 @@ func perExpert(s Shape, m int) float64 {
 }
 
 // ChooseConfig is the configuration table, from the H200 tuning sweep of
-// the four reference shapes (testdata/h200/moe-tune-v4.txt, kernels/moe/NOTES.md),
+// the four reference shapes (reports/measured/h200/moe-tune-v4.txt, kernels/moe/NOTES.md),
 // by the mean number of slots per touched expert under uniform routing: the
 // decode kernel up to ~6 (fastest at every M ≤ 64 there, 85–98% of the
 // floor from M=16), the tc kernel with 32×256 tiles up to 64 (fastest or

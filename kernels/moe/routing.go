@@ -1,15 +1,9 @@
 package moe
 
 import (
-	"bufio"
-	"bytes"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"math"
 	"math/rand/v2"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -172,121 +166,6 @@ func ParseRoutingSpec(s string) (alpha float64, err error) {
 	return 0, fmt.Errorf("bad routing %q: want uniform or zipf:ALPHA", s)
 }
 
-// Trace is the routing file format (--routing-trace, --routing-out): one
-// JSON object
-//
-//	{"experts": E, "topk": k, "ids": [[e, ...], ...], "weights": [[w, ...], ...]}
-//
-// with one row of k distinct expert ids in [0, E) per token, and optionally
-// one row of k weights per token ("weights" may be omitted: every slot then
-// weighs 1/k). Ids are global (before --ep sharding).
-type Trace struct {
-	Experts int         `json:"experts"`
-	TopK    int         `json:"topk"`
-	IDs     [][]int32   `json:"ids"`
-	Weights [][]float32 `json:"weights,omitempty"`
-}
-
-// TraceOf turns a routing over e experts into a trace.
-func TraceOf(r Routing, e int) Trace {
-	t := Trace{Experts: e, TopK: r.K, IDs: make([][]int32, r.M), Weights: make([][]float32, r.M)}
-	for m := 0; m < r.M; m++ {
-		t.IDs[m] = r.IDs[m*r.K : (m+1)*r.K]
-		t.Weights[m] = r.Weights[m*r.K : (m+1)*r.K]
-	}
-	return t
-}
-
-// WriteTrace writes r as a trace file.
-func WriteTrace(path string, r Routing, e int) error {
-	b, err := json.Marshal(TraceOf(r, e))
-	if err != nil {
-		return fmt.Errorf("writing routing trace %s: %w", path, err)
-	}
-	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
-		return fmt.Errorf("writing routing trace: %w", err)
-	}
-	return nil
-}
-
-// ReadTrace reads a trace file; see ReadTraceFrom.
-func ReadTrace(path string) (Routing, int, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return Routing{}, 0, fmt.Errorf("reading routing trace: %w", err)
-	}
-	defer f.Close()
-	r, e, err := ReadTraceFrom(f)
-	if err != nil {
-		return Routing{}, 0, fmt.Errorf("reading routing trace %s: %w", path, err)
-	}
-	return r, e, nil
-}
-
-// ReadTraceFrom parses a trace and returns the routing and its number of
-// experts. Malformed JSON is reported with its line and column; rows of the
-// wrong length, ids out of range, repeated ids within a token and weights that
-// are not finite are reported with the token.
-func ReadTraceFrom(rd io.Reader) (Routing, int, error) {
-	data, err := io.ReadAll(bufio.NewReader(rd))
-	if err != nil {
-		return Routing{}, 0, err
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	var t Trace
-	if err := dec.Decode(&t); err != nil {
-		return Routing{}, 0, jsonPosError(data, err)
-	}
-	if dec.More() {
-		off := dec.InputOffset()
-		line, col := lineCol(data, off)
-		return Routing{}, 0, fmt.Errorf("line %d, column %d: unexpected data after the trace object", line, col)
-	}
-	if t.Experts <= 0 {
-		return Routing{}, 0, fmt.Errorf(`"experts" must be positive, got %d`, t.Experts)
-	}
-	if t.TopK <= 0 || t.TopK > t.Experts {
-		return Routing{}, 0, fmt.Errorf(`"topk" must be in [1, experts=%d], got %d`, t.Experts, t.TopK)
-	}
-	if t.Weights != nil && len(t.Weights) != len(t.IDs) {
-		return Routing{}, 0, fmt.Errorf(`%d rows of "weights" for %d rows of "ids"`, len(t.Weights), len(t.IDs))
-	}
-	m, k := len(t.IDs), t.TopK
-	r := Routing{IDs: make([]int32, m*k), Weights: make([]float32, m*k), M: m, K: k}
-	for tok, row := range t.IDs {
-		if len(row) != k {
-			return Routing{}, 0, fmt.Errorf("token %d: %d expert ids, want topk=%d", tok, len(row), k)
-		}
-		for j, id := range row {
-			if id < 0 || int(id) >= t.Experts {
-				return Routing{}, 0, fmt.Errorf("token %d: expert id %d out of range [0, %d)", tok, id, t.Experts)
-			}
-			for _, prev := range row[:j] {
-				if prev == id {
-					return Routing{}, 0, fmt.Errorf("token %d: expert %d appears twice", tok, id)
-				}
-			}
-			r.IDs[tok*k+j] = id
-			w := float32(1) / float32(k)
-			if t.Weights != nil {
-				if len(t.Weights[tok]) != k {
-					return Routing{}, 0, fmt.Errorf("token %d: %d weights, want topk=%d", tok, len(t.Weights[tok]), k)
-				}
-				w = t.Weights[tok][j]
-				if math.IsNaN(float64(w)) || math.IsInf(float64(w), 0) {
-					return Routing{}, 0, fmt.Errorf("token %d: weight %v is not finite", tok, w)
-				}
-			}
-			r.Weights[tok*k+j] = w
-		}
-	}
-	if m == 0 {
-		return Routing{}, 0, errors.New(`no tokens: "ids" is empty`)
-	}
-	return r, t.Experts, nil
-}
-
 // Repeat returns the first m tokens of r, cycling through its rows when m is
 // larger: a recorded trace replays at any batch size.
 func (r Routing) Repeat(m int) Routing {
@@ -297,34 +176,4 @@ func (r Routing) Repeat(m int) Routing {
 		copy(out.Weights[t*r.K:(t+1)*r.K], r.Weights[src*r.K:(src+1)*r.K])
 	}
 	return out
-}
-
-func jsonPosError(data []byte, err error) error {
-	var se *json.SyntaxError
-	var te *json.UnmarshalTypeError
-	switch {
-	case errors.As(err, &se):
-		// Offset is just past the wrong byte (or value): the column is
-		// that byte's, as report show and trace summarize count it.
-		line, col := lineCol(data, max(se.Offset-1, 0))
-		return fmt.Errorf("line %d, column %d: %v", line, col, se)
-	case errors.As(err, &te):
-		line, col := lineCol(data, max(te.Offset-1, 0))
-		return fmt.Errorf("line %d, column %d: field %q: cannot use a JSON %s as %v", line, col, te.Field, te.Value, te.Type)
-	case errors.Is(err, io.EOF):
-		return errors.New("empty file: want a JSON object {\"experts\":E,\"topk\":k,\"ids\":[[...]],\"weights\":[[...]]}")
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		line, col := lineCol(data, int64(len(data)))
-		return fmt.Errorf("line %d, column %d: unexpected end of file", line, col)
-	}
-	return err
-}
-
-func lineCol(data []byte, off int64) (line, col int) {
-	if off > int64(len(data)) {
-		off = int64(len(data))
-	}
-	line = 1 + bytes.Count(data[:off], []byte("\n"))
-	col = int(off) - bytes.LastIndexByte(data[:off], '\n')
-	return line, col
 }

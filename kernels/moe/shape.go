@@ -2,8 +2,6 @@ package moe
 
 import (
 	"fmt"
-	"sort"
-	"strings"
 )
 
 // Shape is one MoE layer's geometry as one rank computes it: E experts held
@@ -86,45 +84,4 @@ func (s Shape) Flops(slots int) float64 {
 func (s Shape) Bytes(m, touchedExperts, slots int) float64 {
 	return float64(touchedExperts)*float64(s.ExpertBytes()) +
 		2*float64(m)*float64(s.H)*2 + float64(slots)*8
-}
-
-// Preset is a model's MoE layer.
-type Preset struct {
-	Name  string
-	Shape Shape
-	Note  string // where the numbers come from
-}
-
-// Sources: Qwen3 model configs (num_experts, num_experts_per_tok, hidden_size,
-// moe_intermediate_size); DeepSeek-V3 config (n_routed_experts 256,
-// num_experts_per_tok 8, hidden 7168, moe_intermediate_size 2048); Mixtral
-// 8x7B (8 experts, top-2, hidden 4096, intermediate 14336). Qwen3-Omni-30B-A3B:
-// thinker text_config E128 k8 H2048 I768, talker text_config E128 k6 H1024
-// I384 (shared_expert_intermediate_size 768, not part of this layer), as
-// transformers' qwen3_omni_moe configs and vLLM-Omni's configs list them.
-var presets = []Preset{
-	{"qwen3-30b-a3b", Shape{E: 128, K: 8, H: 2048, I: 768}, "Qwen3-30B-A3B"},
-	{"qwen3-235b-a22b", Shape{E: 128, K: 8, H: 4096, I: 1536}, "Qwen3-235B-A22B"},
-	{"deepseek-v3", Shape{E: 256, K: 8, H: 7168, I: 2048}, "DeepSeek-V3 routed experts (the shared expert is not part of this layer); use --tp 8 for one GPU's share"},
-	{"mixtral-8x7b", Shape{E: 8, K: 2, H: 4096, I: 14336}, "Mixtral-8x7B"},
-	{"qwen3-omni-thinker", Shape{E: 128, K: 8, H: 2048, I: 768}, "Qwen3-Omni-30B-A3B thinker"},
-	{"qwen3-omni-talker", Shape{E: 128, K: 6, H: 1024, I: 384}, "Qwen3-Omni-30B-A3B talker (routed experts)"},
-}
-
-// Presets returns the known model shapes.
-func Presets() []Preset { return append([]Preset(nil), presets...) }
-
-// LookupPreset returns the preset with the given name (case-insensitive).
-func LookupPreset(name string) (Preset, error) {
-	for _, p := range presets {
-		if strings.EqualFold(p.Name, name) {
-			return p, nil
-		}
-	}
-	names := make([]string, len(presets))
-	for i, p := range presets {
-		names[i] = p.Name
-	}
-	sort.Strings(names)
-	return Preset{}, fmt.Errorf("unknown model %q: known models are %s (or give --experts --topk --hidden --inter)", name, strings.Join(names, ", "))
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
 	"slices"
 	"sort"
 	"strings"
@@ -277,6 +278,65 @@ func orDefaultInt(v, def int) int {
 }
 
 // Factory builds a router from a Config.
+// Setting is one field of Config by the name its flag has, with a way to
+// give it two different values.
+type Setting struct {
+	Name string
+	set  func(c *Config, i int)
+}
+
+// Settings are Config's fields that a router may use.
+var Settings = []Setting{
+	{"n-group", func(c *Config, i int) { c.NGroup = i + 1 }},
+	{"topk-group", func(c *Config, i int) { c.TopKGroup = i + 1 }},
+	{"scaling", func(c *Config, i int) { c.Scaling = float64(i + 1) }},
+	{"renormalize", func(c *Config, i int) { b := i == 1; c.Renormalize = &b }},
+	{"capacity-factor", func(c *Config, i int) { c.CapacityFactor = float64(i + 1) }},
+	{"bias-rate", func(c *Config, i int) { c.BiasUpdateRate = 0.001 * float64(i+1) }},
+	{"mix", func(c *Config, i int) { c.Mix = 0.25 * float64(i+1) }},
+	{"skew", func(c *Config, i int) { c.Skew = float64(i + 1) }},
+	{"seed", func(c *Config, i int) { c.Seed = uint64(i + 1) }},
+}
+
+// Uses reports whether router name depends on setting s: built with two
+// different values of it (the rest from cfg), the routers differ. It asks
+// the routers themselves, so routers added with Register are judged too.
+func Uses(name string, cfg Config, s Setting) bool {
+	var rs [2]Router
+	for i := range rs {
+		c := cfg
+		s.set(&c, i)
+		r, err := New(name, c)
+		if err != nil {
+			return true // cannot tell: assume it does
+		}
+		rs[i] = r
+	}
+	return !reflect.DeepEqual(rs[0], rs[1])
+}
+
+// UsesBias reports whether router name's selection depends on Input.Bias:
+// routed on in (its Bias replaced) with a bias that strongly favours the
+// last expert and with none, the outputs differ. Like Uses, it asks the
+// router, so registered routers are judged too.
+func UsesBias(name string, cfg Config, in Input) bool {
+	probe := make([]float32, in.E)
+	probe[in.E-1] = 1e3
+	var outs [2]Output
+	for i, bias := range [][]float32{nil, probe} {
+		r, err := New(name, cfg)
+		if err != nil {
+			return true // cannot tell: assume it does
+		}
+		in := in
+		in.Bias = bias
+		if outs[i], _, err = r.Route(in, nil); err != nil {
+			return true
+		}
+	}
+	return !reflect.DeepEqual(outs[0], outs[1])
+}
+
 type Factory func(Config) (Router, error)
 
 type entry struct {

@@ -656,6 +656,16 @@ func TestModels(t *testing.T) {
 	if _, err := ModelByName("gpt-5"); err == nil || !strings.Contains(err.Error(), "qwen3-30b-a3b") {
 		t.Errorf("unknown model error %v should list the known ones", err)
 	}
+	if m, err := ModelByName("DeepSeek-V3"); err != nil || m.E != 256 || m.Note == "" {
+		t.Errorf("case-insensitive lookup: %+v, %v", m, err)
+	}
+	seen := map[string]bool{}
+	for _, m := range Models() {
+		if seen[m.Name] || m.E <= 0 || m.K <= 0 || m.K > m.E || m.H <= 0 || m.I <= 0 {
+			t.Errorf("preset %+v: duplicate or invalid shape", m)
+		}
+		seen[m.Name] = true
+	}
 }
 
 func ExampleDrive() {
@@ -673,4 +683,19 @@ func ExampleDrive() {
 	// Output:
 	// token 0: experts [2 1] weights [0.7311 0.2689]
 	// token 1: experts [2 3] weights [0.5000 0.5000]
+}
+
+func TestUses(t *testing.T) {
+	byName := map[string]Setting{}
+	for _, s := range Settings {
+		byName[s.Name] = s
+	}
+	for _, tc := range []struct {
+		router, setting string
+		want            bool
+	}{{"deepseek-v3", "n-group", true}, {"hash", "n-group", false}, {"switch", "capacity-factor", true}, {"hash", "scaling", false}, {"random", "seed", true}} {
+		if got := Uses(tc.router, Config{}, byName[tc.setting]); got != tc.want {
+			t.Errorf("Uses(%s, --%s) = %v, want %v", tc.router, tc.setting, got, tc.want)
+		}
+	}
 }

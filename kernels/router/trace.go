@@ -4,11 +4,14 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
 	"os"
 	"sort"
+
+	"github.com/mstar-dev/mstar/internal/jsonpos"
 )
 
 // TraceFormat is the "format" value on a routing trace's header line.
@@ -92,7 +95,16 @@ func ReadTrace(r io.Reader) (*Trace, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&doc); err != nil {
+		var se *json.SyntaxError
+		var te *json.UnmarshalTypeError
+		if bytes.HasPrefix(bytes.TrimSpace(data), []byte("{")) && (errors.As(err, &se) || errors.As(err, &te) || errors.Is(err, io.ErrUnexpectedEOF)) {
+			return nil, jsonpos.Error(data, 0, err) // a trace object, malformed
+		}
 		return nil, fmt.Errorf("line 1: not a routing trace: want a header {\"format\":%q,...} or one JSON object with experts, topk, ids: %v", TraceFormat, err)
+	}
+	if dec.More() {
+		line, col := jsonpos.Position(data, dec.InputOffset())
+		return nil, fmt.Errorf("line %d, column %d: unexpected data after the trace object", line, col)
 	}
 	if err := checkTraceHeader(doc.Experts, doc.TopK); err != nil {
 		return nil, err

@@ -83,6 +83,10 @@ func TestReadTrace(t *testing.T) {
 		{name: "topk above experts", text: `{"format":"mstar.routing-trace","experts":2,"topk":3}`, want: "line 1: trace header: topk 3 must be in [1, experts=2]"},
 		{name: "header only", text: hdr, want: "no tokens"},
 		{name: "not a trace", text: `[1,2,3]`, want: "line 1: not a routing trace"},
+		// The one-object form (bench moe's before JSON Lines) says where it is malformed.
+		{name: "object: syntax error line 3", text: "{\"experts\": 4,\n\"topk\": 2,\n\"ids\": [[0, 1]],,\n}", want: "line 3, column 17:"},
+		{name: "object: wrong type", text: "{\"experts\": \"four\"}", want: "line 1, column 18:"},
+		{name: "object: trailing data", text: "{\"experts\": 4, \"topk\": 1, \"ids\": [[1]]}\n{}", want: "line 2"},
 		{name: "single object with a bad id", text: `{"experts":4,"topk":1,"ids":[[3],[9]]}`, want: "row 1: expert id 9 out of range [0,4)"},
 	}
 	for _, tc := range tests {

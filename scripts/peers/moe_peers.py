@@ -145,6 +145,36 @@ def make_x(torch, M, H, seed, device):
 
 # ---------------------------------------------------------------- shapes, work, routing
 
+
+def read_routing(path):
+    """The first layer of a routing file as {"experts", "topk", "ids", "weights"}:
+    mstar's JSON Lines form (a header {"format": "mstar.routing-trace", ...},
+    then one {"layer", "ids", "weights"} per token) or the older single
+    object {"experts", "topk", "ids": [[...]], "weights": [[...]]}."""
+    with open(path) as f:
+        text = f.read()
+    first = text.split("\n", 1)[0]
+    try:
+        head = json.loads(first)
+    except ValueError:
+        head = None
+    if not (isinstance(head, dict) and head.get("format") == "mstar.routing-trace"):
+        return json.loads(text)
+    out = {"experts": head["experts"], "topk": head["topk"], "ids": [], "weights": []}
+    layer = None
+    for line in text.splitlines()[1:]:
+        if not line.strip():
+            continue
+        rec = json.loads(line)
+        if layer is None:
+            layer = rec["layer"]
+        if rec["layer"] != layer:
+            continue
+        out["ids"].append(rec["ids"])
+        k = len(rec["ids"])
+        out["weights"].append(rec.get("weights") or [1.0 / k] * k)
+    return out
+
 def flops(H, I, slots):
     # kernels/moe Shape.Flops
     return slots * (2 * H * 2 * I + 2 * I * H + 4 * I + H + H)
@@ -412,8 +442,7 @@ def main():
         mdoc = json.load(f)
     if mdoc.get("format") != "mstar.results" or mdoc.get("schema") != 1:
         raise SystemExit(f"{args.mstar}: not an mstar results document of schema 1")
-    with open(args.routing) as f:
-        trace = json.load(f)
+    trace = read_routing(args.routing)
     ceil = ceilings_of(mdoc)
     only = {int(b) for b in args.batches.split(",") if b}
     rows = [r for r in mdoc["results"] if r["name"] == "moe" and r["params"].get("impl") == "mstar"

@@ -1,0 +1,36 @@
+package jsonpos
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+func TestPosition(t *testing.T) {
+	b := []byte("ab\ncde\n\nf")
+	for _, tc := range []struct {
+		off       int64
+		line, col int
+	}{{0, 1, 1}, {1, 1, 2}, {2, 1, 3}, {3, 2, 1}, {5, 2, 3}, {7, 3, 1}, {8, 4, 1}, {100, 4, 2}, {-3, 1, 1}} {
+		if l, c := Position(b, tc.off); l != tc.line || c != tc.col {
+			t.Errorf("Position(%d) = %d:%d, want %d:%d", tc.off, l, c, tc.line, tc.col)
+		}
+	}
+}
+
+func TestError(t *testing.T) {
+	var v struct{ N int }
+	b := []byte("{\n  \"N\": \"x\"\n}")
+	err := Error(b, 0, json.Unmarshal(b, &v))
+	if err == nil || err.Error() != "line 2, column 10: field N: expected an integer, found string" {
+		t.Errorf("type error: %v", err)
+	}
+	b = []byte("{\"N\": 1")
+	if err := Error(b, 4, json.Unmarshal(b, &v)); err == nil || !strings.HasPrefix(err.Error(), "line 5, column 8: unexpected end of input") {
+		t.Errorf("truncated at line 5: %v", err)
+	}
+	b = []byte("{\"N\" 1}")
+	if err := Error(b, 0, json.Unmarshal(b, &v)); err == nil || !strings.HasPrefix(err.Error(), "line 1, column 6: invalid character") {
+		t.Errorf("syntax error: %v", err)
+	}
+}

@@ -1,0 +1,203 @@
+package reports
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"regexp"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/mstar-dev/mstar/reports/results"
+)
+
+// moeGateFacts reads what bench moe's correctness gate records beside the
+// error: the slots computed, the experts they touched and the kernels that
+// ran ("...(limit 0.01); 8 slots on 8 experts; cpu:forward-f32").
+var moeGateFacts = regexp.MustCompile(`\); (\d+) slots on (\d+) experts; (.*)$`)
+
+// moeStatic reads the static table's pick from a tuned batch's warning.
+var moeStatic = regexp.MustCompile(`\(static table: ([^)]*)\)`)
+
+// moeTable is bench moe's run table: nccl-tests-like, a commented header,
+// one aligned row per batch, then each batch's kernels, stages and tuning.
+func moeTable(w io.Writer, d *Document) error {
+	var batches, stages, tuned []Result
+	var ceil = map[string]Result{}
+	for _, r := range d.Results {
+		switch r.Name {
+		case "moe":
+			batches = append(batches, r)
+		case "moe_stage":
+			stages = append(stages, r)
+		case "moe_tune":
+			tuned = append(tuned, r)
+		case "ceiling":
+			ceil[r.Params["what"]] = r
+		}
+	}
+	var p Params
+	if len(batches) > 0 {
+		p = batches[0].Params
+	} else if len(stages) > 0 {
+		p = stages[0].Params
+	}
+	fmt.Fprintf(w, "# mstar bench moe: %s, local shape E%s k%s H%s I%s (tp %s, ep %s), routing %s, seed %s\n",
+		p["model"], p["experts"], p["topk"], p["hidden"], p["inter"], p["tp"], p["ep"], p["routing"], p["seed"])
+	fmt.Fprintf(w, "# device %s\n", deviceLine(d))
+	fmt.Fprintf(w, "# ceilings: read %s, d2d %s, gemm %s\n", ceilingText(ceil["read"]), ceilingText(ceil["d2d"]), ceilingText(ceil["gemm"]))
+	for _, warn := range d.Warnings {
+		fmt.Fprintf(w, "# warning: %s\n", warn)
+	}
+	fmt.Fprintln(w, "#")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	io.WriteString(tw, "#\tbatch\tslots\texperts\tlatency(us)\t±95%\tTFLOP/s\tGB/s\t%bw\t%compute\t%floor\trel_l2\tgate\t\n")
+	kernels := make([]string, len(batches))
+	for i, r := range batches {
+		gate, slots, touched := "pass", "?", "?"
+		if g := gateNamed(&r, "correctness"); g != nil {
+			if !g.Pass {
+				gate = "FAIL"
+			}
+			if m := moeGateFacts.FindStringSubmatch(g.Reason); m != nil {
+				slots, touched, kernels[i] = m[1], m[2], m[3]
+			}
+		}
+		lat := summaryOf(&r, "latency")
+		rel := math.NaN()
+		if m := r.Metric("rel_l2"); m != nil && m.Measured() {
+			rel = m.Samples[0]
+		}
+		fmt.Fprintf(tw, "\t%s\t%s\t%s\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t%.2g\t%s\t\n",
+			r.Params["batch"], slots, touched, lat.Median, ciText(lat), dashIfNaN(medianOf(&r, "throughput")), dashIfNaN(medianOf(&r, "bandwidth")),
+			pctText(medianOf(&r, "pct_bw_ceiling")), pctText(medianOf(&r, "pct_compute_ceiling")), pctText(medianOf(&r, "pct_floor")), rel, gate)
+	}
+	tw.Flush()
+	fmt.Fprintln(w, "#")
+	for i, r := range batches {
+		fmt.Fprintf(w, "# M=%s kernels: %s\n", r.Params["batch"], kernels[i])
+	}
+	for _, b := range batches {
+		var rows []Result
+		for _, s := range stages {
+			if s.Params["batch"] == b.Params["batch"] {
+				rows = append(rows, s)
+			}
+		}
+		if len(rows) == 0 {
+			continue
+		}
+		how := "each stage's kernels timed alone"
+		if strings.HasPrefix(rows[0].Params["kernel"], "cpu:") {
+			how = "each stage timed within further passes"
+		}
+		fmt.Fprintf(w, "#\n# M=%s stages, %s (a GEMM's %%floor is of its own bytes and flops):\n", b.Params["batch"], how)
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+		io.WriteString(tw, "#\tstage\tlatency(us)\t±95%\tshare\tTFLOP/s\tGB/s\t%floor\tkernel\t\n")
+		for _, s := range rows {
+			lat := summaryOf(&s, "latency")
+			share := "-"
+			if v := medianOf(&s, "pct_of_pass"); !math.IsNaN(v) {
+				share = fmt.Sprintf("%.0f%%", v)
+			}
+			fmt.Fprintf(tw, "\t%s\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t\n", s.Params["stage"], lat.Median, ciText(lat), share,
+				dashIfNaN(medianOf(&s, "throughput")), dashIfNaN(medianOf(&s, "bandwidth")), pctText(medianOf(&s, "pct_floor")), s.Params["kernel"])
+		}
+		tw.Flush()
+	}
+	for _, b := range batches {
+		var cands []Result
+		for _, t := range tuned {
+			if t.Params["batch"] == b.Params["batch"] {
+				cands = append(cands, t)
+			}
+		}
+		if len(cands) == 0 {
+			continue
+		}
+		static := "?"
+		for _, warn := range b.Warnings {
+			if m := moeStatic.FindStringSubmatch(warn); m != nil {
+				static = m[1]
+			}
+		}
+		fmt.Fprintf(w, "#\n# M=%s tuned (static table: %s):\n", b.Params["batch"], static)
+		for _, c := range cands {
+			reject, chosen := "", false
+			for _, warn := range c.Warnings {
+				if r, ok := strings.CutPrefix(warn, "rejected: "); ok {
+					reject = r
+				}
+				chosen = chosen || strings.HasPrefix(warn, "chosen: ")
+			}
+			if reject != "" {
+				fmt.Fprintf(w, "#   %-58s rejected: %s\n", c.Params["config"], reject)
+				continue
+			}
+			mark := ""
+			if chosen {
+				mark = "  <- chosen"
+			}
+			rel := math.NaN()
+			if m := c.Metric("rel_l2"); m != nil && m.Measured() {
+				rel = m.Samples[0]
+			}
+			fmt.Fprintf(w, "#   %-58s %9.1f us  rel_l2 %.2g%s\n", c.Params["config"], medianOf(&c, "tune_latency"), rel, mark)
+		}
+	}
+	return nil
+}
+
+func gateNamed(r *Result, name string) *Gate {
+	for i := range r.Gates {
+		if r.Gates[i].Name == name {
+			return &r.Gates[i]
+		}
+	}
+	return nil
+}
+
+// summaryOf summarizes a metric's samples (NaN median when unmeasured).
+func summaryOf(r *Result, metric string) Summary {
+	if m := r.Metric(metric); m != nil && m.Measured() {
+		return results.Summarize(m.Samples)
+	}
+	return Summary{Median: math.NaN(), Lo: math.NaN(), Hi: math.NaN()}
+}
+
+// medianOf is a metric's median, NaN when it is missing or unmeasured.
+func medianOf(r *Result, metric string) float64 {
+	if m := r.Metric(metric); m != nil && m.Measured() {
+		return results.Median(m.Samples)
+	}
+	return math.NaN()
+}
+
+// ceilingText is a ceiling result's median and unit, or why it is
+// unmeasured.
+func ceilingText(r Result) string {
+	if len(r.Metrics) == 0 {
+		return "unmeasured (not in the document)"
+	}
+	m := r.Metrics[0]
+	if !m.Measured() {
+		return "unmeasured (" + m.Unmeasured + ")"
+	}
+	return fmt.Sprintf("%s %s", FormatValue(results.Median(m.Samples)), m.Unit)
+}
+
+// dashIfNaN formats a value, "-" where it does not apply.
+func dashIfNaN(v float64) string {
+	if math.IsNaN(v) {
+		return "-"
+	}
+	return FormatValue(v)
+}
+
+func pctText(p float64) string {
+	if math.IsNaN(p) {
+		return "-"
+	}
+	return strconv.FormatFloat(p, 'f', 1, 64)
+}
