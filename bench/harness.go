@@ -23,6 +23,9 @@ type Timing struct {
 	Warmup  int // untimed calls first (caches, clocks, lazy init)
 	Samples int // timed samples returned
 	Reps    int // calls per sample; a sample is their mean (0 = 1)
+	// Settle, when set, continues the warm-up after Warmup calls until
+	// the timing of a sample (Reps calls) stops improving (see Settle).
+	Settle *Settle
 }
 
 func (t Timing) check() (Timing, error) {
@@ -50,6 +53,11 @@ func Time(s gpu.Stream, t Timing, fn func() error) ([]float64, error) {
 	}
 	if err := s.Sync(); err != nil {
 		return nil, err
+	}
+	if t.Settle != nil {
+		if _, err := SettleCalls(*t.Settle, func() (float64, error) { return timeOnce(s, t.Reps, fn) }); err != nil {
+			return nil, err
+		}
 	}
 	out := make([]float64, 0, t.Samples)
 	for i := 0; i < t.Samples; i++ {
@@ -108,15 +116,27 @@ func TimeWall(t Timing, fn func() error) ([]float64, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]float64, 0, t.Samples)
-	for i := 0; i < t.Samples; i++ {
+	sample := func() (float64, error) {
 		start := time.Now()
 		for r := 0; r < t.Reps; r++ {
 			if err := fn(); err != nil {
-				return out, fmt.Errorf("sample %d: %w", i, err)
+				return 0, err
 			}
 		}
-		out = append(out, time.Since(start).Seconds()/float64(t.Reps))
+		return time.Since(start).Seconds() / float64(t.Reps), nil
+	}
+	if t.Settle != nil {
+		if _, err := SettleCalls(*t.Settle, sample); err != nil {
+			return nil, err
+		}
+	}
+	out := make([]float64, 0, t.Samples)
+	for i := 0; i < t.Samples; i++ {
+		sec, err := sample()
+		if err != nil {
+			return out, fmt.Errorf("sample %d: %w", i, err)
+		}
+		out = append(out, sec)
 	}
 	return out, nil
 }
@@ -147,7 +167,7 @@ func TimeGraph(s gpu.Stream, t Timing, fn func() error) ([]float64, error) {
 	}
 	defer exec.Destroy()
 	replay := func() error { return exec.Launch(cs) }
-	samples, err := Time(s, Timing{Warmup: max(t.Warmup, 1), Samples: t.Samples, Reps: 1}, replay)
+	samples, err := Time(s, Timing{Warmup: max(t.Warmup, 1), Samples: t.Samples, Reps: 1, Settle: t.Settle}, replay)
 	for i := range samples {
 		samples[i] /= float64(t.Reps)
 	}

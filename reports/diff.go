@@ -313,6 +313,20 @@ func Diff(base, new []*Document, opt DiffOptions) *Comparison {
 	opt = opt.withDefaults()
 	c := &Comparison{Options: opt}
 	b, n := collect(base), collect(new)
+	// A result measured while the GPU throttled is slower for a reason the
+	// code did not cause: say so beside the verdict.
+	for _, s := range []struct {
+		name string
+		docs []*Document
+	}{{"base", base}, {"new", new}} {
+		for _, d := range s.docs {
+			for i := range d.Results {
+				if note := d.Results[i].ThrottleNote(); note != "" {
+					c.Warnings = append(c.Warnings, fmt.Sprintf("%s: %s %s", s.name, d.Results[i].Key(), note))
+				}
+			}
+		}
+	}
 	for _, s := range []struct {
 		name string
 		side *side

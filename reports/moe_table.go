@@ -46,7 +46,7 @@ func moeTable(w io.Writer, d *Document) error {
 	fmt.Fprintf(w, "# mstar bench moe: %s, local shape E%s k%s H%s I%s (tp %s, ep %s), routing %s, seed %s\n",
 		p["model"], p["experts"], p["topk"], p["hidden"], p["inter"], p["tp"], p["ep"], p["routing"], p["seed"])
 	fmt.Fprintf(w, "# device %s\n", deviceLine(d))
-	fmt.Fprintf(w, "# ceilings: d2d %s, gemm %s\n", ceilingText(ceil["d2d"]), ceilingText(ceil["gemm"]))
+	fmt.Fprintf(w, "# ceilings: read %s, d2d %s, gemm %s\n", ceilingText(ceil["read"]), ceilingText(ceil["d2d"]), ceilingText(ceil["gemm"]))
 	for _, warn := range d.Warnings {
 		fmt.Fprintf(w, "# warning: %s\n", warn)
 	}

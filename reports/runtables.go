@@ -73,5 +73,18 @@ func ceilingsTable(w io.Writer, d *Document) error {
 		s := results.Summarize(m.Samples)
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", what, FormatValue(s.Median), ciText(s), m.Unit, s.N, r.Params["size"], r.Params["method"])
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	// The GPU's state: ceilings measured while throttled, or why it was
+	// not sampled (the document's warnings).
+	for _, r := range d.Results {
+		if note := r.ThrottleNote(); r.Name == "ceiling" && note != "" {
+			fmt.Fprintf(w, "note: %s %s\n", r.Params["what"], note)
+		}
+	}
+	for _, warn := range d.Warnings {
+		fmt.Fprintln(w, "note: "+warn)
+	}
+	return nil
 }

@@ -15,6 +15,7 @@ type (
 	Direction = results.Direction
 	Summary   = results.Summary
 	Role      = results.Role
+	GPUState  = results.GPUState
 )
 
 const (

@@ -184,6 +184,9 @@ func Tables(docs []*Document, opt TableOptions) ([]*Table, error) {
 	for _, p := range all {
 		t, r := p.t, p.r
 		row := Row{Name: r.Name, Params: r.Params, Warnings: r.Warnings, Run: p.run}
+		if note := r.ThrottleNote(); note != "" {
+			row.Warnings = append(slices.Clip(row.Warnings), note)
+		}
 		for _, c := range t.Metrics {
 			var cell Cell
 			for _, m := range r.Metrics {
@@ -313,26 +316,9 @@ func oneLine(s string) string {
 	return strings.Join(strings.Fields(s), " ")
 }
 
-// FormatValue prints a number with about four significant digits and no
-// exponent in the range people read (0.001 to 1e15).
-func FormatValue(v float64) string {
-	a := math.Abs(v)
-	switch {
-	case v == 0:
-		return "0"
-	case math.IsNaN(v) || math.IsInf(v, 0):
-		return strconv.FormatFloat(v, 'g', -1, 64)
-	case a >= 1e4 && a < 1e15:
-		return strconv.FormatFloat(v, 'f', 0, 64)
-	case a >= 1e-3 && a < 1e4:
-		s := strconv.FormatFloat(v, 'g', 4, 64)
-		if strings.ContainsRune(s, 'e') { // 9999.7 rounds to 1e+04
-			s = strconv.FormatFloat(v, 'f', 0, 64)
-		}
-		return s
-	}
-	return strconv.FormatFloat(v, 'e', 3, 64)
-}
+// FormatValue prints a number with about four significant digits (see
+// results.FormatValue, where producers' warnings get it too).
+func FormatValue(v float64) string { return results.FormatValue(v) }
 
 // formatPct prints a CI half-width: "±2%", "±0.4%", "±∞", "±?".
 func formatPct(p float64) string {
@@ -368,6 +354,8 @@ func gateText(g *Gate) string {
 		return ""
 	case g.Pass:
 		return "PASS"
+	case g.Undecided:
+		return "CANNOT TELL"
 	}
 	return "FAIL"
 }
@@ -446,7 +434,9 @@ func (t *Table) notes() []string {
 	for _, r := range t.Rows {
 		key := Result{Name: r.Name, Params: r.Params}.Key()
 		for _, g := range r.Gates {
-			if g != nil && !g.Pass {
+			if g != nil && g.Undecided {
+				add(fmt.Sprintf("CANNOT TELL %s: %s: %s", key, g.Name, oneLine(g.Reason)))
+			} else if g != nil && !g.Pass {
 				add(fmt.Sprintf("FAIL %s: %s: %s", key, g.Name, oneLine(g.Reason)))
 			}
 		}

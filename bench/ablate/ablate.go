@@ -14,6 +14,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/mstar-dev/mstar/bench"
 	"github.com/mstar-dev/mstar/internal/badinput"
 	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/mstar-dev/mstar/internal/units"
@@ -170,10 +171,11 @@ type LayerStats struct {
 	Layer int   // the model layer (the gate file's numbering; else 0, 1, ...)
 	Load  []int // live assignments per expert, over all tokens
 	router.LoadStats
-	TokenDrop float64       // fraction of tokens routed to no expert
-	AuxLoss   float64       // NaN when the routing had no logits (a replayed trace)
-	ZLoss     float64       // NaN likewise
-	RouteTime time.Duration // all batches of the layer
+	TokenDrop  float64       // fraction of tokens routed to no expert
+	AssignDrop float64       // fraction of (token, expert) assignments dropped for capacity
+	AuxLoss    float64       // NaN when the routing had no logits (a replayed trace)
+	ZLoss      float64       // NaN likewise
+	RouteTime  time.Duration // all batches of the layer
 	// Kernel figures, for the last KernelLayers layers only (else nil / NaN).
 	KernelMS []float64 // every sample
 	Slowdown []float64 // each sample / the median time of perfectly uniform routing
@@ -453,6 +455,7 @@ func RunAblation(ctx context.Context, opt AblationOptions) (*Ablation, error) {
 			ls.Load = o.Loads(E)
 			ls.LoadStats = router.Load(ls.Load)
 			ls.TokenDrop = float64(o.TokenDrops()) / float64(T)
+			ls.AssignDrop = assignDrop(o)
 			ls.RouteTime = spent[l]
 			ls.RelL2 = math.NaN()
 			ls.Touched = math.NaN()
@@ -506,8 +509,22 @@ func RunAblation(ctx context.Context, opt AblationOptions) (*Ablation, error) {
 			outs[i] = make([]float32, n*H)
 		}
 		scratch := make([]float32, n*H)
-		if l == L-kernelLayers { // warm-up: first touches of weights and buffers
-			if _, err := kern.Forward(x, ref, scratch); err != nil {
+		if l == L-kernelLayers {
+			// Warm up until the kernel's time settles: first touches of
+			// weights and buffers, thread pools, clocks. A fixed single
+			// call left the first router's samples 35% slower.
+			progress(fmt.Sprintf("kernel: layer %d, warm-up", layerNo[l]))
+			if _, err := bench.SettleCalls(bench.DefaultSettle, func() (float64, error) {
+				if err := ctx.Err(); err != nil {
+					return 0, err
+				}
+				d, err := kern.Forward(x, ref, scratch)
+				return d.Seconds(), err
+			}); err != nil {
+				if ctx.Err() != nil {
+					a.Warnings = append(a.Warnings, fmt.Sprintf("interrupted in the kernel's warm-up (layer %d): the kernel figures are left out", layerNo[l]))
+					return a, ctx.Err()
+				}
 				return nil, fmt.Errorf("fused-MoE kernel: %w", err)
 			}
 		}
@@ -624,7 +641,8 @@ var columns = []column{
 	{"balancedness", "ratio", results.HigherIsBetter, "balance", func(ls *LayerStats) []float64 { return one(ls.Balancedness) }, "no tokens were routed"},
 	{"cv", "ratio", results.LowerIsBetter, "CV", func(ls *LayerStats) []float64 { return one(ls.CV) }, "no tokens were routed"},
 	{"entropy", "ratio", results.HigherIsBetter, "entropy", func(ls *LayerStats) []float64 { return one(ls.Entropy) }, "no tokens were routed"},
-	{"token_drop", "%", results.LowerIsBetter, "drop%", func(ls *LayerStats) []float64 { return one(100 * ls.TokenDrop) }, ""},
+	{"assignment_drop", "%", results.LowerIsBetter, "drop%", func(ls *LayerStats) []float64 { return one(100 * ls.AssignDrop) }, ""},
+	{"token_drop", "%", results.LowerIsBetter, "tok-drop%", func(ls *LayerStats) []float64 { return one(100 * ls.TokenDrop) }, ""},
 	{"aux_loss", "ratio", results.LowerIsBetter, "aux", func(ls *LayerStats) []float64 { return one(ls.AuxLoss) }, "a replayed trace has no logits"},
 	{"z_loss", "ratio", results.LowerIsBetter, "z-loss", func(ls *LayerStats) []float64 { return one(ls.ZLoss) }, "a replayed trace has no logits"},
 	{"route_time", "us", results.LowerIsBetter, "route µs", func(ls *LayerStats) []float64 {
@@ -813,18 +831,24 @@ func Table(w io.Writer, d *results.Document) error {
 	fmt.Fprintln(w, "# load metrics: mean over layers (report show: median over layers); MaxVio = max/mean load − 1, balance = mean/max, entropy normalised (1 = uniform)")
 	// Values first, then one format per column.
 	var names []string
-	var vals [][]float64 // [row][column]; NaN: none
+	var vals [][]float64  // [row][column]; NaN: none
+	var kernelCI []string // per row: the kernel time's 95% interval
 	for _, r := range routers {
 		names = append(names, r.Params["router"])
 		row := make([]float64, len(columns))
+		ci := ""
 		for j, c := range columns {
 			var vs []float64
 			if m := r.Metric(c.name); m != nil {
 				vs = m.Samples
 			}
 			row[j] = cellValue(c, vs)
+			if c.name == "kernel_time" && len(vs) > 0 {
+				ci = ciText(vs)
+			}
 		}
 		vals = append(vals, row)
+		kernelCI = append(kernelCI, ci)
 	}
 	if uniform != nil {
 		row := make([]float64, len(columns))
@@ -845,11 +869,15 @@ func Table(w io.Writer, d *results.Document) error {
 		}
 		names = append(names, "(uniform)")
 		vals = append(vals, row)
+		kernelCI = append(kernelCI, ciText(uniform.Metric("kernel_time").Samples))
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	hdr := []string{"router"}
 	for _, c := range columns {
 		hdr = append(hdr, c.header)
+		if c.name == "kernel_time" {
+			hdr = append(hdr, "±95%")
+		}
 	}
 	fmt.Fprintln(tw, strings.Join(hdr, "\t")+"\t")
 	formats := make([]func(float64) string, len(columns))
@@ -871,6 +899,9 @@ func Table(w io.Writer, d *results.Document) error {
 			default:
 				row = append(row, formats[j](v))
 			}
+			if columns[j].name == "kernel_time" {
+				row = append(row, kernelCI[i])
+			}
 		}
 		fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
 	}
@@ -884,6 +915,31 @@ func Table(w io.Writer, d *results.Document) error {
 		}
 	}
 	return nil
+}
+
+// ciText is the half-width of the 95% interval of v's median, in % ("±?"
+// with fewer than 6 samples: the fewest that give one).
+func ciText(v []float64) string {
+	p := results.Summarize(v).HalfWidthPct()
+	if math.IsNaN(p) || math.IsInf(p, 0) {
+		return "±?"
+	}
+	return fmt.Sprintf("±%.1f%%", p)
+}
+
+// assignDrop is the fraction of o's assigned (token, expert) slots that
+// were dropped for capacity; empty slots (-1) were never assigned.
+func assignDrop(o router.Output) float64 {
+	assigned := 0
+	for _, id := range o.IDs {
+		if id >= 0 {
+			assigned++
+		}
+	}
+	if assigned == 0 {
+		return 0
+	}
+	return float64(o.DroppedSlots()) / float64(assigned)
 }
 
 // kernelOff names the flag that turned the kernel off.

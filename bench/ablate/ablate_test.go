@@ -6,6 +6,7 @@ import (
 	"errors"
 	"math"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -341,9 +342,15 @@ func checkColumnFormats(t *testing.T, tab string) {
 	rows := 0
 	for _, line := range strings.Split(tab, "\n") {
 		f := strings.Fields(line)
-		if len(f) != len(columns)+1 || strings.HasPrefix(line, "#") || f[0] == "router" {
+		if len(f) != len(columns)+2 || strings.HasPrefix(line, "#") || f[0] == "router" {
 			continue
 		}
+		// The kernel time's interval has a column of its own, after it.
+		k := slices.IndexFunc(columns, func(c column) bool { return c.name == "kernel_time" }) + 2
+		if ci := f[k]; !strings.HasPrefix(ci, "±") {
+			t.Errorf("kernel time's interval column holds %q", ci)
+		}
+		f = append(f[:k], f[k+1:]...)
 		rows++
 		for j, cell := range f[1:] {
 			if cell == "-" {
@@ -414,5 +421,22 @@ func TestAblationInterrupted(t *testing.T) {
 				t.Errorf("partial ablation makes an invalid document: %v", err)
 			}
 		})
+	}
+}
+
+// drop% counts dropped (token, expert) assignments, not only tokens left
+// with no expert: a switch router that drops one of a token's two experts
+// dropped an assignment (it read 0.0 while ~2.4% were dropped).
+func TestAssignDropCountsAssignments(t *testing.T) {
+	o := router.Output{T: 3, K: 2, IDs: []int32{0, 1, 2, 3, 1, -1}, Weights: make([]float32, 6),
+		Dropped: []bool{false, true, false, false, false, false}}
+	if got := assignDrop(o); math.Abs(got-1.0/5) > 1e-12 {
+		t.Errorf("assignDrop = %v, want 1/5 (one of five assigned slots dropped; the empty slot is not an assignment)", got)
+	}
+	if o.TokenDrops() != 0 {
+		t.Errorf("no token lost every expert, TokenDrops = %d", o.TokenDrops())
+	}
+	if got := assignDrop(router.Output{T: 1, K: 1, IDs: []int32{-1}, Weights: []float32{0}}); got != 0 {
+		t.Errorf("no assignment at all: %v", got)
 	}
 }

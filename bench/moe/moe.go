@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 	"unsafe"
 
 	"github.com/mstar-dev/mstar/bench"
@@ -382,6 +383,9 @@ func runMoERound(ctx context.Context, dev gpu.Device, opt MoEOptions) (*MoERepor
 	}
 
 	rep.Ceilings = opt.Ceilings
+	if _, _, note := opt.Ceilings.Stream(); note != "" {
+		rep.Warnings = append(rep.Warnings, note)
+	}
 	opt.Sink.Send(rep.Ceilings.Results()...)
 	for _, c := range []*ceilings.Ceiling{&opt.Ceilings.D2D, &opt.Ceilings.GEMM} {
 		if !c.Measured() {
@@ -412,9 +416,15 @@ func runMoERound(ctx context.Context, dev gpu.Device, opt MoEOptions) (*MoERepor
 		return nil, err
 	}
 	defer run.Close()
+	run.WarmUp = settleWarmUp(run.OnGPU())
 	rep.Compile = run.CompileNote
 	rep.KernelsID = run.KernelsID
 
+	sampler, stateNote := bench.NewStateSampler(dev)
+	defer sampler.Close()
+	if stateNote != "" {
+		rep.Warnings = append(rep.Warnings, stateNote)
+	}
 	for _, m := range opt.Batches {
 		if err := ctx.Err(); err != nil {
 			return rep, err
@@ -427,6 +437,7 @@ func runMoERound(ctx context.Context, dev gpu.Device, opt MoEOptions) (*MoERepor
 		var want []float64
 		var tuned []TuneOutcome
 		c := opt.Config
+		sampler.Start()
 		if opt.Tune { // on the GPU only: the CPU has nothing to tune
 			want = moe.ReferenceTokens(layer, x, r, tokens)
 			tuned = tune(ctx, run, x, r, tokens, want, opt.TuneSamples, func(s string) { progress(fmt.Sprintf("M=%d %s", m, s)) })
@@ -442,6 +453,7 @@ func runMoERound(ctx context.Context, dev gpu.Device, opt MoEOptions) (*MoERepor
 			c = bc.Config
 		}
 		pass, err := run.Run(ctx, x, r, opt.Samples, c, opt.Stages)
+		state := sampler.Stop()
 		out, us, stages, cfg := pass.Out, pass.US, pass.Stages, pass.Note
 		if bc, ok := configs[m]; ok {
 			cfg += "; config from " + bc.Source
@@ -477,6 +489,10 @@ func runMoERound(ctx context.Context, dev gpu.Device, opt MoEOptions) (*MoERepor
 		if bc, ok := configs[m]; ok {
 			res = withConfigSource(res, bc)
 		}
+		res.GPUState = state
+		if note := res.ThrottleNote(); note != "" {
+			rep.Warnings = append(rep.Warnings, fmt.Sprintf("M=%d: %s", m, note))
+		}
 		if tuned != nil {
 			res = withTuning(local, m, res, tuned)
 			res.Params[MoEConfigSourceParam] = "--tune"
@@ -494,6 +510,11 @@ func runMoERound(ctx context.Context, dev gpu.Device, opt MoEOptions) (*MoERepor
 			rep.Results = append(rep.Results, sres...)
 		}
 		rep.Results = append(rep.Results, res)
+		for _, w := range res.Warnings {
+			if strings.Contains(w, ceilings.OverCeilingMark) {
+				rep.Warnings = append(rep.Warnings, w)
+			}
+		}
 		rep.Batches++
 		opt.Sink.Send(rep.Results[batchStart:]...)
 	}
@@ -615,6 +636,21 @@ func checkFits(dev gpu.Device, local moe.Shape, opt MoEOptions, maxM int) error 
 	return nil
 }
 
+// settleWarmUp warms a batch's timing up until it settles. On CUDA: graph
+// replays (each a few ms of back-to-back calls) until their device time
+// stops improving, for at least 100 ms, so that clocks and power state are
+// those of a sustained run; on the CPU: passes, as the harness settles.
+func settleWarmUp(onGPU bool) func(call func() (float64, error)) error {
+	s := bench.DefaultSettle
+	if onGPU {
+		s = bench.Settle{MinTime: 100 * time.Millisecond, MaxTime: 3 * time.Second}
+	}
+	return func(call func() (float64, error)) error {
+		_, err := bench.SettleCalls(s, call)
+		return err
+	}
+}
+
 // tune runs every candidate configuration for one batch through the
 // shared loop (TuneCandidates): a checked pass and, for those that pass,
 // `samples` timed samples. A canceled ctx stops it before the next
@@ -667,7 +703,9 @@ func MoEParams(opt MoEOptions, local moe.Shape, m int, impl string) results.Para
 // moeResult turns one batch's samples into a result. Throughput counts
 // Shape.Flops of the computed slots; bandwidth counts Shape.Bytes (touched
 // experts' weights once, x and out once, the routing once); the floor is
-// max(bytes / D2D ceiling, flops / GEMM ceiling).
+// max(bytes / read ceiling, flops / GEMM ceiling) (the d2d copy ceiling
+// when the read ceiling is unmeasured, with a warning). A percentage above
+// OverCeilingPct warns, naming the ceiling.
 func moeResult(opt MoEOptions, local moe.Shape, m int, r moe.Routing, us []float64, rel float64, cfg string, checked int) results.Result {
 	slots, touched := r.Slots(), r.Touched(local.E)
 	flops, bytes := local.Flops(slots), local.Bytes(m, touched, slots)
@@ -694,12 +732,13 @@ func moeResult(opt MoEOptions, local moe.Shape, m int, r moe.Routing, us []float
 		}
 		return metric(name, "%", results.HigherIsBetter, out)
 	}
+	bw, bwName, _ := c.Stream()
 	floor := results.Metric{Name: MoEPctFloor, Unit: "%", Better: results.HigherIsBetter}
-	if c.D2D.Measured() && c.GEMM.Measured() {
-		floorSec := math.Max(bytes/(c.D2D.Value*1e9), flops/(c.GEMM.Value*1e12))
+	if bw.Measured() && c.GEMM.Measured() {
+		floorSec := math.Max(bytes/(bw.Value*1e9), flops/(c.GEMM.Value*1e12))
 		floor.Samples = per(func(s float64) float64 { return 100 * floorSec / s })
 	} else {
-		floor.Unmeasured = "needs both the d2d and gemm ceilings"
+		floor.Unmeasured = "needs a bandwidth (read or d2d) and the gemm ceiling"
 	}
 	pass := rel <= MoEMaxRelL2
 	gate := results.Gate{Name: MoEGate, Pass: pass,
@@ -718,7 +757,7 @@ func moeResult(opt MoEOptions, local moe.Shape, m int, r moe.Routing, us []float
 			metric(MoELatency, "µs", results.LowerIsBetter, us),
 			metric(MoEThroughput, "TFLOP/s", results.HigherIsBetter, tflops),
 			metric(MoEBandwidth, "GB/s", results.HigherIsBetter, gbps),
-			pct(MoEPctBW, c.D2D, gbps),
+			pct(MoEPctBW, bw, gbps),
 			pct(MoEPctCompute, c.GEMM, tflops),
 			floor,
 			relMetric,
@@ -730,5 +769,43 @@ func moeResult(opt MoEOptions, local moe.Shape, m int, r moe.Routing, us []float
 	for i := 1; i <= 5; i++ {
 		res.Metrics[i].DerivedFrom = MoELatency
 	}
+	// The table and report show both read the median of the per-sample
+	// percentages.
+	median := func(name string) float64 {
+		if m := res.Metric(name); m != nil && m.Measured() {
+			return results.Median(m.Samples)
+		}
+		return math.NaN()
+	}
+	for _, p := range []struct {
+		name string
+		v    float64
+		ce   ceilings.Ceiling
+		what string
+	}{
+		{"%bw", median(MoEPctBW), bw, bwName},
+		{"%compute", median(MoEPctCompute), c.GEMM, "gemm"},
+		{"%floor", median(MoEPctFloor), floorBound(bytes, flops, bw, c.GEMM), floorBoundName(bytes, flops, bw, c.GEMM, bwName)},
+	} {
+		if w := ceilings.OverCeiling(p.name, p.v, p.what, p.ce); w != "" {
+			res.Warnings = append(res.Warnings, fmt.Sprintf("M=%d: %s", m, w))
+		}
+	}
 	return res
+}
+
+// floorBound is the ceiling that sets the floor: the bandwidth one when the
+// bytes take longer at it than the flops at the GEMM ceiling, else GEMM.
+func floorBound(bytes, flops float64, bw, gemm ceilings.Ceiling) ceilings.Ceiling {
+	if !bw.Measured() || !gemm.Measured() || bytes/(bw.Value*1e9) >= flops/(gemm.Value*1e12) {
+		return bw
+	}
+	return gemm
+}
+
+func floorBoundName(bytes, flops float64, bw, gemm ceilings.Ceiling, bwName string) string {
+	if floorBound(bytes, flops, bw, gemm).Unit == ceilings.UnitTFLOPs {
+		return "gemm"
+	}
+	return bwName
 }

@@ -80,11 +80,11 @@ func stageResults(opt MoEOptions, local moe.Shape, m int, r moe.Routing, stages 
 				results.Metric{Name: MoEThroughput, Unit: "TFLOP/s", Better: results.HigherIsBetter, Samples: per(func(s float64) float64 { return flops / s / 1e12 }), DerivedFrom: MoELatency},
 				results.Metric{Name: MoEBandwidth, Unit: "GB/s", Better: results.HigherIsBetter, Samples: per(func(s float64) float64 { return bytes / s / 1e9 }), DerivedFrom: MoELatency})
 			floor := results.Metric{Name: MoEPctFloor, Unit: "%", Better: results.HigherIsBetter, DerivedFrom: MoELatency}
-			if c != nil && c.D2D.Measured() && c.GEMM.Measured() {
-				floorSec := math.Max(bytes/(c.D2D.Value*1e9), flops/(c.GEMM.Value*1e12))
+			if bw, _, _ := c.Stream(); c != nil && bw.Measured() && c.GEMM.Measured() {
+				floorSec := math.Max(bytes/(bw.Value*1e9), flops/(c.GEMM.Value*1e12))
 				floor.Samples = per(func(s float64) float64 { return 100 * floorSec / s })
 			} else {
-				floor.Unmeasured = "needs both the d2d and gemm ceilings"
+				floor.Unmeasured = "needs a bandwidth (read or d2d) and the gemm ceiling"
 			}
 			metrics = append(metrics, floor)
 		}

@@ -198,8 +198,14 @@ func TestTuneResults(t *testing.T) {
 	if res.Params[MoEConfigParam] != good.String() {
 		t.Errorf("config param %q, want %q", res.Params[MoEConfigParam], good.String())
 	}
-	if len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0], "chose "+good.String()) ||
-		!strings.Contains(res.Warnings[0], bad.String()+" rejected (rel L2 0.7") || !strings.Contains(res.Warnings[0], slow.String()+" 642.0 µs") {
+	var tuneWarn string
+	for _, w := range res.Warnings {
+		if strings.HasPrefix(w, "tuned over") {
+			tuneWarn = w
+		}
+	}
+	if !strings.Contains(tuneWarn, "chose "+good.String()) ||
+		!strings.Contains(tuneWarn, bad.String()+" rejected (rel L2 0.7") || !strings.Contains(tuneWarn, slow.String()+" 642.0 µs") {
 		t.Errorf("warnings %q", res.Warnings)
 	}
 	for i, o := range outs {
@@ -301,5 +307,47 @@ func TestRunMoEInterruptedInCeilings(t *testing.T) {
 	}
 	if rep.Batches != 0 || rep.Ceilings.D2D.Measured() || !strings.Contains(rep.Ceilings.GEMM.Unmeasured, "interrupted") {
 		t.Errorf("batches %d, d2d %+v, gemm %+v; want none and unmeasured ceilings saying why", rep.Batches, rep.Ceilings.D2D, rep.Ceilings.GEMM)
+	}
+}
+
+// Weight streaming is bounded by the read ceiling, not by the copy's: the
+// floor and %bw use it when measured, and a percentage above 105 warns
+// with the ceiling's name and figures.
+func TestMoEFloorUsesReadCeiling(t *testing.T) {
+	local := moe.Shape{E: 8, K: 2, H: 64, I: 40}
+	opt := MoEOptions{Model: "tiny", Shape: local, TP: 1, EP: 1, Ceilings: fakeCeilings()}
+	r := moe.UniformRouting(4, 8, 2, 1)
+	bytes := local.Bytes(4, r.Touched(8), r.Slots())
+	us := bytes / 12e9 * 1e6 // 12 GB/s: 120% of the 10 GB/s copy ceiling
+	lat := []float64{us, us, us}
+
+	median := func(res results.Result, name string) float64 {
+		m := res.Metric(name)
+		if m == nil || !m.Measured() {
+			return math.NaN()
+		}
+		return results.Median(m.Samples)
+	}
+	res := moeResult(opt, local, 4, r, lat, 1e-3, "cfg", 4)
+	if pct := median(res, MoEPctBW); math.Abs(pct-120) > 0.01 {
+		t.Fatalf("without a read ceiling, %%bw %.2f, want 120 of the d2d ceiling", pct)
+	}
+	if !slices.ContainsFunc(res.Warnings, func(w string) bool { return strings.Contains(w, "%bw 120.0% of the d2d ceiling") }) {
+		t.Errorf("120%% of the d2d ceiling without a warning naming it: %q", res.Warnings)
+	}
+
+	opt.Ceilings.Read = ceilings.Ceiling{Value: 15, Unit: ceilings.UnitGBps, Samples: []float64{15}, Size: "256 MiB", Method: "read loop"}
+	res = moeResult(opt, local, 4, r, lat, 1e-3, "cfg", 4)
+	if pct := median(res, MoEPctBW); math.Abs(pct-80) > 0.01 {
+		t.Errorf("%%bw %.2f, want 80 of the 15 GB/s read ceiling", pct)
+	}
+	floorSec := math.Max(bytes/15e9, local.Flops(r.Slots())/0.01e12)
+	if want, got := 100*floorSec/(us*1e-6), median(res, MoEPctFloor); math.Abs(got-want) > 0.01 {
+		t.Errorf("%%floor %.2f, want %.2f (bytes at the read ceiling)", got, want)
+	}
+	for _, w := range res.Warnings {
+		if strings.Contains(w, "%bw") {
+			t.Errorf("80%% of the read ceiling warned: %s", w)
+		}
 	}
 }

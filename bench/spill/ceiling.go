@@ -2,9 +2,15 @@ package spill
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
+	"strings"
+	"sync"
 	"time"
 
+	"github.com/mstar-dev/mstar/bench"
+	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/mstar-dev/mstar/internal/units"
 
 	"github.com/mstar-dev/mstar/internal/spill/tier"
@@ -12,100 +18,189 @@ import (
 )
 
 type ceilKey struct {
-	Tier tier.Kind
-	Size int64
+	Tier   tier.Kind
+	Size   int64
+	Shards string // "" for one move; else the shard sizes, as the uneven cell moves them
 }
 
-// Ceiling is what a tier's path reaches at a size in this run: the pool
-// spilled as one slot (one contiguous copy for the memory tiers, the tier's
-// chunked path for the file tier) and restored, with no blocks, no
-// concurrency, no faults. Samples are GB/s (1e9 bytes per second).
+// Ceiling is what a tier's path reaches for a cell's moves in this run:
+// the same blocks (each its own slot), moved by the same code (a
+// tier.Batch per stream: copies queued back to back, device copies in one
+// batched launch, one wait), on as many streams at once as the cell uses
+// (uneven: one per shard), with nothing around them — no poisoning, no
+// hashing, no other tenant, no faults. Samples are GB/s (1e9 bytes per
+// second); the warm-up rounds run until their time settles (bench.Settle),
+// as the cells' do.
 //
-// It goes through the same code as the cells (a tier.Batch: copies queued on
-// one stream, one wait, timed on the host) and differs only in having one
-// block: it is the link's rate with no per-block cost at all, which is what
-// the floor is a fraction of. A cell that queues its blocks back to back
-// pays per block only the host's queueing, which overlaps the copies before
-// it; a design that waited per block would pay a device round trip each
-// (~10 µs, more than a 16 MiB copy in device memory) and fail the floor, as
-// it should.
+// A ceiling of one contiguous slot was not an upper bound: on a CPU a
+// block that stays in a cache moves faster than one large copy, and the
+// file and peer tiers read 117–275% of it. A design that waited per block
+// still fails the floor against this ceiling, which waits once.
 type Ceiling struct {
 	Tier           tier.Kind
 	Size           int64
+	Shards         []int64 // sizes moved at once on their own streams; nil: one lane
+	Blocks         int     // blocks moved in all, each its own slot
 	Spill, Restore []float64
 	Unmeasured     string // why there are no samples
 	Where          string // the tier's own description
+	Warm           string // how the warm-up ended
+}
+
+// shape says how the ceiling moved its bytes.
+func (c *Ceiling) shape() string {
+	if len(c.Shards) > 1 {
+		return fmt.Sprintf("%d blocks in %d shards at once on %d streams", c.Blocks, len(c.Shards), len(c.Shards))
+	}
+	if c.Blocks <= 1 {
+		return "one slot"
+	}
+	return fmt.Sprintf("%d blocks in one batch", c.Blocks)
 }
 
 func gbps(n int64, d time.Duration) float64 { return float64(n) / d.Seconds() / 1e9 }
 
-func measureCeiling(ctx context.Context, cfg Config, kind tier.Kind, size int64) (c Ceiling) {
-	c = Ceiling{Tier: kind, Size: size}
-	chunk := size
-	if kind == tier.File {
-		chunk = 0 // the tier's own staging chunk
+// ceilingSettle is the warm-up of the ceilings and of the cells' rounds.
+var ceilingSettle = bench.Settle{MaxTime: 3 * time.Second}
+
+// warmRounds follows the warm-up rounds of a timed loop: a round counts as
+// a sample once the warm-up has settled.
+type warmRounds struct{ s *bench.Settler }
+
+func newWarmRounds() *warmRounds { return &warmRounds{s: bench.NewSettler(ceilingSettle)} }
+
+// sample reports whether a round that took d counts as a sample.
+func (w *warmRounds) sample(d time.Duration) bool {
+	if w.s == nil {
+		return true
 	}
-	t, err := tier.Open(kind, tier.Options{Dev: cfg.Dev, Capacity: size, Chunk: chunk, ShmDir: cfg.ShmDir, Holder: cfg.Holder})
+	if w.s.Add(d.Seconds()) {
+		w.s = nil // settled with this round; the next one is the first sample
+	}
+	return false
+}
+
+// measureCeiling moves lanes of blocks (each lane on its own stream, all
+// at once; each block its own slot, a lane's blocks in one batch) and
+// times the spills and the restores.
+func measureCeiling(ctx context.Context, cfg Config, kind tier.Kind, size int64, layout [][]int64) (c Ceiling) {
+	c = Ceiling{Tier: kind, Size: size}
+	var total int64
+	var every []int64
+	for _, lens := range layout {
+		var n int64
+		for _, l := range lens {
+			n += l
+		}
+		total += n
+		every = append(every, lens...)
+		c.Shards = append(c.Shards, n)
+	}
+	c.Blocks = len(every)
+	if len(layout) == 1 {
+		c.Shards = nil
+	}
+	// Chunk 0: the tier's own largest copy (its staging chunk for files),
+	// as the cells open their tiers.
+	t, err := tier.Open(kind, tier.Options{Dev: cfg.Dev, Capacity: capFor(every), ShmDir: cfg.ShmDir, Holder: cfg.Holder})
 	if err != nil {
 		c.Unmeasured = err.Error()
 		return c
 	}
 	defer t.Close()
 	c.Where = t.Describe()
-	s, err := cfg.Dev.NewStream()
-	if err != nil {
-		c.Unmeasured = err.Error()
-		return c
+	type lane struct {
+		s     gpu.Stream
+		p     *tier.Pool
+		slots []tier.Slot
+		want  []uint64
 	}
-	defer s.Close()
-	p, err := tier.NewPool(cfg.Dev, []int64{size})
-	if err != nil {
-		c.Unmeasured = err.Error()
-		return c
+	lanes := make([]*lane, len(layout))
+	defer func() {
+		for _, l := range lanes {
+			if l == nil {
+				continue
+			}
+			freeSlots(l.slots)
+			if l.p != nil {
+				l.p.Close()
+			}
+			if l.s != nil {
+				l.s.Close()
+			}
+		}
+	}()
+	for i, lens := range layout {
+		l := &lane{}
+		lanes[i] = l
+		if l.s, err = cfg.Dev.NewStream(); err != nil {
+			c.Unmeasured = err.Error()
+			return c
+		}
+		if l.p, err = tier.NewPool(cfg.Dev, lens); err != nil {
+			c.Unmeasured = err.Error()
+			return c
+		}
+		if err := l.p.FillAll(l.s, cfg.Seed+uint64(i)); err != nil {
+			c.Unmeasured = err.Error()
+			return c
+		}
+		l.want, _ = l.p.Hashes(l.s)
+		if l.slots, err = allocSlots(t, l.p, all(len(lens))); err != nil {
+			c.Unmeasured = err.Error()
+			return c
+		}
 	}
-	defer p.Close()
-	if err := p.FillAll(s, cfg.Seed); err != nil {
-		c.Unmeasured = err.Error()
-		return c
-	}
-	want, _ := p.Hashes(s)
-	slot, err := t.Alloc(size)
-	if err != nil {
-		c.Unmeasured = err.Error()
-		return c
-	}
-	defer slot.Free()
-	// Round 0 warms up (first touch of fresh pages), untimed.
-	for round := 0; round <= cfg.Samples; round++ {
-		b := tier.NewBatch(s)
+	// each runs move on every lane at once (on one goroutine per stream,
+	// as the uneven cell does) and returns the wall time.
+	each := func(move func(l *lane) (int64, error)) (time.Duration, error) {
+		errs := make([]error, len(lanes))
+		var wg sync.WaitGroup
 		start := time.Now()
-		b.Spill(ctx, slot, p.Buffer(), 0)
-		got, err := b.Wait()
-		sp := time.Since(start)
-		n := got[0]
-		if err != nil || n != size {
-			c.Unmeasured = fmt.Sprintf("spill moved %d of %d bytes: %v", n, size, err)
+		for i, l := range lanes {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				n, err := move(l)
+				if err == nil && n != l.p.Bytes() {
+					err = fmt.Errorf("moved %d of %d bytes", n, l.p.Bytes())
+				}
+				errs[i] = err
+			}()
+		}
+		wg.Wait()
+		return time.Since(start), errors.Join(errs...)
+	}
+	warm := newWarmRounds()
+	for len(c.Restore) < cfg.Samples {
+		sp, err := each(func(l *lane) (int64, error) {
+			n, _, err := spillInto(ctx, l.s, l.slots, l.p, all(len(l.slots)))
+			return n, err
+		})
+		if err != nil {
+			c.Unmeasured = fmt.Sprintf("spill: %v", err)
 			c.Spill, c.Restore = nil, nil
 			return c
 		}
-		start = time.Now()
-		b.Restore(ctx, slot, p.Buffer(), 0, size)
-		got, err = b.Wait()
-		rs := time.Since(start)
-		n = got[0]
-		if err != nil || n != size {
-			c.Unmeasured = fmt.Sprintf("restore moved %d of %d bytes: %v", n, size, err)
+		rs, err := each(func(l *lane) (int64, error) {
+			_, n, _, err := restoreBlocks(ctx, l.s, l.p, all(len(l.slots)), l.slots)
+			return n, err
+		})
+		if err != nil {
+			c.Unmeasured = fmt.Sprintf("restore: %v", err)
 			c.Spill, c.Restore = nil, nil
 			return c
 		}
-		if round > 0 {
-			c.Spill = append(c.Spill, gbps(size, sp))
-			c.Restore = append(c.Restore, gbps(size, rs))
+		if warm.sample(sp + rs) {
+			c.Spill = append(c.Spill, gbps(total, sp))
+			c.Restore = append(c.Restore, gbps(total, rs))
 		}
 	}
-	if got, _ := p.Hashes(s); len(got) != 1 || got[0] != want[0] {
-		c.Unmeasured = "the ceiling's round trip did not come back byte-identical"
-		c.Spill, c.Restore = nil, nil
+	for _, l := range lanes {
+		if got, _ := l.p.Hashes(l.s); !slices.Equal(got, l.want) {
+			c.Unmeasured = "the ceiling's round trip did not come back byte-identical"
+			c.Spill, c.Restore = nil, nil
+		}
 	}
 	return c
 }
@@ -113,7 +208,14 @@ func measureCeiling(ctx context.Context, cfg Config, kind tier.Kind, size int64)
 // Result is the ceiling as a results row.
 func (c Ceiling) Result() results.Result {
 	// The tier's ceiling bounds the cells; it is context, not the code under test.
-	r := results.Result{Name: "spill-ceiling", Role: results.RoleContext, Params: results.Params{"tier": string(c.Tier), "size": units.Size(c.Size, "")}}
+	r := results.Result{Name: "spill-ceiling", Role: results.RoleContext, Params: results.Params{"tier": string(c.Tier), "size": units.Size(c.Size, ""), "blocks": fmt.Sprint(c.Blocks)}}
+	if len(c.Shards) > 1 {
+		parts := make([]string, len(c.Shards))
+		for i, n := range c.Shards {
+			parts[i] = units.Size(n, "")
+		}
+		r.Params["shards"] = strings.Join(parts, "+")
+	}
 	if c.Unmeasured != "" {
 		r.Metrics = []results.Metric{
 			unmeasured("spill", "GB/s", results.HigherIsBetter, c.Unmeasured),

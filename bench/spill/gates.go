@@ -5,7 +5,9 @@ import (
 	"math"
 	"strings"
 
+	"github.com/mstar-dev/mstar/bench"
 	"github.com/mstar-dev/mstar/internal/spill/tier"
+	"github.com/mstar-dev/mstar/internal/units"
 	"github.com/mstar-dev/mstar/reports/results"
 )
 
@@ -136,11 +138,17 @@ func GateUnmeasured(ms []results.Metric) results.Gate {
 	return pass(GUnmeasured, "%d figures, each measured or marked unmeasured with a reason", len(ms))
 }
 
-// GateBandwidth passes when the best sample reaches floor × the best ceiling
-// sample. Best against best: other processes only ever slow a sample down,
-// so the best is the estimate of what the path can do, on both sides. An
-// unmeasured ceiling fails the gate: it cannot be checked, and that is not
-// a pass.
+// GateBandwidth decides on intervals, not on one figure, so that noise
+// cannot flip it. The cell's bandwidth and the ceiling are each the 95%
+// interval of their median (the range of the samples when there are too
+// few for one), and the cell's fraction of the ceiling lies between
+// cell.lo / ceiling.hi and cell.hi / ceiling.lo: the ceiling is measured
+// at another moment than the cell, and a machine's load moves between
+// them. The gate passes when that fraction's lower end reaches floor,
+// fails when its upper end is below floor, and otherwise cannot tell
+// (Undecided, with the numbers and a request for more samples). An
+// unmeasured ceiling fails the gate: it cannot be checked, and that is
+// not a pass.
 func GateBandwidth(what string, samples []float64, ceiling []float64, ceilingWhy string, floor float64) results.Gate {
 	name := GBandwidth + "." + what
 	if len(samples) == 0 {
@@ -149,17 +157,76 @@ func GateBandwidth(what string, samples []float64, ceiling []float64, ceilingWhy
 	if len(ceiling) == 0 {
 		return fail(name, "the tier's %s ceiling is unmeasured (%s), so the floor cannot be checked", what, ceilingWhy)
 	}
-	got, ceil := best(samples), best(ceiling)
 	// A non-finite sample (a zero-length timing, NaN) or a ceiling of 0 is a
 	// broken measurement: it must fail, not slip past the comparison.
-	if finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }; !finite(got) || !finite(ceil) || ceil <= 0 {
-		return fail(name, "%s bandwidth %v against a ceiling of %v GB/s cannot be judged: a measurement is broken", what, got, ceil)
+	finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+	for _, v := range samples {
+		if !finite(v) {
+			return fail(name, "%s bandwidth sample %v cannot be judged: a measurement is broken", what, v)
+		}
 	}
-	if got < floor*ceil {
-		return fail(name, "%s %.2f GB/s is %.0f%% of the tier's ceiling %.2f GB/s, below the floor of %.0f%%", what, got, 100*got/ceil, ceil, 100*floor)
+	for _, v := range ceiling {
+		if !finite(v) || v <= 0 {
+			return fail(name, "%s bandwidth against a ceiling sample of %v GB/s cannot be judged: a measurement is broken", what, v)
+		}
 	}
-	return pass(name, "%s %.2f GB/s is %.0f%% of the tier's ceiling %.2f GB/s (floor %.0f%%)", what, got, 100*got/ceil, ceil, 100*floor)
+	cell, ceil := interval(samples), interval(ceiling)
+	lo, hi := cell.lo/ceil.hi, cell.hi/ceil.lo
+	figures := fmt.Sprintf("%s %.2f GB/s (%.2f–%.2f, n=%d) of the tier's ceiling %.2f GB/s (%.2f–%.2f, n=%d) is %.0f%% (%.0f–%.0f%%)",
+		what, cell.mid, cell.lo, cell.hi, len(samples), ceil.mid, ceil.lo, ceil.hi, len(ceiling), 100*cell.mid/ceil.mid, 100*lo, 100*hi)
+	switch {
+	case lo >= floor:
+		return pass(name, "%s (floor %.0f%%)", figures, 100*floor)
+	case hi < floor:
+		return fail(name, "%s, below the floor of %.0f%%", figures, 100*floor)
+	}
+	g := fail(name, "cannot tell: %s, and the floor of %.0f%% lies inside; run more --samples", figures, 100*floor)
+	g.Undecided = true
+	return g
 }
+
+// span is a median with its 95% interval.
+type span struct{ mid, lo, hi float64 }
+
+// interval is v's median and 95% interval; with too few samples for one,
+// the range of the samples stands for it (only a range clear of a limit
+// decides).
+func interval(v []float64) span {
+	s := results.Summarize(v)
+	out := span{s.Median, s.Lo, s.Hi}
+	if math.IsInf(out.lo, 0) || math.IsInf(out.hi, 0) || math.IsNaN(out.lo) || math.IsNaN(out.hi) {
+		out.lo, out.hi = -best(negated(v)), best(v)
+	}
+	return out
+}
+
+func negated(v []float64) []float64 {
+	out := make([]float64, len(v))
+	for i, x := range v {
+		out[i] = -x
+	}
+	return out
+}
+
+// overCeiling is the warning for a figure whose median is above
+// overCeilingPct of its ceiling, "" when it is not: a ceiling is meant to
+// bound the move, and a move well past it says it did not.
+func overCeiling(what string, samples []float64, c *Ceiling, ceiling []float64) string {
+	if len(samples) == 0 || len(ceiling) == 0 {
+		return ""
+	}
+	ceil := best(ceiling)
+	pct := 100 * results.Summarize(samples).Median / ceil
+	if !(pct > overCeilingPct) {
+		return ""
+	}
+	return fmt.Sprintf("%s %.0f%% of the %s tier's ceiling (%.2f GB/s, best of %d, %s as %s, %s) is above %d%%: that ceiling is not an upper bound for this move",
+		what, pct, c.Tier, ceil, len(ceiling), units.Size(c.Size, ""), c.shape(), c.Where, overCeilingPct)
+}
+
+// overCeilingPct is the percentage of a ceiling above which a figure warns,
+// the same for every suite.
+const overCeilingPct = bench.OverCeilingPct
 
 func best(v []float64) float64 {
 	m := math.Inf(-1)

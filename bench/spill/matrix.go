@@ -3,6 +3,7 @@ package spill
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -64,6 +65,17 @@ func (m *Matrix) Failures() []string {
 	return out
 }
 
+// Undecided lists every gate that could not tell, as "cell: gate: reason".
+func (m *Matrix) Undecided() []string {
+	var out []string
+	for _, o := range m.Outcomes {
+		for _, f := range o.Undecided() {
+			out = append(out, o.Cell.Name()+": "+f)
+		}
+	}
+	return out
+}
+
 // Results returns the ceilings and every cell's results, for a results
 // document. A cell that could not run becomes a result whose "ran" gate
 // fails with the error, so the document says what happened to every cell.
@@ -99,6 +111,10 @@ func cellText(o *Outcome) string {
 		return "·"
 	}
 	if o.Passed() {
+		if u := o.Undecided(); len(u) > 0 {
+			gate, _, _ := strings.Cut(u[0], ":")
+			return "CANNOT-TELL " + gate
+		}
 		return "PASS " + o.Figure
 	}
 	f := o.Failures()
@@ -174,15 +190,42 @@ func (m *Matrix) WriteText(w io.Writer) error {
 	if len(m.Ceilings) > 0 {
 		fmt.Fprintln(tw, "tier ceilings (best of samples, same run)\ttier\tsize\tspill GB/s\trestore GB/s\twhere")
 		for _, c := range m.Ceilings {
+			size := fmt.Sprintf("%s, %d blocks", units.Size(c.Size, ""), c.Blocks)
+			if len(c.Shards) > 1 {
+				size += fmt.Sprintf(" in %d shards at once", len(c.Shards))
+			}
 			if c.Unmeasured != "" {
-				fmt.Fprintf(tw, "\t%s\t%s\tunmeasured\tunmeasured\t%s\n", c.Tier, units.Size(c.Size, ""), c.Unmeasured)
+				fmt.Fprintf(tw, "\t%s\t%s\tunmeasured\tunmeasured\t%s\n", c.Tier, size, c.Unmeasured)
 				continue
 			}
-			fmt.Fprintf(tw, "\t%s\t%s\t%.2f\t%.2f\t%s\n", c.Tier, units.Size(c.Size, ""), best(c.Spill), best(c.Restore), c.Where)
+			fmt.Fprintf(tw, "\t%s\t%s\t%.2f\t%.2f\t%s\n", c.Tier, size, best(c.Spill), best(c.Restore), c.Where)
 		}
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	var warns []string
+	for _, o := range m.Outcomes {
+		for _, r := range o.Results {
+			for _, w := range r.Warnings {
+				warns = append(warns, o.Cell.Name()+": "+w)
+			}
+			if note := r.ThrottleNote(); note != "" && !slices.Contains(warns, o.Cell.Name()+": "+note) {
+				warns = append(warns, o.Cell.Name()+": "+note)
+			}
+		}
+	}
+	if len(warns) > 0 {
+		fmt.Fprintf(w, "\n%d warning(s):\n", len(warns))
+		for _, s := range warns {
+			fmt.Fprintln(w, "  "+s)
+		}
+	}
+	if u := m.Undecided(); len(u) > 0 {
+		fmt.Fprintf(w, "\n%d gate(s) that cannot tell (neither pass nor fail; more --samples would decide):\n", len(u))
+		for _, s := range u {
+			fmt.Fprintln(w, "  "+s)
+		}
 	}
 	if f := m.Failures(); len(f) > 0 {
 		fmt.Fprintf(w, "\n%d failing gate(s):\n", len(f))

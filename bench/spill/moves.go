@@ -53,6 +53,7 @@ func allocSlots(t tier.Tier, p *tier.Pool, idx []int) ([]tier.Slot, error) {
 func spillInto(ctx context.Context, s gpu.Stream, slots []tier.Slot, p *tier.Pool, idx []int) (int64, time.Duration, error) {
 	b := tier.NewBatch(s)
 	start := time.Now()
+	b.Collect() // device copies: one batched launch for every block
 	for _, i := range idx {
 		b.Spill(ctx, slots[i], p.Buffer(), p.Blocks()[i].Off)
 	}
@@ -97,6 +98,7 @@ func restoreBlocks(ctx context.Context, s gpu.Stream, p *tier.Pool, idx []int, s
 	reported := make([]int64, len(p.Blocks()))
 	b := tier.NewBatch(s)
 	start := time.Now()
+	b.Collect()
 	for _, i := range idx {
 		b.Restore(ctx, slots[i], p.Buffer(), p.Blocks()[i].Off, slots[i].Filled())
 	}
@@ -206,6 +208,17 @@ func bandwidthMetrics(c *Ceiling, spill, restore []float64) []results.Metric {
 	return ms
 }
 
+// ceilingWarnings are the warnings of figures above their ceiling.
+func ceilingWarnings(c *Ceiling, spill, restore []float64) []string {
+	var out []string
+	for _, w := range []string{overCeiling("spill", spill, c, c.Spill), overCeiling("restore", restore, c, c.Restore)} {
+		if w != "" {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
 func bandwidthGates(c *Ceiling, spill, restore []float64, floor float64) []results.Gate {
 	return []results.Gate{
 		GateBandwidth("spill", spill, c.Spill, c.Unmeasured, floor),
@@ -233,7 +246,8 @@ func runHibernate(ctx context.Context, e *cellEnv) error {
 	var spillS, restoreS []float64
 	var reaches []Reach
 	var ident firstFail
-	for round := 0; round <= e.cfg.Samples; round++ {
+	warm := newWarmRounds()
+	for round := 0; len(spillS) < e.cfg.Samples; round++ {
 		n, dt, err := spillInto(ctx, e.s, slots, p, all(len(lens)))
 		if err != nil {
 			return err
@@ -271,7 +285,7 @@ func runHibernate(ctx context.Context, e *cellEnv) error {
 		}
 		ident.see(round, GateIdentical(before, after, nil))
 		reaches = append(reaches, reach...)
-		if round > 0 { // round 0 warms up
+		if warm.sample(dt + dt2) { // the first rounds warm up until they settle
 			spillS = append(spillS, gbps(n, dt))
 			restoreS = append(restoreS, gbps(m, dt2))
 		}
@@ -280,7 +294,7 @@ func runHibernate(ctx context.Context, e *cellEnv) error {
 		return err
 	}
 	r := results.Result{Name: string(e.cell.Scenario), Params: e.params("blocks", fmt.Sprint(len(lens))),
-		Metrics: bandwidthMetrics(c, spillS, restoreS)}
+		Metrics: bandwidthMetrics(c, spillS, restoreS), Warnings: ceilingWarnings(c, spillS, restoreS)}
 	r.Gates = append(r.Gates, ident.gate(GIdentical), GateReached(reaches), GateStranded([]tier.Tier{t}, nil))
 	floor := e.cfg.Floor
 	if e.cell.Tier == tier.Pinned {
@@ -307,14 +321,17 @@ func runPartial(ctx context.Context, e *cellEnv) error {
 		idx := rng.Perm(len(lens))[:k]
 		sort.Ints(idx)
 		var moved int64
+		var movedLens []int64
 		for _, i := range idx {
 			moved += lens[i]
+			movedLens = append(movedLens, lens[i])
 		}
-		c := e.ceilAt(ctx, moved)
+		c := e.ceilFor(ctx, moved, [][]int64{movedLens})
 		var spillS, restoreS []float64
 		var reaches []Reach
 		var ident, over firstFail
-		for round := 0; round <= e.cfg.Samples; round++ {
+		warm := newWarmRounds()
+		for round := 0; len(spillS) < e.cfg.Samples; round++ {
 			n, dt, err := spillInto(ctx, e.s, slots, p, idx)
 			if err != nil {
 				return err
@@ -357,13 +374,13 @@ func runPartial(ctx context.Context, e *cellEnv) error {
 			// Every block, the resident ones too, must be as it was.
 			ident.see(round, GateIdentical(before, after, nil))
 			reaches = append(reaches, reach...)
-			if round > 0 {
+			if warm.sample(dt + dt2) {
 				spillS = append(spillS, gbps(n, dt))
 				restoreS = append(restoreS, gbps(m, dt2))
 			}
 		}
 		r := results.Result{Name: string(e.cell.Scenario), Params: e.params("fraction", fmt.Sprint(pct), "blocks", fmt.Sprint(len(lens))),
-			Metrics: bandwidthMetrics(c, spillS, restoreS)}
+			Metrics: bandwidthMetrics(c, spillS, restoreS), Warnings: ceilingWarnings(c, spillS, restoreS)}
 		r.Gates = append(r.Gates, ident.gate(GIdentical), GateReached(reaches), over.gate("overwritten"))
 		r.Gates = append(r.Gates, bandwidthGates(c, spillS, restoreS, e.cfg.Floor)...)
 		e.add(r)
@@ -436,7 +453,8 @@ func runRestoreGate(ctx context.Context, e *cellEnv) error {
 	var spillS, restoreS, verifyMS []float64
 	var reaches []Reach
 	var ident, gated firstFail
-	for round := 0; round <= e.cfg.Samples; round++ {
+	warm := newWarmRounds()
+	for round := 0; len(spillS) < e.cfg.Samples; round++ {
 		n, dt, err := spillInto(ctx, e.s, slots, p, idx)
 		if err != nil {
 			return err
@@ -466,7 +484,7 @@ func runRestoreGate(ctx context.Context, e *cellEnv) error {
 		after, _, _ := checkBlocks(e.s, p, nil, nil)
 		ident.see(round, GateIdentical(before, after, nil))
 		reaches = append(reaches, g.reaches...)
-		if round > 0 {
+		if warm.sample(dt + dt2) {
 			spillS = append(spillS, gbps(n, dt))
 			restoreS = append(restoreS, gbps(m, dt2))
 			verifyMS = append(verifyMS, float64(vt)/float64(time.Millisecond))
@@ -528,7 +546,8 @@ func runRestoreGate(ctx context.Context, e *cellEnv) error {
 	} else {
 		ms = append(ms, unmeasured("short_missing", "B", results.LowerIsBetter, "the short restore was not caught"))
 	}
-	r := results.Result{Name: string(e.cell.Scenario), Params: e.params("blocks", fmt.Sprint(len(lens))), Metrics: ms}
+	r := results.Result{Name: string(e.cell.Scenario), Params: e.params("blocks", fmt.Sprint(len(lens))), Metrics: ms,
+		Warnings: ceilingWarnings(c, spillS, restoreS)}
 	r.Gates = append(r.Gates, ident.gate(GIdentical), GateReached(reaches), gated.gate("compute-gated"), caught, GateStranded([]tier.Tier{t}, nil))
 	r.Gates = append(r.Gates, bandwidthGates(c, spillS, restoreS, e.cfg.Floor)...)
 	e.add(r)
@@ -554,7 +573,6 @@ func negate(v []float64) []float64 {
 var shardShares = []int64{1, 2, 3, 5, 8}
 
 func runUneven(ctx context.Context, e *cellEnv) error {
-	c := e.ceil(ctx)
 	var total int64
 	for _, s := range shardShares {
 		total += s
@@ -584,6 +602,16 @@ func runUneven(ctx context.Context, e *cellEnv) error {
 		e.closers = append(e.closers, s.Close)
 		shards = append(shards, &shard{p: p, before: before, s: s})
 	}
+	// Held to the same shards' blocks moved at once, one stream each.
+	var layout [][]int64
+	for _, sh := range shards {
+		var lens []int64
+		for _, b := range sh.p.Blocks() {
+			lens = append(lens, b.Len)
+		}
+		layout = append(layout, lens)
+	}
+	c := e.ceilFor(ctx, e.cell.Size, layout)
 	t, err := e.openTier(e.cell.Tier, capFor(allLens), 0)
 	if err != nil {
 		return err
@@ -620,7 +648,8 @@ func runUneven(ctx context.Context, e *cellEnv) error {
 	var reaches []Reach
 	var ident firstFail
 	reported := make([][]int64, len(shards))
-	for round := 0; round <= e.cfg.Samples; round++ {
+	warm := newWarmRounds()
+	for round := 0; len(spillS) < e.cfg.Samples; round++ {
 		n, dt, err := each(func(_ int, sh *shard) (int64, error) {
 			n, _, err := spillInto(ctx, sh.s, sh.slots, sh.p, all(len(sh.p.Blocks())))
 			return n, err
@@ -651,7 +680,7 @@ func runUneven(ctx context.Context, e *cellEnv) error {
 			ident.see(round, g)
 			reaches = append(reaches, reach...)
 		}
-		if round > 0 {
+		if warm.sample(dt + dt2) {
 			spillS = append(spillS, gbps(n, dt))
 			restoreS = append(restoreS, gbps(m, dt2))
 		}
@@ -661,7 +690,8 @@ func runUneven(ctx context.Context, e *cellEnv) error {
 			return err
 		}
 	}
-	r := results.Result{Name: string(e.cell.Scenario), Params: e.params("shares", "1:2:3:5:8"), Metrics: bandwidthMetrics(c, spillS, restoreS)}
+	r := results.Result{Name: string(e.cell.Scenario), Params: e.params("shares", "1:2:3:5:8"), Metrics: bandwidthMetrics(c, spillS, restoreS),
+		Warnings: ceilingWarnings(c, spillS, restoreS)}
 	r.Gates = append(r.Gates, ident.gate(GIdentical), GateReached(reaches), GateStranded([]tier.Tier{t}, nil))
 	r.Gates = append(r.Gates, bandwidthGates(c, spillS, restoreS, e.cfg.Floor)...)
 	e.add(r)

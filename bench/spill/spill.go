@@ -43,11 +43,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/mstar-dev/mstar/internal/units"
-
+	"github.com/mstar-dev/mstar/bench"
+	"github.com/mstar-dev/mstar/internal/badinput"
 	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/mstar-dev/mstar/internal/spill/regulator"
 	"github.com/mstar-dev/mstar/internal/spill/tier"
+	"github.com/mstar-dev/mstar/internal/units"
 	"github.com/mstar-dev/mstar/reports/results"
 )
 
@@ -289,6 +290,41 @@ func (c *Config) defaults() error {
 	return nil
 }
 
+// CheckLayout refuses, before anything runs, cells whose pool cannot be
+// cut into blocks larger than a block's 8-byte header: --sizes too small
+// for --blocks (--blocks 1000000000 was refused only after the ceilings
+// were measured). It computes, and allocates, nothing per block.
+func CheckLayout(cells []Cell, blocks int) error {
+	if bad := SmallLayouts(cells, blocks); len(bad) > 0 {
+		return badinput.Errorf("pool layouts with blocks of 8 bytes or less: %s", strings.Join(bad, ", "))
+	}
+	return nil
+}
+
+// SmallLayouts names the cells whose layout CheckLayout refuses.
+func SmallLayouts(cells []Cell, blocks int) []string {
+	if blocks <= 0 {
+		blocks = 16
+	}
+	var total int64
+	for _, s := range shardShares {
+		total += s
+	}
+	var bad []string
+	for _, c := range cells {
+		smallest := c.Size / int64(blocks)
+		if c.Scenario == Uneven {
+			shard := c.Size * shardShares[0] / total / 4096 * 4096
+			n := max(1, shard/max(64<<10, c.Size/int64(blocks)))
+			smallest = shard / n
+		}
+		if smallest <= 8 {
+			bad = append(bad, c.Name())
+		}
+	}
+	return bad
+}
+
 // CheckFits refuses, before any cell runs, sizes whose pool and its copy in
 // the tier cannot both fit (gpu.CheckFits): the pool in device memory, the
 // copy in device memory for the device tier, in host memory for the others
@@ -358,7 +394,20 @@ func (o Outcome) Failures() []string {
 	}
 	for _, r := range o.Results {
 		for _, g := range r.Gates {
-			if !g.Pass {
+			if g.Failed() {
+				out = append(out, g.Name+": "+g.Reason)
+			}
+		}
+	}
+	return out
+}
+
+// Undecided lists the gates that could not tell, as "gate: reason".
+func (o Outcome) Undecided() []string {
+	var out []string
+	for _, r := range o.Results {
+		for _, g := range r.Gates {
+			if g.Undecided {
 				out = append(out, g.Name+": "+g.Reason)
 			}
 		}
@@ -368,22 +417,37 @@ func (o Outcome) Failures() []string {
 
 // Run runs the cells in order. progress, when set, is called before each.
 // The error is for a run that could not start; failing cells are outcomes.
+// A canceled ctx stops it: the cell in flight is dropped (not recorded as
+// failing), and the cells done so far are returned with ctx's error.
 func Run(ctx context.Context, cfg Config, cells []Cell, progress func(i int, c Cell)) (*Matrix, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
 	r := &runner{cfg: cfg, ceilings: map[ceilKey]*Ceiling{}}
 	m := &Matrix{Config: cfg}
+	// On a GPU each cell's results carry the GPU's state while it ran.
+	sampler, _ := bench.NewStateSampler(cfg.Dev)
+	defer sampler.Close()
 	for i, c := range cells {
-		if err := ctx.Err(); err != nil {
-			return m, err
+		if ctx.Err() != nil {
+			break
 		}
 		if progress != nil {
 			progress(i, c)
 		}
 		start := time.Now()
+		sampler.Start()
 		o := r.runCell(ctx, c)
+		state := sampler.Stop()
+		for j := range o.Results {
+			o.Results[j].GPUState = state
+		}
 		o.Took = time.Since(start)
+		if err := ctx.Err(); err != nil {
+			// Interrupted inside the cell: its figures and gates are of a
+			// cell cut short, neither a pass nor a failure. It is dropped.
+			break
+		}
 		m.Outcomes = append(m.Outcomes, o)
 		cfg.Sink.Send(o.results()...)
 	}
@@ -391,7 +455,7 @@ func Run(ctx context.Context, cfg Config, cells []Cell, progress func(i int, c C
 		m.Ceilings = append(m.Ceilings, *r.ceilings[k])
 		cfg.Sink.Send(r.ceilings[k].Result())
 	}
-	return m, nil
+	return m, ctx.Err()
 }
 
 type runner struct {
@@ -518,19 +582,27 @@ func (e *cellEnv) add(r results.Result) {
 	e.results = append(e.results, r)
 }
 
-// ceil measures (once per run) the tier's ceiling at the cell's size.
-func (e *cellEnv) ceil(ctx context.Context) *Ceiling { return e.ceilAt(ctx, e.cell.Size) }
+// ceil measures (once per run) the tier's ceiling for the cell's pool in
+// its blocks (hibernate, restore-gate).
+func (e *cellEnv) ceil(ctx context.Context) *Ceiling {
+	return e.ceilFor(ctx, e.cell.Size, [][]int64{tier.EvenBlocks(e.cell.Size, e.cfg.Blocks)})
+}
 
-// ceilAt is the cell tier's ceiling for a move of size bytes. A move of part
-// of the pool is held to what one copy of its own size achieves: on device
-// memory (about 2 TB/s) a copy's fixed costs weigh far more on 64 MiB than
-// on 256 MiB, and that is the link, not the cell's design.
-func (e *cellEnv) ceilAt(ctx context.Context, size int64) *Ceiling {
-	k := ceilKey{e.cell.Tier, size}
+// ceilFor is the cell tier's ceiling for moves of the same blocks as the
+// cell's (layout: per stream, its blocks' lengths), measured by the same
+// path (the cell's batched moves, one slot per block, one wait per lane)
+// with nothing else around them. On a CPU a 4 MiB block that stays in a
+// cache moves faster than one 64 MiB copy: a ceiling of one contiguous
+// slot was not an upper bound for the cells (file and peer at 117–275%).
+// A move of part of the pool is held to a ceiling of its own size: on
+// device memory (about 2 TB/s) a copy's fixed costs weigh far more on
+// 64 MiB than on 256 MiB, and that is the link, not the cell's design.
+func (e *cellEnv) ceilFor(ctx context.Context, size int64, layout [][]int64) *Ceiling {
+	k := ceilKey{Tier: e.cell.Tier, Size: size, Shards: fmt.Sprint(layout)}
 	if c, ok := e.r.ceilings[k]; ok {
 		return c
 	}
-	c := measureCeiling(ctx, e.r.cfg, e.cell.Tier, size)
+	c := measureCeiling(ctx, e.r.cfg, e.cell.Tier, size, layout)
 	e.r.ceilings[k] = &c
 	e.r.order = append(e.r.order, k)
 	return &c

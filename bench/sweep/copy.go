@@ -10,6 +10,7 @@ import (
 	"github.com/mstar-dev/mstar/internal/units"
 
 	"github.com/mstar-dev/mstar/arena"
+	"github.com/mstar-dev/mstar/bench"
 	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/mstar-dev/mstar/reports/results"
 )
@@ -111,6 +112,7 @@ func runCopy(ctx context.Context, opt Options, out *Outcome) error {
 	defer func() {
 		rs := copyResults(opt, points)
 		out.Results = append(out.Results, rs...)
+		out.Warnings = append(out.Warnings, overWarnings(rs)...)
 		opt.Sink.Send(rs...)
 	}()
 	for _, size := range sizes {
@@ -179,7 +181,13 @@ func measureCopy(ctx context.Context, opt Options, s1, s2 gpu.Stream, hp *hostPa
 	if p.dir == DirBoth {
 		bytesPerRep = 2 * size
 	}
-	for i := -opt.Warmup; i < opt.Samples; i++ {
+	// At least Warmup untimed samples, then more until their time settles
+	// (the first copies of a size ran several times slower than the rest).
+	var warm *bench.Settler
+	if opt.Warmup > 0 {
+		warm = bench.NewSettler(bench.Settle{MinCalls: opt.Warmup, Window: 2, MaxTime: time.Second})
+	}
+	for len(p.secs) < opt.Samples {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
@@ -267,12 +275,15 @@ func measureCopy(ctx context.Context, opt Options, s1, s2 gpu.Stream, hp *hostPa
 				}
 			}
 		}
-		if i < 0 {
-			continue
-		}
 		secs := d.Seconds() / float64(reps)
 		if secs <= 0 {
 			secs = 1e-9 // below the clock's resolution
+		}
+		if warm != nil {
+			if warm.Add(secs) {
+				warm = nil
+			}
+			continue
 		}
 		p.secs = append(p.secs, secs)
 		p.gbps = append(p.gbps, float64(bytesPerRep)/secs/1e9)
@@ -330,6 +341,9 @@ func copyResults(opt Options, points []*copyPoint) []results.Result {
 		}
 		derivedFromTime(r.Metrics[1:5])
 		r.Gates = []results.Gate{verifiedGate(p.wrong, p.reps, "copies")}
+		warnOver(&r, MetricPctPinned, "pinned memory at this size and direction", pinned[key{p.dir, p.size}])
+		warnOver(&r, MetricPctCeiling, "the run's best pinned median in this direction (the ceiling)", ceiling[p.dir])
+		warnOver(&r, MetricPctPCIe, "the PCIe link's theoretical rate", pcie)
 		rs = append(rs, r)
 	}
 	return rs

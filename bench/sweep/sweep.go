@@ -25,8 +25,10 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 
 	"github.com/mstar-dev/mstar/arena"
+	"github.com/mstar-dev/mstar/bench"
 	"github.com/mstar-dev/mstar/internal/badinput"
 	"github.com/mstar-dev/mstar/internal/envinfo"
 	"github.com/mstar-dev/mstar/internal/gpu"
@@ -282,6 +284,36 @@ func derivedFromTime(ms []results.Metric) {
 	for i := range ms {
 		ms[i].DerivedFrom = MetricTime
 	}
+}
+
+// warnOver adds a warning to r when the median of its percentage metric
+// name is above bench.OverCeilingPct of its reference: what names that
+// reference and ref is its value in GB/s. A reference the work beats is
+// no upper bound for it, and the percentage must not pass for one.
+func warnOver(r *results.Result, name, what string, ref float64) {
+	m := r.Metric(name)
+	if m == nil || !m.Measured() {
+		return
+	}
+	pct := results.Median(m.Samples)
+	if !(pct > bench.OverCeilingPct) {
+		return
+	}
+	r.Warnings = append(r.Warnings, fmt.Sprintf("%s: %s %.0f%% of %s (%.2f GB/s) is above %d%%: that reference is not an upper bound for this work",
+		r.Key(), name, pct, what, ref, bench.OverCeilingPct))
+}
+
+// overWarnings are the results' warnings of percentages above their reference.
+func overWarnings(rs []results.Result) []string {
+	var out []string
+	for _, r := range rs {
+		for _, w := range r.Warnings {
+			if strings.Contains(w, "is not an upper bound") {
+				out = append(out, w)
+			}
+		}
+	}
+	return out
 }
 
 func sizeParam(n int64) string { return strconv.FormatInt(n, 10) }

@@ -371,3 +371,21 @@ func TestCopySweepInterrupted(t *testing.T) {
 		t.Errorf("%d results, want %d (pageable and shm, each direction)", len(out.Results), 2*len(Directions))
 	}
 }
+
+// A percentage above 105 of its reference warns, naming the reference.
+func TestWarnOverReference(t *testing.T) {
+	r := results.Result{Name: "copy", Params: results.Params{"memory": "pageable", "dir": "h2d", "size": "1024"},
+		Metrics: []results.Metric{{Name: MetricPctCeiling, Unit: "%", Better: results.HigherIsBetter, Samples: []float64{120, 130, 140}}}}
+	warnOver(&r, MetricPctCeiling, "the run's best pinned median", 7.5)
+	if len(r.Warnings) != 1 || !strings.Contains(r.Warnings[0], "pct_ceiling 130% of the run's best pinned median (7.50 GB/s) is above 105%") {
+		t.Fatalf("warnings %q", r.Warnings)
+	}
+	if got := overWarnings([]results.Result{r}); len(got) != 1 {
+		t.Errorf("overWarnings %q", got)
+	}
+	r.Warnings = nil
+	r.Metrics[0].Samples = []float64{100, 104, 105}
+	if warnOver(&r, MetricPctCeiling, "x", 1); len(r.Warnings) != 0 {
+		t.Errorf("104%% warned: %q", r.Warnings)
+	}
+}

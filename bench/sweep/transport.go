@@ -45,6 +45,7 @@ func runTransport(ctx context.Context, opt Options, out *Outcome) error {
 	defer func() {
 		rs := transportResults(points)
 		out.Results = append(out.Results, rs...)
+		out.Warnings = append(out.Warnings, overWarnings(rs)...)
 		opt.Sink.Send(rs...)
 	}()
 	for _, size := range opt.Sizes() {
@@ -390,6 +391,7 @@ func transportResults(points []*transportPoint) []results.Result {
 		}
 		r.Metrics = append(r.Metrics, results.Metric{Name: MetricWrong, Unit: "copies", Better: results.LowerIsBetter, Samples: p.wrong}, countMetric("tensors/sample", p.count))
 		r.Gates = []results.Gate{verifiedGate(p.wrong, p.count, "tensors")}
+		warnOver(&r, MetricPctMemcpy, "a one-thread memcpy of the same bytes", memcpyBW[p.size])
 		rs = append(rs, r)
 	}
 	return rs

@@ -64,11 +64,13 @@ and prints a routers × metrics table:
   balance    mean load / max load (1 = perfectly balanced)
   CV         coefficient of variation of the expert loads
   entropy    entropy of the load distribution / ln E (1 = uniform)
-  drop%      tokens routed to no expert (switch capacity, expert choice)
+  drop%      (token, expert) assignments dropped for capacity (switch)
+  tok-drop%  tokens routed to no expert (switch capacity, expert choice)
   aux        Switch auxiliary loss E·Σ f_i·P_i (1 = balanced)
   z-loss     mean over tokens of (logsumexp of the logits)²
   route µs   time spent in the router for all tokens of a layer
-  kernel ms  fused-MoE layer time under this routing (median)
+  kernel ms  fused-MoE layer time under this routing (median of every
+             sample, after a warm-up that settles); ±95% its interval
   ×uniform   kernel time / kernel time under perfectly uniform routing
   relL2      ‖out − out_baseline‖/‖out_baseline‖ of the MoE output vs --baseline
 
@@ -357,7 +359,7 @@ out-of-range expert id.`,
 	deprecatedAlias(f, "record-trace", "routing-out")
 	f.IntVar(&kTokens, "kernel-tokens", 16, "tokens per layer timed through the fused-MoE kernel (0: skip the kernel; a GPU takes 1024 unless set)")
 	f.IntVar(&kLayers, "kernel-layers", 1, "layers (the last ones) timed through the fused-MoE kernel (--kernel-tokens 0 skips it)")
-	f.IntVar(&kSamples, "kernel-samples", 3, "kernel timings per router and layer (a GPU takes 10 unless set)")
+	f.IntVar(&kSamples, "kernel-samples", 6, "kernel timings per router and layer, after a warm-up that settles (6: the fewest with a 95% interval; a GPU takes 10 unless set)")
 	f.StringVarP(&out, "out", "o", "", "write the results document to `FILE`")
 	f.StringVar(&heatmap, "heatmap", "", "write the expert-load heat map (layers × experts, a panel per router) as PNG to `FILE`")
 	addDeviceFlag(cmd, &device)

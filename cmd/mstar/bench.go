@@ -20,8 +20,9 @@ table, and with --out writes a results document holding every sample, which
 'mstar report' shows, diffs and plots.
 
   ceilings  the limits the other suites report against: device memory
-            bandwidth, pinned host<->device bandwidth and the dense GEMM rate
-            (on the CPU: memcpy and the float32 FMA peak)
+            copy and streaming-read bandwidth, pinned host<->device bandwidth
+            and the dense GEMM rate (on the CPU: memcpy, a read loop and the
+            multiply-add peak)
   moe       the fused-MoE layer over batch sizes, checked against a float64
             reference in every run, as % of the ceilings and of the floor;
             --tune picks tile configurations, --stages times each kernel`,

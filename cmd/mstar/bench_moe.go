@@ -100,14 +100,16 @@ peers' results too (param impl).
 SiLU·mul), gemm2 (W2 with the routing weight), combine — as "moe_stage"
 results with a "stage" param: each one's latency, its share of the pass, and
 for the GEMMs TFLOP/s, GB/s and % of its own floor (its weights and
-activations at the d2d ceiling, its flops at the gemm ceiling): which kernel
+activations at the read ceiling, its flops at the gemm ceiling): which kernel
 leaves time on the table. On CUDA each stage's kernels are replayed alone,
 the same way as the pass (a graph of back-to-back calls, weights rotated);
 on the CPU each stage is timed within further full passes.
 
 Per batch: latency (µs, median and 95% CI), TFLOP/s, GB/s, each as % of the
 device's ceilings (measured quickly first, or read from --ceilings FILE), and
-% of floor = max(bytes / d2d ceiling, flops / gemm ceiling) / latency.
+% of floor = max(bytes / read ceiling, flops / gemm ceiling) / latency. %bw
+is of the streaming-read ceiling (the d2d copy ceiling, with a warning, when a
+--ceilings FILE has no read ceiling); a % above 105 warns, naming its ceiling.
 Flops: per computed (token, expert) slot 2·H·2I (W1) + 2·I·H (W2) + 4·I
 (SiLU·mul) + 2·H (weight, combine). Bytes: the weights of each touched expert
 once, x and out (bf16) once, the routing ids and weights once.

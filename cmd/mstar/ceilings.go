@@ -20,12 +20,15 @@ func init() {
 		)
 		cmd := &cobra.Command{
 			Use:   "ceilings",
-			Short: "Measure the device's copy bandwidths and GEMM rate",
+			Short: "Measure the device's copy and read bandwidths and GEMM rate",
 			Long: `ceilings measures the hardware limits that other suites report "% of ceiling"
 against, on the device chosen by --device:
 
   d2d   device memory copy, GB/s counting bytes read plus written
         (CUDA: cuMemcpyDtoDAsync of 1 GiB; CPU: a copy on every core)
+  read  streaming read of device memory, GB/s of bytes read, over at least
+        4× the L2 (CUDA: read.cu, 16-byte loads, 1 GiB; CPU: an AVX2 read
+        loop on every core, 256 MiB): what bounds weight streaming
   h2d   page-locked host to device, GB/s (CUDA: 256 MiB from cuMemHostAlloc)
   d2h   device to page-locked host, GB/s
   gemm  dense GEMM, TFLOP/s (CUDA: cuBLAS bf16 in/out with fp32 compute,
@@ -34,8 +37,11 @@ against, on the device chosen by --device:
         gonum float64 Dgemm, 512³)
 
 Each is the median of --samples samples, timed with CUDA events on a GPU and
-the wall clock on the CPU. A ceiling that cannot be measured (no cuBLAS, too
-little memory) is reported as unmeasured with the reason, never as zero.
+the wall clock on the CPU, after a warm-up that runs until the timing is
+stable. On a GPU each also records the GPU's clocks, power, temperature and
+throttle reasons while it ran, and says when it was power- or thermally-
+throttled. A ceiling that cannot be measured (no cuBLAS, too little memory)
+is reported as unmeasured with the reason, never as zero.
 --quick uses smaller buffers and 6 samples. With --out the results document
 (every sample, the environment) is written atomically; other suites read it
 with --ceilings FILE.`,
@@ -47,7 +53,7 @@ with --ceilings FILE.`,
 				if err := atLeast("samples", samples, 0, "0: 20 on CUDA, 10 on the CPU, 6 with --quick"); err != nil {
 					return err
 				}
-				return a.measure(measurement{suite: "bench ceilings", device: device, out: out, steps: func(gpu.Device) int { return 4 },
+				return a.measure(measurement{suite: "bench ceilings", device: device, out: out, steps: func(gpu.Device) int { return 5 },
 					run: func(ctx context.Context, m *measuring) (*outcome, error) {
 						c, err := benchceil.MeasureCeilings(ctx, m.dev, benchceil.CeilingOptions{
 							Quick: quick, Samples: samples, Sink: m.sink,
@@ -63,7 +69,7 @@ with --ceilings FILE.`,
 						}
 						// On an interrupt the ceilings not measured yet are
 						// left unmeasured; those done are still written.
-						return &outcome{results: c.Results()}, err
+						return &outcome{results: c.Results(), warnings: stateWarnings(c.StateNote)}, err
 					},
 					table: reports.RunTable,
 				})
@@ -75,4 +81,13 @@ with --ceilings FILE.`,
 		cmd.Flags().BoolVar(&quick, "quick", false, "smaller buffers and fewer samples")
 		return cmd
 	})
+}
+
+// stateWarnings is why the GPU's state was not sampled, as the document's
+// warnings (none when it was, or on the CPU).
+func stateWarnings(note string) []string {
+	if note == "" {
+		return nil
+	}
+	return []string{note}
 }

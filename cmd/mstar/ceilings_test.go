@@ -23,7 +23,7 @@ func TestBenchCeilingsCPUWritesDocument(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("exit %d; stderr: %s", code, stderr)
 	}
-	for _, want := range []string{"device: cpu", "d2d", "h2d", "d2h", "gemm", "GB/s", "TFLOP/s"} {
+	for _, want := range []string{"device: cpu", "d2d", "read", "h2d", "d2h", "gemm", "GB/s", "TFLOP/s"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("table lacks %q:\n%s", want, stdout)
 		}
@@ -32,7 +32,7 @@ func TestBenchCeilingsCPUWritesDocument(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if doc.Suite != "bench ceilings" || len(doc.Results) != 4 || doc.Env["backend"] != "cpu" || doc.End.IsZero() {
+	if doc.Suite != "bench ceilings" || len(doc.Results) != 5 || doc.Env["backend"] != "cpu" || doc.End.IsZero() {
 		t.Errorf("document: suite %q, %d results, env %v, end %v", doc.Suite, len(doc.Results), doc.Env, doc.End)
 	}
 	if got := strings.Join(doc.Command, " "); !strings.Contains(got, "bench ceilings") {

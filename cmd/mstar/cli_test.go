@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"flag"
 	"os"
 	"path/filepath"
@@ -188,5 +189,23 @@ func TestOutputDirectoryRefused(t *testing.T) {
 		if code != exitBadInput || !strings.Contains(stderr, "--out "+dir+": is a directory") || stdout != "" {
 			t.Errorf("%v --out DIR: exit %d, stderr %q, stdout %d bytes; want exit 2 naming --out, before any output", args, code, stderr, len(stdout))
 		}
+	}
+}
+
+// "Cannot tell" has an exit code of its own, apart from pass, fail, bad
+// usage and a broken run.
+func TestCannotTellExitCode(t *testing.T) {
+	var ee *exitError
+	if !errors.As(cannotTell("x"), &ee) || ee.code != 4 {
+		t.Fatalf("cannotTell exits %v, want 4", ee)
+	}
+	for _, c := range []int{exitOK, exitFailed, exitBadInput, exitBroken} {
+		if c == exitCannot {
+			t.Errorf("exit %d is shared with another outcome", c)
+		}
+	}
+	out, _, _ := runMstar(t, "--help")
+	if !strings.Contains(out, "4 no\ngate failed but one could not tell") && !strings.Contains(strings.Join(strings.Fields(out), " "), "4 no gate failed but one could not tell") {
+		t.Errorf("--help does not document exit 4:\n%s", out)
 	}
 }

@@ -24,7 +24,7 @@ const (
 	exitFailed   = 1 // a gate, a correctness check or a regression failed
 	exitBadInput = 2 // bad usage or bad input
 	exitBroken   = 3 // the run could not complete: I/O, device or internal error
-	exitCannot   = 4 // the run completed but was too short to judge (arena stress)
+	exitCannot   = 4 // the run completed but cannot tell: no gate failed, one could not decide (arena stress too short, a spill-matrix interval across its floor)
 )
 
 // app carries what every command shares: where to write, and the command
@@ -59,6 +59,12 @@ func usageErr(format string, a ...any) error { return badinput.Errorf(format, a.
 // badInput marks an error about the user's input (a file, a flag value).
 func badInput(err error) error { return badinput.Wrap(err) }
 
+// cannotTell marks a run in which no gate failed but one could not tell
+// pass from fail: exit 4.
+func cannotTell(format string, a ...any) error {
+	return &exitError{code: exitCannot, err: fmt.Errorf(format, a...)}
+}
+
 // failed marks a failed gate or regression: exit 1.
 func failed(format string, a ...any) error {
 	return &exitError{code: exitFailed, err: fmt.Errorf(format, a...)}
@@ -79,8 +85,10 @@ plots them.
 
 Exit codes: 0 ok; 1 a gate, a correctness check or a regression failed;
 2 bad usage or bad input; 3 the run could not complete (an I/O, device or
-internal error), so a CI job can tell a failed gate from a broken run;
-4 the run completed but cannot tell (arena stress: too few tensors to judge).`,
+internal error), so a CI job can tell a failed gate from a broken run; 4 no
+gate failed but one could not tell (arena stress: too few tensors to judge;
+spill-matrix: a bandwidth interval that straddles its floor, more --samples
+decide it).`,
 		Example: `  mstar doctor                       # is this machine ready: GPU, CUDA libraries, /dev/shm, memlock?
   mstar report show results.json     # tables from results documents
   mstar report diff base.json new.json --threshold 5   # exit 1 on a significant regression`,

@@ -110,6 +110,10 @@ named.`,
 				if err := in.Validate(); err != nil {
 					return badInput(fmt.Errorf("%s: %w", name, err))
 				}
+				// A bias the router ignores would silently not apply.
+				if in.Bias != nil && !router.UsesBias(name, cfg, in) {
+					return usageErr("route: router %s does not use --bias: it routes these logits the same with and without one (deepseek-v3 and deepseek-v3-lossfree steer by a bias)", name)
+				}
 				out, _, err := r.Route(in, nil)
 				if err == nil && out.T != T {
 					err = fmt.Errorf("routed %d tokens, want %d", out.T, T)

@@ -122,6 +122,7 @@ func TestRouteBadInput(t *testing.T) {
 	one := writeFile(t, dir, "one.json", "[[1,2,3,0],[7]]")
 	notJSON := writeFile(t, dir, "bad.json", "[[1,2,")
 	bias := writeFile(t, dir, "bias.json", "[0,0,0]")
+	bias4 := writeFile(t, dir, "bias4.json", "[0,0,0,9]")
 	tests := []struct {
 		name string
 		args []string
@@ -142,6 +143,8 @@ func TestRouteBadInput(t *testing.T) {
 		{"zero topk", []string{"--router", "softmax-topk", "--logits", logits, "--topk", "0"}, "--topk 0: must be at least 1"},
 		{"missing bias file", []string{"--router", "deepseek-v3", "--logits", logits, "--bias", filepath.Join(dir, "none.json")}, "--bias: open "},
 		{"one number in a row", []string{"--router", "mixtral", "--logits", one}, "row 1 has 1 number, row 0 has 4"},
+		{"a bias the router ignores", []string{"--router", "softmax-topk", "--logits", logits, "--bias", bias4}, "router softmax-topk does not use --bias"},
+		{"a bias mixtral ignores", []string{"--router", "mixtral", "--logits", logits, "--bias", bias4}, "router mixtral does not use --bias"},
 		{"a setting the router ignores", []string{"--router", "hash", "--logits", logits, "--n-group", "2"}, "router hash does not use --n-group (it takes only --seed)"},
 		{"settings of a router that takes none", []string{"--router", "mixtral", "--logits", logits, "--renormalize", "--scaling", "2"}, "router mixtral does not use --scaling, --renormalize (it takes no router settings)"},
 	}

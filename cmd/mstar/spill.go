@@ -98,7 +98,12 @@ re-executed).
 corrupt (identical), stall (bandwidth, and the ladder's tick cost).
 
 Prints the matrix (PASS with the key figure, or FAIL with the first failing
-gate), writes a results document with --out, exits 1 when any gate fails.`,
+gate), writes a results document with --out, exits 1 when any gate fails.
+A bandwidth gate decides on the 95% interval of its median: it passes when
+the interval's lower end reaches the floor, fails when its upper end is
+below it, and otherwise cannot tell (CANNOT-TELL in the matrix, the numbers
+listed below it); a run with no failure but such a gate exits 4. A figure
+above 105% of its tier's ceiling is listed with a warning naming the ceiling.`,
 			Example: `  mstar spill-matrix                                  # every cell, default size
   mstar spill-matrix --cells hibernate,ping-pong --sizes 64MiB,256MiB
   mstar spill-matrix --cells '*/pinned' --device cuda:0 --sizes 1GiB --out spill.json
@@ -144,6 +149,16 @@ gate), writes a results document with --out, exits 1 when any gate fails.`,
 						list, err := spill.Match(spill.Cells(spill.Scenarios, kinds, sz), cells)
 						if err != nil {
 							return nil, usageErr("--cells: %v", err)
+						}
+						if small := spill.SmallLayouts(list, blocks); len(small) > 0 {
+							which := strings.Join(small, ", ")
+							switch {
+							case len(small) == len(list) && len(list) > 1:
+								which = "every cell"
+							case len(small) > 4:
+								which = strings.Join(small[:3], ", ") + fmt.Sprintf(" and %d more cells", len(small)-3)
+							}
+							return nil, usageErr("--sizes %s with --blocks %d: too small for the layout of %s (blocks of 8 bytes or less); give larger --sizes or fewer --blocks", sizes, blocks, which)
 						}
 						if err := spill.CheckFits(dev, list); err != nil {
 							return nil, badInput(err)
@@ -211,6 +226,9 @@ gate), writes a results document with --out, exits 1 when any gate fails.`,
 						if n := m.FailedCells(); n > 0 {
 							return failed("%d of %d cells failed their gates", n, len(m.Outcomes))
 						}
+						if u := m.Undecided(); len(u) > 0 {
+							return cannotTell("no gate failed, but %d could not tell (exit 4): run more --samples", len(u))
+						}
 						return nil
 					},
 				})
@@ -225,7 +243,7 @@ gate), writes a results document with --out, exits 1 when any gate fails.`,
 		f.IntVar(&blocks, "blocks", 16, "blocks per pool")
 		// 6: the fewest samples that give a 95% interval of the median; with
 		// 5 every figure's interval would be unbounded (±∞ in report show).
-		f.IntVar(&samples, "samples", 6, "timed repetitions per bandwidth figure (after one warm-up; 6 is the fewest that give a 95% interval)")
+		f.IntVar(&samples, "samples", 6, "timed repetitions per bandwidth figure, after warm-up rounds that settle (6 is the fewest that give a 95% interval)")
 		f.Float64Var(&floor, "floor", 0.5, "bandwidth floor as a fraction of the tier's ceiling measured in the same run")
 		f.Float64Var(&pinnedFloor, "hibernate-pinned-floor", 0, "floor of hibernate through pinned memory (default 0.9 on CUDA, --floor on the CPU)")
 		f.Float64Var(&ppTol, "pingpong-tol", 0, "ping-pong cost model tolerance, |predicted − measured| / measured (default 0.10 on CUDA, 0.25 on the CPU)")

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/mstar-dev/mstar/internal/units"
@@ -18,14 +20,34 @@ const maxBadLines = 5
 
 // readTrace reads a trace file, reports its bad lines on stderr and fails
 // only when nothing in it could be used (or any bad line, with strict).
+// A path of "-" reads standard input, as the report commands do.
 func (a *app) readTrace(path string, strict bool) (*trace.File, error) {
-	f, err := trace.ReadFile(path)
+	var f *trace.File
+	var err error
+	var data []byte // what stdin held, kept to tell a results document apart
+	if path == "-" {
+		// trace.Read reads (and limits) stdin; the tee keeps what it read.
+		var seen bytes.Buffer
+		path = "stdin"
+		f, err = trace.Read(io.TeeReader(a.stdin, &seen), path)
+		data = seen.Bytes()
+	} else {
+		f, err = trace.ReadFile(path)
+	}
 	if err != nil {
 		return nil, badInput(err)
 	}
 	if len(f.Records) == 0 {
 		// Every line of a results document is a "bad line" of a trace.
-		if _, err := results.ReadFile(path); err == nil {
+		isDoc := false
+		if data != nil {
+			_, derr := results.Read(bytes.NewReader(data), path)
+			isDoc = derr == nil
+		} else {
+			_, derr := results.ReadFile(path)
+			isDoc = derr == nil
+		}
+		if isDoc {
 			return nil, usageErr("%s: this is a results document; use mstar report show", path)
 		}
 	}
@@ -84,13 +106,14 @@ with the rest.`,
 		sum := &cobra.Command{
 			Use:   "summarize FILE",
 			Short: "Ticks, tick cost percentiles, jitter, time per rung, rung changes, flaps, peak host tail",
-			Long: `summarize reads a trace and prints one summary per session. Percentiles are
+			Long: `summarize reads a trace (FILE, or - for stdin) and prints one summary per session. Percentiles are
 over the records kept in the file; ticks counts the suppressed ones too. A
 flap is a rung change that undoes the previous one within the flap window
 (default twice the cooldown the records carry). Bad lines are reported on
 stderr with their line numbers and skipped; --strict makes them an error.`,
 			Example: `  mstar trace summarize trace.jsonl
-  mstar trace summarize trace.jsonl --format json --flap-window 500ms`,
+  mstar trace summarize trace.jsonl --format json --flap-window 500ms
+  gzip -dc trace.jsonl.gz | mstar trace summarize -`,
 			Aliases: []string{"summarise"},
 			Args:    cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {

@@ -185,3 +185,28 @@ func TestReportShowStdin(t *testing.T) {
 		t.Errorf("report diff - -: exit %d: %s", code, errb.String())
 	}
 }
+
+// "-" reads the trace from stdin, as the report commands read documents.
+func TestTraceSummarizeStdin(t *testing.T) {
+	path, _ := writeTrace(t)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	code := run([]string{"trace", "summarize", "-"}, bytes.NewReader(data), &out, &errb)
+	flat := strings.Join(strings.Fields(out.String()), " ")
+	if code != exitOK || !strings.Contains(flat, "session a") || !strings.Contains(flat, "session b") {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, out.String(), errb.String())
+	}
+	out.Reset()
+	errb.Reset()
+	doc := `{"format":"mstar.results","schema":1}`
+	if d, err := os.ReadFile(filepath.Join("..", "..", "testdata", "h200", "ceilings.json")); err == nil {
+		doc = string(d)
+	}
+	code = run([]string{"trace", "summarize", "-"}, strings.NewReader(doc), &out, &errb)
+	if code != exitBadInput || !strings.Contains(errb.String(), "stdin: this is a results document") {
+		t.Errorf("a results document on stdin: exit %d, stderr %q", code, errb.String())
+	}
+}

@@ -3,7 +3,9 @@ package gpu
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -203,3 +205,36 @@ func meminfo(key string) int64 {
 func HostMemBytes() int64 { return meminfo("MemTotal") }
 
 func hostMemAvailable() int64 { return meminfo("MemAvailable") }
+
+// HostLastLevelCache is the size in bytes of the largest CPU cache of cpu0
+// (sysfs), 0 when it cannot be read: buffers of ceilings must exceed it.
+func HostLastLevelCache() int64 {
+	var best int64
+	paths, _ := filepath.Glob("/sys/devices/system/cpu/cpu0/cache/index*/size")
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		if n, ok := parseCacheSize(strings.TrimSpace(string(b))); ok && n > best {
+			best = n
+		}
+	}
+	return best
+}
+
+// parseCacheSize reads sysfs's "32768K" or "1M".
+func parseCacheSize(s string) (int64, bool) {
+	mult := int64(1)
+	switch {
+	case strings.HasSuffix(s, "K"):
+		mult, s = 1<<10, strings.TrimSuffix(s, "K")
+	case strings.HasSuffix(s, "M"):
+		mult, s = 1<<20, strings.TrimSuffix(s, "M")
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 {
+		return 0, false
+	}
+	return n * mult, true
+}

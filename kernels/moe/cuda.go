@@ -184,10 +184,15 @@ type Plan struct {
 	// Resident is how many blocks of each tc GEMM run at once (its
 	// persistent grid); zero for the other families.
 	Resident [2]int
-	layout   planLayout
-	fns      []*cuda.Function // per launch
-	bufs     [numPlanBufs]cuda.DevicePtr
-	allocs   []cuda.DevicePtr
+	// WarmUp, when set, replaces the one untimed graph replay before
+	// TimeGraph's and TimeStages' samples: it is given a function that
+	// replays once and returns the replay's device time in seconds, and
+	// calls it until the timing has settled (bench.Settle).
+	WarmUp func(replay func() (float64, error)) error
+	layout planLayout
+	fns    []*cuda.Function // per launch
+	bufs   [numPlanBufs]cuda.DevicePtr
+	allocs []cuda.DevicePtr
 }
 
 // NewPlan allocates a plan's buffers for m tokens with configuration c (the
@@ -498,7 +503,15 @@ func (p *Plan) timeCalls(st *cuda.Stream, copies []*DeviceWeights, samples int, 
 	}
 	defer graph.Destroy()
 	replay := func() error { return graph.Launch(st) }
-	if _, err := elapsed(replay); err != nil {
+	if p.WarmUp != nil {
+		err = p.WarmUp(func() (float64, error) {
+			us, err := elapsed(replay)
+			return us * 1e-6, err
+		})
+	} else {
+		_, err = elapsed(replay)
+	}
+	if err != nil {
 		return nil, 0, err
 	}
 	for i := 0; i < samples; i++ {

@@ -33,6 +33,13 @@ type Runner struct {
 	// CompileNote says how moe.cu was compiled; KernelsID names the source
 	// and the compile (both empty on the CPU).
 	CompileNote, KernelsID string
+
+	// WarmUp, when set, warms Run's timing up until it settles (the suite
+	// passes bench.SettleCalls with its limits): it is given one timed call,
+	// a graph replay's device time on CUDA or a pass's wall time on the CPU,
+	// in seconds. Unset: one untimed replay on CUDA, none beyond the checked
+	// pass on the CPU.
+	WarmUp func(call func() (float64, error)) error
 }
 
 // NewRunner compiles the kernels (with defines, e.g. a custom tile) and
@@ -169,6 +176,7 @@ func (g *Runner) CheckedPass(x []float32, r Routing, c Config) (*Plan, []float32
 	if err != nil {
 		return nil, nil, err
 	}
+	p.WarmUp = g.WarmUp
 	out, err := g.pass(p, x, r, true)
 	if err != nil {
 		p.Free()
@@ -271,9 +279,10 @@ func (g *Runner) Forward(x []float32, r Routing, out []float32) (time.Duration, 
 	return time.Duration(us[0] * float64(time.Microsecond)), nil
 }
 
-// runCPU is Run on ForwardCPU: the checked pass (also the warm-up), then
-// samples timed passes by the wall clock; with stages, as many passes again
-// with each stage timed within its pass.
+// runCPU is Run on ForwardCPU: the checked pass (also the first warm-up
+// call; WarmUp, when set, makes more until the time settles), then samples
+// timed passes by the wall clock; with stages, as many passes again with
+// each stage timed within its pass.
 func (g *Runner) runCPU(ctx context.Context, x []float32, r Routing, samples int, stages bool) (Pass, error) {
 	l := g.layer
 	out := make([]float32, r.M*l.Shape.H)
@@ -282,7 +291,19 @@ func (g *Runner) runCPU(ctx context.Context, x []float32, r Routing, samples int
 	}
 	ForwardCPU(l, x, r, out)
 	scratch := make([]float32, len(out))
-	res := Pass{Out: out, Note: "cpu:forward-f32"}
+	res := Pass{Out: out, Note: CPUKernels(r, l.Shape.E)}
+	if g.WarmUp != nil {
+		if err := g.WarmUp(func() (float64, error) {
+			if err := ctx.Err(); err != nil {
+				return 0, err
+			}
+			t0 := time.Now()
+			ForwardCPU(l, x, r, scratch)
+			return time.Since(t0).Seconds(), nil
+		}); err != nil {
+			return Pass{}, err
+		}
+	}
 	for range samples {
 		if err := ctx.Err(); err != nil {
 			return Pass{}, err

@@ -3,6 +3,7 @@ package moe
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 )
 
@@ -24,12 +25,25 @@ func TestRunnerCPU(t *testing.T) {
 	want := make([]float32, m*l.Shape.H)
 	ForwardCPU(l, x, r, want)
 
+	warmCalls := 0
+	g.WarmUp = func(call func() (float64, error)) error {
+		for range 4 {
+			if sec, err := call(); err != nil || sec <= 0 {
+				return fmt.Errorf("warm-up call: %v s: %w", sec, err)
+			}
+			warmCalls++
+		}
+		return nil
+	}
 	p, err := g.Run(context.Background(), x, r, 3, Config{}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(p.US) != 3 || len(p.Stages) != 4 || len(p.Stages[2].US) != 3 || p.Note != "cpu:forward-f32" {
-		t.Errorf("pass: %d samples, %d stages, note %q; want 3 samples, 4 stages of 3, cpu:forward-f32", len(p.US), len(p.Stages), p.Note)
+	if warmCalls != 4 {
+		t.Errorf("the warm-up hook made %d calls, want 4", warmCalls)
+	}
+	if want := CPUKernels(r, l.Shape.E); len(p.US) != 3 || len(p.Stages) != 4 || len(p.Stages[2].US) != 3 || p.Note != want {
+		t.Errorf("pass: %d samples, %d stages, note %q; want 3 samples, 4 stages of 3, %q", len(p.US), len(p.Stages), p.Note, want)
 	}
 	for i := range want {
 		if p.Out[i] != want[i] {

@@ -315,6 +315,28 @@ func Uses(name string, cfg Config, s Setting) bool {
 	return !reflect.DeepEqual(rs[0], rs[1])
 }
 
+// UsesBias reports whether router name's selection depends on Input.Bias:
+// routed on in (its Bias replaced) with a bias that strongly favours the
+// last expert and with none, the outputs differ. Like Uses, it asks the
+// router, so registered routers are judged too.
+func UsesBias(name string, cfg Config, in Input) bool {
+	probe := make([]float32, in.E)
+	probe[in.E-1] = 1e3
+	var outs [2]Output
+	for i, bias := range [][]float32{nil, probe} {
+		r, err := New(name, cfg)
+		if err != nil {
+			return true // cannot tell: assume it does
+		}
+		in := in
+		in.Bias = bias
+		if outs[i], _, err = r.Route(in, nil); err != nil {
+			return true
+		}
+	}
+	return !reflect.DeepEqual(outs[0], outs[1])
+}
+
 type Factory func(Config) (Router, error)
 
 type entry struct {

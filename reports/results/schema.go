@@ -135,6 +135,48 @@ type Result struct {
 	Metrics  []Metric `json:"metrics"`
 	Gates    []Gate   `json:"gates,omitempty"`
 	Warnings []string `json:"warnings,omitempty"`
+	// GPUState is the GPU's state while the result's samples ran, sampled
+	// through NVML; absent where nothing was sampled (the CPU backend).
+	GPUState *GPUState `json:"gpu_state,omitempty"`
+}
+
+// GPUState is the range of a GPU's state over a result's samples: each
+// pair is the least and greatest reading.
+type GPUState struct {
+	Samples     int        `json:"samples"`
+	SMClockMHz  [2]float64 `json:"sm_clock_mhz"`
+	MemClockMHz [2]float64 `json:"mem_clock_mhz"`
+	PowerW      [2]float64 `json:"power_w"`
+	PowerLimitW [2]float64 `json:"power_limit_w"`
+	TempC       [2]float64 `json:"temp_c"`
+	// Reasons are NVML's clock-event (throttle) reasons set in any sample.
+	Reasons          []string `json:"reasons,omitempty"`
+	PowerThrottled   bool     `json:"power_throttled,omitempty"`
+	ThermalThrottled bool     `json:"thermal_throttled,omitempty"`
+}
+
+// ThrottleNote says how a result measured while power- or thermally-
+// throttled was slowed, with the state's ranges; "" when it was not.
+func (r *Result) ThrottleNote() string {
+	g := r.GPUState
+	if g == nil || !(g.PowerThrottled || g.ThermalThrottled) {
+		return ""
+	}
+	var kinds []string
+	if g.PowerThrottled {
+		kinds = append(kinds, "power")
+	}
+	if g.ThermalThrottled {
+		kinds = append(kinds, "thermally")
+	}
+	span := func(v [2]float64, unit string) string {
+		if v[0] == v[1] {
+			return fmt.Sprintf("%.0f %s", v[0], unit)
+		}
+		return fmt.Sprintf("%.0f–%.0f %s", v[0], v[1], unit)
+	}
+	return fmt.Sprintf("measured while %s-throttled (%s): SM clock %s, power %s of a %s limit, %s, over %d GPU samples",
+		strings.Join(kinds, " and "), strings.Join(g.Reasons, ", "), span(g.SMClockMHz, "MHz"), span(g.PowerW, "W"), span(g.PowerLimitW, "W"), span(g.TempC, "°C"), g.Samples)
 }
 
 // Role says what a result is for; see Result.Role.
@@ -174,14 +216,25 @@ func (r *Result) Metric(name string) *Metric {
 	return nil
 }
 
-// Passed reports whether every gate of the result passed.
+// Passed reports whether no gate of the result failed (an undecided gate
+// is not a failure: see Undecided).
 func (r Result) Passed() bool {
 	for _, g := range r.Gates {
-		if !g.Pass {
+		if g.Failed() {
 			return false
 		}
 	}
 	return true
+}
+
+// Undecided reports whether a gate of the result could not tell.
+func (r Result) Undecided() bool {
+	for _, g := range r.Gates {
+		if g.Undecided {
+			return true
+		}
+	}
+	return false
 }
 
 // Direction says which way a metric improves.
@@ -220,7 +273,14 @@ type Gate struct {
 	Name   string `json:"name"`
 	Pass   bool   `json:"pass"`
 	Reason string `json:"reason,omitempty"`
+	// Undecided marks a gate that could not tell pass from fail: its
+	// measured interval straddles the limit (Pass is false). It is not a
+	// failure; more samples would decide it.
+	Undecided bool `json:"undecided,omitempty"`
 }
+
+// Failed reports whether the gate decided that its check failed.
+func (g Gate) Failed() bool { return !g.Pass && !g.Undecided }
 
 // EnvOf is the environment result r was measured in: the document's Env
 // overlaid with the result's own Env.
@@ -243,7 +303,20 @@ func (d *Document) Failed() []string {
 	var out []string
 	for _, r := range d.Results {
 		for _, g := range r.Gates {
-			if !g.Pass {
+			if g.Failed() {
+				out = append(out, fmt.Sprintf("%s: %s: %s", r.Key(), g.Name, g.Reason))
+			}
+		}
+	}
+	return out
+}
+
+// Undecided lists the gates that could not tell, as Failed does.
+func (d *Document) Undecided() []string {
+	var out []string
+	for _, r := range d.Results {
+		for _, g := range r.Gates {
+			if g.Undecided {
 				out = append(out, fmt.Sprintf("%s: %s: %s", r.Key(), g.Name, g.Reason))
 			}
 		}
@@ -297,6 +370,11 @@ func (d *Document) Validate() error {
 		for _, m := range r.Metrics {
 			if m.DerivedFrom != "" && (m.DerivedFrom == m.Name || !seen[m.DerivedFrom]) {
 				return fmt.Errorf("result %q: metric %q is derived from %q, which is not another metric of the result", r.Key(), m.Name, m.DerivedFrom)
+			}
+		}
+		for _, g := range r.Gates {
+			if g.Pass && g.Undecided {
+				return fmt.Errorf("result %q: gate %q both passed and undecided", r.Key(), g.Name)
 			}
 		}
 	}

@@ -25,6 +25,7 @@ type LazyStream struct {
 	// FailSync, when set, is what Sync returns, dropping the queued work.
 	FailSync error
 	pending  []func() error
+	batches  int
 }
 
 // Pending is how many copies and memsets wait for the next Sync.
@@ -63,5 +64,23 @@ func (l *LazyStream) Sync() error {
 			return err
 		}
 	}
+	return nil
+}
+
+// Batches counts the calls to CopyDtoDBatch.
+func (l *LazyStream) Batches() int { return l.batches }
+
+// CopyDtoDBatch queues the copies as one operation, as CUDA's batch does.
+func (l *LazyStream) CopyDtoDBatch(copies []gpu.DtoDCopy) error {
+	l.batches++
+	cs := append([]gpu.DtoDCopy(nil), copies...)
+	l.pending = append(l.pending, func() error {
+		for _, c := range cs {
+			if err := l.Stream.CopyDtoD(c.Dst, c.DstOff, c.Src, c.SrcOff, c.N); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 	return nil
 }

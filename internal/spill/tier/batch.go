@@ -69,10 +69,69 @@ func (f faultQueuer) settleSpill(n int64) { f.q.settleSpill(n) }
 //
 // A Batch is used by one goroutine at a time; after Wait it is empty and can
 // be used again.
+//
+// Device-to-device copies go further: between Collect and Flush (or Wait),
+// on a stream that can batch them (gpu.BatchCopier: CUDA launches one kernel
+// for up to 64 copies), they are collected and issued together, so a move of
+// many blocks costs one launch, not one driver call per block. Collected
+// copies are issued after anything else queued on the stream meanwhile, so
+// a caller collects only moves that nothing else on the stream depends on
+// (a group of spills, or of restores, queued back to back).
 type Batch struct {
-	s     gpu.Stream
-	items []batchItem
-	err   error
+	s       gpu.Stream
+	items   []batchItem
+	err     error
+	dtod    *deferDtoD // nil: the stream cannot batch copies
+	collect bool
+}
+
+// Collect starts collecting device-to-device copies until Flush or Wait.
+func (b *Batch) Collect() { b.collect = b.dtod != nil }
+
+// Flush issues the collected copies and stops collecting; an error is
+// returned by Wait.
+func (b *Batch) Flush() {
+	if b.dtod != nil {
+		if err := b.dtod.flush(); err != nil && b.err == nil {
+			b.err = fmt.Errorf("batched device copies: %w", err)
+		}
+	}
+	b.collect = false
+}
+
+// deferDtoD is the batch's stream as its slots see it: device-to-device
+// copies are collected, everything else goes to the stream at once.
+type deferDtoD struct {
+	gpu.Stream
+	bc      gpu.BatchCopier
+	pending []gpu.DtoDCopy
+}
+
+func (d *deferDtoD) CopyDtoD(dst gpu.Buffer, dstOff int64, src gpu.Buffer, srcOff, n int64) error {
+	d.pending = append(d.pending, gpu.DtoDCopy{Dst: dst, DstOff: dstOff, Src: src, SrcOff: srcOff, N: n})
+	return nil
+}
+
+// flush issues the collected copies: one batch of many, or the one copy as
+// it is.
+func (d *deferDtoD) flush() error {
+	p := d.pending
+	d.pending = d.pending[:0]
+	switch len(p) {
+	case 0:
+		return nil
+	case 1:
+		return d.Stream.CopyDtoD(p[0].Dst, p[0].DstOff, p[0].Src, p[0].SrcOff, p[0].N)
+	}
+	return d.bc.CopyDtoDBatch(p)
+}
+
+// stream is what the batch's slots queue on.
+func (b *Batch) stream() gpu.Stream {
+	if b.collect {
+		return b.dtod
+	}
+	return b.s
 }
 
 type batchItem struct {
@@ -83,7 +142,13 @@ type batchItem struct {
 }
 
 // NewBatch returns an empty batch on stream s.
-func NewBatch(s gpu.Stream) *Batch { return &Batch{s: s} }
+func NewBatch(s gpu.Stream) *Batch {
+	b := &Batch{s: s}
+	if bc, ok := s.(gpu.BatchCopier); ok {
+		b.dtod = &deferDtoD{Stream: s, bc: bc}
+	}
+	return b
+}
 
 // Spill adds the spill of slot from src[off:]. After the first error the
 // batch queues nothing more; Wait returns the error.
@@ -92,7 +157,7 @@ func (b *Batch) Spill(ctx context.Context, slot Slot, src gpu.Buffer, off int64)
 	if b.err == nil {
 		if q, ok := asQueuer(slot); ok {
 			it.q = q
-			it.queued, b.err = q.queueSpill(ctx, b.s, src, off)
+			it.queued, b.err = q.queueSpill(ctx, b.stream(), src, off)
 		} else {
 			it.got, b.err = slot.Spill(ctx, b.s, src, off)
 		}
@@ -109,7 +174,7 @@ func (b *Batch) Restore(ctx context.Context, slot Slot, dst gpu.Buffer, off, n i
 	if b.err == nil {
 		if q, ok := asQueuer(slot); ok {
 			it.q = q
-			it.queued, b.err = q.queueRestore(ctx, b.s, dst, off, n)
+			it.queued, b.err = q.queueRestore(ctx, b.stream(), dst, off, n)
 		} else {
 			it.got, b.err = slot.Restore(ctx, b.s, dst, off, n)
 		}
@@ -124,6 +189,7 @@ func (b *Batch) Restore(ctx context.Context, slot Slot, dst gpu.Buffer, off, n i
 // the order they were added. If the sync fails, no queued byte counts as
 // delivered. The batch is then empty.
 func (b *Batch) Wait() ([]int64, error) {
+	b.Flush()
 	serr := b.s.Sync()
 	got := make([]int64, len(b.items))
 	for i, it := range b.items {

@@ -53,11 +53,18 @@ func TestBatchWaitsOnce(t *testing.T) {
 			_, queues := asQueuer(slots[0])
 			ls.Syncs = 0
 			b := NewBatch(ls)
+			b.Collect()
 			for i, sl := range slots {
 				b.Spill(ctx, sl, p.Buffer(), p.Blocks()[i].Off)
 			}
 			if queues {
-				if ls.Syncs != 0 || ls.Pending() == 0 {
+				// Device-to-device copies are collected and issued as one
+				// batch at Wait; the others are queued as they come.
+				if k == Device {
+					if ls.Syncs != 0 || ls.Pending() != 0 {
+						t.Errorf("before Wait: %d syncs, %d copies pending; want the device copies held for one batch", ls.Syncs, ls.Pending())
+					}
+				} else if ls.Syncs != 0 || ls.Pending() == 0 {
 					t.Errorf("before Wait: %d syncs, %d copies pending; want 0 syncs and the copies queued", ls.Syncs, ls.Pending())
 				}
 				for i, sl := range slots {
@@ -77,6 +84,9 @@ func TestBatchWaitsOnce(t *testing.T) {
 			}
 			if queues && ls.Syncs != 1 {
 				t.Errorf("spill batch synced %d times, want 1", ls.Syncs)
+			}
+			if want := map[bool]int{true: 1, false: 0}[k == Device && len(slots) > 1]; ls.Batches() != want {
+				t.Errorf("spill of %d blocks made %d copy batches, want %d", len(slots), ls.Batches(), want)
 			}
 			for i := range slots {
 				if err := p.Poison(ls, i); err != nil {
@@ -180,5 +190,21 @@ func TestBatchShortRestore(t *testing.T) {
 		if got[i] != want || c.Reached != want {
 			t.Errorf("block %d: reported %d, reached %d, want %d", i, got[i], c.Reached, want)
 		}
+	}
+}
+
+// Without Collect, device copies are queued as they come (in order with
+// whatever else the caller queues on the stream), never held back.
+func TestBatchWithoutCollectQueuesAtOnce(t *testing.T) {
+	ls, p, slots, _ := batchFixture(t, Device, Faults{})
+	b := NewBatch(ls)
+	for i, sl := range slots {
+		b.Spill(context.Background(), sl, p.Buffer(), p.Blocks()[i].Off)
+	}
+	if ls.Pending() < len(slots) || ls.Batches() != 0 {
+		t.Errorf("%d copies pending, %d batches; want %d queued one by one", ls.Pending(), ls.Batches(), len(slots))
+	}
+	if _, err := b.Wait(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -53,6 +53,10 @@ func ParseKinds(s string) ([]Kind, error) {
 			return nil, fmt.Errorf("unknown tier %q (tiers: device, pinned, pageable, file, peer)", f)
 		}
 	}
+	if len(out) == 0 {
+		// An empty list would run nothing and pass.
+		return nil, fmt.Errorf("no tier in %q (tiers: device, pinned, pageable, file, peer)", s)
+	}
 	return out, nil
 }
 

@@ -1,0 +1,65 @@
+package bench
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/mstar-dev/mstar/internal/gpu"
+	"github.com/mstar-dev/mstar/internal/gpu/nvmlinfo"
+)
+
+// cudaInfo is a CPU device that says it is a GPU, for the sampler's wiring.
+type cudaInfo struct{ gpu.Device }
+
+func (d cudaInfo) Info() gpu.Info {
+	i := d.Device.Info()
+	i.Backend, i.PCIBusID = gpu.CUDA, "0000:19:00.0"
+	return i
+}
+
+type oneState nvmlinfo.State
+
+func (s oneState) Read() (nvmlinfo.State, error) { return nvmlinfo.State(s), nil }
+
+// A result measured under a power cap carries the state's range and says
+// so; a sampler that cannot open NVML says why, and samples nothing.
+func TestStateSamplerRecordsThrottling(t *testing.T) {
+	defer func(f func(string) (nvmlinfo.Source, func(), error)) { openSource = f }(openSource)
+	var opened string
+	openSource = func(bus string) (nvmlinfo.Source, func(), error) {
+		opened = bus
+		return oneState{SMClockMHz: 1755, PowerW: 699, PowerLimitW: 700, TempC: 60, Reasons: nvml.ClocksEventReasonSwPowerCap}, func() {}, nil
+	}
+	s, note := newStateSampler(cudaInfo{gpu.NewCPU()})
+	if s == nil || note != "" || opened != "0000:19:00.0" {
+		t.Fatalf("sampler %v, note %q, opened %q", s, note, opened)
+	}
+	s.start()
+	st := s.stop()
+	if st == nil || !st.PowerThrottled || st.ThermalThrottled || st.SMClockMHz != [2]float64{1755, 1755} || st.Reasons[0] != "sw_power_cap" {
+		t.Fatalf("state %+v", st)
+	}
+
+	openSource = func(string) (nvmlinfo.Source, func(), error) { return nil, nil, errors.New("NVML not available") }
+	s, note = newStateSampler(cudaInfo{gpu.NewCPU()})
+	if s != nil || !strings.Contains(note, "not sampled: NVML not available") {
+		t.Errorf("without NVML: sampler %v, note %q", s, note)
+	}
+	s.start() // a nil sampler is a no-op
+	if s.stop() != nil {
+		t.Error("a nil sampler returned a state")
+	}
+	if s, note := newStateSampler(gpu.NewCPU()); s != nil || note != "" {
+		t.Errorf("the CPU backend: sampler %v, note %q", s, note)
+	}
+	// The exported wrapper, for the spill cells: nil-safe on the CPU.
+	ps, note := NewStateSampler(gpu.NewCPU())
+	ps.Start()
+	if st := ps.Stop(); ps != nil || note != "" || st != nil {
+		t.Errorf("NewStateSampler on the CPU: %v %q %v", ps, note, st)
+	}
+	ps.Close()
+}
