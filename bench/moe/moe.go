@@ -318,6 +318,14 @@ func RunMoE(ctx context.Context, dev gpu.Device, opt MoEOptions) (*MoEReport, er
 	return rep, err
 }
 
+// defaultBatches is the sweep without --batch.
+func defaultBatches(onGPU bool) []int {
+	if onGPU {
+		return DefaultGPUBatches
+	}
+	return DefaultCPUBatches
+}
+
 // runMoERound is one round of RunMoE's sweep.
 func runMoERound(ctx context.Context, dev gpu.Device, opt MoEOptions) (*MoEReport, error) {
 	local, err := PrepareMoE(&opt)
@@ -327,10 +335,7 @@ func runMoERound(ctx context.Context, dev gpu.Device, opt MoEOptions) (*MoERepor
 	info := dev.Info()
 	onGPU := info.Backend == gpu.CUDA
 	if len(opt.Batches) == 0 {
-		opt.Batches = DefaultGPUBatches
-		if !onGPU {
-			opt.Batches = DefaultCPUBatches
-		}
+		opt.Batches = defaultBatches(onGPU)
 	}
 	if opt.Samples == 0 {
 		opt.Samples = 20

@@ -336,10 +336,7 @@ func RunMoETune(ctx context.Context, dev gpu.Device, opt MoETuneOptions) (*MoETu
 	info := dev.Info()
 	onGPU := info.Backend == gpu.CUDA
 	if len(mo.Batches) == 0 {
-		mo.Batches = DefaultGPUBatches
-		if !onGPU {
-			mo.Batches = DefaultCPUBatches
-		}
+		mo.Batches = defaultBatches(onGPU)
 	}
 	if mo.TuneSamples == 0 {
 		mo.TuneSamples = 6

@@ -27,12 +27,12 @@ func init() {
 
 func newBenchMoE(a *app) *cobra.Command {
 	var (
-		model, device, out, batches, routing, traceIn, traceOut, config, ceilings, dumpDir string
-		hfConfig                                                                           string
-		experts, topk, hidden, inter, tp, ep, samples, tuneSamples, rounds                 int
-		seed                                                                               uint64
-		tune, stages                                                                       bool
-		pf                                                                                 peerFlags
+		sf                                                                          shapeFlags
+		device, out, batches, routing, traceIn, traceOut, config, ceilings, dumpDir string
+		samples, tuneSamples, rounds                                                int
+		seed                                                                        uint64
+		tune, stages                                                                bool
+		pf                                                                          peerFlags
 	)
 	names := []string{}
 	for _, m := range router.Models() {
@@ -150,44 +150,15 @@ Models:
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			f := cmd.Flags()
-			if err := firstErr(atLeast("tp", tp, 1, ""), atLeast("ep", ep, 1, "")); err != nil {
+			name, shape, err := sf.resolve(cmd, "bench moe")
+			if err != nil {
 				return err
 			}
 			if err := atLeast("rounds", rounds, 1, ""); err != nil {
 				return err
 			}
-			opt := moebench.MoEOptions{Model: model, TP: tp, EP: ep, Routing: routing, Samples: samples, Seed: seed, DumpDir: dumpDir,
+			opt := moebench.MoEOptions{Model: name, Shape: shape, TP: sf.tp, EP: sf.ep, Routing: routing, Samples: samples, Seed: seed, DumpDir: dumpDir,
 				Tune: tune, TuneSamples: tuneSamples, Stages: stages, Rounds: rounds}
-			if hfConfig != "" {
-				if model != "" {
-					return usageErr("--hf-config and --model both give the shape: give one")
-				}
-				c, err := readHFConfig(hfConfig)
-				if err != nil {
-					return err
-				}
-				opt.Model, opt.Shape = c.Name, c.Shape
-			} else if model != "" {
-				m, err := router.ModelByName(model)
-				if err != nil {
-					return usageErr("--model: %v (or give --experts --topk --hidden --inter)", err)
-				}
-				opt.Model, opt.Shape = m.Name, moe.Shape{E: m.E, K: m.K, H: m.H, I: m.I}
-			} else if !f.Changed("experts") || !f.Changed("topk") || !f.Changed("hidden") || !f.Changed("inter") {
-				return usageErr("give --model NAME, --hf-config FILE or all of --experts --topk --hidden --inter (see 'mstar bench moe --help')")
-			}
-			for _, o := range []struct {
-				name string
-				v    int
-				dst  *int
-			}{{"experts", experts, &opt.Shape.E}, {"topk", topk, &opt.Shape.K}, {"hidden", hidden, &opt.Shape.H}, {"inter", inter, &opt.Shape.I}} {
-				if f.Changed(o.name) {
-					*o.dst = o.v
-				}
-			}
-			if opt.Model != "" && (f.Changed("experts") || f.Changed("topk") || f.Changed("hidden") || f.Changed("inter")) {
-				opt.Model += "-custom"
-			}
 			if batches != "" {
 				bs, err := parseBatches(batches)
 				if err != nil {
@@ -333,14 +304,7 @@ Models:
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&model, "model", "", "model preset (see the list above)")
-	addHFConfigFlag(cmd, &hfConfig)
-	f.IntVar(&experts, "experts", 0, "number of experts E (custom shape, or override)")
-	f.IntVar(&topk, "topk", 0, "experts per token k")
-	f.IntVar(&hidden, "hidden", 0, "hidden size H")
-	f.IntVar(&inter, "inter", 0, "expert intermediate size I")
-	f.IntVar(&tp, "tp", 1, "tensor-parallel ranks: each holds I/N")
-	f.IntVar(&ep, "ep", 1, "expert-parallel ranks: each holds E/N experts")
+	sf.add(cmd, "model preset (see the list above)")
 	f.StringVar(&batches, "batch", "", "comma-separated token counts (default 1,2,4,…,4096 on a GPU; 1,4,16,64 on the CPU)")
 	addDeviceFlag(cmd, &device)
 	f.StringVarP(&out, "out", "o", "", "write the results document to `FILE`")

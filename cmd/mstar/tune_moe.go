@@ -17,7 +17,6 @@ import (
 	"github.com/mstar-dev/mstar/internal/progress"
 	"github.com/mstar-dev/mstar/internal/version"
 	"github.com/mstar-dev/mstar/kernels/moe"
-	"github.com/mstar-dev/mstar/kernels/router"
 	"github.com/mstar-dev/mstar/reports"
 	"github.com/mstar-dev/mstar/reports/results"
 )
@@ -45,12 +44,12 @@ func init() {
 
 func newTuneMoE(a *app) *cobra.Command {
 	var (
-		model, hfConfig, device, out, batches, routing, dir, ceilings string
-		experts, topk, hidden, inter, tp, ep, samples, tuneSamples    int
-		rounds                                                        int
-		seed                                                          uint64
-		force                                                         bool
-		threshold                                                     float64
+		sf                                           shapeFlags
+		device, out, batches, routing, dir, ceilings string
+		samples, tuneSamples, rounds                 int
+		seed                                         uint64
+		force                                        bool
+		threshold                                    float64
 	)
 	cmd := &cobra.Command{
 		Use:   "moe",
@@ -98,42 +97,14 @@ Exit 1 when every candidate of some batch was rejected.`,
   mstar tune moe --experts 8 --topk 2 --hidden 256 --inter 128 --batch 1,16 --device cpu --dir /tmp/cfg`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			f := cmd.Flags()
-			if err := firstErr(atLeast("tp", tp, 1, ""), atLeast("ep", ep, 1, ""), atLeast("threshold", threshold, 0, ""), atLeast("rounds", rounds, 1, "")); err != nil {
+			name, shape, err := sf.resolve(cmd, "tune moe")
+			if err != nil {
 				return err
 			}
-			mo := moebench.MoEOptions{Model: model, TP: tp, EP: ep, Routing: routing, Samples: samples, Seed: seed, TuneSamples: tuneSamples}
-			switch {
-			case hfConfig != "" && model != "":
-				return usageErr("--hf-config and --model both give the shape: give one")
-			case hfConfig != "":
-				c, err := readHFConfig(hfConfig)
-				if err != nil {
-					return err
-				}
-				mo.Model, mo.Shape = c.Name, c.Shape
-			case model != "":
-				m, err := router.ModelByName(model)
-				if err != nil {
-					return usageErr("--model: %v", err)
-				}
-				mo.Model, mo.Shape = m.Name, moe.Shape{E: m.E, K: m.K, H: m.H, I: m.I}
-			case !f.Changed("experts") || !f.Changed("topk") || !f.Changed("hidden") || !f.Changed("inter"):
-				return usageErr("give --model NAME, --hf-config FILE or all of --experts --topk --hidden --inter (see 'mstar tune moe --help')")
+			if err := firstErr(atLeast("threshold", threshold, 0, ""), atLeast("rounds", rounds, 1, "")); err != nil {
+				return err
 			}
-			custom := false
-			for _, o := range []struct {
-				name string
-				v    int
-				dst  *int
-			}{{"experts", experts, &mo.Shape.E}, {"topk", topk, &mo.Shape.K}, {"hidden", hidden, &mo.Shape.H}, {"inter", inter, &mo.Shape.I}} {
-				if f.Changed(o.name) {
-					*o.dst, custom = o.v, true
-				}
-			}
-			if custom && mo.Model != "" {
-				mo.Model += "-custom"
-			}
+			mo := moebench.MoEOptions{Model: name, Shape: shape, TP: sf.tp, EP: sf.ep, Routing: routing, Samples: samples, Seed: seed, TuneSamples: tuneSamples}
 			if batches != "" {
 				bs, err := parseBatches(batches)
 				if err != nil {
@@ -239,14 +210,7 @@ Exit 1 when every candidate of some batch was rejected.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&model, "model", "", "model preset (see 'mstar bench moe --help')")
-	addHFConfigFlag(cmd, &hfConfig)
-	f.IntVar(&experts, "experts", 0, "number of experts E (custom shape, or override)")
-	f.IntVar(&topk, "topk", 0, "experts per token k")
-	f.IntVar(&hidden, "hidden", 0, "hidden size H")
-	f.IntVar(&inter, "inter", 0, "expert intermediate size I")
-	f.IntVar(&tp, "tp", 1, "tensor-parallel ranks: each holds I/N")
-	f.IntVar(&ep, "ep", 1, "expert-parallel ranks: each holds E/N experts")
+	sf.add(cmd, "model preset (see 'mstar bench moe --help')")
 	f.StringVar(&batches, "batch", "", "comma-separated token counts (default 1,2,4,…,4096 on a GPU; 1,4,16,64 on the CPU)")
 	addDeviceFlag(cmd, &device)
 	f.StringVarP(&out, "out", "o", "", "write the results document (every candidate, and both sweeps of the comparison) to `FILE`")
