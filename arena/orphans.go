@@ -73,13 +73,7 @@ func (r CleanReport) String() string {
 // that cannot be opened, are left alone and reported, never guessed at.
 func CleanOrphans(dir string, opt CleanOptions) (CleanReport, error) {
 	var rep CleanReport
-	if opt.Grace == 0 {
-		opt.Grace = 2 * time.Second
-	}
-	uid := os.Getuid()
-	if opt.UID != nil {
-		uid = *opt.UID
-	}
+	opt, uid := opt.resolved()
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return rep, fmt.Errorf("sweeping %s: %w", dir, err)
@@ -178,4 +172,16 @@ func pidAlive(pid int) bool {
 		return err == nil && len(tasks) > 1
 	}
 	return true
+}
+
+// resolved fills in the default grace period and the uid files must be owned by.
+func (opt CleanOptions) resolved() (CleanOptions, int) {
+	if opt.Grace == 0 {
+		opt.Grace = 2 * time.Second
+	}
+	uid := os.Getuid()
+	if opt.UID != nil {
+		uid = *opt.UID
+	}
+	return opt, uid
 }

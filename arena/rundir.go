@@ -107,13 +107,7 @@ var RunDirKinds = []string{"stress"}
 // "<dir>/<file>" for files and "<dir>/" for directories.
 func CleanRunDirs(parent string, opt CleanOptions) (CleanReport, error) {
 	var rep CleanReport
-	if opt.Grace == 0 {
-		opt.Grace = 2 * time.Second
-	}
-	uid := os.Getuid()
-	if opt.UID != nil {
-		uid = *opt.UID
-	}
+	opt, uid := opt.resolved()
 	entries, err := os.ReadDir(parent)
 	if err != nil {
 		return rep, fmt.Errorf("sweeping %s: %w", parent, err)
