@@ -359,6 +359,7 @@ func Diff(base, new []*Document, opt DiffOptions) *Comparison {
 			}
 		}
 	}
+	c.Warnings = append(c.Warnings, pairAcrossSettings(b, n)...)
 	for i, d := range base {
 		c.BaseFailedGates = append(c.BaseFailedGates, d.Failed()...)
 		if d.Interrupted() {
@@ -916,4 +917,65 @@ func fewestTellingApart(rs []Result, idx []int, params []string) []string {
 		return params
 	}
 	return best
+}
+
+// settingParams say how a result was obtained (the kernel configuration
+// and where it came from), not what was measured: a result of base whose
+// exact key new lacks pairs with the one result of new that differs from
+// it only in these, so that a changed --config is compared (and can be a
+// regression) instead of reading as a missing result.
+var settingParams = []string{"config", "config_source"}
+
+func settingsFree(r Result) string {
+	p := Params{}
+	for k, v := range r.Params {
+		if !slices.Contains(settingParams, k) {
+			p[k] = v
+		}
+	}
+	return Result{Name: r.Name, Params: p}.Key()
+}
+
+// pairAcrossSettings renames, on the new side, each result that has no
+// exact partner in base but exactly one partner there once settingParams
+// are left out (and is the only such result of new), to the base key. It
+// returns one note per pair naming what changed.
+func pairAcrossSettings(b, n *side) []string {
+	loose := func(s *side, other *side) map[string][]string {
+		m := map[string][]string{}
+		for _, k := range s.keys {
+			if _, ok := other.metrics[k]; !ok {
+				lk := settingsFree(s.ids[k])
+				m[lk] = append(m[lk], k)
+			}
+		}
+		return m
+	}
+	lb, ln := loose(b, n), loose(n, b)
+	var notes []string
+	for _, bk := range b.keys {
+		if _, ok := n.metrics[bk]; ok {
+			continue
+		}
+		lk := settingsFree(b.ids[bk])
+		if len(lb[lk]) != 1 || len(ln[lk]) != 1 {
+			continue
+		}
+		nk := ln[lk][0]
+		var changed []string
+		for _, p := range settingParams {
+			if bv, nv := b.ids[bk].Params[p], n.ids[nk].Params[p]; bv != nv {
+				changed = append(changed, fmt.Sprintf("%s %q → %q", p, bv, nv))
+			}
+		}
+		n.metrics[bk], n.envs[bk], n.context[bk] = n.metrics[nk], n.envs[nk], n.context[nk]
+		n.ids[bk] = b.ids[bk]
+		delete(n.metrics, nk)
+		delete(n.envs, nk)
+		delete(n.context, nk)
+		delete(n.ids, nk)
+		n.keys[slices.Index(n.keys, nk)] = bk
+		notes = append(notes, fmt.Sprintf("%s: compared across a changed setting: %s", lk, strings.Join(changed, ", ")))
+	}
+	return notes
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -244,5 +245,36 @@ func TestRenderDiffSummarisesUntestable(t *testing.T) {
 	}
 	if !strings.Contains(out, "latency (lower is better)") {
 		t.Errorf("latency table missing:\n%s", out)
+	}
+}
+
+// A --config change pairs with the run it replaces (and a 10% slowdown from
+// it is a regression), where exact keys alone would call it missing.
+func TestDiffPairsAcrossChangedConfig(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 22))
+	withConfig := func(config, source string, mean float64) *Document {
+		d := oneMetric(LowerIsBetter, noisy(rng, 20, mean, 0.01))
+		d.Results[0].Params["config"], d.Results[0].Params["config_source"] = config, source
+		return d
+	}
+	base := withConfig("wg:nc=2,bn=256,stages=4,gm=8,pp=1", "tuned", 100)
+	next := withConfig("wg:nc=2,bn=256,stages=4,gm=8", "--config", 110)
+	c := Diff([]*Document{base}, []*Document{next}, DiffOptions{Threshold: 5})
+	if len(c.Missing) != 0 || len(c.OnlyBase) != 0 || len(c.OnlyNew) != 0 {
+		t.Fatalf("missing %q, only base %q, only new %q: want the two paired", c.Missing, c.OnlyBase, c.OnlyNew)
+	}
+	if len(c.Regressions()) != 1 {
+		t.Errorf("%d regressions, want the 10%% slowdown", len(c.Regressions()))
+	}
+	if !slices.ContainsFunc(c.Warnings, func(w string) bool {
+		return strings.Contains(w, `config "wg:nc=2,bn=256,stages=4,gm=8,pp=1" → "wg:nc=2,bn=256,stages=4,gm=8"`)
+	}) {
+		t.Errorf("no note of the changed config in %q", c.Warnings)
+	}
+	// Two candidates of new for one base result: ambiguous, left unpaired.
+	two := withConfig("a", "--config", 100)
+	two.Results = append(two.Results, withConfig("b", "--config", 100).Results...)
+	if c := Diff([]*Document{base}, []*Document{two}, DiffOptions{Threshold: 5}); len(c.Missing) != 1 {
+		t.Errorf("ambiguous pairing: missing %q, want the base result", c.Missing)
 	}
 }

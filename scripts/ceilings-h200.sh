@@ -17,6 +17,8 @@
 # Environment: RUNS (5), CELLS (the cells with bandwidth gates:
 # hibernate,partial,restore-gate,uneven; '' for every cell), MSTAR_BIN (bin),
 # SKIP (space-separated steps to leave out: tests ceilings moe spill),
+# SIZES (the spill-matrix --sizes to repeat, default "256MiB 1GiB"),
+# MOE_ARGS (extra bench moe flags, e.g. --rounds 1),
 # DEADLINE (seconds, default 560: later steps are skipped, saying so, so the
 # run ends inside the device's 10-minute limit; run the rest with SKIP).
 set -u -o pipefail
@@ -25,6 +27,8 @@ BIN=${MSTAR_BIN:-bin}
 RUNS=${RUNS:-5}
 CELLS=${CELLS-hibernate,partial,restore-gate,uneven}
 SKIP=${SKIP:-}
+SIZES=${SIZES:-256MiB 1GiB}
+MOE_ARGS=${MOE_ARGS:-}
 HERE=$(cd "$(dirname "$0")" && pwd)
 DEADLINE=${DEADLINE:-560}
 START=$SECONDS
@@ -60,7 +64,7 @@ if ! skip moe; then
 		args=(--model "$s")
 		[ "$s" = deepseek-v3-tp8 ] && args=(--model deepseek-v3 --tp 8)
 		late "bench moe $s" && continue
-		timeout 150 "$BIN/mstar" bench moe "${args[@]}" --device cuda:0 "${ceil[@]}" \
+		timeout 150 "$BIN/mstar" bench moe "${args[@]}" --device cuda:0 "${ceil[@]}" $MOE_ARGS \
 			--out "$OUT/moe-$s.json" >"$OUT/moe-$s.txt" 2>&1
 		rc=$?
 		# The largest %floor of the shape, and how many rows warn above 105%.
@@ -73,7 +77,7 @@ fi
 if ! skip spill; then
 	cellargs=()
 	[ -n "$CELLS" ] && cellargs=(--cells "$CELLS")
-	for size in 256MiB 1GiB; do
+	for size in $SIZES; do
 		files=()
 		for i in $(seq 1 "$RUNS"); do
 			f="$OUT/spill-$size-$i"
