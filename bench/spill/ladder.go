@@ -194,10 +194,11 @@ type ladderStats struct {
 }
 
 // ladderGates checks a run's ticks: at most one rung change inside any
-// window of one cooldown, and no tick costing more than its interval.
+// window of one cooldown, and ticks that keep within their interval.
 func ladderGates(ticks []regulator.Tick, cooldown int, interval time.Duration) ([]results.Gate, ladderStats) {
 	st := ladderStats{minHead: 1}
 	var overruns []string
+	backToBack := false
 	for i, t := range ticks {
 		st.costs = append(st.costs, trace.US(t.Cost))
 		if i == 0 || t.Rung != ticks[i-1].Rung {
@@ -208,6 +209,7 @@ func ladderGates(ticks []regulator.Tick, cooldown int, interval time.Duration) (
 		}
 		if t.Cost > interval {
 			overruns = append(overruns, fmt.Sprintf("tick %d cost %s", t.Tick, t.Cost.Round(time.Microsecond)))
+			backToBack = backToBack || (i > 0 && ticks[i-1].Cost > interval)
 		}
 		st.moved += t.Moved
 		st.refused += t.Refused
@@ -231,9 +233,19 @@ func ladderGates(ticks []regulator.Tick, cooldown int, interval time.Duration) (
 	} else {
 		gates = append(gates, pass("cooldown", "at most %d rung change per cooldown of %d ticks (%d changes: rungs %v)", st.perWindow, cooldown, len(st.changes), st.rungs))
 	}
-	if len(overruns) > 0 {
-		gates = append(gates, fail("tick-cost", "%d of %d ticks cost more than the %s interval: %s", len(overruns), len(ticks), interval, listMore(overruns, 3)))
-	} else {
+	// A control loop may miss a deadline now and then (the OS preempted
+	// it); it must not fall behind: two overruns in a row, or more than
+	// one tick in 20, fail.
+	switch {
+	case len(overruns) > 0 && (backToBack || len(overruns) > len(ticks)/20):
+		why := "more than 1 in 20"
+		if backToBack {
+			why = "back to back"
+		}
+		gates = append(gates, fail("tick-cost", "%d of %d ticks cost more than the %s interval (%s): %s", len(overruns), len(ticks), interval, why, listMore(overruns, 3)))
+	case len(overruns) > 0:
+		gates = append(gates, pass("tick-cost", "%d isolated of %d ticks cost more than the %s interval (at most 1 in 20, none back to back): %s", len(overruns), len(ticks), interval, listMore(overruns, 3)))
+	default:
 		gates = append(gates, pass("tick-cost", "every one of %d ticks cost less than the %s interval (max %s)", len(ticks), interval, time.Duration(best(st.costs)*1e3).Round(time.Microsecond)))
 	}
 	return gates, st

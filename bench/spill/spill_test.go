@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -269,6 +270,18 @@ func TestLadderGates(t *testing.T) {
 		return regulator.Tick{Decision: regulator.Decision{Tick: tick, Rung: rung}, Cost: cost}
 	}
 	ms := time.Millisecond
+	// steady is n calm ticks on rung 0, those named costing 25 ms.
+	steady := func(n int, slow ...int) []regulator.Tick {
+		var ts []regulator.Tick
+		for i := range n {
+			c := ms
+			if slices.Contains(slow, i) {
+				c = 25 * ms
+			}
+			ts = append(ts, tk(i, 0, c))
+		}
+		return ts
+	}
 	tests := []struct {
 		name     string
 		ticks    []regulator.Tick
@@ -280,6 +293,9 @@ func TestLadderGates(t *testing.T) {
 		{"calm", []regulator.Tick{tk(0, 0, ms), tk(1, 1, ms), tk(9, 2, ms), tk(18, 0, ms)}, nil, 0, 1, 0},
 		{"two changes in one cooldown", []regulator.Tick{tk(0, 0, ms), tk(2, 1, ms), tk(5, 0, ms)}, []string{"cooldown"}, 1, 2, 0},
 		{"an overrun", []regulator.Tick{tk(0, 0, ms), tk(1, 0, 25*ms)}, []string{"tick-cost"}, 0, 0, 1},
+		{"one isolated overrun in 40", steady(40, 19), nil, 0, 0, 1},
+		{"two back to back in 40", steady(40, 19, 20), []string{"tick-cost"}, 0, 0, 2},
+		{"three apart in 40", steady(40, 5, 19, 33), []string{"tick-cost"}, 0, 0, 3},
 	}
 	for _, tt := range tests {
 		gates, st := ladderGates(tt.ticks, 8, 20*ms)

@@ -16,7 +16,7 @@
 // over a Unix socket, memcpy out, ACK) and through per-tensor files, next
 // to a single-thread memcpy of the same bytes.
 //
-// Every copy is verified: destinations are poisoned before each sample and
+// Every timed copy is verified: destinations are poisoned before each sample and
 // compared with the source after it; #wrong counts the copies that differ.
 package sweep
 

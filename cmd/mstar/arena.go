@@ -109,7 +109,7 @@ without one.
 
 Every point is the median of --samples samples per round, of --rounds
 rounds (the whole sweep repeated, so that 'report diff' sees the noise
-between rounds); every copy is verified
+between rounds); every timed copy is verified
 (destinations poisoned before, compared after) and #wrong counts those that
 differ — any wrong copy fails the run (exit 1). The table prints to stdout;
 --out writes the results document (every sample), --plot a PNG or SVG of
