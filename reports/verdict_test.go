@@ -504,3 +504,33 @@ func TestDiffWarnsOfSameRunAndInterruptedBase(t *testing.T) {
 		t.Errorf("interrupted base: failures %q, warnings %q", c.Failures(), c.Warnings)
 	}
 }
+
+// A change must clear the threshold by more than the spread of the rounds:
+// +6% with rounds 2% apart is two runs of the same code as far as the
+// run can tell; +6% with quiet rounds, and +10% with those 2%, are not.
+func TestDiffChangeMustClearNoise(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		ratio      float64
+		spread     float64 // between consecutive rounds
+		regression bool
+	}{
+		{"+6%, rounds 2% apart", 1.06, 0.01, false},
+		{"+6%, quiet rounds", 1.06, 0, true},
+		{"+10%, rounds 2% apart", 1.10, 0.01, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(7, 8))
+			base := moeDoc(rng, "run-a", 3, 10, 100, tc.spread)
+			next := moeDoc(rng, "run-b", 3, 10, 100*tc.ratio, tc.spread)
+			c := diffOf(base, next, DiffOptions{})
+			m := metricOf(t, c, "moe/batch=1", "latency")
+			if m.Regression() != tc.regression {
+				t.Errorf("regression %v, want %v: %s (margin %.2f%%)", m.Regression(), tc.regression, m.Verdict(c.Options), m.Margin)
+			}
+			if !tc.regression && !strings.Contains(m.Verdict(c.Options), "within threshold and noise") {
+				t.Errorf("verdict %q does not say the noise covers it", m.Verdict(c.Options))
+			}
+		})
+	}
+}

@@ -29,11 +29,15 @@ status=0
 . "$(dirname "$0")/lib.sh" # step
 
 step nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,pcie.link.gen.current,pcie.link.width.current --format=csv
-step "$bin"/cuda.test -test.v -test.count=1
-step "$bin"/gpu.test -test.v -test.count=1
-step "$bin"/bench.test -test.v -test.count=1 -test.run 'CUDA|Time'
-step "$bin"/ceilings.test -test.v -test.count=1 -test.run 'CUDA|Ceiling|Time'
-step "$bin"/ablate.test -test.v -test.count=1 -test.run 'CUDA'
+# A test binary runs in its package's folder, as go test runs it (tests
+# read fixtures by paths relative to it).
+bin=$(cd "$bin" && pwd)
+intest() { local dir=$1; shift; (cd "$dir" && "$@"); }
+step intest internal/gpu/cuda "$bin"/cuda.test -test.v -test.count=1
+step intest internal/gpu "$bin"/gpu.test -test.v -test.count=1
+step intest bench "$bin"/bench.test -test.v -test.count=1 -test.run 'CUDA|Time'
+step intest bench/ceilings "$bin"/ceilings.test -test.v -test.count=1 -test.run 'CUDA|Ceiling|Time'
+step intest bench/ablate "$bin"/ablate.test -test.v -test.count=1 -test.run 'CUDA'
 step "$bin"/mstar bench ceilings --device cuda:0 --out "$out/ceilings.json"
 echo "== gpu-test.sh: exit $status" | tee -a "$log"
 exit $status
