@@ -50,6 +50,9 @@ const (
 	// name of its own, so that tables of "latency" show the measured
 	// batches and tables of "tune_latency" the candidates.
 	MoETuneLatency = "tune_latency"
+	// TuneStaticNote starts the warning of tune moe's chosen candidate
+	// that names the static table's pick for its batch.
+	TuneStaticNote = "static table: "
 )
 
 // DefaultGPUBatches and DefaultCPUBatches are the sweeps without --batch.

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -226,7 +225,6 @@ Models:
 			}
 			var extra []results.Result // the peers' rows
 			var peerWarnings []string
-			var peerOut bytes.Buffer
 			return a.measure(measurement{suite: "bench moe", device: device, out: out,
 				steps: func(dev gpu.Device) int { return rounds*(batches(dev)+1) + 1 },
 				run: func(ctx context.Context, m *measuring) (*outcome, error) {
@@ -258,7 +256,7 @@ Models:
 						peerDoc := results.NewDocument("bench moe", a.args, envinfo.Collect(m.dev))
 						peerDoc.Results = append(append(peerDoc.Results, rep.Results...), rep.Ceilings.Results()...)
 						n := len(peerDoc.Results)
-						perr := pf.run(ctx, a, &peerOut, m.dev.Info(), opt, rep, peerDoc, dumpDir)
+						perr := pf.run(ctx, a, m.dev.Info(), opt, rep, peerDoc, dumpDir)
 						extra = peerDoc.Results[n:]
 						peerWarnings = peerDoc.Warnings
 						if perr != nil {
@@ -286,9 +284,6 @@ Models:
 				},
 				table: reports.RunTable,
 				after: func(doc *results.Document) error {
-					if _, err := peerOut.WriteTo(a.stdout); err != nil {
-						return err
-					}
 					if traceOut != "" && rep.Routing.M > 0 { // none when interrupted before it was drawn
 						return writeRoutingFile(traceOut, rep.Routing, opt.Shape.E)
 					}

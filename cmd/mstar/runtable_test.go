@@ -23,6 +23,8 @@ func TestLiveTableIsReportShowRun(t *testing.T) {
 			"--max-size", "16KiB", "--segment-size", "1MiB", "--max-segments", "2", "--shm-dir", shm}, nil},
 		{"ablate router", append([]string{"ablate", "router", "--layers", "2", "--tokens", "64",
 			"--kernel-tokens", "8", "--kernel-samples", "2"}, tinyModel...), nil},
+		{"tune moe", []string{"tune", "moe", "--device", "cpu", "--experts", "8", "--topk", "2", "--hidden", "64", "--inter", "32",
+			"--batch", "1,3", "--samples", "2", "--rounds", "1", "--dir", t.TempDir()}, nil},
 		{"spill-matrix", append(quick(t), "--cells", "hibernate,partial/file,ladder/file,abort/pageable", "--tiers", "pageable,file"),
 			[]int{exitFailed, exitCannot}},
 	} {
