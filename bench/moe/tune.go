@@ -16,6 +16,7 @@ import (
 	"github.com/mstar-dev/mstar/internal/badinput"
 	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/mstar-dev/mstar/kernels/moe"
+	"github.com/mstar-dev/mstar/kernels/routing"
 	"github.com/mstar-dev/mstar/reports/results"
 )
 
@@ -116,7 +117,7 @@ type gpuCandidates struct {
 	g *moe.Runner
 	m int
 	x []float32
-	r moe.Routing
+	r routing.Routing
 }
 
 func (a gpuCandidates) Prepare(c moe.Config) (string, error) {
@@ -154,7 +155,7 @@ type cpuCandidates struct {
 	ctx context.Context
 	g   *moe.Runner
 	x   []float32
-	r   moe.Routing
+	r   routing.Routing
 }
 
 func (a cpuCandidates) Prepare(moe.Config) (string, error) { return "", nil }
@@ -289,7 +290,7 @@ type MoETuneOptions struct {
 	Now    func() time.Time // nil: time.Now
 	// Runner, when set, replaces the device's own candidates for batch m
 	// (tests: a candidate that returns wrong numbers must be rejected).
-	Runner func(m int, l *moe.Layer, x []float32, r moe.Routing) (CandidateRunner, []moe.Config)
+	Runner func(m int, l *moe.Layer, x []float32, r routing.Routing) (CandidateRunner, []moe.Config)
 }
 
 // MoETuneReport is what a tune produced.

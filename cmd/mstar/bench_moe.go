@@ -16,6 +16,7 @@ import (
 	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/mstar-dev/mstar/kernels/moe"
 	"github.com/mstar-dev/mstar/kernels/router"
+	"github.com/mstar-dev/mstar/kernels/routing"
 	"github.com/mstar-dev/mstar/reports"
 	"github.com/mstar-dev/mstar/reports/results"
 )
@@ -189,7 +190,7 @@ Models:
 				if len(tr.Layers) > 1 {
 					fmt.Fprintf(a.stderr, "mstar: routing file %s has %d layers; replaying its first (layer %d)\n", traceIn, len(tr.Layers), tr.Layers[0])
 				}
-				r := moe.Routing{IDs: tr.IDs[0], Weights: tr.Weights[0], M: tr.Tokens, K: tr.TopK}
+				r := tr.Routings[0]
 				opt.Trace, opt.TraceName = &r, traceIn
 			}
 			if _, err := moebench.PrepareMoE(&opt); err != nil {
@@ -342,8 +343,8 @@ func joinInts(v []int) string {
 }
 
 // writeRoutingFile writes a routing over e experts as a one-layer routing file.
-func writeRoutingFile(path string, r moe.Routing, e int) error {
-	tr, err := router.TraceFromOutputs(e, []router.Output{{T: r.M, K: r.K, IDs: r.IDs, Weights: r.Weights}})
+func writeRoutingFile(path string, r routing.Routing, e int) error {
+	tr, err := router.TraceFromRoutings(e, []routing.Routing{r})
 	if err != nil {
 		return fmt.Errorf("writing routing file %s: %w", path, err)
 	}
