@@ -131,9 +131,11 @@ then one {"layer":L,"ids":[e,...],"weights":[w,...]} per token; the first
 layer replays) or as one object
   {"experts": E, "topk": k, "ids": [[e, ...], ...], "weights": [[w, ...], ...]}
 with one row of k distinct global expert ids per token ("weights" optional:
-1/k). Batch M uses the first M tokens (a file repeats when shorter).
---routing-out FILE writes the routing used as a routing file (JSON Lines;
-ablate router --routing-file and the peers in scripts/peers replay it).
+1/k; "dropped" optional, slots a router dropped for capacity, which compute
+nothing), as 'mstar route' prints it. Batch M uses the first M tokens (a
+file repeats when shorter). --routing-out FILE writes the routing used as a
+routing file (JSON Lines; ablate router --routing-file and the peers in
+scripts/peers replay it); a routing with dropped slots is not written.
 
 Models:
 ` + strings.Join(names, "\n"),
@@ -191,6 +193,10 @@ Models:
 					fmt.Fprintf(a.stderr, "mstar: routing file %s has %d layers; replaying its first (layer %d)\n", traceIn, len(tr.Layers), tr.Layers[0])
 				}
 				r := tr.Routings[0]
+				if traceOut != "" && r.DroppedSlots() > 0 {
+					// Said before the run, not after it.
+					return usageErr("--routing-out: routing file %s has %d dropped slots, which --routing-out does not record (it replays as it is)", traceIn, r.DroppedSlots())
+				}
 				opt.Trace, opt.TraceName = &r, traceIn
 			}
 			if _, err := moebench.PrepareMoE(&opt); err != nil {

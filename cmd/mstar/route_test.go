@@ -236,7 +236,12 @@ func TestRoutingFileRoundTrip(t *testing.T) {
 			benchOut, benchDoc := filepath.Join(dir, tc.name+"-bench.jsonl"), filepath.Join(dir, tc.name+"-bench.json")
 			args := []string{"bench", "moe", "--device", "cpu", "--experts", "16", "--topk", "2", "--hidden", "32", "--inter", "16",
 				"--batch", "24", "--samples", "2", "--routing-file", routed, "--out", benchDoc}
-			if !tc.drops { // a routing with dropped slots is not recorded
+			if tc.drops { // a routing with dropped slots is not recorded: said before the run
+				_, stderr, code := runMstar(t, append(args, "--routing-out", benchOut)...)
+				if code != exitBadInput || !strings.Contains(stderr, "dropped slots") {
+					t.Errorf("bench moe --routing-out of a routing with drops: exit %d: %s", code, stderr)
+				}
+			} else {
 				args = append(args, "--routing-out", benchOut)
 			}
 			if _, stderr, code = runMstar(t, args...); code != exitOK {
