@@ -324,7 +324,10 @@ func ceilingsTable(tw io.Writer, d *results.Document) {
 			head = true
 		}
 		p := r.Params
-		size := fmt.Sprintf("%s, %s blocks", p["size"], p["blocks"])
+		size := p["size"]
+		if p["blocks"] != "" { // documents before the ceilings named their blocks lack it
+			size += ", " + p["blocks"] + " blocks"
+		}
 		if sh := p["shards"]; sh != "" {
 			size += fmt.Sprintf(" in %d shards at once", len(strings.Split(sh, "+")))
 		}
