@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/mstar-dev/mstar/reports/results"
+	"github.com/mstar-dev/mstar/scripts/peers"
 )
 
 // moeGateFacts reads what bench moe's correctness gate records beside the
@@ -24,10 +25,16 @@ var moeStatic = regexp.MustCompile(`\(static table: ([^)]*)\)`)
 // one aligned row per batch, then each batch's kernels, stages and tuning.
 func moeTable(w io.Writer, d *Document) error {
 	var batches, stages, tuned []Result
+	peered := false
 	var ceil = map[string]Result{}
 	for _, r := range d.Results {
 		switch r.Name {
 		case "moe":
+			// The peers' rows (--peers) have a table of their own.
+			if impl := r.Params["impl"]; impl != "" && impl != "mstar" {
+				peered = true
+				continue
+			}
 			batches = append(batches, r)
 		case "moe_stage":
 			stages = append(stages, r)
@@ -145,6 +152,10 @@ func moeTable(w io.Writer, d *Document) error {
 			}
 			fmt.Fprintf(w, "#   %-58s %9.1f us  rel_l2 %.2g%s\n", c.Params["config"], medianOf(&c, "tune_latency"), rel, mark)
 		}
+	}
+	if peered {
+		fmt.Fprintf(w, "#\n# mstar against its peers, same layer, weights and routing (µs, median):\n")
+		peers.Compare(d.Results).Render(w)
 	}
 	return nil
 }

@@ -18,6 +18,7 @@ var runTables = map[string]func(w io.Writer, d *Document) error{
 	"arena sweep":    sweepTable,
 	"bench moe":      moeTable,
 	"arena stress":   stressTable,
+	"tune moe":       tuneTable,
 }
 
 // RegisterRunTable makes table the run table of suite's documents, for a

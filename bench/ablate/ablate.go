@@ -20,6 +20,7 @@ import (
 	"github.com/mstar-dev/mstar/internal/units"
 	"github.com/mstar-dev/mstar/kernels/moe"
 	"github.com/mstar-dev/mstar/kernels/router"
+	"github.com/mstar-dev/mstar/kernels/routing"
 	"github.com/mstar-dev/mstar/reports/results"
 )
 
@@ -158,8 +159,8 @@ func (o *AblationOptions) Dims() (L, T, K int) {
 		if L == 0 {
 			L = len(o.Trace.Layers)
 		}
-		if T == 0 || T > o.Trace.Tokens {
-			T = o.Trace.Tokens
+		if T == 0 || T > o.Trace.Tokens() {
+			T = o.Trace.Tokens()
 		}
 		K = o.Trace.TopK
 	}
@@ -200,7 +201,7 @@ type Ablation struct {
 	Warnings     []string
 
 	uniformTouched int
-	outputs        map[string][]router.Output // per router, per layer, all tokens
+	outputs        map[string][]routing.Routing // per router, per layer, all tokens
 }
 
 // Trace returns a router's routing of every layer as a trace (to replay
@@ -211,7 +212,7 @@ func (a *Ablation) Trace(name string) (*router.Trace, error) {
 	if !ok {
 		return nil, fmt.Errorf("router %s did not run", name)
 	}
-	tr, err := router.TraceFromOutputs(a.Opt.Model.E, outs)
+	tr, err := router.TraceFromRoutings(a.Opt.Model.E, outs)
 	if err != nil {
 		return nil, fmt.Errorf("recording %s: %w", name, err)
 	}
@@ -233,7 +234,7 @@ type timed struct {
 	spent *time.Duration
 }
 
-func (t timed) Route(in router.Input, st router.State) (router.Output, router.State, error) {
+func (t timed) Route(in router.Input, st router.State) (routing.Routing, router.State, error) {
 	t0 := time.Now()
 	out, next, err := t.Router.Route(in, st)
 	*t.spent += time.Since(t0)
@@ -323,8 +324,8 @@ func RunAblation(ctx context.Context, opt AblationOptions) (*Ablation, error) {
 		if L > len(opt.Trace.Layers) {
 			return nil, inputErr("the trace has %d layers, %d asked", len(opt.Trace.Layers), L)
 		}
-		if T == 0 || T > opt.Trace.Tokens {
-			T = opt.Trace.Tokens
+		if T == 0 || T > opt.Trace.Tokens() {
+			T = opt.Trace.Tokens()
 		}
 		K = opt.Trace.TopK
 	}
@@ -349,7 +350,7 @@ func RunAblation(ctx context.Context, opt AblationOptions) (*Ablation, error) {
 	if B == 0 || B > T {
 		B = T
 	}
-	a := &Ablation{Opt: opt, outputs: map[string][]router.Output{}}
+	a := &Ablation{Opt: opt, outputs: map[string][]routing.Routing{}}
 	a.Opt.Layers, a.Opt.Tokens = L, T
 
 	names := slices.Clone(opt.routers())
@@ -400,7 +401,7 @@ func RunAblation(ctx context.Context, opt AblationOptions) (*Ablation, error) {
 	}
 
 	// Route.
-	outputs := make([][]router.Output, 0, len(names)) // [router][layer], all tokens
+	outputs := make([][]routing.Routing, 0, len(names)) // [router][layer], all tokens
 	kept := names[:0:0]
 	for _, name := range names {
 		r, err := opt.newRouter(name)
@@ -409,7 +410,7 @@ func RunAblation(ctx context.Context, opt AblationOptions) (*Ablation, error) {
 		}
 		run := RouterRun{Router: name, Layers: make([]LayerStats, L)}
 		spent := make([]time.Duration, L)
-		batches := make([][]router.Output, L)
+		batches := make([][]routing.Routing, L)
 		var st router.State
 		progress("routing: " + name)
 		var routeErr error
@@ -446,9 +447,9 @@ func RunAblation(ctx context.Context, opt AblationOptions) (*Ablation, error) {
 			done += L
 			continue
 		}
-		layerOuts := make([]router.Output, L)
+		layerOuts := make([]routing.Routing, L)
 		for l := range layerOuts {
-			o := concatOutputs(batches[l])
+			o := routing.Concat(batches[l])
 			layerOuts[l] = o
 			ls := &run.Layers[l]
 			ls.Layer = layerNo[l]
@@ -495,14 +496,14 @@ func RunAblation(ctx context.Context, opt AblationOptions) (*Ablation, error) {
 	if err != nil {
 		return nil, err
 	}
-	ref := toMoE(uniform, 0, n)
+	ref := uniform.Tokens(0, n)
 	a.uniformTouched = ref.Touched(E)
 	from := T - n
 	for l := L - kernelLayers; l < L; l++ {
 		x := hidden[l][from*H:]
-		routings := make([]moe.Routing, len(names))
+		routings := make([]routing.Routing, len(names))
 		for i := range names {
-			routings[i] = toMoE(outputs[i][l], from, n)
+			routings[i] = outputs[i][l].Tokens(from, n) // dropped slots compute nothing
 		}
 		outs := make([][]float32, len(names))
 		for i := range outs {
@@ -578,51 +579,6 @@ func RunAblation(ctx context.Context, opt AblationOptions) (*Ablation, error) {
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-
-// toMoE converts tokens from … from+n−1 of a routing for the kernel: empty
-// and dropped slots become moe.Dropped (no compute, no contribution).
-func toMoE(o router.Output, from, n int) moe.Routing {
-	r := moe.Routing{M: n, K: o.K, IDs: make([]int32, n*o.K), Weights: make([]float32, n*o.K)}
-	for i := range r.IDs {
-		if j := from*o.K + i; o.Live(j) {
-			r.IDs[i], r.Weights[i] = o.IDs[j], o.Weights[j]
-		} else {
-			r.IDs[i] = moe.Dropped
-		}
-	}
-	return r
-}
-
-// concatOutputs joins the batches of one layer, padding to the widest K.
-func concatOutputs(outs []router.Output) router.Output {
-	T, K, drops := 0, 0, false
-	for _, o := range outs {
-		T += o.T
-		K = max(K, o.K)
-		drops = drops || o.Dropped != nil
-	}
-	if len(outs) == 1 {
-		return outs[0]
-	}
-	c := router.NewOutput(T, K)
-	if drops {
-		c.Dropped = make([]bool, T*K)
-	}
-	t0 := 0
-	for _, o := range outs {
-		for t := 0; t < o.T; t++ {
-			for j := 0; j < o.K; j++ {
-				src, dst := t*o.K+j, (t0+t)*K+j
-				c.IDs[dst], c.Weights[dst] = o.IDs[src], o.Weights[src]
-				if o.Dropped != nil {
-					c.Dropped[dst] = o.Dropped[src]
-				}
-			}
-		}
-		t0 += o.T
-	}
-	return c
-}
 
 // column is one metric of the ablation: how to read it from a layer, and
 // how it is named, unit and direction in results documents.
@@ -929,7 +885,7 @@ func ciText(v []float64) string {
 
 // assignDrop is the fraction of o's assigned (token, expert) slots that
 // were dropped for capacity; empty slots (-1) were never assigned.
-func assignDrop(o router.Output) float64 {
+func assignDrop(o routing.Routing) float64 {
 	assigned := 0
 	for _, id := range o.IDs {
 		if id >= 0 {

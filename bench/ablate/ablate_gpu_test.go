@@ -38,7 +38,7 @@ func TestCUDAAblationKernelMatchesCPU(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rt := toMoE(outs[0], 0, T)
+			rt := outs[0].Tokens(0, T)
 			want := make([]float32, T*shape.H)
 			if _, err := ck.Forward(hid[0], rt, want); err != nil {
 				t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/mstar-dev/mstar/internal/badinput"
 	"github.com/mstar-dev/mstar/kernels/router"
+	"github.com/mstar-dev/mstar/kernels/routing"
 	"github.com/mstar-dev/mstar/reports/results"
 )
 
@@ -204,11 +205,11 @@ func TestMaxVioVersusTokens(t *testing.T) {
 
 func TestAblationTraceReplay(t *testing.T) {
 	// Two layers, 4 tokens each, all on experts 0 and 1 at layer 0.
-	outs := []router.Output{
-		{T: 4, K: 2, IDs: []int32{0, 1, 0, 1, 1, 0, 0, 1}, Weights: []float32{.5, .5, .5, .5, .5, .5, .5, .5}},
-		{T: 4, K: 2, IDs: []int32{2, 3, 4, 5, 6, 7, 8, 9}, Weights: []float32{.5, .5, .5, .5, .5, .5, .5, .5}},
+	outs := []routing.Routing{
+		{M: 4, K: 2, IDs: []int32{0, 1, 0, 1, 1, 0, 0, 1}, Weights: []float32{.5, .5, .5, .5, .5, .5, .5, .5}},
+		{M: 4, K: 2, IDs: []int32{2, 3, 4, 5, 6, 7, 8, 9}, Weights: []float32{.5, .5, .5, .5, .5, .5, .5, .5}},
 	}
-	tr, err := router.TraceFromOutputs(16, outs)
+	tr, err := router.TraceFromRoutings(16, outs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -307,21 +308,6 @@ func TestAblationUsesGateFileLayers(t *testing.T) {
 		if ls.Load[5] != 64 {
 			t.Errorf("layer %d: expert 5 got %d of 64 tokens; the file's bias was not used", ls.Layer, ls.Load[5])
 		}
-	}
-}
-
-func TestConcatOutputs(t *testing.T) {
-	a := router.Output{T: 1, K: 1, IDs: []int32{3}, Weights: []float32{1}}
-	b := router.Output{T: 2, K: 2, IDs: []int32{0, 1, 2, -1}, Weights: []float32{.5, .5, 1, 0}, Dropped: []bool{false, true, false, false}}
-	c := concatOutputs([]router.Output{a, b})
-	want := router.Output{T: 3, K: 2, IDs: []int32{3, -1, 0, 1, 2, -1}, Weights: []float32{1, 0, .5, .5, 1, 0},
-		Dropped: []bool{false, false, false, true, false, false}}
-	if !reflect.DeepEqual(c, want) {
-		t.Errorf("(-want +got):\n-%+v\n+%+v", want, c)
-	}
-	m := toMoE(c, 1, 2)
-	if wantIDs := []int32{0, -1, 2, -1}; !reflect.DeepEqual(m.IDs, wantIDs) || m.M != 2 || m.K != 2 {
-		t.Errorf("kernel routing of tokens 1..2: ids %v (M=%d K=%d), want %v (dropped and empty slots → -1)", m.IDs, m.M, m.K, wantIDs)
 	}
 }
 
@@ -428,7 +414,7 @@ func TestAblationInterrupted(t *testing.T) {
 // with no expert: a switch router that drops one of a token's two experts
 // dropped an assignment (it read 0.0 while ~2.4% were dropped).
 func TestAssignDropCountsAssignments(t *testing.T) {
-	o := router.Output{T: 3, K: 2, IDs: []int32{0, 1, 2, 3, 1, -1}, Weights: make([]float32, 6),
+	o := routing.Routing{M: 3, K: 2, IDs: []int32{0, 1, 2, 3, 1, -1}, Weights: make([]float32, 6),
 		Dropped: []bool{false, true, false, false, false, false}}
 	if got := assignDrop(o); math.Abs(got-1.0/5) > 1e-12 {
 		t.Errorf("assignDrop = %v, want 1/5 (one of five assigned slots dropped; the empty slot is not an assignment)", got)
@@ -436,7 +422,7 @@ func TestAssignDropCountsAssignments(t *testing.T) {
 	if o.TokenDrops() != 0 {
 		t.Errorf("no token lost every expert, TokenDrops = %d", o.TokenDrops())
 	}
-	if got := assignDrop(router.Output{T: 1, K: 1, IDs: []int32{-1}, Weights: []float32{0}}); got != 0 {
+	if got := assignDrop(routing.Routing{M: 1, K: 1, IDs: []int32{-1}, Weights: []float32{0}}); got != 0 {
 		t.Errorf("no assignment at all: %v", got)
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/mstar-dev/mstar/internal/badinput"
 	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/mstar-dev/mstar/kernels/moe"
+	"github.com/mstar-dev/mstar/kernels/routing"
 	"github.com/mstar-dev/mstar/reports/results"
 )
 
@@ -50,6 +51,9 @@ const (
 	// name of its own, so that tables of "latency" show the measured
 	// batches and tables of "tune_latency" the candidates.
 	MoETuneLatency = "tune_latency"
+	// TuneStaticNote starts the warning of tune moe's chosen candidate
+	// that names the static table's pick for its batch.
+	TuneStaticNote = "static table: "
 )
 
 // DefaultGPUBatches and DefaultCPUBatches are the sweeps without --batch.
@@ -68,7 +72,7 @@ type MoEOptions struct {
 	// Routing is "uniform" or "zipf:ALPHA"; Trace, when set, replaces it
 	// (global expert ids, TraceName its file name for the results).
 	Routing   string
-	Trace     *moe.Routing
+	Trace     *routing.Routing
 	TraceName string
 	Samples   int // timed samples per batch (0: 20 on CUDA, 6 on the CPU)
 	// Rounds repeats the whole sweep (see Rounds; 0 or 1: once); the
@@ -149,9 +153,9 @@ type MoEReport struct {
 	Results  []results.Result
 	Ceilings *ceilings.Ceilings
 	Warnings []string
-	Routing  moe.Routing // the routing of the largest batch (global ids); smaller batches use its first tokens
-	Compile  string      // CUDA: how moe.cu was compiled (cache hit, seconds)
-	Batches  int         // batches finished
+	Routing  routing.Routing // the routing of the largest batch (global ids); smaller batches use its first tokens
+	Compile  string          // CUDA: how moe.cu was compiled (cache hit, seconds)
+	Batches  int             // batches finished
 	// KernelsID names the kernels' source and target ("moe.cu 1a2b3c4d5e6f
 	// cubin sm_90a"): stable across runs of one build, for the environment.
 	KernelsID string
@@ -229,7 +233,7 @@ func (opt *MoEOptions) routingName() string {
 }
 
 // buildRouting makes the routing of the largest batch (global ids).
-func (opt *MoEOptions) buildRouting(maxM int) moe.Routing {
+func (opt *MoEOptions) buildRouting(maxM int) routing.Routing {
 	if opt.Trace != nil {
 		return opt.Trace.Repeat(maxM)
 	}
@@ -241,9 +245,7 @@ func (opt *MoEOptions) buildRouting(maxM int) moe.Routing {
 }
 
 // prefix is the first m tokens of r.
-func prefix(r moe.Routing, m int) moe.Routing {
-	return moe.Routing{IDs: r.IDs[:m*r.K], Weights: r.Weights[:m*r.K], M: m, K: r.K}
-}
+func prefix(r routing.Routing, m int) routing.Routing { return r.Tokens(0, m) }
 
 // checkTokens is every token up to moeCheckTokens, else that many spread
 // evenly over the batch, first and last included.
@@ -660,7 +662,7 @@ func settleWarmUp(onGPU bool) func(call func() (float64, error)) error {
 // shared loop (TuneCandidates): a checked pass and, for those that pass,
 // `samples` timed samples. A canceled ctx stops it before the next
 // candidate (the caller then drops the batch).
-func tune(ctx context.Context, g *moe.Runner, x []float32, r moe.Routing, tokens []int, want []float64, samples int, progress func(string)) []TuneOutcome {
+func tune(ctx context.Context, g *moe.Runner, x []float32, r routing.Routing, tokens []int, want []float64, samples int, progress func(string)) []TuneOutcome {
 	shape := g.Layer().Shape
 	return TuneCandidates(ctx, gpuCandidates{g: g, m: r.M, x: x, r: r}, moe.Candidates(shape, r.M),
 		TuneCheck{Tokens: tokens, Want: want, H: shape.H}, samples, progress)
@@ -711,7 +713,7 @@ func MoEParams(opt MoEOptions, local moe.Shape, m int, impl string) results.Para
 // max(bytes / read ceiling, flops / GEMM ceiling) (the d2d copy ceiling
 // when the read ceiling is unmeasured, with a warning). A percentage above
 // OverCeilingPct warns, naming the ceiling.
-func moeResult(opt MoEOptions, local moe.Shape, m int, r moe.Routing, us []float64, rel float64, cfg string, checked int) results.Result {
+func moeResult(opt MoEOptions, local moe.Shape, m int, r routing.Routing, us []float64, rel float64, cfg string, checked int) results.Result {
 	slots, touched := r.Slots(), r.Touched(local.E)
 	flops, bytes := local.Flops(slots), local.Bytes(m, touched, slots)
 	c := opt.Ceilings

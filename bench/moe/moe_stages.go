@@ -4,6 +4,7 @@ import (
 	"math"
 
 	"github.com/mstar-dev/mstar/kernels/moe"
+	"github.com/mstar-dev/mstar/kernels/routing"
 	"github.com/mstar-dev/mstar/reports/results"
 )
 
@@ -31,11 +32,11 @@ func stageCost(s moe.Shape, stage string, tokens, slots, touched int) (flops, by
 }
 
 // localTokens counts the tokens with at least one slot on this rank.
-func localTokens(r moe.Routing) int {
+func localTokens(r routing.Routing) int {
 	n := 0
 	for m := 0; m < r.M; m++ {
 		for j := 0; j < r.K; j++ {
-			if r.IDs[m*r.K+j] >= 0 {
+			if r.Live(m*r.K + j) {
 				n++
 				break
 			}
@@ -46,7 +47,7 @@ func localTokens(r moe.Routing) int {
 
 // stageResults turns the per-stage samples of one batch into results. A GEMM stage's floor is max(bytes / d2d, flops / gemm) of its
 // own work, so "% of floor" says which GEMM leaves time on the table.
-func stageResults(opt MoEOptions, local moe.Shape, m int, r moe.Routing, stages []moe.StageTime) []results.Result {
+func stageResults(opt MoEOptions, local moe.Shape, m int, r routing.Routing, stages []moe.StageTime) []results.Result {
 	slots, touched, tokens := r.Slots(), r.Touched(local.E), localTokens(r)
 	c := opt.Ceilings
 	total := 0.0

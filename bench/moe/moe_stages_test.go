@@ -8,6 +8,7 @@ import (
 	"github.com/mstar-dev/mstar/bench/ceilings"
 	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/mstar-dev/mstar/kernels/moe"
+	"github.com/mstar-dev/mstar/kernels/routing"
 	"github.com/mstar-dev/mstar/reports/results"
 )
 
@@ -15,7 +16,7 @@ import (
 // from its own work, by hand for round numbers.
 func TestStageResults(t *testing.T) {
 	s := moe.Shape{E: 4, K: 2, H: 100, I: 50}
-	r := moe.Routing{M: 2, K: 2, IDs: []int32{0, 1, 0, 2}, Weights: []float32{.5, .5, .5, .5}}
+	r := routing.Routing{M: 2, K: 2, IDs: []int32{0, 1, 0, 2}, Weights: []float32{.5, .5, .5, .5}}
 	opt := MoEOptions{Model: "tiny", TP: 1, EP: 1, Ceilings: fakeCeilings()} // d2d 10 GB/s, gemm 0.01 TFLOP/s
 	stages := []moe.StageTime{
 		{Stage: "align", Kernel: "moe_align", US: []float64{10, 10, 10}},

@@ -16,6 +16,7 @@ import (
 	"github.com/mstar-dev/mstar/internal/badinput"
 	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/mstar-dev/mstar/kernels/moe"
+	"github.com/mstar-dev/mstar/kernels/routing"
 	"github.com/mstar-dev/mstar/reports/results"
 )
 
@@ -108,7 +109,7 @@ func TestRunMoEGateFails(t *testing.T) {
 }
 
 func TestRunMoEBadInput(t *testing.T) {
-	trace := moe.Routing{IDs: []int32{0, 9}, Weights: []float32{.5, .5}, M: 1, K: 2}
+	trace := routing.Routing{IDs: []int32{0, 9}, Weights: []float32{.5, .5}, M: 1, K: 2}
 	for _, tt := range []struct {
 		name, want string
 		opt        MoEOptions

@@ -16,6 +16,7 @@ import (
 	"github.com/mstar-dev/mstar/internal/badinput"
 	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/mstar-dev/mstar/kernels/moe"
+	"github.com/mstar-dev/mstar/kernels/routing"
 	"github.com/mstar-dev/mstar/reports/results"
 )
 
@@ -116,7 +117,7 @@ type gpuCandidates struct {
 	g *moe.Runner
 	m int
 	x []float32
-	r moe.Routing
+	r routing.Routing
 }
 
 func (a gpuCandidates) Prepare(c moe.Config) (string, error) {
@@ -154,7 +155,7 @@ type cpuCandidates struct {
 	ctx context.Context
 	g   *moe.Runner
 	x   []float32
-	r   moe.Routing
+	r   routing.Routing
 }
 
 func (a cpuCandidates) Prepare(moe.Config) (string, error) { return "", nil }
@@ -289,7 +290,7 @@ type MoETuneOptions struct {
 	Now    func() time.Time // nil: time.Now
 	// Runner, when set, replaces the device's own candidates for batch m
 	// (tests: a candidate that returns wrong numbers must be rejected).
-	Runner func(m int, l *moe.Layer, x []float32, r moe.Routing) (CandidateRunner, []moe.Config)
+	Runner func(m int, l *moe.Layer, x []float32, r routing.Routing) (CandidateRunner, []moe.Config)
 }
 
 // MoETuneReport is what a tune produced.
@@ -384,6 +385,9 @@ func RunMoETune(ctx context.Context, dev gpu.Device, opt MoETuneOptions) (*MoETu
 			todo = append(todo, m)
 		}
 	}
+	if len(rep.Skipped) > 0 {
+		rep.Warnings = append(rep.Warnings, "already in the file, not re-tuned (--force re-tunes): M="+joinBatches(rep.Skipped))
+	}
 
 	var gk, cpuRun *moe.Runner
 	defer func() {
@@ -453,10 +457,19 @@ func RunMoETune(ctx context.Context, dev gpu.Device, opt MoETuneOptions) (*MoETu
 			return rep, err // the batch in flight is left out of the file
 		}
 		rep.Outcomes[m] = outs
-		for _, o := range outs {
-			rep.Results = append(rep.Results, tuneResult(mo, local, m, o))
+		best := pickFastest(outs) // before the results: the chosen one says so
+		static := moe.Config{}.String()
+		if onGPU || opt.Runner != nil {
+			static = moe.ChooseConfig(local, m).String()
 		}
-		best := pickFastest(outs)
+		for i, o := range outs {
+			r := tuneResult(mo, local, m, o)
+			if i == best {
+				// The run table names the static table's pick beside the chosen one.
+				r.Warnings = append(r.Warnings, TuneStaticNote+static)
+			}
+			rep.Results = append(rep.Results, r)
+		}
 		if best < 0 {
 			rep.NoCandidate = append(rep.NoCandidate, m)
 			rep.Warnings = append(rep.Warnings, fmt.Sprintf("M=%d: no candidate passed:\n  %s", m, strings.Join(rejections(outs), "\n  ")))
@@ -467,10 +480,7 @@ func RunMoETune(ctx context.Context, dev gpu.Device, opt MoETuneOptions) (*MoETu
 		for _, v := range outs[best].Latency {
 			b.Samples = append(b.Samples, round3(v))
 		}
-		b.Static = moe.Config{}.String()
-		if onGPU || opt.Runner != nil {
-			b.Static = moe.ChooseConfig(local, m).String()
-		}
+		b.Static = static
 		for _, o := range outs {
 			if o.Config.String() == b.Static && len(o.Latency) > 0 {
 				b.StaticUS = round3(o.Median())

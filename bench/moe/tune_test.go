@@ -12,6 +12,7 @@ import (
 
 	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/mstar-dev/mstar/kernels/moe"
+	"github.com/mstar-dev/mstar/kernels/routing"
 	"github.com/mstar-dev/mstar/reports"
 )
 
@@ -83,7 +84,7 @@ func tuneOpts(dir string, batches []int, cands []moe.Config, calls *[]int) MoETu
 	return MoETuneOptions{
 		MoE: MoEOptions{Shape: moe.Shape{E: 8, K: 2, H: 32, I: 16}, Batches: batches, Samples: 2, TuneSamples: 3, Seed: 3, Ceilings: fakeCeilings()},
 		Dir: dir,
-		Runner: func(m int, l *moe.Layer, x []float32, r moe.Routing) (CandidateRunner, []moe.Config) {
+		Runner: func(m int, l *moe.Layer, x []float32, r routing.Routing) (CandidateRunner, []moe.Config) {
 			g, err := moe.NewRunner(gpu.NewCPU(), l, nil)
 			if err != nil {
 				panic(err) // the CPU runner has nothing to fail on

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/mstar-dev/mstar/internal/units"
-
 	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/mstar-dev/mstar/internal/spill/tier"
 	"github.com/mstar-dev/mstar/reports/results"
@@ -154,6 +152,5 @@ func runAbort(ctx context.Context, e *cellEnv) error {
 		},
 		Gates: gates}
 	e.add(r)
-	e.figure = fmt.Sprintf("stranded %s → reclaimed after %s", units.Bytes(st.Bytes), reclaimAfter.Round(time.Millisecond))
 	return nil
 }

@@ -524,6 +524,5 @@ func runCoResidency(ctx context.Context, e *cellEnv) error {
 		},
 		Gates: gates}
 	e.add(r)
-	e.figure = fmt.Sprintf("claimed %s, 1 refused, floor held", units.Bytes(grown+claimed))
 	return nil
 }

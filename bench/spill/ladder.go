@@ -115,8 +115,6 @@ func runLadder(ctx context.Context, e *cellEnv) error {
 			return poisonBlocks(e.s, p, d.Spilled)
 		},
 	}
-	var figs []string
-	worstChanges, worstCost := 0, 0.0
 	for _, curve := range LadderCurves() {
 		if e.cfg.mut.truncateCurves {
 			curve.Ticks /= 2
@@ -137,8 +135,6 @@ func runLadder(ctx context.Context, e *cellEnv) error {
 		}
 		// Gated against the configured cooldown and interval.
 		gates, st := ladderGates(ticks, e.cfg.Cooldown, interval)
-		worstChanges = max(worstChanges, st.perWindow)
-		worstCost = max(worstCost, best(st.costs)/(float64(interval)/float64(time.Microsecond)))
 		if !reg.AllResident() || reg.Rung() != trace.RungResident {
 			gates = append(gates, fail("settled", "after the demand fell, the regulator is on rung %d with blocks still spilled", reg.Rung()))
 			if err := reg.Release(); err != nil {
@@ -176,9 +172,7 @@ func runLadder(ctx context.Context, e *cellEnv) error {
 			},
 			Gates: gates}
 		e.add(r)
-		figs = append(figs, fmt.Sprint(len(st.changes)))
 	}
-	e.figure = fmt.Sprintf("changes %s/%s/%s, ≤%d/cooldown, tick ≤%.0f%% of interval", figs[0], figs[1], figs[2], worstChanges, 100*worstCost)
 	return nil
 }
 

@@ -302,7 +302,6 @@ func runHibernate(ctx context.Context, e *cellEnv) error {
 	}
 	r.Gates = append(r.Gates, bandwidthGates(c, spillS, restoreS, floor)...)
 	e.add(r)
-	e.figure = pctFigure(c, spillS, restoreS)
 	return nil
 }
 
@@ -315,7 +314,6 @@ func runPartial(ctx context.Context, e *cellEnv) error {
 	}
 	defer freeSlots(slots)
 	rng := rand.New(rand.NewPCG(e.cfg.Seed, 1))
-	var figs []string
 	for _, pct := range []int{25, 50, 75} {
 		k := max(1, len(lens)*pct/100)
 		idx := rng.Perm(len(lens))[:k]
@@ -384,13 +382,11 @@ func runPartial(ctx context.Context, e *cellEnv) error {
 		r.Gates = append(r.Gates, ident.gate(GIdentical), GateReached(reaches), over.gate("overwritten"))
 		r.Gates = append(r.Gates, bandwidthGates(c, spillS, restoreS, e.cfg.Floor)...)
 		e.add(r)
-		figs = append(figs, fmt.Sprintf("%.1f", best(restoreS)))
 	}
 	if err := freeSlots(slots); err != nil {
 		return err
 	}
 	e.results[len(e.results)-1].Gates = append(e.results[len(e.results)-1].Gates, GateStranded([]tier.Tier{t}, nil))
-	e.figure = "R " + figs[0] + "/" + figs[1] + "/" + figs[2] + " GB/s"
 	return nil
 }
 
@@ -551,11 +547,6 @@ func runRestoreGate(ctx context.Context, e *cellEnv) error {
 	r.Gates = append(r.Gates, ident.gate(GIdentical), GateReached(reaches), gated.gate("compute-gated"), caught, GateStranded([]tier.Tier{t}, nil))
 	r.Gates = append(r.Gates, bandwidthGates(c, spillS, restoreS, e.cfg.Floor)...)
 	e.add(r)
-	if len(missing) > 0 {
-		e.figure = fmt.Sprintf("caught −%d B, verify %.1f ms", int64(missing[0]), -best(negate(verifyMS)))
-	} else {
-		e.figure = "short restore not caught"
-	}
 	return nil
 }
 
@@ -695,6 +686,5 @@ func runUneven(ctx context.Context, e *cellEnv) error {
 	r.Gates = append(r.Gates, ident.gate(GIdentical), GateReached(reaches), GateStranded([]tier.Tier{t}, nil))
 	r.Gates = append(r.Gates, bandwidthGates(c, spillS, restoreS, e.cfg.Floor)...)
 	e.add(r)
-	e.figure = fmt.Sprintf("%d shards ", len(shards)) + pctFigure(c, spillS, restoreS)
 	return nil
 }

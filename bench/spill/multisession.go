@@ -187,6 +187,5 @@ func runMultiSession(ctx context.Context, e *cellEnv) error {
 		}}
 	r.Gates = append(r.Gates, ident.gate(GIdentical), GateReached(reaches), inter, GateStranded([]tier.Tier{t}, nil))
 	e.add(r)
-	e.figure = fmt.Sprintf("%d sessions, %d ops, %d switches", S, ops, switches)
 	return nil
 }

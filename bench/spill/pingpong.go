@@ -394,7 +394,6 @@ func runPingPong(ctx context.Context, e *cellEnv) error {
 	}
 	r.Gates = append(r.Gates, GateStranded([]tier.Tier{t}, nil))
 	e.add(r)
-	e.figure = fmt.Sprintf("pred %.2f/meas %.2f ms (%.0f%%)", results.Median(preds), results.Median(turns), medErr)
 	return nil
 }
 

@@ -368,8 +368,7 @@ func CheckFits(dev gpu.Device, cells []Cell) error {
 type Outcome struct {
 	Cell    Cell
 	Results []results.Result
-	Figure  string // the key figure, for the matrix
-	Err     error  // the cell could not run at all
+	Err     error // the cell could not run at all
 	Took    time.Duration
 }
 
@@ -507,7 +506,7 @@ func (r *runner) runCell(ctx context.Context, c Cell) (o Outcome) {
 	}
 	defer env.close()
 	err = fn(ctx, env)
-	o.Results, o.Figure = env.results, env.figure
+	o.Results = env.results
 	if err != nil {
 		o.Err = err
 	}
@@ -523,7 +522,6 @@ type cellEnv struct {
 	r       *runner
 	closers []func() error
 	results []results.Result
-	figure  string
 }
 
 func (r *runner) newEnv(c Cell) (*cellEnv, error) {

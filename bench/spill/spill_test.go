@@ -346,30 +346,108 @@ func TestMatchAndParse(t *testing.T) {
 	}
 }
 
-func TestMatrixText(t *testing.T) {
-	m := &Matrix{Config: Config{Blocks: 16}, Outcomes: []Outcome{
-		{Cell: Cell{Hibernate, tier.Pinned, 64 << 20}, Figure: "1.0/2.0 GB/s", Results: []results.Result{{Name: "hibernate", Gates: []results.Gate{pass("identical", "ok")}}}},
-		{Cell: Cell{Hibernate, tier.File, 64 << 20}, Results: []results.Result{{Name: "hibernate", Gates: []results.Gate{fail("reached", "block 2 short")}}}},
-		{Cell: Cell{Ladder, tier.File, 64 << 20}, Err: fmt.Errorf("holder died")},
-	}}
+// The matrix is drawn from the document alone: each scenario's key figure
+// comes from its results' metrics, a cell that could not run says why, and
+// a cell that was not run is told apart from one that does not apply.
+func TestTable(t *testing.T) {
+	const mb = 64 << 20
+	ceil := &Ceiling{Tier: tier.Pinned, Size: mb, Blocks: 16, Spill: []float64{8, 10}, Restore: []float64{4, 5}}
+	res := func(sc Scenario, k tier.Kind, kv []string, gates []results.Gate, ms ...results.Metric) results.Result {
+		e := &cellEnv{cell: Cell{sc, k, mb}}
+		return results.Result{Name: string(sc), Params: e.params(kv...), Metrics: ms, Gates: gates}
+	}
+	ok := []results.Gate{pass("identical", "ok")}
+	m := &Matrix{Config: Config{Blocks: 16}, Ceilings: []Ceiling{*ceil,
+		{Tier: tier.File, Size: mb, Shards: []int64{1 << 20, 2 << 20}, Blocks: 5, Unmeasured: "no room in /tmp"}}}
+	add := func(c Cell, err error, rs ...results.Result) {
+		m.Outcomes = append(m.Outcomes, Outcome{Cell: c, Err: err, Results: rs})
+	}
+	add(Cell{Hibernate, tier.Pinned, mb}, nil, res(Hibernate, tier.Pinned, []string{"blocks", "16"}, ok, bandwidthMetrics(ceil, []float64{6, 7.04}, []float64{2, 3.5})...))
+	add(Cell{Hibernate, tier.File, mb}, nil, res(Hibernate, tier.File, nil, []results.Gate{fail("reached", "block 2 short"), fail("stranded", "4 KiB left")}))
+	add(Cell{Partial, tier.Pinned, mb}, nil,
+		res(Partial, tier.Pinned, []string{"fraction", "25"}, ok, metric("restore", "GB/s", results.HigherIsBetter, 1, 1.25)),
+		res(Partial, tier.Pinned, []string{"fraction", "50"}, ok, metric("restore", "GB/s", results.HigherIsBetter, 2.25)),
+		res(Partial, tier.Pinned, []string{"fraction", "75"}, ok, metric("restore", "GB/s", results.HigherIsBetter, 3)))
+	add(Cell{RestoreGate, tier.Pinned, mb}, nil, res(RestoreGate, tier.Pinned, nil, ok,
+		metric("verify", "ms", results.LowerIsBetter, 0.9, 0.3, 0.5), metric("short_missing", "B", results.LowerIsBetter, 4109)))
+	undecided := fail("bandwidth.restore", "cannot tell: wide interval")
+	undecided.Undecided = true
+	add(Cell{Uneven, tier.Pinned, mb}, nil, res(Uneven, tier.Pinned, []string{"shares", "1:2:3:5:8"}, []results.Gate{undecided}))
+	add(Cell{PingPong, tier.Pinned, mb}, nil, res(PingPong, tier.Pinned, nil, ok,
+		metric("predicted", "ms", results.LowerIsBetter, 1, 2, 3), metric("turn", "ms", results.LowerIsBetter, 2, 4, 3), metric("model_error", "%", results.LowerIsBetter, 10, 20, 30)))
+	add(Cell{MultiSession, tier.Pinned, mb}, nil, res(MultiSession, tier.Pinned, []string{"sessions", "4"}, ok,
+		metric("operations", "ops", results.HigherIsBetter, 48), metric("switches", "switches", results.HigherIsBetter, 28)))
+	ladder := func(changes, perWindow float64, costs ...float64) results.Result {
+		return res(Ladder, tier.File, nil, ok, metric("tick_cost", "us", results.LowerIsBetter, costs...), metric("interval", "ms", results.LowerIsBetter, 20),
+			metric("rung_changes", "changes", results.LowerIsBetter, changes), metric("changes_per_cooldown", "changes", results.LowerIsBetter, perWindow))
+	}
+	add(Cell{Ladder, tier.File, mb}, nil, ladder(5, 1, 100, 2600), ladder(2, 2, 300), ladder(4, 1, 50))
+	add(Cell{Abort, tier.Pinned, mb}, nil, res(Abort, tier.Pinned, nil, ok,
+		metric("stranded", "MiB", results.HigherIsBetter, 3), metric("reclaim_after", "ms", results.LowerIsBetter, 51.2)))
+	add(Cell{CoResidency, tier.Pinned, mb}, nil, res(CoResidency, tier.Pinned, nil, ok, metric("claimed", "MiB", results.HigherIsBetter, 2.8)))
+	add(Cell{Abort, tier.File, mb}, fmt.Errorf("holder died"), res(Abort, tier.File, nil, []results.Gate{fail("ttl", "early")}))
+	doc := &results.Document{Suite: Suite, Env: m.Env(), Results: m.Results()}
 	var b bytes.Buffer
-	if err := m.WriteText(&b); err != nil {
+	if err := Table(&b, doc); err != nil {
 		t.Fatal(err)
 	}
 	out := b.String()
-	for _, want := range []string{"PASS 1.0/2.0 GB/s", "FAIL reached", "FAIL error", "n/a", "n/a: ladder/pinned: the ladder spills to pinned first", "hibernate/file/64MiB: reached: block 2 short", "ladder/file/64MiB: error: holder died"} {
+	for _, want := range []string{
+		"spill matrix, pool 64MiB in 16 blocks\n",
+		"PASS 7.0/3.5 GB/s 70%", // the lesser share of the ceiling: restore 3.5 of 5
+		"FAIL reached +1",
+		"PASS R 1.2/2.2/3.0 GB/s",
+		"PASS caught −4109 B, verify 0.3 ms",
+		"CANNOT-TELL bandwidth.restore",
+		"PASS pred 2.00/meas 3.00 ms (20%)",
+		"PASS 4 sessions, 48 ops, 28 switches",
+		"PASS changes 5/2/4, ≤2/cooldown, tick ≤13% of interval",
+		"PASS stranded 3 MiB → reclaimed after 51ms",
+		"PASS claimed 2.8 MiB, 1 refused, floor held",
+		"FAIL error +1",
+		"n/a: ladder/pinned: the ladder spills to pinned first",
+		"pinned  64MiB, 16 blocks",
+		"64MiB, 5 blocks in 2 shards at once  unmeasured  unmeasured  no room in /tmp",
+		"hibernate/file/64MiB: reached: block 2 short",
+		"abort/file/64MiB: error: holder died\n  abort/file/64MiB: ttl: early",
+		"1 gate(s) that cannot tell",
+		"uneven/pinned/64MiB: bandwidth.restore: cannot tell: wide interval",
+	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("matrix lacks %q:\n%s", want, out)
 		}
+	}
+	// Cells not run are dots: multi-session ran only on pinned.
+	if row := lineWith(out, "multi-session"); strings.Count(row, "·") != 1 {
+		t.Errorf("multi-session row: want one cell not run (file), got %q", row)
+	}
+	// A document from before the block count was in the environment takes
+	// it from a cell that names it.
+	doc.Env = nil
+	b.Reset()
+	if err := Table(&b, doc); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "pool 64MiB in 16 blocks\n") {
+		t.Errorf("without the environment's block count:\n%s", b.String())
 	}
 	rs := m.Results()
 	last := rs[len(rs)-1]
 	if last.Params["status"] != "error" || last.Passed() || !strings.Contains(last.Gates[0].Reason, "holder died") {
 		t.Errorf("a cell that could not run must be a failing result, got %+v", last)
 	}
-	if m.Passed() || len(m.Failures()) != 2 {
+	if m.Passed() || len(m.Failures()) != 4 {
 		t.Errorf("passed %v, failures %v", m.Passed(), m.Failures())
 	}
+}
+
+func lineWith(text, prefix string) string {
+	for _, l := range strings.Split(text, "\n") {
+		if strings.HasPrefix(l, prefix) {
+			return l
+		}
+	}
+	return ""
 }
 
 // A run leaves nothing behind: no segment in the shm folder, no holder.

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -17,6 +16,7 @@ import (
 	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/mstar-dev/mstar/kernels/moe"
 	"github.com/mstar-dev/mstar/kernels/router"
+	"github.com/mstar-dev/mstar/kernels/routing"
 	"github.com/mstar-dev/mstar/reports"
 	"github.com/mstar-dev/mstar/reports/results"
 )
@@ -131,9 +131,11 @@ then one {"layer":L,"ids":[e,...],"weights":[w,...]} per token; the first
 layer replays) or as one object
   {"experts": E, "topk": k, "ids": [[e, ...], ...], "weights": [[w, ...], ...]}
 with one row of k distinct global expert ids per token ("weights" optional:
-1/k). Batch M uses the first M tokens (a file repeats when shorter).
---routing-out FILE writes the routing used as a routing file (JSON Lines;
-ablate router --routing-file and the peers in scripts/peers replay it).
+1/k; "dropped" optional, slots a router dropped for capacity, which compute
+nothing), as 'mstar route' prints it. Batch M uses the first M tokens (a
+file repeats when shorter). --routing-out FILE writes the routing used as a
+routing file (JSON Lines; ablate router --routing-file and the peers in
+scripts/peers replay it); a routing with dropped slots is not written.
 
 Models:
 ` + strings.Join(names, "\n"),
@@ -190,7 +192,11 @@ Models:
 				if len(tr.Layers) > 1 {
 					fmt.Fprintf(a.stderr, "mstar: routing file %s has %d layers; replaying its first (layer %d)\n", traceIn, len(tr.Layers), tr.Layers[0])
 				}
-				r := moe.Routing{IDs: tr.IDs[0], Weights: tr.Weights[0], M: tr.Tokens, K: tr.TopK}
+				r := tr.Routings[0]
+				if traceOut != "" && r.DroppedSlots() > 0 {
+					// Said before the run, not after it.
+					return usageErr("--routing-out: routing file %s has %d dropped slots, which --routing-out does not record (it replays as it is)", traceIn, r.DroppedSlots())
+				}
 				opt.Trace, opt.TraceName = &r, traceIn
 			}
 			if _, err := moebench.PrepareMoE(&opt); err != nil {
@@ -226,7 +232,6 @@ Models:
 			}
 			var extra []results.Result // the peers' rows
 			var peerWarnings []string
-			var peerOut bytes.Buffer
 			return a.measure(measurement{suite: "bench moe", device: device, out: out,
 				steps: func(dev gpu.Device) int { return rounds*(batches(dev)+1) + 1 },
 				run: func(ctx context.Context, m *measuring) (*outcome, error) {
@@ -258,7 +263,7 @@ Models:
 						peerDoc := results.NewDocument("bench moe", a.args, envinfo.Collect(m.dev))
 						peerDoc.Results = append(append(peerDoc.Results, rep.Results...), rep.Ceilings.Results()...)
 						n := len(peerDoc.Results)
-						perr := pf.run(ctx, a, &peerOut, m.dev.Info(), opt, rep, peerDoc, dumpDir)
+						perr := pf.run(ctx, a, m.dev.Info(), opt, rep, peerDoc, dumpDir)
 						extra = peerDoc.Results[n:]
 						peerWarnings = peerDoc.Warnings
 						if perr != nil {
@@ -286,9 +291,6 @@ Models:
 				},
 				table: reports.RunTable,
 				after: func(doc *results.Document) error {
-					if _, err := peerOut.WriteTo(a.stdout); err != nil {
-						return err
-					}
 					if traceOut != "" && rep.Routing.M > 0 { // none when interrupted before it was drawn
 						return writeRoutingFile(traceOut, rep.Routing, opt.Shape.E)
 					}
@@ -347,8 +349,8 @@ func joinInts(v []int) string {
 }
 
 // writeRoutingFile writes a routing over e experts as a one-layer routing file.
-func writeRoutingFile(path string, r moe.Routing, e int) error {
-	tr, err := router.TraceFromOutputs(e, []router.Output{{T: r.M, K: r.K, IDs: r.IDs, Weights: r.Weights}})
+func writeRoutingFile(path string, r routing.Routing, e int) error {
+	tr, err := router.TraceFromRoutings(e, []routing.Routing{r})
 	if err != nil {
 		return fmt.Errorf("writing routing file %s: %w", path, err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -73,10 +72,11 @@ func (p *peerFlags) cleanup() {
 	}
 }
 
-// run runs the peers after mstar's sweep and adds their results to doc; a
-// peer run that cannot happen at all (no torch, no GPU) is said once, as a
-// warning, and mstar's rows stand.
-func (p *peerFlags) run(ctx context.Context, a *app, w io.Writer, dev gpu.Info, opt moebench.MoEOptions, rep *moebench.MoEReport, doc *results.Document, dumpDir string) error {
+// run runs the peers after mstar's sweep and adds their results to doc (the
+// run table prints their comparison after mstar's rows); a peer run that
+// cannot happen at all (no torch, no GPU) is said once, as a warning, and
+// mstar's rows stand.
+func (p *peerFlags) run(ctx context.Context, a *app, dev gpu.Info, opt moebench.MoEOptions, rep *moebench.MoEReport, doc *results.Document, dumpDir string) error {
 	if !p.on || rep.Batches == 0 {
 		return nil
 	}
@@ -114,8 +114,6 @@ func (p *peerFlags) run(ctx context.Context, a *app, w io.Writer, dev gpu.Info, 
 	}
 	doc.Results = append(doc.Results, pdoc.Results...)
 	doc.Warnings = append(doc.Warnings, pdoc.Warnings...)
-	fmt.Fprintf(w, "#\n# mstar against its peers, same layer, weights and routing (µs, median):\n")
-	peers.Compare(doc.Results).Render(w)
 	for _, r := range pdoc.Results {
 		if !r.Passed() {
 			fmt.Fprintf(a.stderr, "mstar: warning: peer %s at M=%s failed its correctness gate: %s\n", r.Params["impl"], r.Params["batch"], r.Gates[0].Reason)

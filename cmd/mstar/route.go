@@ -15,6 +15,7 @@ import (
 	"github.com/mstar-dev/mstar/internal/limits"
 	"github.com/mstar-dev/mstar/internal/units"
 	"github.com/mstar-dev/mstar/kernels/router"
+	"github.com/mstar-dev/mstar/kernels/routing"
 )
 
 func init() {
@@ -36,11 +37,14 @@ e_score_correction_bias: it steers selection, not the weights). The output is
 one JSON object, one row per token, experts in the router's order (largest
 score first; ties go to the lower expert id):
 
-  {"ids": [[2,1], ...], "weights": [[0.7310586,0.26894143], ...]}
+  {"experts": 4, "topk": 2, "ids": [[2,1], ...], "weights": [[0.7310586,0.26894143], ...]}
 
 Routers that drop assignments for capacity (switch) add "dropped": [[false,true],
 ...] (a dropped slot names the expert it was meant for and weighs 0); expert
 choice gives tokens a varying number of experts, so its rows vary in length.
+The output is a routing file: bench moe and ablate router replay it with
+--routing-file (dropped slots compute nothing), except expert choice's rows
+shorter than topk.
 
 Routers: ` + strings.Join(router.Names(), ", ") + `.
 Unset flags take the router's defaults (deepseek-v3: --n-group 8 --topk-group 4
@@ -115,16 +119,16 @@ named.`,
 					return usageErr("route: router %s does not use --bias: it routes these logits the same with and without one (deepseek-v3 and deepseek-v3-lossfree steer by a bias)", name)
 				}
 				out, _, err := r.Route(in, nil)
-				if err == nil && out.T != T {
-					err = fmt.Errorf("routed %d tokens, want %d", out.T, T)
+				if err == nil && out.M != T {
+					err = fmt.Errorf("routed %d tokens, want %d", out.M, T)
 				}
 				if err == nil {
-					err = out.Validate(E)
+					err = router.CheckRouting(out, E)
 				}
 				if err != nil {
 					return badInput(fmt.Errorf("%s: %w", name, err))
 				}
-				return writeRouting(a.stdout, out)
+				return writeRouting(a.stdout, out, E)
 			},
 		}
 		f := cmd.Flags()
@@ -258,13 +262,14 @@ func readVector(path string) ([]float32, error) {
 	return out, nil
 }
 
-// writeRouting prints a routing as JSON, one token per line, weights in
-// float32's shortest form. Empty slots (expert choice) are left out.
-func writeRouting(w io.Writer, o router.Output) error {
+// writeRouting prints a routing over e experts as a routing file (the
+// one-object form that router.ReadTrace reads), one token per line, weights
+// in float32's shortest form. Empty slots (expert choice) are left out.
+func writeRouting(w io.Writer, o routing.Routing, e int) error {
 	bw := bufio.NewWriter(w)
 	rows := func(key string, cell func(i int) string) {
 		fmt.Fprintf(bw, "  %q: [\n", key)
-		for t := 0; t < o.T; t++ {
+		for t := 0; t < o.M; t++ {
 			var cells []string
 			for j := 0; j < o.K; j++ {
 				if i := t*o.K + j; o.IDs[i] >= 0 {
@@ -272,14 +277,14 @@ func writeRouting(w io.Writer, o router.Output) error {
 				}
 			}
 			sep := ","
-			if t == o.T-1 {
+			if t == o.M-1 {
 				sep = ""
 			}
 			fmt.Fprintf(bw, "    [%s]%s\n", strings.Join(cells, ", "), sep)
 		}
 		bw.WriteString("  ]")
 	}
-	bw.WriteString("{\n")
+	fmt.Fprintf(bw, "{\n  \"experts\": %d,\n  \"topk\": %d,\n", e, o.K)
 	rows("ids", func(i int) string { return strconv.Itoa(int(o.IDs[i])) })
 	bw.WriteString(",\n")
 	rows("weights", func(i int) string { return strconv.FormatFloat(float64(o.Weights[i]), 'g', -1, 32) })

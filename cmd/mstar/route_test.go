@@ -2,12 +2,16 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/mstar-dev/mstar/kernels/router"
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 func writeFile(t *testing.T, dir, name, text string) string {
@@ -163,6 +167,132 @@ func TestRouteBadInput(t *testing.T) {
 			if strings.Contains(stderr, "layer 0") {
 				t.Errorf("route has no layers, but stderr names one: %s", stderr)
 			}
+		})
+	}
+}
+
+// One routing type, one routing file: what 'route' prints is a routing file
+// that bench moe and ablate router replay as it is — the same experts,
+// weights and dropped slots the router returned — and what they write back
+// (--routing-out) reads as the same routing again.
+func TestRoutingFileRoundTrip(t *testing.T) {
+	const T, E, K = 24, 16, 2
+	var rows []string
+	logits := make([]float32, T*E)
+	for i := range logits {
+		logits[i] = float32(math.Sin(float64(7*i+3))) * 2 // no ties
+	}
+	for tok := 0; tok < T; tok++ {
+		var cells []string
+		for e := 0; e < E; e++ {
+			cells = append(cells, ftoa(float64(logits[tok*E+e])))
+		}
+		rows = append(rows, "["+strings.Join(cells, ",")+"]")
+	}
+	dir := t.TempDir()
+	lp := writeFile(t, dir, "logits.json", "["+strings.Join(rows, ",\n")+"]")
+	for _, tc := range []struct {
+		name  string
+		flags []string
+		cfg   router.Config
+		drops bool
+	}{
+		{"softmax-topk", nil, router.Config{}, false},
+		{"switch", []string{"--capacity-factor", "1"}, router.Config{CapacityFactor: 1}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := router.New(tc.name, tc.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			outs, _, err := router.Drive(r, []router.Input{{Logits: logits, T: T, E: E, K: K}}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := outs[0]
+			if (want.DroppedSlots() > 0) != tc.drops {
+				t.Fatalf("%s dropped %d slots; the case wants drops: %v", tc.name, want.DroppedSlots(), tc.drops)
+			}
+			stdout, stderr, code := runMstar(t, append([]string{"route", "--router", tc.name, "--logits", lp, "--topk", "2"}, tc.flags...)...)
+			if code != exitOK {
+				t.Fatalf("route: exit %d: %s", code, stderr)
+			}
+			routed := writeFile(t, dir, tc.name+".json", stdout)
+			same := func(what, path string) {
+				t.Helper()
+				tr, err := router.ReadTraceFile(path)
+				if err != nil {
+					t.Fatalf("%s: %v", what, err)
+				}
+				got := tr.Routings[0]
+				if tr.Experts != E || len(tr.Routings) != 1 || got.M != T || got.K != K || !reflect.DeepEqual(got.IDs, want.IDs) ||
+					!reflect.DeepEqual(got.Weights, want.Weights) || !reflect.DeepEqual(got.Dropped, want.Dropped) {
+					t.Errorf("%s: routing differs from the router's (-want +got):\n-%+v\n+%+v", what, want, got)
+				}
+			}
+			same("route's output", routed)
+
+			// bench moe computes the live slots only: the gate names them.
+			benchOut, benchDoc := filepath.Join(dir, tc.name+"-bench.jsonl"), filepath.Join(dir, tc.name+"-bench.json")
+			args := []string{"bench", "moe", "--device", "cpu", "--experts", "16", "--topk", "2", "--hidden", "32", "--inter", "16",
+				"--batch", "24", "--samples", "2", "--routing-file", routed, "--out", benchDoc}
+			if tc.drops { // a routing with dropped slots is not recorded: said before the run
+				_, stderr, code := runMstar(t, append(args, "--routing-out", benchOut)...)
+				if code != exitBadInput || !strings.Contains(stderr, "dropped slots") {
+					t.Errorf("bench moe --routing-out of a routing with drops: exit %d: %s", code, stderr)
+				}
+			} else {
+				args = append(args, "--routing-out", benchOut)
+			}
+			if _, stderr, code = runMstar(t, args...); code != exitOK {
+				t.Fatalf("bench moe --routing-file: exit %d: %s", code, stderr)
+			}
+			doc, err := results.ReadFile(benchDoc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			facts := fmt.Sprintf("; %d slots on %d experts;", want.Slots(), want.Touched(E))
+			if len(doc.Results) == 0 || len(doc.Results[0].Gates) == 0 || !strings.Contains(doc.Results[0].Gates[0].Reason, facts) {
+				t.Errorf("bench moe did not compute the file's %q: %+v", facts, doc.Results[0].Gates)
+			}
+
+			// ablate router replays it: the same drops, and as its baseline
+			// it writes the same routing back.
+			ablateOut, ablateDoc := filepath.Join(dir, tc.name+"-ablate.jsonl"), filepath.Join(dir, tc.name+"-ablate.json")
+			args = append([]string{"ablate", "router", "--routing-file", routed, "--routers", "trace", "--baseline", "trace",
+				"--kernel-tokens", "8", "--kernel-samples", "1", "--out", ablateDoc}, tinyModel...)
+			if !tc.drops {
+				args = append(args, "--routing-out", ablateOut)
+			}
+			stdout, stderr, code = runMstar(t, args...)
+			if code != exitOK {
+				t.Fatalf("ablate router --routing-file: exit %d: %s", code, stderr)
+			}
+			if !strings.Contains(stdout, "1 layer × 24 tokens") {
+				t.Errorf("ablate did not replay the file's 24 tokens:\n%s", stdout)
+			}
+			doc, err = results.ReadFile(ablateDoc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantDrop := 100 * float64(want.DroppedSlots()) / float64(want.DroppedSlots()+want.Slots())
+			found := false
+			for _, r := range doc.Results {
+				if m := r.Metric("assignment_drop"); m != nil && r.Name == "router" && m.Measured() {
+					found = true
+					if math.Abs(m.Samples[0]-wantDrop) > 1e-9 {
+						t.Errorf("ablate's drop%% %v, want the file's %v", m.Samples[0], wantDrop)
+					}
+				}
+			}
+			if !found {
+				t.Errorf("ablate's document has no drop%% of the trace router")
+			}
+			if tc.drops {
+				return
+			}
+			same("bench moe --routing-out", benchOut)
+			same("ablate router --routing-out", ablateOut)
 		})
 	}
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"strings"
 	"time"
@@ -11,6 +10,7 @@ import (
 	"github.com/mstar-dev/mstar/bench/spill"
 	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/mstar-dev/mstar/internal/spill/tier"
+	"github.com/mstar-dev/mstar/reports"
 	"github.com/mstar-dev/mstar/reports/results"
 	"github.com/mstar-dev/mstar/trace"
 	"github.com/spf13/cobra"
@@ -48,6 +48,7 @@ func parseInject(vals []string) (tier.Faults, error) {
 }
 
 func init() {
+	reports.RegisterRunTable(spill.Suite, spill.Table)
 	register(func(a *app) *cobra.Command {
 		var (
 			device, cells, sizes, tiers, out, tracePath, shmDir string
@@ -133,7 +134,7 @@ above 105% of its tier's ceiling is listed with a warning naming the ceiling.`,
 					}
 				}
 				var m *spill.Matrix
-				return a.measure(measurement{suite: "spill-matrix", device: device, out: out,
+				return a.measure(measurement{suite: spill.Suite, device: device, out: out,
 					run: func(ctx context.Context, ms *measuring) (*outcome, error) {
 						dev := ms.dev
 						if !cmd.Flags().Changed("sizes") {
@@ -214,11 +215,11 @@ above 105% of its tier's ceiling is listed with a warning naming the ceiling.`,
 						if faults.Any() {
 							o.warnings = append(o.warnings, "faults injected on purpose: "+strings.Join(inject, ","))
 						}
-						o.results = m.Results()
+						o.results, o.env = m.Results(), m.Env()
 						o.done = fmt.Sprintf("%d of %d cells done", len(m.Outcomes), len(list))
 						return o, err
 					},
-					table: func(w io.Writer, doc *results.Document) error { return m.WriteText(w) },
+					table: reports.RunTable,
 					failed: func(doc *results.Document) error {
 						if small := m.BadInputCells(); len(small) > 0 {
 							return usageErr("--sizes %s with --blocks %d: too small for the layout of %s (blocks of 8 bytes or less); give larger --sizes or fewer --blocks", sizes, blocks, strings.Join(small, ", "))

@@ -3,10 +3,9 @@ package main
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
+	"strconv"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
@@ -168,10 +167,6 @@ Exit 1 when every candidate of some batch was rejected.`,
 			defer stop()
 			rep, err := moebench.RunMoETune(ctx, dev, moebench.MoETuneOptions{MoE: mo, Dir: dir, Force: force,
 				Commit: version.Get().Commit, Rounds: rounds})
-			var cmp *reports.Comparison
-			if rep != nil && len(rep.StaticDocs) > 0 && len(rep.TunedDocs) > 0 {
-				cmp = reports.Diff(rep.StaticDocs, rep.TunedDocs, reports.DiffOptions{Threshold: threshold})
-			}
 			bar.Finish()
 			stopped := err != nil && ctx.Err() != nil && rep != nil
 			noCandidate := errors.Is(err, moebench.ErrNoCandidate)
@@ -187,11 +182,16 @@ Exit 1 when every candidate of some batch was rejected.`,
 			}
 			doc.Warnings = append(doc.Warnings, rep.Warnings...)
 			doc.Env["moe_kernels_version"] = moe.KernelVersion
+			// What the run table says beside the results: the tuned file and
+			// the comparison's threshold.
+			doc.Env[reports.EnvTunedKey] = rep.Key.String()
+			doc.Env[reports.EnvTunedFile] = rep.Path
+			doc.Env[reports.EnvTuneThreshold] = strconv.FormatFloat(threshold, 'g', -1, 64)
 			if stopped {
 				noteInterrupted(doc)
 			}
 			doc.Finish()
-			if err := printTuneMoE(a.stdout, dev.Info().ID, dev.Info().Name, mo, rep, cmp); err != nil {
+			if err := reports.RunTable(a.stdout, doc); err != nil {
 				return err
 			}
 			if out != "" {
@@ -224,69 +224,4 @@ Exit 1 when every candidate of some batch was rejected.`,
 	f.IntVar(&rounds, "rounds", 2, "interleaved rounds of the tuned-versus-static comparison")
 	f.Float64Var(&threshold, "threshold", 5, "the comparison: smallest change, in percent, that counts (as in report diff)")
 	return cmd
-}
-
-// printTuneMoE prints what was tuned, the file, and the comparison.
-func printTuneMoE(w io.Writer, id, name string, mo moebench.MoEOptions, rep *moebench.MoETuneReport, cmp *reports.Comparison) error {
-	model := mo.Model
-	if model == "" {
-		model = "custom"
-	}
-	fmt.Fprintf(w, "# mstar tune moe: %s (tp %d, ep %d) on %s (%s): %v\n", model, max(mo.TP, 1), max(mo.EP, 1), id, name, rep.Key)
-	fmt.Fprintf(w, "# file %s (kernels %s)\n", rep.Path, moe.KernelVersion)
-	for _, warn := range rep.Warnings {
-		fmt.Fprintf(w, "# warning: %s\n", strings.ReplaceAll(warn, "\n", "\n#   "))
-	}
-	if len(rep.Skipped) > 0 {
-		fmt.Fprintf(w, "# already in the file, not re-tuned (--force re-tunes): M=%s\n", joinInts(rep.Skipped))
-	}
-	if len(rep.Tuned)+len(rep.NoCandidate) > 0 {
-		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-		io.WriteString(tw, "#\tbatch\tchosen\tus\tstatic table\tus\tcandidates\trejected\t\n")
-		for _, m := range append(append([]int{}, rep.Tuned...), rep.NoCandidate...) {
-			outs := rep.Outcomes[m]
-			rejected := 0
-			for _, o := range outs {
-				if o.Reject != "" {
-					rejected++
-				}
-			}
-			b, ok := rep.File.Batches[fmt.Sprint(m)]
-			if !ok || !rep.File.Has(m) || !contains(rep.Tuned, m) {
-				fmt.Fprintf(tw, "\t%d\tnone passed\t-\t\t\t%d\t%d\t\n", m, len(outs), rejected)
-				continue
-			}
-			fmt.Fprintf(tw, "\t%d\t%s\t%.1f\t%s\t%s\t%d\t%d\t\n", m, b.Config, b.LatencyUS, b.Static, dashIfZero(b.StaticUS), len(outs), rejected)
-		}
-		tw.Flush()
-		for _, m := range rep.Tuned {
-			for _, o := range rep.Outcomes[m] {
-				if o.Reject != "" {
-					fmt.Fprintf(w, "# M=%d rejected %v: %s\n", m, o.Config, o.Reject)
-				}
-			}
-		}
-	}
-	if cmp == nil {
-		return nil
-	}
-	fmt.Fprintln(w, "#")
-	fmt.Fprintln(w, "# tuned file (new) versus the static table (base), each a bench moe sweep:")
-	return reports.RenderDiff(w, cmp, reports.FormatText)
-}
-
-func contains(v []int, x int) bool {
-	for _, y := range v {
-		if y == x {
-			return true
-		}
-	}
-	return false
-}
-
-func dashIfZero(v float64) string {
-	if v == 0 {
-		return "-"
-	}
-	return fmt.Sprintf("%.1f", v)
 }

@@ -38,7 +38,7 @@ func MaxAlignedRows(slots, e, block int) int {
 	return ((slots + touched*(block-1)) + block - 1) / block * block
 }
 
-// Align groups ids (M·K slots, Dropped ones skipped) over e experts.
+// Align groups ids (M·K slots, routing.Empty ones skipped) over e experts.
 func Align(ids []int32, e, block int) Alignment {
 	a := Alignment{Block: block, Offsets: make([]int32, e+1), Counts: make([]int32, e), Pad: int32(len(ids))}
 	for _, id := range ids {

@@ -3,6 +3,8 @@ package moe
 import (
 	"fmt"
 	"strings"
+
+	"github.com/mstar-dev/mstar/kernels/routing"
 )
 
 // CPUKernels names the code paths ForwardCPU takes for routing r over E
@@ -11,7 +13,8 @@ import (
 // (and all of them without AVX512-BF16) AVX2+FMA, and CPUs without AVX2+FMA
 // Go loops. A label that names the path that ran tells a reader which
 // kernel a time is of.
-func CPUKernels(r Routing, E int) string {
+func CPUKernels(r routing.Routing, E int) string {
+	r = r.Computed()
 	tokens := make([]int, E)
 	for _, id := range r.IDs {
 		if id >= 0 && int(id) < E {

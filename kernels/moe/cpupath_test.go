@@ -2,13 +2,17 @@
 
 package moe
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/mstar-dev/mstar/kernels/routing"
+)
 
 // The label names the path each expert took, for every CPU kind.
 func TestCPUKernelsNamesThePathThatRan(t *testing.T) {
 	defer func(a, b bool) { useAVX2, useAVX512BF16 = a, b }(useAVX2, useAVX512BF16)
 	// Expert 0: four tokens; expert 2: one; expert 3: two; one slot remote.
-	r := Routing{IDs: []int32{0, 2, 0, 3, 0, 3, 0, Dropped}, M: 4, K: 2}
+	r := routing.Routing{IDs: []int32{0, 2, 0, 3, 0, 3, 0, routing.Empty}, M: 4, K: 2}
 	for _, tc := range []struct {
 		avx2, bf16 bool
 		want       string
@@ -23,7 +27,7 @@ func TestCPUKernelsNamesThePathThatRan(t *testing.T) {
 		}
 	}
 	useAVX2, useAVX512BF16 = true, true
-	if got := CPUKernels(Routing{IDs: []int32{1}, M: 1, K: 1}, 4); got != "cpu: AVX2+FMA for 1 of 1–2 tokens; float32 sums" {
+	if got := CPUKernels(routing.Routing{IDs: []int32{1}, M: 1, K: 1}, 4); got != "cpu: AVX2+FMA for 1 of 1–2 tokens; float32 sums" {
 		t.Errorf("one token: %q", got)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/mstar-dev/mstar/internal/gpu/cuda"
+	"github.com/mstar-dev/mstar/kernels/routing"
 )
 
 // Source is the CUDA C source of the kernels (moe.cu), compiled at run time.
@@ -264,7 +265,7 @@ func (p *Plan) Free() error {
 }
 
 // SetInputs uploads x[M,H] (rounded to bf16) and the routing.
-func (p *Plan) SetInputs(x []float32, r Routing) error {
+func (p *Plan) SetInputs(x []float32, r routing.Routing) error {
 	s := p.Shape
 	if r.M != p.M || r.K != s.K || len(x) != p.M*s.H {
 		return fmt.Errorf("inputs for M=%d K=%d H=%d do not fit a plan for M=%d K=%d H=%d", r.M, r.K, len(x)/max(r.M, 1), p.M, s.K, s.H)
@@ -272,6 +273,7 @@ func (p *Plan) SetInputs(x []float32, r Routing) error {
 	if err := r.Validate(s.E); err != nil {
 		return err
 	}
+	r = r.Computed() // dropped slots compute nothing
 	xb := make([]uint16, len(x))
 	ToBF16(xb, x)
 	if err := p.k.ctx.MemcpyHtoD(p.bufs[bufX], u16bytes(xb)); err != nil {

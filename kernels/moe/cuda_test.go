@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/mstar-dev/mstar/internal/gpu/cuda"
+	"github.com/mstar-dev/mstar/kernels/routing"
 )
 
 var (
@@ -76,7 +77,7 @@ func (c *layerCache) get(t *testing.T, s Shape) (*Layer, *DeviceWeights) {
 
 // runGPU runs one forward pass on poisoned buffers and returns the output
 // (w: l's weights on the device, or nil to upload them for this pass).
-func runGPU(t *testing.T, k *Kernels, l *Layer, w *DeviceWeights, x []float32, r Routing, c Config) ([]float32, *Plan) {
+func runGPU(t *testing.T, k *Kernels, l *Layer, w *DeviceWeights, x []float32, r routing.Routing, c Config) ([]float32, *Plan) {
 	t.Helper()
 	ctx := k.ctx
 	if w == nil {
@@ -121,17 +122,17 @@ func TestCUDAAlign(t *testing.T) {
 	l := NewLayer(s, 1)
 	tests := []struct {
 		name string
-		r    Routing
+		r    routing.Routing
 		c    Config
 	}{
 		{"uniform block 8", UniformRouting(37, 16, 2, 1), Config{Kernel: "skinny", NT: 1}},
-		{"all on one expert block 64", Routing{IDs: repeat(5, 2*300), Weights: ones(2 * 300), M: 300, K: 2}, tiledTable["m64"]},
-		{"experts without tokens block 16", Routing{IDs: []int32{3, 9, 9, 3, 3, 0}, Weights: ones(6), M: 3, K: 2}, Config{Kernel: "skinny", NT: 2}},
-		{"dropped slots", Routing{IDs: []int32{Dropped, 4, 4, Dropped}, Weights: ones(4), M: 2, K: 2}, Config{Kernel: "skinny", NT: 1}},
+		{"all on one expert block 64", routing.Routing{IDs: repeat(5, 2*300), Weights: ones(2 * 300), M: 300, K: 2}, tiledTable["m64"]},
+		{"experts without tokens block 16", routing.Routing{IDs: []int32{3, 9, 9, 3, 3, 0}, Weights: ones(6), M: 3, K: 2}, Config{Kernel: "skinny", NT: 2}},
+		{"dropped slots", routing.Routing{IDs: []int32{routing.Empty, 4, 4, routing.Empty}, Weights: ones(4), M: 2, K: 2}, Config{Kernel: "skinny", NT: 1}},
 		{"tc block 128", UniformRouting(300, 16, 2, 4), tcTable["128x256k64s3"]},
 		// Past 4096 slots: count, scan and scatter over several blocks.
 		{"multi-block uniform", UniformRouting(3000, 16, 2, 5), tcTable["64x128k64s4b2"]},
-		{"multi-block all on one expert", Routing{IDs: repeat(7, 2*2500), Weights: ones(2 * 2500), M: 2500, K: 2}, tcTable["128x256k64s3"]},
+		{"multi-block all on one expert", routing.Routing{IDs: repeat(7, 2*2500), Weights: ones(2 * 2500), M: 2500, K: 2}, tcTable["128x256k64s3"]},
 		{"multi-block dropped slots", UniformRouting(4000, 32, 2, 6).Localize(32, 2, 0), Config{Kernel: "skinny", NT: 1}},
 	}
 	for _, tt := range tests {
@@ -230,7 +231,7 @@ func TestCUDAForward(t *testing.T) {
 			shape.E /= ep
 			l, w := cache.get(t, shape)
 			x := RandomInput(tt.m, shape.H, 22)
-			var r Routing
+			var r routing.Routing
 			if tt.routing != "" {
 				alpha, _ := ParseRoutingSpec(tt.routing)
 				r = ZipfRouting(tt.m, tt.shape.E, shape.K, alpha, 23)
@@ -325,7 +326,7 @@ func TestCUDATCResources(t *testing.T) {
 }
 
 // diagnose logs the first stage whose output is wrong, and where.
-func diagnose(t *testing.T, p *Plan, l *Layer, x []float32, r Routing, tokens []int) {
+func diagnose(t *testing.T, p *Plan, l *Layer, x []float32, r routing.Routing, tokens []int) {
 	t.Helper()
 	s := l.Shape
 	act, err := p.Intermediate()

@@ -18,5 +18,5 @@
 // be all-reduced, which is outside this layer). --ep N splits the experts: a
 // rank holds E/N local experts, and a token's slot whose expert lives on
 // another rank is dropped from the local computation (its routing id becomes
-// -1 after Routing.Localize). mstar measures rank 0.
+// -1 after routing.Routing.Localize). mstar measures rank 0.
 package moe

@@ -16,6 +16,7 @@ import (
 	"unsafe"
 
 	"github.com/mstar-dev/mstar/internal/gpu/cuda"
+	"github.com/mstar-dev/mstar/kernels/routing"
 )
 
 // The CPU emulator (emu/emu.h, emu/emu_main.cpp) builds moe.cu as C++ and
@@ -127,7 +128,7 @@ func emuBinary(t *testing.T, configs []Config, defines ...string) string {
 // layout with `resident` blocks per tc GEMM, the inputs as SetInputs
 // uploads them, the emulator's scheduling and cp.async modes in env. It
 // returns out[M,H], or the emulator's complaint.
-func emuRun(t *testing.T, bin string, l *Layer, x []float32, r Routing, c Config, resident int, env ...string) ([]float32, error) {
+func emuRun(t *testing.T, bin string, l *Layer, x []float32, r routing.Routing, c Config, resident int, env ...string) ([]float32, error) {
 	t.Helper()
 	s := l.Shape
 	lay := newPlanLayout(s, r.M, c, [2]int{resident, resident})
@@ -204,7 +205,7 @@ func float32bytes(v []float32) []byte {
 
 // forwardError is the output's rel L2 error against the float64 reference
 // on every token, or +Inf when an element is not finite (never written).
-func forwardError(l *Layer, x []float32, r Routing, out []float32) (float64, string) {
+func forwardError(l *Layer, x []float32, r routing.Routing, out []float32) (float64, string) {
 	for i, v := range out {
 		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
 			return math.Inf(1), fmt.Sprintf("out[%d] (token %d, column %d) = %v", i, i/l.Shape.H, i%l.Shape.H, v)

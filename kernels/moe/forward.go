@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/mstar-dev/mstar/kernels/routing"
 )
 
 // Row-block sizes of the CPU path. With AVX512-BF16 (VDPBF16PS) groups of
@@ -28,7 +30,7 @@ const (
 // expert; work items are (expert, block of weight rows), which gives the
 // cores enough items even for a single token. The top-k combine sums each
 // token's slots in slot order, so the result does not depend on scheduling.
-func ForwardCPU(l *Layer, x []float32, r Routing, out []float32) {
+func ForwardCPU(l *Layer, x []float32, r routing.Routing, out []float32) {
 	forwardCPU(l, x, r, out, nil)
 }
 
@@ -39,13 +41,14 @@ type CPUStages struct{ Align, GEMM1, GEMM2, Combine time.Duration }
 
 // ForwardCPUTimed is ForwardCPU, timing its stages: the same result, bit
 // for bit.
-func ForwardCPUTimed(l *Layer, x []float32, r Routing, out []float32) CPUStages {
+func ForwardCPUTimed(l *Layer, x []float32, r routing.Routing, out []float32) CPUStages {
 	var st CPUStages
 	forwardCPU(l, x, r, out, &st)
 	return st
 }
 
-func forwardCPU(l *Layer, x []float32, r Routing, out []float32, st *CPUStages) {
+func forwardCPU(l *Layer, x []float32, r routing.Routing, out []float32, st *CPUStages) {
+	r = r.Computed() // dropped slots compute nothing
 	t0 := time.Now()
 	var laps [4]time.Duration // a few clock reads a pass: always taken
 	lap := func(i int) {

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mstar-dev/mstar/kernels/routing"
 )
 
 func TestBF16(t *testing.T) {
@@ -128,7 +130,7 @@ func TestReferenceTinyByHand(t *testing.T) {
 	tests := []struct {
 		name string
 		x    []float32
-		r    Routing
+		r    routing.Routing
 		want []float64
 	}{
 		{
@@ -137,7 +139,7 @@ func TestReferenceTinyByHand(t *testing.T) {
 			// out = 0.25·y0 + 0.75·y1 = [0.3655+2.1932, -0.3655+0.5483] = [2.5587 0.1828].
 			name: "k=2 both experts",
 			x:    []float32{1, 1},
-			r:    Routing{IDs: []int32{0, 1}, Weights: []float32{0.25, 0.75}, M: 1, K: 2},
+			r:    routing.Routing{IDs: []int32{0, 1}, Weights: []float32{0.25, 0.75}, M: 1, K: 2},
 			want: []float64{0.25*2*silu1 + 0.75*2*2*silu1, -0.25*2*silu1 + 0.75*0.5*2*silu1},
 		},
 		{
@@ -147,7 +149,7 @@ func TestReferenceTinyByHand(t *testing.T) {
 			// y=[3.7754 -3.7754], times 0.5 = [1.8877 -1.8877].
 			name: "k=1 two tokens",
 			x:    []float32{2, -1, 0.5, 3},
-			r:    Routing{IDs: []int32{1, 0}, Weights: []float32{1, 0.5}, M: 2, K: 1},
+			r:    routing.Routing{IDs: []int32{1, 0}, Weights: []float32{1, 0.5}, M: 2, K: 1},
 			want: []float64{
 				2 * (-1 / (1 + math.Exp(1))), 0.5 * (-1 / (1 + math.Exp(1))),
 				0.5 * 6 * (0.5 / (1 + math.Exp(-0.5))), -0.5 * 6 * (0.5 / (1 + math.Exp(-0.5))),
@@ -157,7 +159,7 @@ func TestReferenceTinyByHand(t *testing.T) {
 			// The slot of expert 0 lives on another rank: only expert 1 counts.
 			name: "dropped slot contributes nothing",
 			x:    []float32{1, 1},
-			r:    Routing{IDs: []int32{Dropped, 1}, Weights: []float32{0.25, 0.75}, M: 1, K: 2},
+			r:    routing.Routing{IDs: []int32{routing.Empty, 1}, Weights: []float32{0.25, 0.75}, M: 1, K: 2},
 			want: []float64{0.75 * 2 * 2 * silu1, 0.75 * 0.5 * 2 * silu1},
 		},
 	}
@@ -210,7 +212,7 @@ func TestForwardCPUMatchesReference(t *testing.T) {
 			}
 			l := NewLayer(shape, 11)
 			x := RandomInput(tt.m, shape.H, 12)
-			var r Routing
+			var r routing.Routing
 			if tt.routing != "" {
 				alpha, err := ParseRoutingSpec(tt.routing)
 				if err != nil {
@@ -342,8 +344,8 @@ func TestAlign(t *testing.T) {
 		{"expert with no tokens", []int32{0, 2, 2, 0, 2}, 3, 4, [][]int32{{0, 3}, nil, {1, 2, 4}}},
 		{"all tokens on one expert", []int32{1, 1, 1, 1, 1, 1, 1, 1, 1}, 4, 4, [][]int32{nil, {0, 1, 2, 3, 4, 5, 6, 7, 8}, nil, nil}},
 		{"block of one", []int32{3, 0, 1}, 4, 1, [][]int32{{1}, {2}, nil, {0}}},
-		{"dropped slots", []int32{Dropped, 1, Dropped, 0}, 2, 2, [][]int32{{3}, {1}}},
-		{"nothing routed", []int32{Dropped, Dropped}, 2, 8, [][]int32{nil, nil}},
+		{"dropped slots", []int32{routing.Empty, 1, routing.Empty, 0}, 2, 2, [][]int32{{3}, {1}}},
+		{"nothing routed", []int32{routing.Empty, routing.Empty}, 2, 8, [][]int32{nil, nil}},
 		{"exact multiple", []int32{0, 0, 1, 1}, 2, 2, [][]int32{{0, 1}, {2, 3}}},
 	}
 	for _, tt := range tests {
@@ -365,7 +367,7 @@ func TestAlign(t *testing.T) {
 func TestRouting(t *testing.T) {
 	for _, tt := range []struct {
 		name    string
-		r       Routing
+		r       routing.Routing
 		e       int
 		skewMin float64 // hottest expert's share of slots at least this
 	}{
@@ -413,9 +415,9 @@ func TestRouting(t *testing.T) {
 }
 
 func TestLocalize(t *testing.T) {
-	r := Routing{IDs: []int32{0, 5, 3, 4}, Weights: []float32{.1, .2, .3, .4}, M: 2, K: 2}
+	r := routing.Routing{IDs: []int32{0, 5, 3, 4}, Weights: []float32{.1, .2, .3, .4}, M: 2, K: 2}
 	got := r.Localize(8, 2, 1) // rank 1 owns 4..7
-	want := []int32{Dropped, 1, Dropped, 0}
+	want := []int32{routing.Empty, 1, routing.Empty, 0}
 	if !slices.Equal(got.IDs, want) {
 		t.Errorf("Localize ids (-want +got):\n- %v\n+ %v", want, got.IDs)
 	}
@@ -462,7 +464,7 @@ func TestFlopsAndBytes(t *testing.T) {
 }
 
 func TestRepeat(t *testing.T) {
-	r := Routing{IDs: []int32{0, 3}, Weights: []float32{0.5, 0.5}, M: 1, K: 2}
+	r := routing.Routing{IDs: []int32{0, 3}, Weights: []float32{0.5, 0.5}, M: 1, K: 2}
 	if rep := r.Repeat(3); rep.M != 3 || rep.IDs[4] != 0 || rep.IDs[5] != 3 || rep.Weights[5] != 0.5 {
 		t.Errorf("Repeat(3) = %+v", rep)
 	}
@@ -614,7 +616,7 @@ func checkTokensPerExpert(t *testing.T) {
 		}
 	}
 	m := len(ids)
-	r := Routing{IDs: ids, Weights: make([]float32, m), M: m, K: 1}
+	r := routing.Routing{IDs: ids, Weights: make([]float32, m), M: m, K: 1}
 	for i := range r.Weights {
 		r.Weights[i] = 0.5 + float32(i%3)/4
 	}

@@ -4,12 +4,14 @@ import (
 	"math"
 	"runtime"
 	"sync"
+
+	"github.com/mstar-dev/mstar/kernels/routing"
 )
 
 // Reference computes the layer in float64 from the bf16 weights and the
 // bf16-rounded inputs, without rounding any intermediate: the oracle every
 // other implementation is checked against. x is [M,H]; the result is [M,H].
-func Reference(l *Layer, x []float32, r Routing) []float64 {
+func Reference(l *Layer, x []float32, r routing.Routing) []float64 {
 	tokens := make([]int, r.M)
 	for i := range tokens {
 		tokens[i] = i
@@ -19,14 +21,15 @@ func Reference(l *Layer, x []float32, r Routing) []float64 {
 
 // ReferenceTokens is Reference for the listed tokens only (a sampled check
 // at large M): row i of the result is token tokens[i].
-func ReferenceTokens(l *Layer, x []float32, r Routing, tokens []int) []float64 {
+func ReferenceTokens(l *Layer, x []float32, r routing.Routing, tokens []int) []float64 {
 	return referenceTokens(l, x, r, tokens, false)
 }
 
 // referenceTokens is ReferenceTokens; roundAct rounds the intermediate to
 // bf16, as ForwardCPU and the GPU store it, which leaves their float32
 // sums as the only difference (the tests' tight check).
-func referenceTokens(l *Layer, x []float32, r Routing, tokens []int, roundAct bool) []float64 {
+func referenceTokens(l *Layer, x []float32, r routing.Routing, tokens []int, roundAct bool) []float64 {
+	r = r.Computed()
 	s := l.Shape
 	out := make([]float64, len(tokens)*s.H)
 	var wg sync.WaitGroup

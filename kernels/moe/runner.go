@@ -10,6 +10,7 @@ import (
 
 	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/mstar-dev/mstar/internal/gpu/cuda"
+	"github.com/mstar-dev/mstar/kernels/routing"
 )
 
 // Runner runs one fused-MoE layer for a suite, on the CUDA path when the
@@ -134,7 +135,7 @@ type Pass struct {
 // static table's pick) and times it with samples samples; with stages, each
 // of its kernels is then timed alone as well. A canceled ctx stops it
 // between those steps with ctx's error.
-func (g *Runner) Run(ctx context.Context, x []float32, r Routing, samples int, c Config, stages bool) (Pass, error) {
+func (g *Runner) Run(ctx context.Context, x []float32, r routing.Routing, samples int, c Config, stages bool) (Pass, error) {
 	if !g.OnGPU() {
 		return g.runCPU(ctx, x, r, samples, stages)
 	}
@@ -169,7 +170,7 @@ func (g *Runner) Run(ctx context.Context, x []float32, r Routing, samples int, c
 // CheckedPass makes a plan for configuration c and runs one pass on
 // poisoned buffers; the caller frees the plan. r.K may exceed the layer's
 // k (expert choice gives tokens more slots).
-func (g *Runner) CheckedPass(x []float32, r Routing, c Config) (*Plan, []float32, error) {
+func (g *Runner) CheckedPass(x []float32, r routing.Routing, c Config) (*Plan, []float32, error) {
 	s := g.layer.Shape
 	s.K = r.K
 	p, err := g.k.NewPlan(s, r.M, c)
@@ -185,7 +186,7 @@ func (g *Runner) CheckedPass(x []float32, r Routing, c Config) (*Plan, []float32
 	return p, out, nil
 }
 
-func (g *Runner) pass(p *Plan, x []float32, r Routing, poison bool) ([]float32, error) {
+func (g *Runner) pass(p *Plan, x []float32, r routing.Routing, poison bool) ([]float32, error) {
 	if err := p.SetInputs(x, r); err != nil {
 		return nil, err
 	}
@@ -205,7 +206,7 @@ func (g *Runner) pass(p *Plan, x []float32, r Routing, poison bool) ([]float32, 
 
 // Time times a plan by CUDA-graph replay, rotating weight copies as the
 // batch needs; the note says what ran.
-func (g *Runner) Time(p *Plan, r Routing, samples int) ([]float64, string, error) {
+func (g *Runner) Time(p *Plan, r routing.Routing, samples int) ([]float64, string, error) {
 	us, calls, n, err := g.timeWith(p, r, func(copies []*DeviceWeights) ([]float64, int, error) {
 		return p.TimeGraph(g.st, copies, samples)
 	})
@@ -217,7 +218,7 @@ func (g *Runner) Time(p *Plan, r Routing, samples int) ([]float64, string, error
 
 // timeWith runs a timing function over as many weight copies as the batch
 // needs to keep its experts out of L2.
-func (g *Runner) timeWith(p *Plan, r Routing, f func([]*DeviceWeights) ([]float64, int, error)) ([]float64, int, int, error) {
+func (g *Runner) timeWith(p *Plan, r routing.Routing, f func([]*DeviceWeights) ([]float64, int, error)) ([]float64, int, int, error) {
 	s := g.layer.Shape
 	touched := int64(r.Touched(s.E)) * s.ExpertBytes()
 	n := g.ensureCopies(RotationCopies(touched, g.l2, 8), PlanBytes(s, p.M, p.Config)+256<<20)
@@ -247,7 +248,7 @@ func (g *Runner) ensureCopies(n int, reserve int64) int {
 // rotated) on the GPU. Plans are kept per batch shape for the next call.
 // A suite that interleaves routings sample by sample uses it; Run times a
 // batch at once.
-func (g *Runner) Forward(x []float32, r Routing, out []float32) (time.Duration, error) {
+func (g *Runner) Forward(x []float32, r routing.Routing, out []float32) (time.Duration, error) {
 	if !g.OnGPU() {
 		if err := r.Validate(g.layer.Shape.E); err != nil {
 			return 0, err
@@ -283,7 +284,7 @@ func (g *Runner) Forward(x []float32, r Routing, out []float32) (time.Duration, 
 // call; WarmUp, when set, makes more until the time settles), then samples
 // timed passes by the wall clock; with stages, as many passes again with
 // each stage timed within its pass.
-func (g *Runner) runCPU(ctx context.Context, x []float32, r Routing, samples int, stages bool) (Pass, error) {
+func (g *Runner) runCPU(ctx context.Context, x []float32, r routing.Routing, samples int, stages bool) (Pass, error) {
 	l := g.layer
 	out := make([]float32, r.M*l.Shape.H)
 	for i := range out {

@@ -40,7 +40,7 @@ func (s Shape) validateSizes() error {
 // Shard returns the shape one rank computes under tensor parallelism tp
 // (I split tp ways) and expert parallelism ep (E split ep ways). K stays the
 // global top-k: under EP a token's slots that land on other ranks are dropped
-// locally (see Routing.Localize), so K may exceed the local E.
+// locally (see routing.Routing.Localize), so K may exceed the local E.
 func (s Shape) Shard(tp, ep int) (Shape, error) {
 	if err := s.Validate(); err != nil {
 		return Shape{}, err

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"slices"
+
+	"github.com/mstar-dev/mstar/kernels/routing"
 )
 
 // capacity is ⌈factor · T · K / E⌉, at least 1 and at most limit.
@@ -36,12 +38,12 @@ type Switch struct {
 
 func (Switch) Name() string { return "switch" }
 
-func (r Switch) Route(in Input, _ State) (Output, State, error) {
+func (r Switch) Route(in Input, _ State) (routing.Routing, State, error) {
 	cf := orDefault(r.CapacityFactor, 1.25)
 	if cf < 0 {
-		return Output{}, nil, fmt.Errorf("capacity factor %v is negative", cf)
+		return routing.Routing{}, nil, fmt.Errorf("capacity factor %v is negative", cf)
 	}
-	out := NewOutput(in.T, in.K)
+	out := routing.New(in.T, in.K)
 	out.Dropped = make([]bool, in.T*in.K)
 	p := make([]float64, in.E)
 	for t := 0; t < in.T; t++ {
@@ -89,10 +91,10 @@ type ExpertChoice struct {
 
 func (ExpertChoice) Name() string { return "expert-choice" }
 
-func (r ExpertChoice) Route(in Input, _ State) (Output, State, error) {
+func (r ExpertChoice) Route(in Input, _ State) (routing.Routing, State, error) {
 	cf := orDefault(r.CapacityFactor, 1)
 	if cf < 0 {
-		return Output{}, nil, fmt.Errorf("capacity factor %v is negative", cf)
+		return routing.Routing{}, nil, fmt.Errorf("capacity factor %v is negative", cf)
 	}
 	S := make([]float64, in.T*in.E)
 	for t := 0; t < in.T; t++ {
@@ -115,7 +117,7 @@ func (r ExpertChoice) Route(in Input, _ State) (Output, State, error) {
 	for _, es := range byToken {
 		k = max(k, len(es))
 	}
-	out := NewOutput(in.T, k)
+	out := routing.New(in.T, k)
 	for t, es := range byToken {
 		row := S[t*in.E : (t+1)*in.E]
 		slices.SortFunc(es, func(a, b int32) int {

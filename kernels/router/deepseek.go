@@ -3,6 +3,8 @@ package router
 import (
 	"fmt"
 	"math"
+
+	"github.com/mstar-dev/mstar/kernels/routing"
 )
 
 // checkGroups validates group-limited routing settings the way the models'
@@ -94,13 +96,13 @@ type DeepSeekV2 struct {
 
 func (DeepSeekV2) Name() string { return "deepseek-v2" }
 
-func (r DeepSeekV2) Route(in Input, _ State) (Output, State, error) {
+func (r DeepSeekV2) Route(in Input, _ State) (routing.Routing, State, error) {
 	ng, tg := orDefaultInt(r.NGroup, 1), orDefaultInt(r.TopKGroup, 1)
 	if err := checkGroups(in.E, in.K, ng, tg, 1); err != nil {
-		return Output{}, nil, err
+		return routing.Routing{}, nil, err
 	}
 	scaling := orDefault(r.Scaling, 1)
-	out := NewOutput(in.T, in.K)
+	out := routing.New(in.T, in.K)
 	p := make([]float64, in.E)
 	gs, gi, skip := make([]float64, ng), make([]int32, tg), make([]bool, in.E)
 	for t := 0; t < in.T; t++ {
@@ -149,17 +151,17 @@ type DeepSeekV3 struct {
 
 func (DeepSeekV3) Name() string { return "deepseek-v3" }
 
-func (r DeepSeekV3) Route(in Input, _ State) (Output, State, error) {
+func (r DeepSeekV3) Route(in Input, _ State) (routing.Routing, State, error) {
 	return r.route(in, in.Bias)
 }
 
-func (r DeepSeekV3) route(in Input, bias []float32) (Output, State, error) {
+func (r DeepSeekV3) route(in Input, bias []float32) (routing.Routing, State, error) {
 	ng, tg := orDefaultInt(r.NGroup, 8), orDefaultInt(r.TopKGroup, 4)
 	if err := checkGroups(in.E, in.K, ng, tg, 2); err != nil {
-		return Output{}, nil, err
+		return routing.Routing{}, nil, err
 	}
 	scaling := orDefault(r.Scaling, 2.5)
-	out := NewOutput(in.T, in.K)
+	out := routing.New(in.T, in.K)
 	s, c := make([]float64, in.E), make([]float64, in.E)
 	gs, gi, skip := make([]float64, ng), make([]int32, tg), make([]bool, in.E)
 	for t := 0; t < in.T; t++ {
@@ -209,7 +211,7 @@ func (DeepSeekV3LossFree) Name() string { return "deepseek-v3-lossfree" }
 // lossFreeState maps a layer to its current bias. Never mutated once returned.
 type lossFreeState map[int][]float32
 
-func (r DeepSeekV3LossFree) Route(in Input, st State) (Output, State, error) {
+func (r DeepSeekV3LossFree) Route(in Input, st State) (routing.Routing, State, error) {
 	prev, _ := st.(lossFreeState)
 	bias := prev[in.Layer]
 	if bias == nil {

@@ -8,7 +8,7 @@
 //
 //	type Router interface {
 //		Name() string
-//		Route(in Input, st State) (Output, State, error)
+//		Route(in Input, st State) (routing.Routing, State, error)
 //	}
 //
 // Logits are the primitive; a driver computes them from a layer's hidden
@@ -37,10 +37,11 @@
 // # Adding a router
 //
 // Implement Router. Route receives an Input whose logits are valid (Drive
-// checks sizes, k ≤ E and that every value is finite) and returns an Output
-// of T rows × K slots: expert ids in [0,E), distinct within a token, and
-// their weights; -1 marks an empty slot and Output.Dropped marks
-// assignments lost to capacity. Return a new state rather than mutating
+// checks sizes, k ≤ E and that every value is finite) and returns a
+// routing.Routing of T rows × K slots — the one routing type, which the
+// fused-MoE kernels compute as is: expert ids in [0,E), distinct within a
+// token, and their weights; routing.Empty marks an empty slot and
+// Routing.Dropped marks assignments lost to capacity. Return a new state rather than mutating
 // the old one. To make it reachable by name (New, and so the mstar
 // commands in a build that imports your package), call Register from an
 // init function. The package example ExampleRouter shows a complete one.
@@ -60,8 +61,8 @@
 //
 // Load computes MaxVio (max load / mean load − 1), balancedness (mean /
 // max), the coefficient of variation and the normalised entropy of the
-// expert loads; Output.TokenDrops counts tokens routed to no expert;
+// expert loads; Routing.TokenDrops counts tokens routed to no expert;
 // AuxLoss is the Switch Transformer balance loss E·Σ f_i·P_i and ZLoss the
 // ST-MoE router z-loss. What a routing costs a fused-MoE kernel is measured
-// by the ablation suite in package bench.
+// by the ablation suite (bench/ablate).
 package router

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/mstar-dev/mstar/kernels/router"
+	"github.com/mstar-dev/mstar/kernels/routing"
 )
 
 // leastLoaded is a user-defined router: each token takes the expert with
@@ -14,8 +15,8 @@ type leastLoaded struct{ penalty float32 }
 
 func (leastLoaded) Name() string { return "least-loaded" }
 
-func (r leastLoaded) Route(in router.Input, _ router.State) (router.Output, router.State, error) {
-	out := router.NewOutput(in.T, in.K)
+func (r leastLoaded) Route(in router.Input, _ router.State) (routing.Routing, router.State, error) {
+	out := routing.New(in.T, in.K)
 	held := make([]int, in.E)
 	for t := 0; t < in.T; t++ {
 		logits := in.Logits[t*in.E : (t+1)*in.E]

@@ -27,11 +27,12 @@ func FuzzReadTrace(f *testing.F) {
 			return
 		}
 		for i := range tr.Layers {
-			if len(tr.IDs[i]) != tr.Tokens*tr.TopK || len(tr.Weights[i]) != len(tr.IDs[i]) {
-				t.Fatalf("layer %d: %d ids, %d weights for %d tokens x topk %d", i, len(tr.IDs[i]), len(tr.Weights[i]), tr.Tokens, tr.TopK)
+			r := tr.Routings[i]
+			if r.M != tr.Tokens() || r.K != tr.TopK || len(r.IDs) != r.M*r.K || len(r.Weights) != len(r.IDs) {
+				t.Fatalf("layer %d: %d ids, %d weights for %d tokens x topk %d", i, len(r.IDs), len(r.Weights), tr.Tokens(), tr.TopK)
 			}
-			for j, id := range tr.IDs[i] {
-				w := float64(tr.Weights[i][j])
+			for j, id := range r.IDs {
+				w := float64(r.Weights[j])
 				if id < 0 || int(id) >= tr.Experts || math.IsInf(w, 0) || math.IsNaN(w) {
 					t.Fatalf("layer %d slot %d: id %d (experts %d), weight %v", i, j, id, tr.Experts, w)
 				}

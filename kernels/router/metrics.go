@@ -1,6 +1,10 @@
 package router
 
-import "math"
+import (
+	"math"
+
+	"github.com/mstar-dev/mstar/kernels/routing"
+)
 
 // LoadStats describes how evenly a routing spreads over the experts. Loads
 // count live (token, expert) assignments; dropped and empty slots do not count.
@@ -62,7 +66,7 @@ func Load(load []int) LoadStats {
 // before capacity — and P_i the mean over tokens of softmax(logits)_i. It is
 // 1 for perfectly balanced routing and up to E when everything goes to one
 // expert the router is sure of.
-func AuxLoss(logits []float32, T, E int, out Output) float64 {
+func AuxLoss(logits []float32, T, E int, out routing.Routing) float64 {
 	chosen := make([]float64, E)
 	n := 0
 	for _, id := range out.IDs {

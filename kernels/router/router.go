@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strings"
 	"sync"
+
+	"github.com/mstar-dev/mstar/kernels/routing"
 )
 
 // Router turns one layer's router logits into a per-token choice of experts.
@@ -20,7 +22,7 @@ import (
 // hold on to old states (that is how "drop the state" ablations work).
 type Router interface {
 	Name() string
-	Route(in Input, st State) (Output, State, error)
+	Route(in Input, st State) (routing.Routing, State, error)
 }
 
 // State is a router's private carry from one call to the next (the previous
@@ -107,123 +109,20 @@ func (in Input) Validate() error {
 // row returns token t's logits.
 func (in Input) row(t int) []float32 { return in.Logits[t*in.E : (t+1)*in.E] }
 
-// Output is a router's decision for one batch at one layer.
-//
-// Each token has K slots. A slot holds an expert id and its weight; an id of
-// -1 marks an empty slot (expert choice gives tokens a varying number of
-// experts, so its K is the most any token got). A dropped slot names the
+// A router's decision for one batch at one layer is a routing.Routing of
+// in.T tokens. Each token has K slots; an id of routing.Empty marks an
+// empty slot (expert choice gives tokens a varying number of experts, so its
+// K is the most any token got). A dropped slot (Routing.Dropped) names the
 // expert the token chose but that was over capacity: its weight is 0 and the
 // token's hidden state passes that expert by (the residual carries it).
-type Output struct {
-	T, K    int
-	IDs     []int32   // T×K; -1 marks an empty slot
-	Weights []float32 // T×K; 0 for empty and dropped slots
-	Dropped []bool    // T×K, or nil when nothing was dropped
-}
-
-// NewOutput returns an output of T tokens × K slots, all empty.
-func NewOutput(T, K int) Output {
-	o := Output{T: T, K: K, IDs: make([]int32, T*K), Weights: make([]float32, T*K)}
-	for i := range o.IDs {
-		o.IDs[i] = -1
-	}
-	return o
-}
-
-// Live reports whether slot i routes its token to an expert.
-func (o Output) Live(i int) bool { return o.IDs[i] >= 0 && (o.Dropped == nil || !o.Dropped[i]) }
-
-// Loads returns how many live (token, expert) assignments each of E experts got.
-func (o Output) Loads(E int) []int {
-	load := make([]int, E)
-	for i, id := range o.IDs {
-		if o.Live(i) {
-			load[id]++
-		}
-	}
-	return load
-}
-
-// TokenDrops returns how many tokens are routed to no expert at all.
-func (o Output) TokenDrops() int {
-	n := 0
-	for t := 0; t < o.T; t++ {
-		live := false
-		for j := 0; j < o.K; j++ {
-			if o.Live(t*o.K + j) {
-				live = true
-				break
-			}
-		}
-		if !live {
-			n++
-		}
-	}
-	return n
-}
-
-// DroppedSlots returns how many slots were dropped for capacity.
-func (o Output) DroppedSlots() int {
-	n := 0
-	for i, d := range o.Dropped {
-		if d && o.IDs[i] >= 0 {
-			n++
-		}
-	}
-	return n
-}
-
-// Validate checks that the output is well formed for E experts: sizes agree,
-// ids are in [0,E) or -1, and no token names an expert twice.
-func (o Output) Validate(E int) error {
-	if o.T < 0 || o.K < 0 || len(o.IDs) != o.T*o.K || len(o.Weights) != o.T*o.K {
-		return fmt.Errorf("output of %d×%d holds %d ids and %d weights", o.T, o.K, len(o.IDs), len(o.Weights))
-	}
-	if o.Dropped != nil && len(o.Dropped) != len(o.IDs) {
-		return fmt.Errorf("output drop mask holds %d values, want %d", len(o.Dropped), len(o.IDs))
-	}
-	seen := make([]int, E)
-	for t := 0; t < o.T; t++ {
-		for j := 0; j < o.K; j++ {
-			id := o.IDs[t*o.K+j]
-			if id == -1 {
-				continue
-			}
-			if id < 0 || int(id) >= E {
-				return fmt.Errorf("token %d slot %d: expert id %d out of range [0,%d)", t, j, id, E)
-			}
-			if seen[id] == t+1 {
-				return fmt.Errorf("token %d: expert %d chosen twice", t, id)
-			}
-			seen[id] = t + 1
-			w := o.Weights[t*o.K+j]
-			if math.IsNaN(float64(w)) || math.IsInf(float64(w), 0) {
-				return fmt.Errorf("token %d slot %d: weight %v", t, j, w)
-			}
-		}
-	}
-	return nil
-}
-
-// Row returns token t's live experts and their weights, in slot order.
-func (o Output) Row(t int) (ids []int32, weights []float32) {
-	for j := 0; j < o.K; j++ {
-		i := t*o.K + j
-		if o.Live(i) {
-			ids = append(ids, o.IDs[i])
-			weights = append(weights, o.Weights[i])
-		}
-	}
-	return ids, weights
-}
 
 // Drive routes one batch through consecutive layers, handing each call the
 // state the previous one returned (st for the first), and returns the
 // outputs and the state after the last layer. Every input is validated, and
 // every output is checked (ids in range, no repeats) so a faulty router
 // fails here, not inside a kernel.
-func Drive(r Router, inputs []Input, st State) ([]Output, State, error) {
-	outs := make([]Output, len(inputs))
+func Drive(r Router, inputs []Input, st State) ([]routing.Routing, State, error) {
+	outs := make([]routing.Routing, len(inputs))
 	for i, in := range inputs {
 		if err := in.Validate(); err != nil {
 			return nil, nil, fmt.Errorf("%s: layer %d: %w", r.Name(), in.Layer, err)
@@ -232,15 +131,24 @@ func Drive(r Router, inputs []Input, st State) ([]Output, State, error) {
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s: layer %d: %w", r.Name(), in.Layer, err)
 		}
-		if out.T != in.T {
-			return nil, nil, fmt.Errorf("%s: layer %d: routed %d tokens, want %d", r.Name(), in.Layer, out.T, in.T)
+		if out.M != in.T {
+			return nil, nil, fmt.Errorf("%s: layer %d: routed %d tokens, want %d", r.Name(), in.Layer, out.M, in.T)
 		}
-		if err := out.Validate(in.E); err != nil {
+		if err := CheckRouting(out, in.E); err != nil {
 			return nil, nil, fmt.Errorf("%s: layer %d: %w", r.Name(), in.Layer, err)
 		}
 		outs[i], st = out, next
 	}
 	return outs, st, nil
+}
+
+// CheckRouting checks a router's routing over e experts: well formed (see
+// routing.Routing.Validate), and no token names an expert twice.
+func CheckRouting(r routing.Routing, e int) error {
+	if err := r.Validate(e); err != nil {
+		return err
+	}
+	return r.Distinct(e)
 }
 
 // Config carries the settings of the built-in routers. Zero values mean
@@ -322,7 +230,7 @@ func Uses(name string, cfg Config, s Setting) bool {
 func UsesBias(name string, cfg Config, in Input) bool {
 	probe := make([]float32, in.E)
 	probe[in.E-1] = 1e3
-	var outs [2]Output
+	var outs [2]routing.Routing
 	for i, bias := range [][]float32{nil, probe} {
 		r, err := New(name, cfg)
 		if err != nil {

@@ -6,6 +6,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/mstar-dev/mstar/kernels/routing"
 )
 
 // Expected weights below were worked out from each router's formula in
@@ -428,12 +430,12 @@ func TestAuxAndZLoss(t *testing.T) {
 	// Two tokens, softmax [.75,.25] each → P = [.75,.25]; both routed to 0 →
 	// f = [1,0]; aux = 2·(1·.75 + 0·.25) = 1.5.
 	logits := []float32{l3, 0, l3, 0}
-	out := Output{T: 2, K: 1, IDs: []int32{0, 0}, Weights: []float32{1, 1}}
+	out := routing.Routing{M: 2, K: 1, IDs: []int32{0, 0}, Weights: []float32{1, 1}}
 	if got := AuxLoss(logits, 2, 2, out); math.Abs(got-1.5) > 1e-6 {
 		t.Errorf("aux loss = %v, want 1.5", got)
 	}
 	// Balanced routing of uniform probabilities: exactly 1.
-	out2 := Output{T: 2, K: 1, IDs: []int32{0, 1}, Weights: []float32{1, 1}}
+	out2 := routing.Routing{M: 2, K: 1, IDs: []int32{0, 1}, Weights: []float32{1, 1}}
 	if got := AuxLoss(make([]float32, 4), 2, 2, out2); math.Abs(got-1) > 1e-12 {
 		t.Errorf("balanced aux loss = %v, want 1", got)
 	}
@@ -449,10 +451,10 @@ func TestAuxAndZLoss(t *testing.T) {
 type recorder struct{ seen *[]any }
 
 func (recorder) Name() string { return "recorder" }
-func (r recorder) Route(in Input, st State) (Output, State, error) {
+func (r recorder) Route(in Input, st State) (routing.Routing, State, error) {
 	*r.seen = append(*r.seen, st)
 	n, _ := st.(int)
-	out := NewOutput(in.T, in.K)
+	out := routing.New(in.T, in.K)
 	for t := 0; t < in.T; t++ {
 		for j := 0; j < in.K; j++ {
 			out.IDs[t*in.K+j] = int32((n + j) % in.E)
@@ -485,8 +487,8 @@ func TestDriveThreadsState(t *testing.T) {
 type badRouter struct{}
 
 func (badRouter) Name() string { return "bad" }
-func (badRouter) Route(in Input, _ State) (Output, State, error) {
-	out := NewOutput(in.T, in.K)
+func (badRouter) Route(in Input, _ State) (routing.Routing, State, error) {
+	out := routing.New(in.T, in.K)
 	for i := range out.IDs {
 		out.IDs[i] = int32(in.E)
 	}

@@ -1,6 +1,10 @@
 package router
 
-import "math"
+import (
+	"math"
+
+	"github.com/mstar-dev/mstar/kernels/routing"
+)
 
 // SoftmaxTopK is the router of Qwen2-MoE, Qwen3-MoE and most others:
 //
@@ -25,14 +29,14 @@ func (r SoftmaxTopK) Name() string {
 	return "softmax-topk"
 }
 
-func (r SoftmaxTopK) Route(in Input, _ State) (Output, State, error) {
+func (r SoftmaxTopK) Route(in Input, _ State) (routing.Routing, State, error) {
 	return softmaxTopK(in, in.Logits, r.Renormalize, r.Scaling), nil, nil
 }
 
 // softmaxTopK routes logits (T×E, possibly not in.Logits) by SoftmaxTopK's formula.
-func softmaxTopK(in Input, logits []float32, renorm bool, scaling float64) Output {
+func softmaxTopK(in Input, logits []float32, renorm bool, scaling float64) routing.Routing {
 	scaling = orDefault(scaling, 1)
-	out := NewOutput(in.T, in.K)
+	out := routing.New(in.T, in.K)
 	p := make([]float64, in.E)
 	for t := 0; t < in.T; t++ {
 		softmaxRow(p, logits[t*in.E:(t+1)*in.E])
@@ -66,8 +70,8 @@ type Mixtral struct{}
 
 func (Mixtral) Name() string { return "mixtral" }
 
-func (Mixtral) Route(in Input, _ State) (Output, State, error) {
-	out := NewOutput(in.T, in.K)
+func (Mixtral) Route(in Input, _ State) (routing.Routing, State, error) {
+	out := routing.New(in.T, in.K)
 	l := make([]float64, in.E)
 	for t := 0; t < in.T; t++ {
 		for e, v := range in.row(t) {

@@ -3,6 +3,8 @@ package router
 import (
 	"math"
 	"math/rand/v2"
+
+	"github.com/mstar-dev/mstar/kernels/routing"
 )
 
 // splitmix64 is a fixed, well-mixed 64-bit hash (Steele et al.), so hash
@@ -39,8 +41,8 @@ type Hash struct {
 
 func (Hash) Name() string { return "hash" }
 
-func (r Hash) Route(in Input, _ State) (Output, State, error) {
-	out := NewOutput(in.T, in.K)
+func (r Hash) Route(in Input, _ State) (routing.Routing, State, error) {
+	out := routing.New(in.T, in.K)
 	w := float32(1 / float64(in.K))
 	for t := 0; t < in.T; t++ {
 		id := int64(in.Offset + t)
@@ -88,9 +90,9 @@ type Random struct {
 
 func (Random) Name() string { return "random" }
 
-func (r Random) Route(in Input, _ State) (Output, State, error) {
+func (r Random) Route(in Input, _ State) (routing.Routing, State, error) {
 	rng := batchRNG(r.Seed, in)
-	out := NewOutput(in.T, in.K)
+	out := routing.New(in.T, in.K)
 	perm := make([]int32, in.E)
 	for i := range perm {
 		perm[i] = int32(i)
@@ -122,7 +124,7 @@ type RandomSkewed struct {
 
 func (RandomSkewed) Name() string { return "random-skewed" }
 
-func (r RandomSkewed) Route(in Input, _ State) (Output, State, error) {
+func (r RandomSkewed) Route(in Input, _ State) (routing.Routing, State, error) {
 	sigma := orDefault(r.Skew, 1)
 	aff := rand.New(rand.NewPCG(mix(r.Seed, 0x5eed), uint64(in.Layer)))
 	a := make([]float64, in.E)
@@ -130,7 +132,7 @@ func (r RandomSkewed) Route(in Input, _ State) (Output, State, error) {
 		a[e] = sigma * aff.NormFloat64()
 	}
 	rng := batchRNG(r.Seed, in)
-	out := NewOutput(in.T, in.K)
+	out := routing.New(in.T, in.K)
 	key := make([]float64, in.E)
 	w := float32(1 / float64(in.K))
 	for t := 0; t < in.T; t++ {
@@ -155,8 +157,8 @@ type Balanced struct{}
 
 func (Balanced) Name() string { return "balanced" }
 
-func (Balanced) Route(in Input, _ State) (Output, State, error) {
-	out := NewOutput(in.T, in.K)
+func (Balanced) Route(in Input, _ State) (routing.Routing, State, error) {
+	out := routing.New(in.T, in.K)
 	w := float32(1 / float64(in.K))
 	for t := 0; t < in.T; t++ {
 		for j := 0; j < in.K; j++ {
@@ -191,7 +193,7 @@ type crossLayerState struct {
 	m                         []float32
 }
 
-func (r CrossLayer) Route(in Input, st State) (Output, State, error) {
+func (r CrossLayer) Route(in Input, st State) (routing.Routing, State, error) {
 	mix := orDefault(r.Mix, 0.5)
 	m := in.Logits
 	if prev, ok := st.(*crossLayerState); ok && prev.layer == in.Layer-1 && prev.step == in.Step &&

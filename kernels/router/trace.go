@@ -9,10 +9,12 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"sort"
 
 	"github.com/mstar-dev/mstar/internal/jsonpos"
 	"github.com/mstar-dev/mstar/internal/limits"
+	"github.com/mstar-dev/mstar/kernels/routing"
 )
 
 // TraceFormat is the "format" value on a routing trace's header line.
@@ -31,18 +33,27 @@ const TraceFormat = "mstar.routing-trace"
 // Tokens of a layer are in line order (lines of different layers may
 // interleave); every layer must have the same number of tokens. "ids" holds
 // exactly topk distinct expert ids in [0, experts); "weights" is optional
-// (1/topk each when absent) and otherwise holds one finite number per id.
+// (1/topk each when absent) and otherwise holds one finite number per id;
+// "dropped" is optional too and marks the slots a router dropped for
+// capacity (routing.Routing.Dropped: named, weighing 0, computing nothing).
 // Layer numbers are the model's; replay maps the run's i-th layer to the
 // trace's i-th smallest layer number. Blank lines are skipped.
 //
 // A single JSON object {"experts":E,"topk":K,"ids":[[...],...],"weights":[[...],...]}
-// (one row per token, one layer) is read as well.
+// (one row per token, one layer; "dropped" likewise), what 'mstar route'
+// prints, is read as well.
 type Trace struct {
 	Experts, TopK int
-	Layers        []int       // the layer numbers, ascending
-	IDs           [][]int32   // per layer: T×TopK
-	Weights       [][]float32 // per layer: T×TopK
-	Tokens        int
+	Layers        []int             // the layer numbers, ascending
+	Routings      []routing.Routing // per layer, the same tokens, TopK slots each
+}
+
+// Tokens is the number of tokens every layer holds.
+func (tr *Trace) Tokens() int {
+	if len(tr.Routings) == 0 {
+		return 0
+	}
+	return tr.Routings[0].M
 }
 
 type traceHeader struct {
@@ -55,6 +66,7 @@ type traceLine struct {
 	Layer   *int      `json:"layer"`
 	IDs     []int64   `json:"ids"`
 	Weights []float64 `json:"weights"`
+	Dropped []bool    `json:"dropped"`
 }
 
 type traceDoc struct {
@@ -62,6 +74,7 @@ type traceDoc struct {
 	TopK    int         `json:"topk"`
 	IDs     [][]int64   `json:"ids"`
 	Weights [][]float64 `json:"weights"`
+	Dropped [][]bool    `json:"dropped"`
 }
 
 // ReadTraceFile reads a routing trace file; errors name the file and line.
@@ -113,18 +126,24 @@ func ReadTrace(r io.Reader) (*Trace, error) {
 	if doc.Weights != nil && len(doc.Weights) != len(doc.IDs) {
 		return nil, fmt.Errorf("%d rows of weights for %d rows of ids", len(doc.Weights), len(doc.IDs))
 	}
-	tr := &Trace{Experts: doc.Experts, TopK: doc.TopK, Layers: []int{0}, IDs: make([][]int32, 1), Weights: make([][]float32, 1)}
+	if doc.Dropped != nil && len(doc.Dropped) != len(doc.IDs) {
+		return nil, fmt.Errorf("%d rows of dropped for %d rows of ids", len(doc.Dropped), len(doc.IDs))
+	}
+	tr := &Trace{Experts: doc.Experts, TopK: doc.TopK, Layers: []int{0}, Routings: []routing.Routing{{K: doc.TopK}}}
 	for t, ids := range doc.IDs {
 		var ws []float64
+		var dropped []bool
 		if doc.Weights != nil {
 			ws = doc.Weights[t]
 		}
-		if err := tr.appendRow(0, ids, ws); err != nil {
+		if doc.Dropped != nil {
+			dropped = doc.Dropped[t]
+		}
+		if err := tr.appendRow(0, ids, ws, dropped); err != nil {
 			return nil, fmt.Errorf("row %d: %w", t, err)
 		}
 	}
-	tr.Tokens = len(doc.IDs)
-	if tr.Tokens == 0 {
+	if tr.Tokens() == 0 {
 		return nil, fmt.Errorf("trace has no tokens")
 	}
 	return tr, nil
@@ -145,7 +164,7 @@ func readTraceLines(data []byte, hdr traceHeader) (*Trace, error) {
 		return nil, fmt.Errorf("line 1: %w", err)
 	}
 	tr := &Trace{Experts: hdr.Experts, TopK: hdr.TopK}
-	byLayer := map[int]int{} // layer number → index in tr.IDs (in order of appearance)
+	byLayer := map[int]int{} // layer number → index in tr.Routings (in order of appearance)
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	sc.Buffer(make([]byte, 1<<20), 1<<30)
 	line := 0
@@ -168,10 +187,9 @@ func readTraceLines(data []byte, hdr traceHeader) (*Trace, error) {
 			li = len(tr.Layers)
 			byLayer[*tl.Layer] = li
 			tr.Layers = append(tr.Layers, *tl.Layer)
-			tr.IDs = append(tr.IDs, nil)
-			tr.Weights = append(tr.Weights, nil)
+			tr.Routings = append(tr.Routings, routing.Routing{K: tr.TopK})
 		}
-		if err := tr.appendRow(li, tl.IDs, tl.Weights); err != nil {
+		if err := tr.appendRow(li, tl.IDs, tl.Weights, tl.Dropped); err != nil {
 			return nil, fmt.Errorf("line %d: %w", line, err)
 		}
 	}
@@ -187,28 +205,40 @@ func readTraceLines(data []byte, hdr traceHeader) (*Trace, error) {
 		idx[i] = i
 	}
 	sort.Slice(idx, func(a, b int) bool { return tr.Layers[idx[a]] < tr.Layers[idx[b]] })
-	layers, ids, ws := make([]int, len(idx)), make([][]int32, len(idx)), make([][]float32, len(idx))
+	layers, rs := make([]int, len(idx)), make([]routing.Routing, len(idx))
 	for i, j := range idx {
-		layers[i], ids[i], ws[i] = tr.Layers[j], tr.IDs[j], tr.Weights[j]
+		layers[i], rs[i] = tr.Layers[j], tr.Routings[j]
 	}
-	tr.Layers, tr.IDs, tr.Weights = layers, ids, ws
-	tr.Tokens = len(tr.IDs[0]) / tr.TopK
+	tr.Layers, tr.Routings = layers, rs
 	for i, l := range tr.Layers {
-		if n := len(tr.IDs[i]) / tr.TopK; n != tr.Tokens {
-			return nil, fmt.Errorf("layer %d has %d tokens, layer %d has %d: every layer needs the same tokens", l, n, tr.Layers[0], tr.Tokens)
+		if n := tr.Routings[i].M; n != tr.Tokens() {
+			return nil, fmt.Errorf("layer %d has %d tokens, layer %d has %d: every layer needs the same tokens", l, n, tr.Layers[0], tr.Tokens())
 		}
 	}
 	return tr, nil
 }
 
-func (tr *Trace) appendRow(li int, ids []int64, ws []float64) error {
+func (tr *Trace) appendRow(li int, ids []int64, ws []float64, dropped []bool) error {
 	if len(ids) != tr.TopK {
 		return fmt.Errorf("%d expert ids, want topk=%d", len(ids), tr.TopK)
 	}
 	if ws != nil && len(ws) != len(ids) {
 		return fmt.Errorf("%d weights for %d expert ids", len(ws), len(ids))
 	}
-	row := tr.IDs[li]
+	if dropped != nil && len(dropped) != len(ids) {
+		return fmt.Errorf("%d dropped flags for %d expert ids", len(dropped), len(ids))
+	}
+	r := &tr.Routings[li]
+	if dropped != nil && r.Dropped == nil {
+		r.Dropped = make([]bool, len(r.IDs)) // the rows before had none dropped
+	}
+	if r.Dropped != nil {
+		if dropped == nil {
+			dropped = make([]bool, len(ids))
+		}
+		r.Dropped = append(r.Dropped, dropped...)
+	}
+	row := r.IDs
 	start := len(row)
 	for j, id := range ids {
 		if id < 0 || id >= int64(tr.Experts) {
@@ -230,32 +260,35 @@ func (tr *Trace) appendRow(li int, ids []int64, ws []float64) error {
 				return fmt.Errorf("weight %d is %g, outside float32's range (±%g)", j, w, math.MaxFloat32)
 			}
 		}
-		tr.Weights[li] = append(tr.Weights[li], float32(w))
+		r.Weights = append(r.Weights, float32(w))
 	}
-	tr.IDs[li] = row
+	r.IDs = row
+	r.M++
 	return nil
 }
 
-// TraceFromOutputs records the outputs of consecutive layers (one batch
-// each, the same tokens) as a trace. Dropped and empty slots cannot be
-// represented and are an error.
-func TraceFromOutputs(E int, outs []Output) (*Trace, error) {
-	if len(outs) == 0 {
+// TraceFromRoutings records the routings of consecutive layers (one batch
+// each, the same tokens) as a trace. Dropped and empty slots are not
+// recorded: they are an error.
+func TraceFromRoutings(E int, rs []routing.Routing) (*Trace, error) {
+	if len(rs) == 0 {
 		return nil, fmt.Errorf("no layers to record")
 	}
-	tr := &Trace{Experts: E, TopK: outs[0].K, Tokens: outs[0].T}
-	for l, o := range outs {
-		if o.K != tr.TopK || o.T != tr.Tokens {
-			return nil, fmt.Errorf("layer %d is %d×%d, layer 0 %d×%d", l, o.T, o.K, tr.Tokens, tr.TopK)
+	tr := &Trace{Experts: E, TopK: rs[0].K}
+	for l, r := range rs {
+		if r.K != tr.TopK || r.M != rs[0].M {
+			return nil, fmt.Errorf("layer %d is %d×%d, layer 0 %d×%d", l, r.M, r.K, rs[0].M, tr.TopK)
 		}
-		for i := range o.IDs {
-			if !o.Live(i) {
-				return nil, fmt.Errorf("layer %d token %d: a dropped or empty slot cannot be recorded", l, i/o.K)
+		if err := r.Validate(E); err != nil {
+			return nil, fmt.Errorf("layer %d: %w", l, err)
+		}
+		for i := range r.IDs {
+			if !r.Live(i) {
+				return nil, fmt.Errorf("layer %d token %d: a dropped or empty slot cannot be recorded", l, i/r.K)
 			}
 		}
 		tr.Layers = append(tr.Layers, l)
-		tr.IDs = append(tr.IDs, append([]int32(nil), o.IDs...))
-		tr.Weights = append(tr.Weights, append([]float32(nil), o.Weights...))
+		tr.Routings = append(tr.Routings, routing.Routing{M: r.M, K: r.K, IDs: slices.Clone(r.IDs), Weights: slices.Clone(r.Weights)})
 	}
 	return tr, nil
 }
@@ -267,12 +300,17 @@ func (tr *Trace) Write(w io.Writer) error {
 	bw.Write(hdr)
 	bw.WriteByte('\n')
 	for li, l := range tr.Layers {
-		for t := 0; t < tr.Tokens; t++ {
+		r := tr.Routings[li]
+		for t := 0; t < r.M; t++ {
 			row := struct {
 				Layer   int       `json:"layer"`
 				IDs     []int32   `json:"ids"`
 				Weights []float32 `json:"weights"`
-			}{l, tr.IDs[li][t*tr.TopK : (t+1)*tr.TopK], tr.Weights[li][t*tr.TopK : (t+1)*tr.TopK]}
+				Dropped []bool    `json:"dropped,omitempty"`
+			}{l, r.IDs[t*r.K : (t+1)*r.K], r.Weights[t*r.K : (t+1)*r.K], nil}
+			if r.Dropped != nil { // a trace read with drops writes them back
+				row.Dropped = r.Dropped[t*r.K : (t+1)*r.K]
+			}
 			b, err := json.Marshal(row)
 			if err != nil {
 				return err
@@ -294,20 +332,17 @@ type Replay struct {
 
 func (Replay) Name() string { return "trace" }
 
-func (r Replay) Route(in Input, _ State) (Output, State, error) {
+func (r Replay) Route(in Input, _ State) (routing.Routing, State, error) {
 	tr := r.Trace
 	switch {
 	case in.E != tr.Experts:
-		return Output{}, nil, fmt.Errorf("trace routes over %d experts, the run has %d", tr.Experts, in.E)
+		return routing.Routing{}, nil, fmt.Errorf("trace routes over %d experts, the run has %d", tr.Experts, in.E)
 	case in.Layer < 0 || in.Layer >= len(tr.Layers):
-		return Output{}, nil, fmt.Errorf("trace has %d layers, run layer %d asked", len(tr.Layers), in.Layer)
-	case in.Offset < 0 || in.Offset+in.T > tr.Tokens:
-		return Output{}, nil, fmt.Errorf("trace has %d tokens, run asked for tokens %d…%d", tr.Tokens, in.Offset, in.Offset+in.T-1)
+		return routing.Routing{}, nil, fmt.Errorf("trace has %d layers, run layer %d asked", len(tr.Layers), in.Layer)
+	case in.Offset < 0 || in.Offset+in.T > tr.Tokens():
+		return routing.Routing{}, nil, fmt.Errorf("trace has %d tokens, run asked for tokens %d…%d", tr.Tokens(), in.Offset, in.Offset+in.T-1)
 	}
-	k := tr.TopK
-	out := Output{T: in.T, K: k,
-		IDs:     append([]int32(nil), tr.IDs[in.Layer][in.Offset*k:(in.Offset+in.T)*k]...),
-		Weights: append([]float32(nil), tr.Weights[in.Layer][in.Offset*k:(in.Offset+in.T)*k]...),
-	}
+	part := tr.Routings[in.Layer].Tokens(in.Offset, in.T)
+	out := routing.Routing{M: part.M, K: part.K, IDs: slices.Clone(part.IDs), Weights: slices.Clone(part.Weights), Dropped: slices.Clone(part.Dropped)}
 	return out, nil, nil
 }

@@ -5,14 +5,16 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/mstar-dev/mstar/kernels/routing"
 )
 
 func TestTraceRoundTripAndReplay(t *testing.T) {
-	outs := []Output{
-		{T: 3, K: 2, IDs: []int32{0, 1, 2, 3, 1, 0}, Weights: []float32{0.75, 0.25, 0.5, 0.5, 1, 0}},
-		{T: 3, K: 2, IDs: []int32{3, 2, 1, 0, 2, 1}, Weights: []float32{0.5, 0.5, 0.5, 0.5, 0.5, 0.5}},
+	outs := []routing.Routing{
+		{M: 3, K: 2, IDs: []int32{0, 1, 2, 3, 1, 0}, Weights: []float32{0.75, 0.25, 0.5, 0.5, 1, 0}},
+		{M: 3, K: 2, IDs: []int32{3, 2, 1, 0, 2, 1}, Weights: []float32{0.5, 0.5, 0.5, 0.5, 0.5, 0.5}},
 	}
-	tr, err := TraceFromOutputs(4, outs)
+	tr, err := TraceFromRoutings(4, outs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +52,7 @@ func TestTraceRoundTripAndReplay(t *testing.T) {
 			t.Errorf("replay %+v: %v, want %q", tc.in, err, tc.want)
 		}
 	}
-	if _, err := TraceFromOutputs(4, []Output{{T: 1, K: 1, IDs: []int32{-1}, Weights: []float32{0}}}); err == nil {
+	if _, err := TraceFromRoutings(4, []routing.Routing{{M: 1, K: 1, IDs: []int32{-1}, Weights: []float32{0}}}); err == nil {
 		t.Errorf("an empty slot was recorded")
 	}
 }
@@ -102,8 +104,13 @@ func TestReadTrace(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !reflect.DeepEqual(tr.Layers, tc.layers) || !reflect.DeepEqual(tr.IDs, tc.ids) || !reflect.DeepEqual(tr.Weights, tc.ws) {
-				t.Errorf("(-want +got):\n-%v %v %v\n+%v %v %v", tc.layers, tc.ids, tc.ws, tr.Layers, tr.IDs, tr.Weights)
+			var ids [][]int32
+			var ws [][]float32
+			for _, r := range tr.Routings {
+				ids, ws = append(ids, r.IDs), append(ws, r.Weights)
+			}
+			if !reflect.DeepEqual(tr.Layers, tc.layers) || !reflect.DeepEqual(ids, tc.ids) || !reflect.DeepEqual(ws, tc.ws) {
+				t.Errorf("(-want +got):\n-%v %v %v\n+%v %v %v", tc.layers, tc.ids, tc.ws, tr.Layers, ids, ws)
 			}
 		})
 	}

@@ -1,0 +1,44 @@
+package reports
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/mstar-dev/mstar/reports/results"
+)
+
+// bench moe --peers writes the peers' rows into the same document: mstar's
+// table keeps mstar's rows, and the peers' comparison follows it, so the
+// live run and 'report show --run' print both the same way.
+func TestMoETablePeers(t *testing.T) {
+	row := func(impl, batch string, lat ...float64) Result {
+		return Result{Name: "moe", Params: Params{"impl": impl, "batch": batch, "model": "m1"},
+			Metrics: []Metric{{Name: "latency", Unit: "µs", Better: results.LowerIsBetter, Samples: lat}},
+			Gates:   []Gate{{Name: "correctness", Pass: true}}}
+	}
+	d := &Document{Suite: "bench moe", Env: Env{"device": "cuda:0", "gpu": "H200"}, Results: []Result{
+		row("mstar", "1", 10, 10, 10), row("mstar", "8", 40, 40, 40), row("triton-ref", "1", 12, 12, 12), row("triton-ref", "8", 38, 38, 38),
+	}}
+	var b bytes.Buffer
+	if err := RunTable(&b, d); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	mstar, peered, ok := strings.Cut(out, "# mstar against its peers")
+	if !ok {
+		t.Fatalf("no peers' comparison:\n%s", out)
+	}
+	if strings.Contains(mstar, "12.0") || strings.Contains(mstar, "38.0") || strings.Count(mstar, "# M=") != 2 {
+		t.Errorf("the peers' rows are in mstar's table:\n%s", mstar)
+	}
+	if !strings.Contains(peered, "triton-ref us") || !strings.Contains(peered, "1.20×") || !strings.Contains(peered, "0.95×") {
+		t.Errorf("peers' comparison:\n%s", peered)
+	}
+	// Without peers there is no comparison.
+	d.Results = d.Results[:2]
+	b.Reset()
+	if err := RunTable(&b, d); err != nil || strings.Contains(b.String(), "peers") {
+		t.Errorf("a run without peers: %v\n%s", err, b.String())
+	}
+}

@@ -1,0 +1,205 @@
+package reports
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/mstar-dev/mstar/reports/results"
+)
+
+// The environment keys of a tune moe document that its run table reads:
+// the tuned file's key and path, and the comparison's --threshold.
+const (
+	EnvTunedKey       = "moe_tuned_key"
+	EnvTunedFile      = "moe_tuned_file"
+	EnvTuneThreshold  = "moe_tune_threshold"
+	envKernelsVersion = "moe_kernels_version"
+)
+
+// What tune moe's candidate results say in their warnings.
+const (
+	tuneRejected = "rejected: "
+	tuneChosen   = "chosen: "
+	tuneStatic   = "static table: "
+)
+
+// tuneTable is tune moe's run table: what was tuned into which file, a row
+// per batch (the chosen candidate, the static table's, how many were tried
+// and rejected), the rejections, then the comparison of the tuned file with
+// the static table, each side a bench moe sweep, through report diff.
+func tuneTable(w io.Writer, d *Document) error {
+	var cands []Result
+	var batches []string
+	sides := map[string]map[string]*Document{} // side → round → its latencies
+	var rounds []string
+	var p Params
+	for _, r := range d.Results {
+		switch r.Name {
+		case "moe_tune":
+			cands = append(cands, r)
+			if !slices.Contains(batches, r.Params["batch"]) {
+				batches = append(batches, r.Params["batch"])
+			}
+			if p == nil {
+				p = r.Params
+			}
+		case "moe":
+			side, round := r.Params["configs"], r.Params["round"]
+			if side == "" {
+				continue
+			}
+			if p == nil {
+				p = r.Params
+			}
+			if sides[side] == nil {
+				sides[side] = map[string]*Document{}
+			}
+			if !slices.Contains(rounds, round) {
+				rounds = append(rounds, round)
+			}
+			doc := sides[side][round]
+			if doc == nil {
+				doc = &Document{Format: results.Format, Schema: results.SchemaVersion, Suite: d.Suite}
+				sides[side][round] = doc
+			}
+			// The sides pair by batch: their configurations differ by design,
+			// and only latency gets a verdict.
+			cmp := Result{Name: r.Name, Params: Params{}}
+			for k, v := range r.Params {
+				if k != "config" && k != "config_source" && k != "configs" && k != "round" {
+					cmp.Params[k] = v
+				}
+			}
+			if lat := r.Metric("latency"); lat != nil {
+				cmp.Metrics = []Metric{*lat}
+			}
+			doc.Results = append(doc.Results, cmp)
+		}
+	}
+	model := p["model"]
+	if model == "" {
+		model = "custom"
+	}
+	tp, ep := p["tp"], p["ep"]
+	if tp == "" {
+		tp = "1"
+	}
+	if ep == "" {
+		ep = "1"
+	}
+	fmt.Fprintf(w, "# mstar tune moe: %s (tp %s, ep %s) on %s: %s\n", model, tp, ep, deviceLine(d), d.Env[EnvTunedKey])
+	fmt.Fprintf(w, "# file %s (kernels %s)\n", d.Env[EnvTunedFile], d.Env[envKernelsVersion])
+	for _, warn := range d.Warnings {
+		if warn == results.WarnInterrupted {
+			continue // said on stderr, as every measuring command does
+		}
+		fmt.Fprintf(w, "# warning: %s\n", strings.ReplaceAll(warn, "\n", "\n#   "))
+	}
+	if len(cands) > 0 {
+		tuneRows(w, cands, batches)
+	}
+	var base, tuned []*Document
+	for _, round := range rounds {
+		if doc := sides["static"][round]; doc != nil {
+			base = append(base, doc)
+		}
+		if doc := sides["tuned"][round]; doc != nil {
+			tuned = append(tuned, doc)
+		}
+	}
+	if len(base) == 0 || len(tuned) == 0 {
+		return nil
+	}
+	threshold := 5.0
+	if t, err := strconv.ParseFloat(d.Env[EnvTuneThreshold], 64); err == nil {
+		threshold = t
+	}
+	fmt.Fprintln(w, "#")
+	fmt.Fprintln(w, "# tuned file (new) versus the static table (base), each a bench moe sweep:")
+	return RenderDiff(w, Diff(base, tuned, DiffOptions{Threshold: threshold}), FormatText)
+}
+
+// tuneCandidate is what a candidate's result says about it.
+type tuneCandidate struct {
+	config, reject, static string
+	chosen                 bool
+	latencyUS              float64 // the median, in the tuned file's rounding; 0 when not timed
+}
+
+func readCandidate(r *Result) tuneCandidate {
+	c := tuneCandidate{config: r.Params["config"]}
+	for _, w := range r.Warnings {
+		switch {
+		case strings.HasPrefix(w, tuneRejected):
+			c.reject = strings.TrimPrefix(w, tuneRejected)
+		case strings.HasPrefix(w, tuneChosen):
+			c.chosen = true
+		case strings.HasPrefix(w, tuneStatic):
+			c.static = strings.TrimPrefix(w, tuneStatic)
+		}
+	}
+	if m := r.Metric("tune_latency"); m != nil && len(m.Samples) > 0 {
+		c.latencyUS = math.Round(results.Summarize(m.Samples).Median*1000) / 1000
+	}
+	return c
+}
+
+// tuneRows prints a row per batch, the tuned ones first, then each tuned
+// batch's rejected candidates.
+func tuneRows(w io.Writer, cands []Result, batches []string) {
+	byBatch := map[string][]tuneCandidate{}
+	chosen := map[string]*tuneCandidate{}
+	for i := range cands {
+		b := cands[i].Params["batch"]
+		byBatch[b] = append(byBatch[b], readCandidate(&cands[i]))
+	}
+	var tunedBatches, none []string
+	for _, b := range batches {
+		for i, c := range byBatch[b] {
+			if c.chosen {
+				chosen[b] = &byBatch[b][i]
+			}
+		}
+		if chosen[b] != nil {
+			tunedBatches = append(tunedBatches, b)
+		} else {
+			none = append(none, b)
+		}
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	io.WriteString(tw, "#\tbatch\tchosen\tus\tstatic table\tus\tcandidates\trejected\t\n")
+	for _, b := range append(append([]string{}, tunedBatches...), none...) {
+		outs := byBatch[b]
+		rejected := 0
+		for _, c := range outs {
+			if c.reject != "" {
+				rejected++
+			}
+		}
+		c := chosen[b]
+		if c == nil {
+			fmt.Fprintf(tw, "\t%s\tnone passed\t-\t\t\t%d\t%d\t\n", b, len(outs), rejected)
+			continue
+		}
+		staticUS := "-"
+		for _, o := range outs {
+			if o.config == c.static && o.latencyUS != 0 {
+				staticUS = fmt.Sprintf("%.1f", o.latencyUS)
+			}
+		}
+		fmt.Fprintf(tw, "\t%s\t%s\t%.1f\t%s\t%s\t%d\t%d\t\n", b, c.config, c.latencyUS, c.static, staticUS, len(outs), rejected)
+	}
+	tw.Flush()
+	for _, b := range tunedBatches {
+		for _, c := range byBatch[b] {
+			if c.reject != "" {
+				fmt.Fprintf(w, "# M=%s rejected %s: %s\n", b, c.config, c.reject)
+			}
+		}
+	}
+}

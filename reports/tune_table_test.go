@@ -1,0 +1,67 @@
+package reports
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/mstar-dev/mstar/reports/results"
+)
+
+// tune moe's table reads its document alone: the chosen candidate and the
+// static table's pick from the candidates' warnings, their latencies from
+// their samples, and the comparison from the two sides' sweeps.
+func TestTuneTable(t *testing.T) {
+	cand := func(batch, config string, lat []float64, warns ...string) Result {
+		m := Metric{Name: "tune_latency", Unit: "µs", Better: results.LowerIsBetter, Samples: lat}
+		if lat == nil {
+			m.Unmeasured = "rejected"
+		}
+		return Result{Name: "moe_tune", Role: results.RoleContext, Params: Params{"batch": batch, "config": config, "model": "m1", "tp": "2", "ep": "1"},
+			Metrics: []Metric{m}, Warnings: warns}
+	}
+	sweep := func(side, round, batch string, lat ...float64) Result {
+		return Result{Name: "moe", Params: Params{"batch": batch, "configs": side, "round": round, "config": side + "-cfg", "model": "m1"},
+			Metrics: []Metric{{Name: "latency", Unit: "µs", Better: results.LowerIsBetter, Samples: lat},
+				{Name: "throughput", Unit: "TFLOP/s", Better: results.HigherIsBetter, Samples: lat}}}
+	}
+	d := &Document{Suite: "tune moe", Env: Env{"device": "cuda:0", "gpu": "H200", EnvTunedKey: "E=8 N=32 K=64 topk=2 bf16 on H200",
+		EnvTunedFile: "/c/x.json", envKernelsVersion: "moe.cu-1", EnvTuneThreshold: "7"},
+		Warnings: []string{"two\nlines", results.WarnInterrupted},
+		Results: []Result{
+			cand("1", "wg/64", []float64{10, 11, 12}, "chosen: the fastest candidate that passed", "static table: tc/32"),
+			cand("1", "tc/32", []float64{20, 20.04, 21}),
+			cand("1", "sk/16", nil, "rejected: rel_l2 0.5 over 0.01"),
+			cand("8", "tc/32", nil, "rejected: launch failed"),
+			cand("16", "wg/64", []float64{30}, "chosen: the fastest candidate that passed", "static table: tc/64"),
+			sweep("static", "1", "1", 20, 21, 22), sweep("tuned", "1", "1", 10, 11, 12),
+			sweep("tuned", "2", "1", 10, 11, 12), sweep("static", "2", "1", 20, 21, 22),
+		}}
+	var b bytes.Buffer
+	if err := RunTable(&b, d); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"# mstar tune moe: m1 (tp 2, ep 1) on cuda:0 (H200): E=8 N=32 K=64 topk=2 bf16 on H200\n",
+		"# file /c/x.json (kernels moe.cu-1)\n",
+		"# warning: two\n#   lines\n",
+		"1      wg/64        11.0  tc/32         20.0  3           1",
+		"16     wg/64        30.0  tc/64         -     1           0",
+		"8      none passed  -",
+		"# M=1 rejected sk/16: rel_l2 0.5 over 0.01\n",
+		"threshold 7%",
+		"moe/batch=1",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("tune table lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "interrupted") || strings.Contains(out, "M=8 rejected") {
+		t.Errorf("the interrupted note goes to stderr, and a batch with no pick has no rejection list:\n%s", out)
+	}
+	// The tuned batches come first, the one with none passed last.
+	if i, j := strings.Index(out, "  16  "), strings.Index(out, "none passed"); i < 0 || j < i {
+		t.Errorf("row order:\n%s", out)
+	}
+}
