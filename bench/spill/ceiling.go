@@ -156,6 +156,9 @@ func measureCeiling(ctx context.Context, cfg Config, kind tier.Kind, size int64,
 	each := func(move func(l *lane) (int64, error)) (time.Duration, error) {
 		errs := make([]error, len(lanes))
 		var wg sync.WaitGroup
+		if err := evictCache(lanes[0].s); err != nil { // as the cells do before each timed move
+			return 0, err
+		}
 		start := time.Now()
 		for i, l := range lanes {
 			wg.Add(1)

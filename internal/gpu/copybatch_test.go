@@ -108,3 +108,57 @@ func TestCopyDtoDBatchCUDA(t *testing.T) {
 		}
 	}
 }
+
+func TestEvictBytes(t *testing.T) {
+	for _, tc := range []struct{ l2, want int64 }{{50 << 20, 100 << 20}, {0, 16 << 20}, {3<<20 + 5, 16 << 20}, {9<<20 + 7, 18 << 20}} {
+		if got := evictBytes(tc.l2); got != tc.want || got%16 != 0 {
+			t.Errorf("evictBytes(%d) = %d, want %d", tc.l2, got, tc.want)
+		}
+	}
+}
+
+// On CUDA EvictCache runs (compiles, allocates its scratch, launches) and
+// leaves device memory as it was. Skips without a GPU.
+func TestEvictCacheCUDA(t *testing.T) {
+	if ok, why := cudaAvailable(); !ok {
+		t.Skip("no CUDA device: " + why)
+	}
+	d, err := openCUDA(0)
+	if err != nil {
+		t.Skip(err)
+	}
+	defer d.Close()
+	b, err := d.Alloc(1 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free()
+	s, _ := d.NewStream()
+	defer s.Close()
+	want := make([]byte, 1<<20)
+	for i := range want {
+		want[i] = byte(i * 13)
+	}
+	if err := s.CopyHtoD(b, 0, want); err != nil {
+		t.Fatal(err)
+	}
+	ev, ok := s.(CacheEvicter)
+	if !ok {
+		t.Fatal("the CUDA stream is no CacheEvicter")
+	}
+	for range 2 {
+		if err := ev.EvictCache(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := make([]byte, len(want))
+	if err := s.CopyDtoH(got, b, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Error("device memory changed across EvictCache")
+	}
+}
