@@ -55,7 +55,7 @@ func moeTable(w io.Writer, d *Document) error {
 	fmt.Fprintf(w, "# device %s\n", deviceLine(d))
 	fmt.Fprintf(w, "# ceilings: read %s, d2d %s, gemm %s\n", ceilingText(ceil["read"]), ceilingText(ceil["d2d"]), ceilingText(ceil["gemm"]))
 	for _, warn := range d.Warnings {
-		fmt.Fprintf(w, "# warning: %s\n", warn)
+		fmt.Fprintln(w, wrap("# warning: "+warn, 100, "#   "))
 	}
 	fmt.Fprintln(w, "#")
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
@@ -82,8 +82,26 @@ func moeTable(w io.Writer, d *Document) error {
 	}
 	tw.Flush()
 	fmt.Fprintln(w, "#")
+	// The configuration file is usually one for every batch: name it once.
+	const from = "; config from "
+	source := ""
+	for i, k := range kernels {
+		_, src, ok := strings.Cut(k, from)
+		if !ok || (i > 0 && src != source) {
+			source = ""
+			break
+		}
+		source = src
+	}
+	if source != "" {
+		fmt.Fprintf(w, "# kernels (configurations from %s):\n", source)
+	}
 	for i, r := range batches {
-		fmt.Fprintf(w, "# M=%s kernels: %s\n", r.Params["batch"], kernels[i])
+		k := kernels[i]
+		if source != "" {
+			k = strings.TrimSuffix(k, from+source)
+		}
+		fmt.Fprintf(w, "# M=%s kernels: %s\n", r.Params["batch"], k)
 	}
 	for _, b := range batches {
 		var rows []Result

@@ -98,7 +98,13 @@ func tuneTable(w io.Writer, d *Document) error {
 		if warn == results.WarnInterrupted {
 			continue // said on stderr, as every measuring command does
 		}
-		fmt.Fprintf(w, "# warning: %s\n", strings.ReplaceAll(warn, "\n", "\n#   "))
+		for i, l := range strings.Split(warn, "\n") {
+			lead := "# warning: "
+			if i > 0 {
+				lead = "#   "
+			}
+			fmt.Fprintln(w, wrap(lead+l, 100, "#   "))
+		}
 	}
 	if len(cands) > 0 {
 		tuneRows(w, cands, batches)
