@@ -457,44 +457,8 @@ func maxWidth(s string) int {
 	return n
 }
 
-// wrap breaks s into lines of at most width runes at spaces (or at "/"
-// and "," in long words), continuing lines with indent; width 0 leaves it.
-func wrap(s string, width int, indent string) string {
-	if width <= 0 || utf8.RuneCountInString(s) <= width {
-		return s
-	}
-	var out []string
-	line := ""
-	for _, word := range strings.SplitAfter(s, " ") {
-		for _, piece := range splitLong(word, width-len(indent)) {
-			if line != "" && utf8.RuneCountInString(line+piece) > width {
-				out = append(out, strings.TrimRight(line, " "))
-				line = indent
-			}
-			line += piece
-		}
-	}
-	if strings.TrimSpace(line) != "" {
-		out = append(out, strings.TrimRight(line, " "))
-	}
-	return strings.Join(out, "\n")
-}
-
-// splitLong cuts a word longer than n after its "/" or "," separators.
-func splitLong(word string, n int) []string {
-	if n <= 0 || utf8.RuneCountInString(word) <= n {
-		return []string{word}
-	}
-	var out []string
-	start := 0
-	for i, r := range word {
-		if (r == '/' || r == ',') && i+1-start > 0 {
-			out = append(out, word[start:i+1])
-			start = i + 1
-		}
-	}
-	return append(out, word[start:])
-}
+// wrap is units.Wrap.
+func wrap(s string, width int, indent string) string { return units.Wrap(s, width, indent) }
 
 func num(v float64) string {
 	if math.IsNaN(v) || math.IsInf(v, 0) {

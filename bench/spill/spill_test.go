@@ -10,7 +10,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/mstar-dev/mstar/internal/badinput"
 	"github.com/mstar-dev/mstar/internal/gpu"
@@ -568,5 +570,32 @@ func TestCheckLayout(t *testing.T) {
 	}
 	if err := CheckLayout([]Cell{{Uneven, tier.Pageable, 64 << 10}}, 16); err == nil {
 		t.Error("uneven at 64KiB (a shard of 0 bytes) passed")
+	}
+}
+
+// A grid wider than matrixWidth prints a line per cell instead.
+func TestWriteMatrixFitsWidth(t *testing.T) {
+	long := strings.Repeat("x", 40)
+	for _, tc := range []struct {
+		text string
+		grid bool
+	}{{"PASS 1.0 GB/s", true}, {long, false}} {
+		row := []string{"hibernate"}
+		for range tier.Kinds {
+			row = append(row, tc.text)
+		}
+		var b bytes.Buffer
+		tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+		writeMatrix(tw, tier.Kinds, [][]string{row})
+		tw.Flush()
+		lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+		for _, l := range lines {
+			if n := utf8.RuneCountInString(l); n > matrixWidth {
+				t.Errorf("%q: a line of %d columns: %q", tc.text, n, l)
+			}
+		}
+		if want := map[bool]int{true: 2, false: 1 + len(tier.Kinds)}[tc.grid]; len(lines) != want {
+			t.Errorf("%q: %d lines, want %d:\n%s", tc.text, len(lines), want, b.String())
+		}
 	}
 }

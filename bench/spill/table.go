@@ -9,6 +9,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/mstar-dev/mstar/internal/spill/tier"
 	"github.com/mstar-dev/mstar/internal/units"
@@ -242,18 +243,14 @@ func Table(w io.Writer, d *results.Document) error {
 			fmt.Fprintf(tw, " in %s blocks", b)
 		}
 		fmt.Fprintln(tw)
-		fmt.Fprint(tw, "scenario")
-		for _, k := range tiers {
-			fmt.Fprintf(tw, "\t%s", k)
-		}
-		fmt.Fprintln(tw)
-		var na []string // "why: cells", in order of first appearance
+		var rows [][]string // scenario, then one text per tier
+		var na []string     // "why: cells", in order of first appearance
 		naCells := map[string][]string{}
 		for _, sc := range Scenarios {
 			if !scUsed[sc] {
 				continue
 			}
-			fmt.Fprint(tw, sc)
+			row := []string{string(sc)}
 			for _, k := range tiers {
 				txt := at[string(sc)+"/"+string(k)+"/"+size].text()
 				if ok, why := (Cell{Scenario: sc, Tier: k}).Applicable(); !ok {
@@ -263,10 +260,11 @@ func Table(w io.Writer, d *results.Document) error {
 					}
 					naCells[why] = append(naCells[why], string(sc)+"/"+string(k))
 				}
-				fmt.Fprintf(tw, "\t%s", txt)
+				row = append(row, txt)
 			}
-			fmt.Fprintln(tw)
+			rows = append(rows, row)
 		}
+		writeMatrix(tw, tiers, rows)
 		for _, why := range na {
 			fmt.Fprintf(tw, "n/a: %s: %s\n", strings.Join(naCells[why], ", "), why)
 		}
@@ -306,7 +304,7 @@ func Table(w io.Writer, d *results.Document) error {
 		}
 		fmt.Fprintf(w, "\n"+l.head+"\n", len(l.lines))
 		for _, s := range l.lines {
-			fmt.Fprintln(w, "  "+s)
+			fmt.Fprintln(w, units.Wrap("  "+s, matrixWidth, "      "))
 		}
 	}
 	return nil
@@ -320,7 +318,8 @@ func ceilingsTable(tw io.Writer, d *results.Document) {
 			continue
 		}
 		if !head {
-			fmt.Fprintln(tw, "tier ceilings (best of samples, same run)\ttier\tsize\tspill GB/s\trestore GB/s")
+			fmt.Fprintln(tw, "tier ceilings (best of samples, same run):")
+			fmt.Fprintln(tw, "\ttier\tsize\tspill GB/s\trestore GB/s")
 			head = true
 		}
 		p := r.Params
@@ -341,5 +340,49 @@ func ceilingsTable(tw io.Writer, d *results.Document) {
 			continue
 		}
 		fmt.Fprintf(tw, "\t%s\t%s\t%.2f\t%.2f\n", p["tier"], size, best(sp.Samples), best(rs.Samples))
+	}
+}
+
+// matrixWidth is the widest a scenario × tier grid may print; a wider one
+// (five tiers of 30–46 columns each) prints a line per cell instead.
+const matrixWidth = 120
+
+// writeMatrix writes rows (scenario, then one text per tier) as a grid
+// when it fits matrixWidth, else as one line per cell under its scenario.
+func writeMatrix(tw io.Writer, tiers []tier.Kind, rows [][]string) {
+	width := make([]int, len(tiers)+1)
+	width[0] = len("scenario")
+	for i, k := range tiers {
+		width[i+1] = len(k)
+	}
+	for _, row := range rows {
+		for i, txt := range row {
+			width[i] = max(width[i], utf8.RuneCountInString(txt))
+		}
+	}
+	total := 2 * (len(width) - 1)
+	for _, n := range width {
+		total += n
+	}
+	if total <= matrixWidth {
+		fmt.Fprint(tw, "scenario")
+		for _, k := range tiers {
+			fmt.Fprintf(tw, "\t%s", k)
+		}
+		fmt.Fprintln(tw)
+		for _, row := range rows {
+			fmt.Fprintln(tw, strings.Join(row, "\t"))
+		}
+		return
+	}
+	fmt.Fprintln(tw, "scenario\ttier\tresult")
+	for _, row := range rows {
+		for i, k := range tiers {
+			sc := ""
+			if i == 0 {
+				sc = row[0]
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", sc, k, row[i+1])
+		}
 	}
 }

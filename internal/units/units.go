@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // Size prints an exact binary size with the largest unit that divides it:
@@ -68,4 +69,43 @@ func Plural(n int, noun string) string {
 		return "1 " + noun
 	}
 	return strconv.Itoa(n) + " " + noun + "s"
+}
+
+// Wrap breaks s into lines of at most width runes at spaces (or at "/"
+// and "," in long words), continuing lines with indent; width 0 leaves it.
+func Wrap(s string, width int, indent string) string {
+	if width <= 0 || utf8.RuneCountInString(s) <= width {
+		return s
+	}
+	var out []string
+	line := ""
+	for _, word := range strings.SplitAfter(s, " ") {
+		for _, piece := range splitLong(word, width-len(indent)) {
+			if line != "" && utf8.RuneCountInString(line+piece) > width {
+				out = append(out, strings.TrimRight(line, " "))
+				line = indent
+			}
+			line += piece
+		}
+	}
+	if strings.TrimSpace(line) != "" {
+		out = append(out, strings.TrimRight(line, " "))
+	}
+	return strings.Join(out, "\n")
+}
+
+// splitLong cuts a word longer than n after its "/" or "," separators.
+func splitLong(word string, n int) []string {
+	if n <= 0 || utf8.RuneCountInString(word) <= n {
+		return []string{word}
+	}
+	var out []string
+	start := 0
+	for i, r := range word {
+		if (r == '/' || r == ',') && i+1-start > 0 {
+			out = append(out, word[start:i+1])
+			start = i + 1
+		}
+	}
+	return append(out, word[start:])
 }
