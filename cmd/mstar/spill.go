@@ -10,6 +10,7 @@ import (
 
 	"github.com/mstar-dev/mstar/bench/spill"
 	"github.com/mstar-dev/mstar/internal/gpu"
+	"github.com/mstar-dev/mstar/internal/shard"
 	"github.com/mstar-dev/mstar/internal/spill/tier"
 	"github.com/mstar-dev/mstar/reports/results"
 	"github.com/mstar-dev/mstar/trace"
@@ -50,12 +51,12 @@ func parseInject(vals []string) (tier.Faults, error) {
 func init() {
 	register(func(a *app) *cobra.Command {
 		var (
-			device, cells, sizes, tiers, out, tracePath, shmDir string
-			inject                                              []string
-			blocks, samples, cooldown, sessions                 int
-			floor, pinnedFloor, ppTol                           float64
-			interval, traceEvery, ttl                           time.Duration
-			seed                                                uint64
+			device, cells, sizes, tiers, out, tracePath, shmDir, shardSpec string
+			inject                                                         []string
+			blocks, samples, cooldown, sessions                            int
+			floor, pinnedFloor, ppTol                                      float64
+			interval, traceEvery, ttl                                      time.Duration
+			seed                                                           uint64
 		)
 		cmd := &cobra.Command{
 			Use:   "spill-matrix",
@@ -132,8 +133,12 @@ above 105% of its tier's ceiling is listed with a warning naming the ceiling.`,
 						return err
 					}
 				}
+				sh, err := shard.Parse(shardSpec)
+				if err != nil {
+					return err
+				}
 				var m *spill.Matrix
-				return a.measure(measurement{suite: "spill-matrix", device: device, out: out,
+				return a.measure(measurement{suite: "spill-matrix", device: device, out: out, shard: sh,
 					run: func(ctx context.Context, ms *measuring) (*outcome, error) {
 						dev := ms.dev
 						if !cmd.Flags().Changed("sizes") {
@@ -149,6 +154,10 @@ above 105% of its tier's ceiling is listed with a warning naming the ceiling.`,
 						list, err := spill.Match(spill.Cells(spill.Scenarios, kinds, sz), cells)
 						if err != nil {
 							return nil, usageErr("--cells: %v", err)
+						}
+						if list = pickCells(ms, list, spill.Cell.Name); len(list) == 0 {
+							m = &spill.Matrix{}
+							return &outcome{}, nil
 						}
 						if small := spill.SmallLayouts(list, blocks); len(small) > 0 {
 							which := strings.Join(small, ", ")
@@ -236,6 +245,7 @@ above 105% of its tier's ceiling is listed with a warning naming the ceiling.`,
 		}
 		f := cmd.Flags()
 		addDeviceFlag(cmd, &device)
+		addShardFlag(cmd, &shardSpec, "one scenario/tier/size of the --cells selected")
 		f.StringVar(&cells, "cells", "", "cells to run: comma-separated globs over scenario/tier/size, e.g. 'hibernate', '*/pinned', 'ladder/file' (default all)")
 		// No flag default: it would print beside, and contradict, the CUDA one.
 		f.StringVar(&sizes, "sizes", "", "pool sizes, comma-separated (default 64MiB; 1GiB on CUDA)")
