@@ -434,7 +434,16 @@ documents merge again.
 
 Refused (exit 2): an OUT that is one of the inputs, and one run given twice
 (the same file, a copy, or a document already inside a merged input): its
-samples would count twice.`,
+samples would count twice.
+
+Shards (documents of --shard I/N runs) must cover their sweep exactly once:
+refused (exit 2) are a shard given twice or a cell in two shards (overlap),
+a shard I of N missing or interrupted (gap), shards of one command that
+split different cell lists, and a whole run beside its own shards. Shards of
+one sweep are the documents whose command lines agree but for --shard, --out,
+--dir, --device and the other output paths. Each row keeps its run id and
+environment (host, device, GPU and its UUID), so 'report show' tells which
+machine measured it.`,
 		Example: `  mstar report merge -o all.json shard-0.json shard-1.json shard-2.json
   mstar report merge -o fleet.json h200-*.json h100-*.json`,
 		Args: cobra.MinimumNArgs(1),
@@ -452,7 +461,7 @@ samples would count twice.`,
 			if err != nil {
 				return err
 			}
-			m, err := reports.Merge(docs...)
+			m, notes, err := reports.MergeNamed(func(i int) string { return args[i] }, docs...)
 			if err != nil {
 				return badInput(err)
 			}
@@ -462,6 +471,9 @@ samples would count twice.`,
 			envs := map[string]bool{}
 			for i := range m.Results {
 				envs[m.EnvOf(&m.Results[i]).Key()] = true
+			}
+			for _, n := range notes {
+				fmt.Fprintln(a.stderr, "mstar: "+n)
 			}
 			fmt.Fprintf(a.stderr, "mstar: merged %d document(s), %d result(s) from %d environment(s) into %s\n", len(docs), len(m.Results), len(envs), out)
 			return nil
