@@ -10,7 +10,10 @@ import (
 
 // shardFreeFlags are the flags that may differ between the shards of one
 // sweep: where each writes and runs, not what it measures.
-var shardFreeFlags = []string{"shard", "out", "o", "dir", "device", "plot", "trace", "heatmap", "routing-out", "dump-dir"}
+var shardFreeFlags = []string{"shard", "out", "o", "dir", "device", "devices", "plot", "trace", "heatmap", "routing-out", "dump-dir"}
+
+// shardFreeSwitches are such flags without a value.
+var shardFreeSwitches = []string{"replicate"}
 
 // SweepOf is the command line of a sharded run without the flags that
 // differ between its shards: the shards of one sweep share it.
@@ -21,6 +24,8 @@ func SweepOf(command []string) string {
 		name, _, inline := strings.Cut(strings.TrimLeft(a, "-"), "=")
 		switch {
 		case !strings.HasPrefix(a, "-") || a == "-" || a == "--":
+		case slices.Contains(shardFreeSwitches, name):
+			continue
 		case slices.Contains(shardFreeFlags, name):
 			if !inline && i+1 < len(command) {
 				i++ // its value

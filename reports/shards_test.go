@@ -12,6 +12,7 @@ func TestSweepOf(t *testing.T) {
 		{[]string{"mstar", "bench", "moe", "--shard=2/3", "--batch", "1,4", "-o", "x.json", "--model", "m", "--device", "cuda:1"}, base},
 		{[]string{"mstar", "bench", "moe", "--batch", "1,4", "-ox.json", "--out=y.json", "--model", "m"}, base},
 		{[]string{"mstar", "bench", "moe", "--batch", "1,4", "--model", "m", "--dir", "/tmp/a", "--dump-dir", "d"}, base},
+		{[]string{"mstar", "bench", "moe", "--devices", "all", "--replicate", "--batch", "1,4", "--model", "m"}, base},
 		// What changes the cells stays.
 		{[]string{"mstar", "bench", "moe", "--batch", "1,4", "--model", "m", "--seed", "2"}, base + " --seed 2"},
 	} {

@@ -85,6 +85,7 @@ func arenaSweepCmd(a *app) *cobra.Command {
 	var (
 		device, mode, minSize, maxSize, shmDir, out, plot, shardSpec string
 		factor                                                       int64
+		fo                                                           fanOut
 		samples, tensors, rounds                                     int
 		pcie                                                         float64
 	)
@@ -146,6 +147,18 @@ with "-transport" added to its name).`,
 			sh, err := shard.Parse(shardSpec)
 			if err != nil {
 				return err
+			}
+			if err := fo.check(cmd); err != nil {
+				return err
+			}
+			if fo.devices != "" {
+				fo.spec = shardSpec
+				return a.runFanOut(fo, "arena sweep", out, func(doc *results.Document) error {
+					if plot != "" {
+						return arenaPlots(a, plot, doc)
+					}
+					return nil
+				})
 			}
 			return a.measure(measurement{suite: "arena sweep", device: device, out: out, shard: sh,
 				run: func(ctx context.Context, m *measuring) (*outcome, error) {
@@ -237,6 +250,7 @@ with "-transport" added to its name).`,
 	f.StringVarP(&out, "out", "o", "", "write the results document to `FILE`")
 	f.StringVar(&plot, "plot", "", "draw bandwidth against size into `FILE` (.png or .svg)")
 	addShardFlag(cmd, &shardSpec, "one size of one part: copy, register or transport")
+	fo.add(cmd)
 	return cmd
 }
 

@@ -34,6 +34,7 @@ func newBenchMoE(a *app) *cobra.Command {
 		seed                                                                                   uint64
 		tune, stages                                                                           bool
 		pf                                                                                     peerFlags
+		fo                                                                                     fanOut
 	)
 	names := []string{}
 	for _, m := range router.Models() {
@@ -162,6 +163,9 @@ Models:
 			if err != nil {
 				return err
 			}
+			if err := fo.check(cmd, "routing-out", "dump-dir"); err != nil {
+				return err
+			}
 			opt := moebench.MoEOptions{Model: name, Shape: shape, TP: sf.tp, EP: sf.ep, Routing: routing, Samples: samples, Seed: seed, DumpDir: dumpDir,
 				Tune: tune, TuneSamples: tuneSamples, Stages: stages, Rounds: rounds}
 			if batches != "" {
@@ -218,6 +222,10 @@ Models:
 					return badInput(fmt.Errorf("--ceilings: %w", err))
 				}
 				opt.Ceilings = c
+			}
+			if fo.devices != "" {
+				fo.spec = shardSpec
+				return a.runFanOut(fo, "bench moe", out, nil)
 			}
 			var rep *moebench.MoEReport
 			batches := func(dev gpu.Device) int {
@@ -342,6 +350,7 @@ Models:
 	f.StringVar(&ceilings, "ceilings", "", "read the device's ceilings from a results `FILE` of 'mstar bench ceilings' instead of measuring them")
 	pf.add(cmd)
 	addShardFlag(cmd, &shardSpec, "one batch size")
+	fo.add(cmd)
 	f.StringVar(&dumpDir, "dump-dir", "", "write each batch's output as raw bf16 to `DIR`/out-M<batch>.bf16 (for the peers' cross-check)")
 	return cmd
 }

@@ -57,6 +57,7 @@ func init() {
 			floor, pinnedFloor, ppTol                                      float64
 			interval, traceEvery, ttl                                      time.Duration
 			seed                                                           uint64
+			fo                                                             fanOut
 		)
 		cmd := &cobra.Command{
 			Use:   "spill-matrix",
@@ -136,6 +137,13 @@ above 105% of its tier's ceiling is listed with a warning naming the ceiling.`,
 				sh, err := shard.Parse(shardSpec)
 				if err != nil {
 					return err
+				}
+				if err := fo.check(cmd, "trace"); err != nil {
+					return err
+				}
+				if fo.devices != "" {
+					fo.spec = shardSpec
+					return a.runFanOut(fo, "spill-matrix", out, nil)
 				}
 				var m *spill.Matrix
 				return a.measure(measurement{suite: "spill-matrix", device: device, out: out, shard: sh,
@@ -246,6 +254,7 @@ above 105% of its tier's ceiling is listed with a warning naming the ceiling.`,
 		f := cmd.Flags()
 		addDeviceFlag(cmd, &device)
 		addShardFlag(cmd, &shardSpec, "one scenario/tier/size of the --cells selected")
+		fo.add(cmd)
 		f.StringVar(&cells, "cells", "", "cells to run: comma-separated globs over scenario/tier/size, e.g. 'hibernate', '*/pinned', 'ladder/file' (default all)")
 		// No flag default: it would print beside, and contradict, the CUDA one.
 		f.StringVar(&sizes, "sizes", "", "pool sizes, comma-separated (default 64MiB; 1GiB on CUDA)")

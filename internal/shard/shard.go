@@ -94,3 +94,14 @@ func ListKey(names []string) string {
 	}
 	return fmt.Sprintf("%016x", h.Sum64())
 }
+
+// Sub is part k (1-based) of g of s: s's cells split again among g
+// workers (one per GPU), as one shard of the whole suite (Count·g parts),
+// so that a worker's document records its cells like any shard's.
+func (s Shard) Sub(k, g int) Shard {
+	i, n := 1, 1
+	if !s.Whole() {
+		i, n = s.Index, s.Count
+	}
+	return Shard{Index: i + n*(k-1), Count: n * g}
+}

@@ -91,3 +91,26 @@ func TestListKey(t *testing.T) {
 		t.Errorf("String = %q", s)
 	}
 }
+
+// The g parts of a shard hold its cells exactly once, whole suite or not.
+func TestSubSplitsAShard(t *testing.T) {
+	all := make([]int, 23)
+	for i := range all {
+		all[i] = i
+	}
+	for _, s := range []Shard{{}, {1, 1}, {1, 3}, {3, 3}, {2, 4}} {
+		for g := 1; g <= 4; g++ {
+			var got []int
+			for k := 1; k <= g; k++ {
+				got = append(got, Pick(s.Sub(k, g), all)...)
+			}
+			slices.Sort(got)
+			if want := Pick(s, all); !slices.Equal(got, want) {
+				t.Errorf("shard %v split in %d: %v, want %v", s, g, got, want)
+			}
+		}
+	}
+	if s := (Shard{2, 3}).Sub(2, 4); s != (Shard{5, 12}) {
+		t.Errorf("2/3 part 2 of 4 = %v, want 5/12", s)
+	}
+}

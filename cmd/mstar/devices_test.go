@@ -1,0 +1,198 @@
+package main
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/mstar-dev/mstar/internal/shard"
+)
+
+func fourGPUs() ([]gpuSlot, error) {
+	return []gpuSlot{{"cuda:0", "0000:19:00.0"}, {"cuda:1", "0000:3b:00.0"}, {"cuda:2", ""}, {"cuda:3", ""}}, nil
+}
+
+func TestPickGPUs(t *testing.T) {
+	for _, tc := range []struct {
+		spec, want, bad string
+	}{
+		{"all", "cuda:0 cuda:1 cuda:2 cuda:3", ""},
+		{"1,3", "cuda:1 cuda:3", ""},
+		{" 2 ", "cuda:2", ""},
+		{"4", "", "there is no GPU 4: the CUDA driver sees 4 GPUs (0 to 3)"},
+		{"1,1", "", "GPU 1 given twice"},
+		{"one", "", "want all, or GPU numbers such as 0,1,3"},
+		{"-1", "", "want all"},
+	} {
+		got, err := pickGPUs(tc.spec, fourGPUs)
+		var specs []string
+		for _, g := range got {
+			specs = append(specs, g.Spec)
+		}
+		if tc.bad == "" && (err != nil || strings.Join(specs, " ") != tc.want) {
+			t.Errorf("--devices %q: %v, %v; want %s", tc.spec, specs, err, tc.want)
+		}
+		if tc.bad != "" && (err == nil || !strings.Contains(err.Error(), tc.bad)) {
+			t.Errorf("--devices %q: error %v, want %q", tc.spec, err, tc.bad)
+		}
+	}
+	_, err := pickGPUs("all", func() ([]gpuSlot, error) { return nil, errors.New("no CUDA driver: libcuda.so.1 not found") })
+	if err == nil || err.Error() != "--devices all: no GPU found: no CUDA driver: libcuda.so.1 not found" {
+		t.Errorf("no driver: %v", err)
+	}
+	if _, err := pickGPUs("0", func() ([]gpuSlot, error) { return nil, nil }); err == nil || !strings.Contains(err.Error(), "no GPU found: the CUDA driver sees none") {
+		t.Errorf("no device: %v", err)
+	}
+}
+
+func TestWorkerArgs(t *testing.T) {
+	args := []string{"arena", "sweep", "--devices", "all", "--replicate", "--out=x.json", "-o", "y.json", "--plot", "p.png", "--shard", "2/3", "--samples", "2", "--mode=copy"}
+	got := workerArgs(args, "cuda:1", shard.Shard{Index: 5, Count: 6}, "/tmp/w/gpu-1.json")
+	want := []string{"arena", "sweep", "--samples", "2", "--mode=copy", "--device", "cuda:1", "--out", "/tmp/w/gpu-1.json", "--shard", "5/6"}
+	if !slices.Equal(got, want) {
+		t.Errorf("workerArgs:\n got %q\nwant %q", got, want)
+	}
+	if got := workerArgs([]string{"bench", "moe", "--devices=0,1"}, "cuda:0", shard.Shard{}, "w.json"); !slices.Equal(got, []string{"bench", "moe", "--device", "cuda:0", "--out", "w.json"}) {
+		t.Errorf("a replicated worker: %q", got)
+	}
+	if s := cpuList([]int{0, 1, 2, 3, 8, 10, 11}); s != "0-3,8,10-11" {
+		t.Errorf("cpuList = %q", s)
+	}
+}
+
+// A worker started pinned runs on those CPUs; this process keeps its own.
+func TestStartPinned(t *testing.T) {
+	if _, err := os.Stat("/proc/self/status"); err != nil {
+		t.Skip("no /proc/self/status to read a CPU mask from")
+	}
+	cmd := exec.Command("grep", "Cpus_allowed_list", "/proc/self/status")
+	var out strings.Builder
+	cmd.Stdout = &out
+	note, err := startPinned(cmd, []int{0})
+	if err != nil || note != "" {
+		t.Fatalf("startPinned: %q, %v", note, err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Fields(out.String()); len(got) != 2 || got[1] != "0" {
+		t.Errorf("the worker's CPUs: %q, want 0", out.String())
+	}
+	mine, _ := os.ReadFile("/proc/self/status")
+	if !strings.Contains(string(mine), "Cpus_allowed_list") {
+		t.Fatal("no mask in /proc/self/status")
+	}
+}
+
+// fakeGPUs makes --devices see GPUs that are the devices given ("cpu"),
+// the workers this test binary as mstar, and the CPUs near each GPU CPU 0.
+func fakeGPUs(t *testing.T, specs ...string) {
+	t.Helper()
+	saved, savedCPUs, savedEnv := listGPUs, gpuCPUs, workerEnv
+	t.Cleanup(func() { listGPUs, gpuCPUs, workerEnv = saved, savedCPUs, savedEnv })
+	listGPUs = func() ([]gpuSlot, error) {
+		var out []gpuSlot
+		for _, s := range specs {
+			out = append(out, gpuSlot{Spec: s, BusID: "test-bus"})
+		}
+		return out, nil
+	}
+	gpuCPUs = func(string) ([]int, error) { return []int{0}, nil }
+	workerEnv = []string{runAsMstarEnv + "=1"}
+}
+
+// --devices spreads a suite's cells over one worker per GPU and merges
+// them into the whole run, each row from the worker that measured it;
+// with --shard it is that shard, which merges with the others; with
+// --replicate every GPU runs every cell.
+func TestDevicesSpreadAndMerge(t *testing.T) {
+	fakeGPUs(t, "cpu", "cpu")
+	dir := t.TempDir()
+	whole := filepath.Join(dir, "whole.json")
+	if _, stderr, code := runMstar(t, sweepArgs(dir, "--out", whole)...); code != exitOK {
+		t.Fatalf("whole run: exit %d: %s", code, stderr)
+	}
+	_, want := keysOf(t, whole)
+
+	spread := filepath.Join(dir, "spread.json")
+	stdout, stderr, code := runMstar(t, multiGPUSweep(dir, "--devices", "all", "--out", spread)...)
+	if code != exitOK || !strings.Contains(stderr, "arena sweep on 2 GPUs: cpu (pid") || !strings.Contains(stderr, "CPUs 0)") {
+		t.Fatalf("--devices all: exit %d:\n%s", code, stderr)
+	}
+	if !strings.Contains(stdout, "per-GPU summary") || !strings.Contains(stdout, "transport") {
+		t.Errorf("the table or the per-GPU summary is missing:\n%s", stdout)
+	}
+	m, got := keysOf(t, spread)
+	if !slices.Equal(got, want) {
+		t.Errorf("the workers' merge differs from the whole run:\n got %v\nwant %v", got, want)
+	}
+	runs := map[string]int{}
+	for i := range m.Results {
+		runs[m.RunOf(&m.Results[i])]++
+	}
+	if len(runs) != 2 || m.Shard != nil || m.Suite != "arena sweep" || !slices.Contains(m.Command, "--devices") {
+		t.Errorf("merged: results of %d runs (want 2), shard %+v, suite %q, command %q", len(runs), m.Shard, m.Suite, m.Command)
+	}
+
+	// Shard 2/3 of the suite on 2 GPUs, merged with shards 1/3 and 3/3.
+	parts := []string{filepath.Join(dir, "p1.json"), filepath.Join(dir, "p2.json"), filepath.Join(dir, "p3.json")}
+	for i, extra := range [][]string{{"--shard", "1/3"}, {"--shard", "2/3", "--devices", "all"}, {"--shard", "3/3"}} {
+		args := sweepArgs(dir, append(extra, "--out", parts[i])...)
+		if i == 1 {
+			args = multiGPUSweep(dir, append(extra, "--out", parts[i])...)
+		}
+		if _, stderr, code := runMstar(t, args...); code != exitOK {
+			t.Fatalf("%v: exit %d: %s", extra, code, stderr)
+		}
+	}
+	if d, _ := keysOf(t, parts[1]); d.Shard == nil || d.Shard.Index != 2 || d.Shard.Count != 3 || len(d.Shard.Cells) != 2 {
+		t.Fatalf("shard 2/3 on 2 GPUs records %+v, want 2/3 with its 2 cells", d.Shard)
+	}
+	merged := filepath.Join(dir, "merged.json")
+	if _, stderr, code := runMstar(t, append([]string{"report", "merge", "-o", merged}, parts...)...); code != exitOK {
+		t.Fatalf("merge: exit %d: %s", code, stderr)
+	}
+	if _, got := keysOf(t, merged); !slices.Equal(got, want) {
+		t.Errorf("shards with a multi-GPU one merged differ from the whole run:\n got %v\nwant %v", got, want)
+	}
+
+	rep := filepath.Join(dir, "replicated.json")
+	if _, stderr, code := runMstar(t, multiGPUSweep(dir, "--devices", "0,1", "--replicate", "--out", rep)...); code != exitOK {
+		t.Fatalf("--replicate: exit %d: %s", code, stderr)
+	}
+	_, got = keysOf(t, rep)
+	var twice []string
+	for _, k := range want {
+		twice = append(twice, k, k)
+	}
+	if !slices.Equal(got, twice) {
+		t.Errorf("--replicate: every GPU should run every cell:\n got %v\nwant %v", got, twice)
+	}
+}
+
+// A worker that fails is named with its last line and its log kept (exit
+// 3); the same bad input in every worker is bad input (exit 2).
+func TestDevicesWorkerFailure(t *testing.T) {
+	dir := t.TempDir()
+	fakeGPUs(t, "cuda:7", "cuda:7")
+	_, stderr, code := runMstar(t, multiGPUSweep(dir, "--devices", "all")...)
+	if code != exitBadInput || strings.Contains(stderr, "exited 2") || !strings.Contains(stderr, "--device cuda:7") {
+		t.Errorf("bad input in every worker: exit %d:\n%s", code, stderr)
+	}
+	fakeGPUs(t, "cpu", "cuda:7")
+	_, stderr, code = runMstar(t, multiGPUSweep(dir, "--devices", "all")...)
+	if code != exitBroken || !strings.Contains(stderr, "--devices: cuda:7 exited 2: --device cuda:7") || !strings.Contains(stderr, "logs are in") {
+		t.Errorf("one worker failed: exit %d:\n%s", code, stderr)
+	}
+}
+
+// multiGPUSweep is sweepArgs without its --device.
+func multiGPUSweep(dir string, extra ...string) []string {
+	args := sweepArgs(dir, extra...)
+	i := slices.Index(args, "--device")
+	return slices.Delete(args, i, i+2)
+}

@@ -1,0 +1,13 @@
+//go:build !linux
+
+package main
+
+import "os/exec"
+
+// startPinned starts cmd; pinning to CPUs is Linux only.
+func startPinned(cmd *exec.Cmd, cpus []int) (string, error) {
+	if len(cpus) > 0 {
+		return "not pinned: CPU affinity is set on Linux only", cmd.Start()
+	}
+	return "", cmd.Start()
+}
