@@ -90,6 +90,10 @@ type fanOut struct {
 	devices   string // --devices
 	replicate bool   // --replicate: every GPU runs every cell
 	spec      string // --shard as given
+	// drop and extra, when set, replace flags of worker k's command line:
+	// extra gets the worker's number and the workers' folder.
+	drop  []string
+	extra func(k int, dir string) ([]string, error)
 }
 
 func (f *fanOut) add(cmd *cobra.Command) {
@@ -119,8 +123,11 @@ func (f *fanOut) check(cmd *cobra.Command, perProcess ...string) error {
 // workerArgs is the command line of the worker on device: the parent's,
 // without what the parent decides, with the worker's device, shard and
 // document.
-func workerArgs(args []string, device string, sh shard.Shard, out string) []string {
+func workerArgs(args []string, device string, sh shard.Shard, out string, drop ...string) []string {
 	valued := map[string]bool{"devices": true, "device": true, "out": true, "o": true, "shard": true, "plot": true}
+	for _, d := range drop {
+		valued[d] = true
+	}
 	var kept []string
 	for i := 0; i < len(args); i++ {
 		a := args[i]
@@ -181,6 +188,48 @@ func cpuList(cpus []int) string {
 	return strings.Join(parts, ",")
 }
 
+// startWorker starts the worker of GPU g, number k of n, on the CPUs near it.
+func (a *app) startWorker(f fanOut, k int, g gpuSlot, outer shard.Shard, n int, exe, dir string) (*worker, error) {
+	w := &worker{slot: g, out: filepath.Join(dir, fmt.Sprintf("gpu-%d.json", k)), log: filepath.Join(dir, fmt.Sprintf("gpu-%d.log", k))}
+	sh := outer
+	if !f.replicate {
+		sh = outer.Sub(k+1, n)
+	}
+	args := workerArgs(a.args[1:], g.Spec, sh, w.out, f.drop...)
+	if f.extra != nil {
+		more, err := f.extra(k, dir)
+		if err != nil {
+			return nil, err
+		}
+		args = append(args, more...)
+	}
+	logf, err := os.Create(w.log)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close() // the child has its own copy once started
+	w.cmd = exec.Command(exe, args...)
+	w.cmd.Env = append(os.Environ(), workerEnv...)
+	w.cmd.Stdout, w.cmd.Stderr = logf, logf
+	var cpus []int
+	w.pinned = "not pinned: the GPU's PCI bus id is unknown"
+	if g.BusID != "" {
+		if cpus, err = gpuCPUs(g.BusID); err != nil {
+			w.pinned = "not pinned: " + err.Error()
+		}
+	}
+	note, err := startPinned(w.cmd, cpus)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("starting it: %w", err)
+	case note != "":
+		w.pinned = note
+	case len(cpus) > 0:
+		w.pinned = "CPUs " + cpuList(cpus)
+	}
+	return w, nil
+}
+
 // runFanOut runs suite on the GPUs of f.devices and writes the merged
 // document to out (after, when set, gets it as a measurement's after hook).
 func (a *app) runFanOut(f fanOut, suite, out string, after func(*results.Document) error) error {
@@ -205,36 +254,15 @@ func (a *app) runFanOut(f fanOut, suite, out string, after func(*results.Documen
 	ws := make([]*worker, len(gpus))
 	var said []string
 	for k, g := range gpus {
-		w := &worker{slot: g, out: filepath.Join(dir, fmt.Sprintf("gpu-%d.json", k)), log: filepath.Join(dir, fmt.Sprintf("gpu-%d.log", k))}
-		ws[k] = w
-		sh := outer
-		if !f.replicate {
-			sh = outer.Sub(k+1, len(gpus))
-		}
-		logf, err := os.Create(w.log)
+		w, err := a.startWorker(f, k, g, outer, len(gpus), exe, dir)
 		if err != nil {
-			return fmt.Errorf("--devices: %w", err)
-		}
-		w.cmd = exec.Command(exe, workerArgs(a.args[1:], g.Spec, sh, w.out)...)
-		w.cmd.Env = append(os.Environ(), workerEnv...)
-		w.cmd.Stdout, w.cmd.Stderr = logf, logf
-		var cpus []int
-		w.pinned = "not pinned: the GPU's PCI bus id is unknown"
-		if g.BusID != "" {
-			if cpus, err = gpuCPUs(g.BusID); err != nil {
-				w.pinned = "not pinned: " + err.Error()
+			for _, started := range ws[:k] { // none runs on without its parent
+				started.cmd.Process.Kill()
+				started.cmd.Wait()
 			}
+			return fmt.Errorf("--devices: the worker of %s: %w", g.Spec, err)
 		}
-		note, err := startPinned(w.cmd, cpus)
-		logf.Close()
-		switch {
-		case err != nil:
-			return fmt.Errorf("--devices: starting the worker of %s: %w", g.Spec, err)
-		case note != "":
-			w.pinned = note
-		case len(cpus) > 0:
-			w.pinned = "CPUs " + cpuList(cpus)
-		}
+		ws[k] = w
 		said = append(said, fmt.Sprintf("%s (pid %d, %s)", g.Spec, w.cmd.Process.Pid, w.pinned))
 	}
 	fmt.Fprintf(a.stderr, "mstar: %s on %s: %s; logs in %s\n", suite, units.Plural(len(ws), "GPU"), strings.Join(said, ", "), dir)

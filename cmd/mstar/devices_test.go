@@ -196,3 +196,49 @@ func multiGPUSweep(dir string, extra ...string) []string {
 	i := slices.Index(args, "--device")
 	return slices.Delete(args, i, i+2)
 }
+
+// tune moe on two GPUs: each worker tunes its batches in a folder of its
+// own, and --dir's file ends up with every batch; a second run resumes
+// (nothing left to tune) and keeps them.
+func TestTuneDevices(t *testing.T) {
+	fakeGPUs(t, "cpu", "cpu")
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "cfg")
+	args := []string{"tune", "moe", "--experts", "4", "--topk", "2", "--hidden", "32", "--inter", "16", "--batch", "1,2,4", "--rounds", "1",
+		"--dir", cfg, "--devices", "all", "--out", filepath.Join(dir, "tune.json")}
+	_, stderr, code := runMstar(t, args...)
+	if code != exitOK || !strings.Contains(stderr, "mstar: wrote "+cfg) {
+		t.Fatalf("tune moe --devices all: exit %d:\n%s", code, stderr)
+	}
+	files, err := tunedFiles(cfg)
+	if err != nil || len(files) != 1 {
+		t.Fatalf("%s holds %d tuned files (%v), want 1", cfg, len(files), err)
+	}
+	for _, f := range files {
+		if got := f.TunedBatchSizes(); !slices.Equal(got, []int{1, 2, 4}) {
+			t.Errorf("tuned batches %v, want [1 2 4] from both workers", got)
+		}
+	}
+	d, _ := keysOf(t, filepath.Join(dir, "tune.json"))
+	tuned := map[string]bool{}
+	for _, r := range d.Results {
+		if r.Name == "moe_tune" {
+			tuned[r.Params["batch"]] = true
+		}
+	}
+	if len(tuned) != 3 {
+		t.Errorf("candidates of batches %v in the merged document, want 1, 2 and 4", tuned)
+	}
+	if _, stderr, code := runMstar(t, args...); code != exitOK {
+		t.Fatalf("the second run: exit %d:\n%s", code, stderr)
+	}
+	if again, _ := tunedFiles(cfg); len(again) != 1 {
+		t.Errorf("after the resumed run: %d files", len(again))
+	} else {
+		for _, f := range again {
+			if got := f.TunedBatchSizes(); !slices.Equal(got, []int{1, 2, 4}) {
+				t.Errorf("after the resumed run: batches %v", got)
+			}
+		}
+	}
+}

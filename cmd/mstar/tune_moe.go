@@ -51,6 +51,7 @@ func newTuneMoE(a *app) *cobra.Command {
 		seed                                                    uint64
 		force                                                   bool
 		threshold                                               float64
+		fo                                                      fanOut
 	)
 	cmd := &cobra.Command{
 		Use:   "moe",
@@ -132,6 +133,13 @@ Exit 1 when every candidate of some batch was rejected.`,
 			}
 			if err := checkShmDir("dir", dir, true); err != nil {
 				return err
+			}
+			if err := fo.check(cmd); err != nil {
+				return err
+			}
+			if fo.devices != "" {
+				fo.spec = shardSpec
+				return a.tuneFanOut(fo, dir, out)
 			}
 			if ceilings != "" {
 				c, err := ceilbench.ReadCeilings(ceilings)
@@ -252,6 +260,7 @@ Exit 1 when every candidate of some batch was rejected.`,
 	f.StringVar(&ceilings, "ceilings", "", "read the device's ceilings from a results `FILE` of 'mstar bench ceilings' instead of measuring them")
 	f.IntVar(&rounds, "rounds", 2, "interleaved rounds of the tuned-versus-static comparison")
 	addShardFlag(cmd, &shardSpec, "one batch size")
+	fo.add(cmd)
 	f.Float64Var(&threshold, "threshold", 5, "the comparison: smallest change, in percent, that counts (as in report diff)")
 	return cmd
 }
