@@ -202,6 +202,7 @@ func multiGPUSweep(dir string, extra ...string) []string {
 // (nothing left to tune) and keeps them.
 func TestTuneDevices(t *testing.T) {
 	fakeGPUs(t, "cpu", "cpu")
+	gpuCPUs = func(string) ([]int, error) { return nil, errors.New("unpinned: both on one CPU is slow") }
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "cfg")
 	args := []string{"tune", "moe", "--experts", "4", "--topk", "2", "--hidden", "32", "--inter", "16", "--batch", "1,2,4", "--rounds", "1",
@@ -240,5 +241,14 @@ func TestTuneDevices(t *testing.T) {
 				t.Errorf("after the resumed run: batches %v", got)
 			}
 		}
+	}
+}
+
+// bench p2p needs two GPUs, and says so.
+func TestP2PNeedsTwoGPUs(t *testing.T) {
+	fakeGPUs(t, "cuda:0")
+	_, stderr, code := runMstar(t, "bench", "p2p")
+	if code != exitBadInput || !strings.Contains(stderr, "bench p2p needs two GPUs or more: --devices all gives 1 GPU") {
+		t.Errorf("one GPU: exit %d: %s", code, stderr)
 	}
 }
