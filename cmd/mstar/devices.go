@@ -324,6 +324,9 @@ func (a *app) joinWorkers(ws []*worker, f fanOut, outer shard.Shard, suite, out,
 		}
 		// Each worker's cells, as shard k+1 of the GPUs of this command's part.
 		s := d.Shard
+		if s == nil && len(ws) == 1 && outer.Whole() {
+			continue // one GPU runs the whole suite
+		}
 		if s == nil {
 			return fmt.Errorf("--devices: %s's document records no shard (a bug)", ws[k].slot.Spec)
 		}

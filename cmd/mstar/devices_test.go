@@ -174,6 +174,25 @@ func TestDevicesSpreadAndMerge(t *testing.T) {
 	}
 }
 
+// One GPU (the H200 machine) runs the whole suite in its one worker.
+func TestDevicesOneGPU(t *testing.T) {
+	fakeGPUs(t, "cpu")
+	dir := t.TempDir()
+	whole := filepath.Join(dir, "whole.json")
+	if _, stderr, code := runMstar(t, sweepArgs(dir, "--out", whole)...); code != exitOK {
+		t.Fatalf("whole run: exit %d: %s", code, stderr)
+	}
+	_, want := keysOf(t, whole)
+	one := filepath.Join(dir, "one.json")
+	stdout, stderr, code := runMstar(t, multiGPUSweep(dir, "--devices", "all", "--out", one)...)
+	if code != exitOK || !strings.Contains(stdout, "per-GPU summary (1 GPU)") {
+		t.Fatalf("--devices all on one GPU: exit %d:\n%s", code, stderr)
+	}
+	if d, got := keysOf(t, one); !slices.Equal(got, want) || d.Shard != nil {
+		t.Errorf("one GPU: shard %+v, keys %v; want the whole run's %v", d.Shard, got, want)
+	}
+}
+
 // A worker that fails is named with its last line and its log kept (exit
 // 3); the same bad input in every worker is bad input (exit 2).
 func TestDevicesWorkerFailure(t *testing.T) {
