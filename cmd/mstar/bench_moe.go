@@ -241,7 +241,8 @@ Models:
 			var peerWarnings []string
 			var peerOut bytes.Buffer
 			return a.measure(measurement{suite: "bench moe", device: device, out: out, shard: sh,
-				steps: func(dev gpu.Device) int { return rounds*(batches(dev)+1) + 1 },
+				// Before the run picks the shard's batches: its part of the whole.
+				steps: func(dev gpu.Device) int { return rounds*(len(shard.Pick(sh, make([]struct{}, batches(dev))))+1) + 1 },
 				run: func(ctx context.Context, m *measuring) (*outcome, error) {
 					if !sh.Whole() {
 						// A cell is one batch size of the whole sweep.

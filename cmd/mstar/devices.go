@@ -211,6 +211,7 @@ func (a *app) startWorker(f fanOut, k int, g gpuSlot, outer shard.Shard, n int, 
 	w.cmd = exec.Command(exe, args...)
 	w.cmd.Env = append(os.Environ(), workerEnv...)
 	w.cmd.Stdout, w.cmd.Stderr = logf, logf
+	ownGroup(w.cmd)
 	var cpus []int
 	w.pinned = "not pinned: the GPU's PCI bus id is unknown"
 	if g.BusID != "" {

@@ -1,15 +1,19 @@
 package main
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mstar-dev/mstar/internal/shard"
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 func fourGPUs() ([]gpuSlot, error) {
@@ -270,4 +274,40 @@ func TestP2PNeedsTwoGPUs(t *testing.T) {
 	if code != exitBadInput || !strings.Contains(stderr, "bench p2p needs two GPUs or more: --devices all gives 1 GPU") {
 		t.Errorf("one GPU: exit %d: %s", code, stderr)
 	}
+}
+
+// An interrupt stops every worker with one SIGINT: each writes what it
+// finished, and the run exits 3 saying where their documents are.
+func TestDevicesInterrupted(t *testing.T) {
+	fakeGPUs(t, "cpu", "cpu")
+	ctx, cancel := context.WithCancel(context.Background())
+	interruptWith(t, ctx)
+	time.AfterFunc(500*time.Millisecond, cancel)
+	dir := t.TempDir()
+	args := multiGPUSweep(dir, "--devices", "all", "--max-size", "256MiB", "--samples", "50")
+	_, stderr, code := runMstar(t, args...)
+	if code != exitBroken || !strings.Contains(stderr, "interrupted before it completed") {
+		t.Fatalf("exit %d:\n%s", code, stderr)
+	}
+	i := strings.Index(stderr, "documents and logs are in ")
+	if i < 0 {
+		t.Fatalf("no folder named:\n%s", stderr)
+	}
+	folder := strings.Fields(stderr[i+len("documents and logs are in "):])[0]
+	folder = strings.TrimSuffix(folder, ")")
+	t.Cleanup(func() { os.RemoveAll(folder) })
+	for k := range 2 {
+		d, err := results.ReadFile(filepath.Join(folder, fmt.Sprintf("gpu-%d.json", k)))
+		if err != nil || !d.Interrupted() {
+			t.Errorf("worker %d: %v (interrupted %v); its log:\n%s", k, err, err == nil && d.Interrupted(), readOr(filepath.Join(folder, fmt.Sprintf("gpu-%d.log", k))))
+		}
+	}
+}
+
+func readOr(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	return string(b)
 }

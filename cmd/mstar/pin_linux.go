@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os/exec"
 	"runtime"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -34,4 +35,12 @@ func startPinned(cmd *exec.Cmd, cpus []int) (note string, err error) {
 		runtime.UnlockOSThread() // else the thread ends with this goroutine
 	}
 	return "", err
+}
+
+// ownGroup puts cmd in a process group of its own, so that a terminal's
+// Ctrl-C reaches the parent alone, which stops each worker with one SIGINT
+// (a second would end it before it writes what it measured); a worker whose
+// parent dies gets SIGTERM.
+func ownGroup(cmd *exec.Cmd) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 }

@@ -2,7 +2,10 @@
 
 package main
 
-import "os/exec"
+import (
+	"os/exec"
+	"syscall"
+)
 
 // startPinned starts cmd; pinning to CPUs is Linux only.
 func startPinned(cmd *exec.Cmd, cpus []int) (string, error) {
@@ -11,3 +14,6 @@ func startPinned(cmd *exec.Cmd, cpus []int) (string, error) {
 	}
 	return "", cmd.Start()
 }
+
+// ownGroup puts cmd in a process group of its own (see pin_linux.go).
+func ownGroup(cmd *exec.Cmd) { cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} }
