@@ -97,7 +97,7 @@ type fanOut struct {
 }
 
 func (f *fanOut) add(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&f.devices, "devices", "", "run on several GPUs at once, `all` or numbers such as 0,1,3: a worker process per GPU (pinned to the GPU's NUMA-local CPUs where NVML tells them), the cells spread across them, one merged document and a per-GPU summary that flags an outlier")
+	cmd.Flags().StringVar(&f.devices, "devices", "", "run on the GPUs of `LIST` at once (all, or numbers such as 0,1,3): a worker per GPU on its NUMA-local CPUs, the cells spread over them, one merged document, a per-GPU summary")
 	cmd.Flags().BoolVar(&f.replicate, "replicate", false, "with --devices: every GPU runs every cell, to compare the cards, instead of a share of the cells")
 }
 

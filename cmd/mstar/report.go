@@ -444,7 +444,7 @@ one sweep are the documents whose command lines agree but for --shard, --out,
 --dir, --device and the other output paths. Each row keeps its run id and
 environment (host, device, GPU and its UUID), so 'report show' tells which
 machine measured it.`,
-		Example: `  mstar report merge -o all.json shard-0.json shard-1.json shard-2.json
+		Example: `  mstar report merge -o all.json shard-1-of-3.json shard-2-of-3.json shard-3-of-3.json
   mstar report merge -o fleet.json h200-*.json h100-*.json`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
