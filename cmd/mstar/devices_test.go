@@ -311,3 +311,27 @@ func readOr(path string) string {
 	}
 	return string(b)
 }
+
+// report show --gpus prints a merged document's per-GPU summary, flags
+// and all; with other table flags it is refused.
+func TestReportShowGPUs(t *testing.T) {
+	dir := t.TempDir()
+	d := results.NewDocument("arena sweep", []string{"mstar"}, results.Env{"host": "n1"})
+	for k, gbps := range []float64{55, 55.2, 40} {
+		d.Results = append(d.Results, results.Result{Name: "ceiling", Params: results.Params{"what": "h2d"},
+			Env:     results.Env{"device": fmt.Sprintf("cuda:%d", k), "pcie": "gen5 x16 (max gen5 x16)"},
+			Metrics: []results.Metric{{Name: "bandwidth", Unit: "GB/s", Better: results.HigherIsBetter, Samples: []float64{gbps}}}})
+	}
+	d.Finish()
+	p := filepath.Join(dir, "fleet.json")
+	if err := results.WriteFile(p, d); err != nil {
+		t.Fatal(err)
+	}
+	out, stderr, code := runMstar(t, "report", "show", "--gpus", p)
+	if code != exitOK || !strings.Contains(out, "per-GPU summary (3 GPUs)") || strings.Count(out, "FLAG: h2d ceiling 40.0 GB/s") != 1 {
+		t.Errorf("exit %d: %s\n%s", code, stderr, out)
+	}
+	if _, stderr, code := runMstar(t, "report", "show", "--gpus", "--run", p); code != exitBadInput || !strings.Contains(stderr, "--gpus prints the per-GPU summary alone") {
+		t.Errorf("--gpus --run: exit %d: %s", code, stderr)
+	}
+}

@@ -129,7 +129,7 @@ func oneOf(flag, v string, allowed []string) error {
 
 func reportShowCmd(a *app) *cobra.Command {
 	var format string
-	var asRun bool
+	var asRun, gpus bool
 	var params, metrics []string
 	var wide bool
 	cmd := &cobra.Command{
@@ -160,14 +160,20 @@ PR comment), csv (one table, a column per environment key that differs,
 median/ci_lo/ci_hi/n per metric), json (the summaries).
 
 --run prints each document as the command that measured it printed it when
-it finished (the same code draws both), one after the other.`,
+it finished (the same code draws both), one after the other.
+
+--gpus prints, per document, the per-GPU summary of a run on several GPUs
+(--devices) or of shards merged from many machines: a row per GPU (host,
+device, UUID, PCIe link, results) with the flags — a copy bandwidth more
+than 10% below its peers' median, a PCIe link below its max.`,
 		Example: `  mstar report show results.json
   mstar report show --params batch,model --metrics latency,throughput a.json b.json
   mstar report show --format markdown results.json >> $GITHUB_STEP_SUMMARY
   mstar report show --format csv results.json > results.csv
   mstar report show --wide results.json
   ssh gpu-box cat results.json | mstar report show -
-  mstar report show --run moe.json                     # the table bench moe printed`,
+  mstar report show --run moe.json                     # the table bench moe printed
+  mstar report show --gpus results.json                # which GPU is the outlier`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := oneOf("format", format, reports.TableFormats); err != nil {
@@ -176,6 +182,18 @@ it finished (the same code draws both), one after the other.`,
 			docs, err := a.readDocs(args)
 			if err != nil {
 				return err
+			}
+			if gpus {
+				if asRun || cmd.Flags().Changed("format") || cmd.Flags().Changed("params") || cmd.Flags().Changed("metrics") || wide {
+					return usageErr("--gpus prints the per-GPU summary alone: leave out --run, --format, --params, --metrics and --wide")
+				}
+				for _, d := range docs {
+					rows, _ := reports.SummarizeGPUs(d)
+					if err := reports.WriteGPUSummary(a.stdout, rows); err != nil {
+						return err
+					}
+				}
+				return nil
 			}
 			if asRun {
 				if cmd.Flags().Changed("format") || cmd.Flags().Changed("params") || cmd.Flags().Changed("metrics") || wide {
@@ -206,6 +224,7 @@ it finished (the same code draws both), one after the other.`,
 	cmd.Flags().StringSliceVar(&metrics, "metrics", nil, "metric columns, in order (comma-separated)")
 	cmd.Flags().BoolVar(&wide, "wide", false, "text: whole tables, however wide (default: fitted into 120 columns)")
 	cmd.Flags().BoolVar(&asRun, "run", false, "print the table the measuring command printed when it finished")
+	cmd.Flags().BoolVar(&gpus, "gpus", false, "print the per-GPU summary (several GPUs or machines merged) and its flags")
 	return cmd
 }
 
