@@ -82,6 +82,11 @@ func CheckShards(docs []*Document, name func(i int) string) (notes []string, err
 		if d.Shard != nil {
 			continue
 		}
+		if slices.ContainsFunc(d.Command, func(a string) bool { return a == "--shard" || strings.HasPrefix(a, "--shard=") }) {
+			// A run of --shard records its part when it finishes: this one
+			// did not (the stream of a killed run).
+			return nil, badinput.Errorf("merge: %s is a run of --shard that did not finish (it records no part): run that shard again", name(i))
+		}
 		if w := sweeps[d.Suite+"\x00"+SweepOf(d.Command)]; w != nil {
 			return nil, badinput.Errorf("merge: %s is a whole run of the command that %s is a shard of: their cells overlap", name(i), name(w.first))
 		}

@@ -153,6 +153,21 @@ func workerArgs(args []string, device string, sh shard.Shard, out string, drop .
 	return kept
 }
 
+// withoutFlag is args without the valued flag --name (--name V, --name=V).
+func withoutFlag(args []string, name string) []string {
+	var out []string
+	for i := 0; i < len(args); i++ {
+		switch {
+		case args[i] == "--"+name:
+			i++
+		case strings.HasPrefix(args[i], "--"+name+"="):
+		default:
+			out = append(out, args[i])
+		}
+	}
+	return out
+}
+
 // worker is one GPU's process.
 type worker struct {
 	slot      gpuSlot
@@ -320,7 +335,9 @@ func (a *app) joinWorkers(ws []*worker, f fanOut, outer shard.Shard, suite, out,
 	for k, d := range docs {
 		d.Command = a.args // one command line: the merge warns of none
 		if f.replicate {
+			// Every worker ran the same part: joined as runs, not shards.
 			part, d.Shard = d.Shard, nil
+			d.Command = withoutFlag(a.args, "shard")
 			continue
 		}
 		// Each worker's cells, as shard k+1 of the GPUs of this command's part.

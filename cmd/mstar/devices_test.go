@@ -176,6 +176,14 @@ func TestDevicesSpreadAndMerge(t *testing.T) {
 	if !slices.Equal(got, twice) {
 		t.Errorf("--replicate: every GPU should run every cell:\n got %v\nwant %v", got, twice)
 	}
+	// --replicate within a shard: both GPUs run the shard's cells; the
+	// document is that shard.
+	if _, stderr, code := runMstar(t, multiGPUSweep(dir, "--devices", "all", "--replicate", "--shard", "1/2", "--out", rep)...); code != exitOK {
+		t.Fatalf("--replicate --shard 1/2: exit %d: %s", code, stderr)
+	}
+	if d, got := keysOf(t, rep); d.Shard == nil || d.Shard.Index != 1 || d.Shard.Count != 2 || len(d.Shard.Cells) != 3 || len(got) != 2*3*4 {
+		t.Errorf("--replicate --shard 1/2: shard %+v, %d results; want 1/2 of its 3 cells, each on both GPUs (24)", d.Shard, len(got))
+	}
 }
 
 // One GPU (the H200 machine) runs the whole suite in its one worker.

@@ -89,6 +89,7 @@ func TestMergeRefusesBadShards(t *testing.T) {
 	lost := edit("s2-loses.json", s2, func(d *results.Document) { d.Shard.Cells = d.Shard.Cells[:0] })
 	cut := edit("s2-cut.json", s2, func(d *results.Document) { d.Warnings = append(d.Warnings, results.WarnInterrupted) })
 	relisted := edit("s2-list.json", s2, func(d *results.Document) { d.Shard.List = "0000000000000000" })
+	killed := edit("s2-killed.json", s2, func(d *results.Document) { d.Shard = nil }) // as its stream reads
 	for _, tc := range []struct {
 		name   string
 		inputs []string
@@ -99,6 +100,7 @@ func TestMergeRefusesBadShards(t *testing.T) {
 		{"a cell in two shards", []string{s1, stolen, s3}, "is in " + s1 + " (shard 1/3) and in " + stolen},
 		{"a shard's cells short", []string{s1, lost, s3}, "hold 3 of its 5 cells"},
 		{"an interrupted shard", []string{s1, cut, s3}, cut + " (shard 2/3 of \"arena sweep\") did not complete"},
+		{"a killed shard's stream", []string{s1, killed, s3}, killed + " is a run of --shard that did not finish"},
 		{"another cell list", []string{s1, relisted, s3}, "split different cell lists"},
 		{"another N", []string{s1, s2, s3, other}, "split different cell lists"},
 		{"the whole run beside its shards", []string{s1, s2, s3, whole}, whole + " is a whole run of the command"},
