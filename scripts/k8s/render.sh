@@ -7,7 +7,8 @@
 # Options: -n N shards (required), -i IMAGE with mstar on its PATH
 # (required), -c CLAIM a ReadWriteMany PersistentVolumeClaim (required),
 # -o DIR where it is mounted (/results), -j NAME of the Job (mstar-shards),
-# -p PARALLEL pods at once (N), -g GPUS per pod (1; 0 for the CPU suites),
+# -p PARALLEL pods at once (N), -g GPUS per pod (1; 0 for the CPU suites;
+# a whole node's, e.g. 8, with --devices all in the suite's flags),
 # -s SIZE of /dev/shm (16Gi). After --, the suite and its flags (split at
 # spaces; %I becomes the shard's number).
 set -euo pipefail
