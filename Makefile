@@ -43,6 +43,7 @@ gpu-bins: build
 	$(GO) test -c -o bin/bench.test ./bench
 	$(GO) test -c -o bin/ceilings.test ./bench/ceilings
 	$(GO) test -c -o bin/ablate.test ./bench/ablate
+	$(GO) test -c -o bin/p2p.test ./bench/p2p
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

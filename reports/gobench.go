@@ -170,15 +170,23 @@ func benchField(s, bad string) string {
 // the run it came from (Result.Run), so two runs of one host stay apart;
 // the merged document is a new one with a run id of its own. The same run
 // given twice (directly or inside merged documents) is refused: its
-// samples would count double.
+// samples would count double. Shards of a sweep (--shard) must cover it
+// exactly once (CheckShards); the merged document is then whole.
 func Merge(docs ...*Document) (*Document, error) {
+	m, _, err := MergeNamed(nil, docs...)
+	return m, err
+}
+
+// MergeNamed is Merge with name labelling document i in the shards'
+// refusals (nil: "document i+1"), and it returns CheckShards' notes.
+func MergeNamed(name func(i int) string, docs ...*Document) (*Document, []string, error) {
 	if len(docs) == 0 {
-		return nil, fmt.Errorf("merge: no documents")
+		return nil, nil, fmt.Errorf("merge: no documents")
 	}
 	inDoc := map[string]int{}
 	for i, d := range docs {
 		if err := d.Validate(); err != nil {
-			return nil, fmt.Errorf("merge: document %d: %w", i+1, err)
+			return nil, nil, fmt.Errorf("merge: document %d: %w", i+1, err)
 		}
 		runs := map[string]bool{}
 		if d.RunID != "" && len(d.Results) == 0 {
@@ -191,10 +199,14 @@ func Merge(docs ...*Document) (*Document, error) {
 		}
 		for run := range runs {
 			if k, ok := inDoc[run]; ok {
-				return nil, &DuplicateRunError{Run: run, First: k + 1, Second: i + 1}
+				return nil, nil, &DuplicateRunError{Run: run, First: k + 1, Second: i + 1}
 			}
 			inDoc[run] = i
 		}
+	}
+	notes, err := CheckShards(docs, name)
+	if err != nil {
+		return nil, nil, err
 	}
 	out := &Document{Format: results.Format, Schema: results.SchemaVersion, RunID: results.NewRunID(time.Now())}
 	var suites, commands []string
@@ -272,7 +284,7 @@ func Merge(docs ...*Document) (*Document, error) {
 			out.Results[i].Env = own
 		}
 	}
-	return out, nil
+	return out, notes, nil
 }
 
 // DuplicateRunError is Merge's refusal of one run given twice.

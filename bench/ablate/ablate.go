@@ -63,6 +63,26 @@ type AblationOptions struct {
 
 	// Progress, when set, is told what runs and how far along the run is.
 	Progress func(what string, done, total int)
+
+	// Only, when not nil, is the part of Cells whose results the run
+	// reports (a --shard's): the baseline still runs, as the others'
+	// reference, but reports only where it is in Only.
+	Only []string
+}
+
+// Cells are the routers an ablation compares, in run order, the baseline
+// included: each is one cell of a sharded run.
+func (o *AblationOptions) Cells() []string {
+	names := slices.Clone(o.routers())
+	if !slices.Contains(names, o.baseline()) {
+		names = append(names, o.baseline())
+	}
+	return names
+}
+
+// reports says whether the results of router name are the run's to report.
+func (o *AblationOptions) reports(name string) bool {
+	return o.Only == nil || slices.Contains(o.Only, name)
 }
 
 // KernelFor returns the fused-MoE kernel the ablation uses on dev — the
@@ -353,9 +373,9 @@ func RunAblation(ctx context.Context, opt AblationOptions) (*Ablation, error) {
 	a := &Ablation{Opt: opt, outputs: map[string][]routing.Routing{}}
 	a.Opt.Layers, a.Opt.Tokens = L, T
 
-	names := slices.Clone(opt.routers())
-	if !slices.Contains(names, opt.baseline()) {
-		names = append(names, opt.baseline())
+	names := opt.Cells()
+	if opt.Only != nil {
+		names = slices.DeleteFunc(names, func(n string) bool { return !opt.reports(n) && n != opt.baseline() })
 	}
 	explicit := len(opt.Routers) > 0
 
@@ -675,6 +695,9 @@ func (a *Ablation) inputDesc() string {
 func (a *Ablation) Results() []results.Result {
 	var res []results.Result
 	for _, run := range a.Runs {
+		if !a.Opt.reports(run.Router) {
+			continue // the baseline, run as the reference of another shard's cells
+		}
 		agg := results.Result{Name: "router", Params: a.params(run.Router), Warnings: run.Warnings}
 		for _, c := range columns {
 			var samples []float64

@@ -426,3 +426,41 @@ func TestAssignDropCountsAssignments(t *testing.T) {
 		t.Errorf("no assignment at all: %v", got)
 	}
 }
+
+// A shard (Only) reports its routers alone, and still compares them with
+// the baseline it does not own: their rel_l2 equals the whole run's.
+func TestAblationOnlyKeepsTheBaseline(t *testing.T) {
+	opt := AblationOptions{Model: tiny, Routers: []string{"hash", "random"}, Baseline: "softmax-topk", Layers: 1, Tokens: 128, Workload: skewed(1), Seed: 3,
+		KernelTokens: 8, KernelLayers: 1, KernelSamples: 1}
+	if got := opt.Cells(); !slices.Equal(got, []string{"hash", "random", "softmax-topk"}) {
+		t.Fatalf("cells %v, want the routers then the baseline", got)
+	}
+	whole, err := RunAblation(t.Context(), opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt.Only = []string{"random"}
+	part, err := RunAblation(t.Context(), opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	relL2 := func(a *Ablation, router string) (float64, bool) {
+		for _, r := range a.Results() {
+			if r.Name == "router" && r.Params["router"] == router {
+				m := r.Metric("rel_l2")
+				return results.Median(m.Samples), m.Measured()
+			}
+		}
+		return 0, false
+	}
+	for _, r := range part.Results() {
+		if r.Name != "router/uniform-reference" && r.Params["router"] != "random" {
+			t.Errorf("the shard of router random reports %s", r.Key())
+		}
+	}
+	w, ok1 := relL2(whole, "random")
+	p, ok2 := relL2(part, "random")
+	if !ok1 || !ok2 || w != p || w == 0 {
+		t.Errorf("random's rel_l2 against the baseline: whole %v (%v), shard %v (%v); want equal, measured and nonzero", w, ok1, p, ok2)
+	}
+}

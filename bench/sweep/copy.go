@@ -95,7 +95,7 @@ func runCopy(ctx context.Context, opt Options, out *Outcome) error {
 	}
 	defer s2.Close()
 
-	sizes := opt.Sizes()
+	sizes := opt.sizesOf(PartCopy)
 	maxRegion := int64(0)
 	for _, sz := range sizes {
 		maxRegion = max(maxRegion, int64(repeats(sz, opt.SampleBytes))*sz)
@@ -358,7 +358,7 @@ func verifiedGate(wrong []float64, perSample int, noun string) results.Gate {
 // arena pays once per segment.
 func runRegister(ctx context.Context, opt Options, out *Outcome) error {
 	cuda := opt.Device.Info().Backend == gpu.CUDA
-	for _, size := range opt.Sizes() {
+	for _, size := range opt.sizesOf(PartRegister) {
 		r := results.Result{Name: "register", Params: results.Params{"size": sizeParam(size)}}
 		reg := results.Metric{Name: MetricRegister, Unit: "ms", Better: results.LowerIsBetter}
 		unreg := results.Metric{Name: MetricUnregister, Unit: "ms", Better: results.LowerIsBetter}

@@ -24,6 +24,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -74,6 +75,65 @@ type Options struct {
 	Progress func(step string)
 	// Sink gets each result once it is finished.
 	Sink results.Sink
+	// Only, when not nil, is the part of Cells to run (a --shard's).
+	Only []Cell
+}
+
+// Parts of a sweep, each a cell per size.
+const (
+	PartCopy      = "copy"      // every memory kind and direction at one size
+	PartRegister  = "register"  // page-locking a fresh segment of one size
+	PartTransport = "transport" // every transport at one size
+)
+
+// Cell is one point of a sweep that runs alone: one part at one size. A
+// cell keeps what its percentages are of (pinned memory, memcpy at the
+// same size) inside it; the copy mode's %ceil is of the best pinned rate
+// among the cells that ran.
+type Cell struct {
+	Part string
+	Size int64
+}
+
+// Name is "part/size=N".
+func (c Cell) Name() string { return c.Part + "/size=" + sizeParam(c.Size) }
+
+// Cells lists the sweep's cells in the order it runs them.
+func (o Options) Cells() ([]Cell, error) {
+	if err := o.defaults(); err != nil {
+		return nil, badinput.Wrap(err)
+	}
+	var parts []string
+	if o.Mode == ModeCopy || o.Mode == ModeAll {
+		parts = append(parts, PartCopy, PartRegister)
+	}
+	if o.Mode == ModeTransport || o.Mode == ModeAll {
+		parts = append(parts, PartTransport)
+	}
+	var out []Cell
+	for _, p := range parts {
+		for _, s := range o.Sizes() {
+			out = append(out, Cell{p, s})
+		}
+	}
+	return out, nil
+}
+
+// runs reports whether the cell of part at size runs: every cell, or
+// those of Only.
+func (o Options) runs(part string, size int64) bool {
+	return o.Only == nil || slices.Contains(o.Only, Cell{part, size})
+}
+
+// sizesOf is the sizes of part that run.
+func (o Options) sizesOf(part string) []int64 {
+	var out []int64
+	for _, s := range o.Sizes() {
+		if o.runs(part, s) {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // Outcome is a sweep's results and run-level warnings.
@@ -190,8 +250,11 @@ func (o *Options) checkFits() error {
 	cpu := o.Device.Info().Backend != gpu.CUDA
 	var host, dev, largest int64
 	for _, size := range o.Sizes() {
-		largest = size
-		if o.Mode != ModeTransport {
+		copies, moves := o.Mode != ModeTransport && o.runs(PartCopy, size), o.Mode != ModeCopy && o.runs(PartTransport, size)
+		if copies || moves {
+			largest = size
+		}
+		if copies {
 			region := int64(repeats(size, o.SampleBytes)) * size
 			if cpu { // device memory is host memory
 				host = max(host, 6*region)
@@ -199,7 +262,7 @@ func (o *Options) checkFits() error {
 				host, dev = max(host, 4*region), max(dev, 2*region)
 			}
 		}
-		if o.Mode != ModeCopy {
+		if moves {
 			// As measurePipe sizes its arena; the files of the file
 			// transport take no more.
 			count := int64(transportCount(size, *o))

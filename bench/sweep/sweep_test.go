@@ -389,3 +389,43 @@ func TestWarnOverReference(t *testing.T) {
 		t.Errorf("104%% warned: %q", r.Warnings)
 	}
 }
+
+// Cells lists every part at every size in run order; Only runs those
+// cells and no others (a --shard's part).
+func TestCellsAndOnly(t *testing.T) {
+	opt := small(shmDir(t), ModeAll)
+	cells, err := opt.Cells()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sizes := opt.Sizes()
+	if len(cells) != 3*len(sizes) || cells[0] != (Cell{PartCopy, sizes[0]}) || cells[len(sizes)] != (Cell{PartRegister, sizes[0]}) ||
+		cells[len(cells)-1] != (Cell{PartTransport, sizes[len(sizes)-1]}) {
+		t.Fatalf("cells of mode all over %v: %v", sizes, cells)
+	}
+	if c, _ := small(shmDir(t), ModeTransport).Cells(); len(c) != len(sizes) || c[0].Part != PartTransport {
+		t.Errorf("transport cells: %v", c)
+	}
+	if _, err := (Options{Mode: "bogus"}).Cells(); err == nil {
+		t.Error("a bad mode listed cells")
+	}
+
+	opt = small(shmDir(t), ModeTransport)
+	last := sizes[len(sizes)-1]
+	opt.Only = []Cell{{PartTransport, last}}
+	out, err := Run(t.Context(), opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out.Results) != 4 {
+		t.Fatalf("%d results, want the 4 transports of one cell", len(out.Results))
+	}
+	for _, r := range out.Results {
+		if r.Params["size"] != sizeParam(last) {
+			t.Errorf("%s ran outside the one cell of size %d", r.Key(), last)
+		}
+	}
+	if got := Cell.Name(Cell{PartCopy, 4096}); got != "copy/size=4096" {
+		t.Errorf("cell name %q", got)
+	}
+}

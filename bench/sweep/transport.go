@@ -48,7 +48,7 @@ func runTransport(ctx context.Context, opt Options, out *Outcome) error {
 		out.Warnings = append(out.Warnings, overWarnings(rs)...)
 		opt.Sink.Send(rs...)
 	}()
-	for _, size := range opt.Sizes() {
+	for _, size := range opt.sizesOf(PartTransport) {
 		count := transportCount(size, opt)
 		src := make([]byte, size)
 		pattern(src, uint64(size))

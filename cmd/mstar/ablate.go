@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mstar-dev/mstar/bench/ablate"
+	"github.com/mstar-dev/mstar/internal/shard"
 	"github.com/mstar-dev/mstar/internal/units"
 	"github.com/mstar-dev/mstar/kernels/moe"
 	"github.com/mstar-dev/mstar/kernels/router"
@@ -44,7 +45,7 @@ fused-MoE kernel.`,
 func newAblateRouter(a *app) *cobra.Command {
 	var (
 		model, device, out, heatmap, gates, tracePath, baseline string
-		recordPath, hfConfig                                    string
+		recordPath, hfConfig, shardSpec                         string
 		routers                                                 []string
 		gateLayers                                              []int
 		experts, topk, hidden, inter                            int
@@ -242,9 +243,19 @@ out-of-range expert id.`,
 				}
 			}
 			withKernel := kTokens > 0 && kSamples > 0 && kLayers > 0
+			sh, err := shard.Parse(shardSpec)
+			if err != nil {
+				return err
+			}
 			var res *ablate.Ablation
-			run := measurement{suite: ablate.AblationSuite, out: out,
+			run := measurement{suite: ablate.AblationSuite, out: out, shard: sh,
 				run: func(ctx context.Context, ms *measuring) (*outcome, error) {
+					if !sh.Whole() {
+						if opt.Only = pickCells(ms, opt.Cells(), func(r string) string { return "router=" + r }); len(opt.Only) == 0 {
+							res = &ablate.Ablation{}
+							return &outcome{}, nil
+						}
+					}
 					if withKernel {
 						k, note, release := ablate.KernelFor(ms.dev, moe.Shape{E: m.E, K: min(kernelK, m.E), H: m.H, I: m.I}, rf.seed)
 						defer release()
@@ -281,6 +292,9 @@ out-of-range expert id.`,
 				},
 				table: reports.RunTable,
 				after: func(doc *results.Document) error {
+					if len(res.Runs) == 0 && doc.Shard != nil {
+						return nil // a shard that owns no router
+					}
 					stopped := slices.Contains(doc.Warnings, results.WarnInterrupted)
 					if heatmap != "" && len(res.Runs) > 0 { // none when interrupted in the first router
 						f, err := os.Create(heatmap)
@@ -363,6 +377,7 @@ out-of-range expert id.`,
 	f.StringVarP(&out, "out", "o", "", "write the results document to `FILE`")
 	f.StringVar(&heatmap, "heatmap", "", "write the expert-load heat map (layers × experts, a panel per router) as PNG to `FILE`")
 	addDeviceFlag(cmd, &device)
+	addShardFlag(cmd, &shardSpec, "one router of those compared, the baseline included; every shard runs the baseline as its reference")
 	rf.add(cmd)
 	return cmd
 }

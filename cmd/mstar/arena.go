@@ -22,6 +22,7 @@ import (
 	"github.com/mstar-dev/mstar/bench/sweep"
 	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/mstar-dev/mstar/internal/progress"
+	"github.com/mstar-dev/mstar/internal/shard"
 	"github.com/mstar-dev/mstar/reports"
 )
 
@@ -82,10 +83,11 @@ func parseSizeBounds(minSize, maxSize string) (lo, hi int64, err error) {
 
 func arenaSweepCmd(a *app) *cobra.Command {
 	var (
-		device, mode, minSize, maxSize, shmDir, out, plot string
-		factor                                            int64
-		samples, tensors, rounds                          int
-		pcie                                              float64
+		device, mode, minSize, maxSize, shmDir, out, plot, shardSpec string
+		factor                                                       int64
+		fo                                                           fanOut
+		samples, tensors, rounds                                     int
+		pcie                                                         float64
 	)
 	cmd := &cobra.Command{
 		Use:   "sweep",
@@ -142,10 +144,35 @@ with "-transport" added to its name).`,
 				checkShmDir("shm-dir", shmDir, true)); err != nil {
 				return err
 			}
-			return a.measure(measurement{suite: "arena sweep", device: device, out: out,
+			sh, err := shard.Parse(shardSpec)
+			if err != nil {
+				return err
+			}
+			if err := fo.check(cmd); err != nil {
+				return err
+			}
+			if fo.devices != "" {
+				fo.spec = shardSpec
+				return a.runFanOut(fo, "arena sweep", out, func(doc *results.Document) error {
+					if plot != "" {
+						return arenaPlots(a, plot, doc)
+					}
+					return nil
+				})
+			}
+			return a.measure(measurement{suite: "arena sweep", device: device, out: out, shard: sh,
 				run: func(ctx context.Context, m *measuring) (*outcome, error) {
 					opt := sweep.Options{Device: m.dev, Mode: md, MinSize: lo, MaxSize: hi, Factor: factor, Samples: samples, Tensors: tensors, Dir: shmDir,
 						Sink: m.sink}
+					if !sh.Whole() {
+						cells, err := opt.Cells()
+						if err != nil {
+							return nil, err
+						}
+						if opt.Only = pickCells(m, cells, sweep.Cell.Name); len(opt.Only) == 0 {
+							return &outcome{}, nil
+						}
+					}
 					if pcie > 0 {
 						opt.PCIeGBps, opt.PCIeNote = pcie, fmt.Sprintf("PCIe theoretical %.1f GB/s per direction (--pcie-gbps)", pcie)
 					} else if m.dev.Info().Backend == gpu.CUDA {
@@ -222,6 +249,8 @@ with "-transport" added to its name).`,
 	f.Float64Var(&pcie, "pcie-gbps", 0, "the PCIe link's theoretical GB/s per direction (0: from NVML)")
 	f.StringVarP(&out, "out", "o", "", "write the results document to `FILE`")
 	f.StringVar(&plot, "plot", "", "draw bandwidth against size into `FILE` (.png or .svg)")
+	addShardFlag(cmd, &shardSpec, "one size of one part: copy, register or transport")
+	fo.add(cmd)
 	return cmd
 }
 
@@ -270,12 +299,12 @@ func arenaPlots(a *app, path string, doc *results.Document) error {
 
 func arenaStressCmd(a *app) *cobra.Command {
 	var (
-		minSize, maxSize, segSize, transports, shmDir, out string
-		producers, consumers, fanout, maxSegs, inflight    int
-		duration, interval                                 time.Duration
-		count                                              int64
-		killRate                                           float64
-		seed                                               uint64
+		minSize, maxSize, segSize, transports, shmDir, out, shardSpec string
+		producers, consumers, fanout, maxSegs, inflight               int
+		duration, interval                                            time.Duration
+		count                                                         int64
+		killRate                                                      float64
+		seed                                                          uint64
 	)
 	cmd := &cobra.Command{
 		Use:   "stress",
@@ -357,10 +386,17 @@ ratio.`,
 			if progress.IsTerminal(a.stderr) {
 				live = a.stderr
 			}
+			sh, err := shard.Parse(shardSpec)
+			if err != nil {
+				return err
+			}
 			var sums []*stress.Summary
-			return a.measure(measurement{suite: "arena stress", out: out,
+			return a.measure(measurement{suite: "arena stress", out: out, shard: sh,
 				run: func(ctx context.Context, m *measuring) (*outcome, error) {
 					o := &outcome{}
+					if !sh.Whole() {
+						trs = pickCells(m, trs, func(t arena.Transport) string { return "transport=" + string(t) })
+					}
 					for _, tr := range trs {
 						opt := stress.Options{
 							Producers: producers, Consumers: consumers, Duration: duration, Count: count,
@@ -418,6 +454,7 @@ ratio.`,
 	f.DurationVar(&interval, "interval", time.Second, "progress line interval (progress shows on a terminal only)")
 	f.Uint64Var(&seed, "seed", 0, "random seed (0: from the clock)")
 	f.StringVarP(&out, "out", "o", "", "write the results document to `FILE`")
+	addShardFlag(cmd, &shardSpec, "one --transport")
 	return cmd
 }
 

@@ -14,6 +14,7 @@ import (
 	moebench "github.com/mstar-dev/mstar/bench/moe"
 	"github.com/mstar-dev/mstar/internal/envinfo"
 	"github.com/mstar-dev/mstar/internal/gpu"
+	"github.com/mstar-dev/mstar/internal/shard"
 	"github.com/mstar-dev/mstar/kernels/moe"
 	"github.com/mstar-dev/mstar/kernels/router"
 	"github.com/mstar-dev/mstar/kernels/routing"
@@ -27,12 +28,13 @@ func init() {
 
 func newBenchMoE(a *app) *cobra.Command {
 	var (
-		sf                                                                          shapeFlags
-		device, out, batches, routing, traceIn, traceOut, config, ceilings, dumpDir string
-		samples, tuneSamples, rounds                                                int
-		seed                                                                        uint64
-		tune, stages                                                                bool
-		pf                                                                          peerFlags
+		sf                                                                                     shapeFlags
+		device, out, batches, routing, traceIn, traceOut, config, ceilings, dumpDir, shardSpec string
+		samples, tuneSamples, rounds                                                           int
+		seed                                                                                   uint64
+		tune, stages                                                                           bool
+		pf                                                                                     peerFlags
+		fo                                                                                     fanOut
 	)
 	names := []string{}
 	for _, m := range router.Models() {
@@ -159,6 +161,13 @@ Models:
 			if err := atLeast("rounds", rounds, 1, ""); err != nil {
 				return err
 			}
+			sh, err := shard.Parse(shardSpec)
+			if err != nil {
+				return err
+			}
+			if err := fo.check(cmd, "routing-out", "dump-dir"); err != nil {
+				return err
+			}
 			opt := moebench.MoEOptions{Model: name, Shape: shape, TP: sf.tp, EP: sf.ep, Routing: routing, Samples: samples, Seed: seed, DumpDir: dumpDir,
 				Tune: tune, TuneSamples: tuneSamples, Stages: stages, Rounds: rounds}
 			if batches != "" {
@@ -220,6 +229,10 @@ Models:
 				}
 				opt.Ceilings = c
 			}
+			if fo.devices != "" {
+				fo.spec = shardSpec
+				return a.runFanOut(fo, "bench moe", out, nil)
+			}
 			var rep *moebench.MoEReport
 			batches := func(dev gpu.Device) int {
 				if len(opt.Batches) > 0 {
@@ -232,9 +245,25 @@ Models:
 			}
 			var extra []results.Result // the peers' rows
 			var peerWarnings []string
-			return a.measure(measurement{suite: "bench moe", device: device, out: out,
-				steps: func(dev gpu.Device) int { return rounds*(batches(dev)+1) + 1 },
+			return a.measure(measurement{suite: "bench moe", device: device, out: out, shard: sh,
+				// Before the run picks the shard's batches: its part of the whole.
+				steps: func(dev gpu.Device) int { return rounds*(len(shard.Pick(sh, make([]struct{}, batches(dev))))+1) + 1 },
 				run: func(ctx context.Context, m *measuring) (*outcome, error) {
+					if !sh.Whole() {
+						// A cell is one batch size of the whole sweep.
+						all := opt.Batches
+						if len(all) == 0 {
+							all = moebench.DefaultCPUBatches
+							if m.dev.Info().Backend == gpu.CUDA {
+								all = moebench.DefaultGPUBatches
+							}
+						}
+						opt.Batches = pickCells(m, all, func(b int) string { return "batch=" + strconv.Itoa(b) })
+						if len(opt.Batches) == 0 {
+							rep = &moebench.MoEReport{}
+							return &outcome{}, nil
+						}
+					}
 					if opt.Ceilings != nil {
 						if err := opt.Ceilings.Matches(m.dev.Info()); err != nil {
 							return nil, badInput(fmt.Errorf("--ceilings %s: %w", ceilings, err))
@@ -323,6 +352,8 @@ Models:
 	f.IntVar(&tuneSamples, "tune-samples", 6, "timed samples per candidate under --tune (6, also for 0: the fewest that give a 95% interval)")
 	f.StringVar(&ceilings, "ceilings", "", "read the device's ceilings from a results `FILE` of 'mstar bench ceilings' instead of measuring them")
 	pf.add(cmd)
+	addShardFlag(cmd, &shardSpec, "one batch size")
+	fo.add(cmd)
 	f.StringVar(&dumpDir, "dump-dir", "", "write each batch's output as raw bf16 to `DIR`/out-M<batch>.bf16 (for the peers' cross-check)")
 	return cmd
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/mstar-dev/mstar/internal/envinfo"
 	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/mstar-dev/mstar/internal/progress"
+	"github.com/mstar-dev/mstar/internal/shard"
 	"github.com/mstar-dev/mstar/internal/units"
 	"github.com/mstar-dev/mstar/reports/results"
 )
@@ -28,6 +29,9 @@ type measurement struct {
 	// steps is the progress bar's length on dev (nil or 0: no bar, only
 	// the step descriptions).
 	steps func(dev gpu.Device) int
+	// shard is --shard: the run hook picks its cells with pickCells (the
+	// zero value is the whole suite).
+	shard shard.Shard
 
 	// run runs the suite. It hands each finished result to m.sink as soon
 	// as it is finished, and returns every result; on an interrupt (ctx
@@ -45,9 +49,13 @@ type measurement struct {
 
 // measuring is what a suite's run hook gets.
 type measuring struct {
-	dev  gpu.Device // nil when the suite opens no device
-	bar  *progress.Bar
-	sink results.Sink // each finished result, as soon as it is finished
+	dev   gpu.Device // nil when the suite opens no device
+	bar   *progress.Bar
+	sink  results.Sink // each finished result, as soon as it is finished
+	shard shard.Shard
+	part  *results.Shard // the cells this shard owns (pickCells sets it)
+	note  io.Writer      // stderr, for what a run says once
+	suite string
 }
 
 // outcome is what a suite returns: its results and warnings, and for an
@@ -98,12 +106,19 @@ func (a *app) measure(m measurement) error {
 	// printed and written.
 	ctx, stop := interruptContext()
 	defer stop()
-	res, err := m.run(ctx, &measuring{dev: dev, bar: bar, sink: sink})
+	ms := &measuring{dev: dev, bar: bar, sink: sink, shard: m.shard, note: a.stderr, suite: m.suite}
+	res, err := m.run(ctx, ms)
 	bar.Finish()
 	stopped := err != nil && ctx.Err() != nil && res != nil
 	if err != nil && !stopped {
 		stream.abandon(a.stderr)
 		return err
+	}
+	if !m.shard.Whole() {
+		if ms.part == nil {
+			return fmt.Errorf("%s: --shard %s: the suite did not split its cells (a bug)", m.suite, m.shard)
+		}
+		doc.Shard = ms.part
 	}
 	doc.Results = append(doc.Results, res.results...)
 	doc.Warnings = append(doc.Warnings, res.warnings...)

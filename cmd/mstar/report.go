@@ -129,7 +129,7 @@ func oneOf(flag, v string, allowed []string) error {
 
 func reportShowCmd(a *app) *cobra.Command {
 	var format string
-	var asRun bool
+	var asRun, gpus bool
 	var params, metrics []string
 	var wide bool
 	cmd := &cobra.Command{
@@ -160,14 +160,20 @@ PR comment), csv (one table, a column per environment key that differs,
 median/ci_lo/ci_hi/n per metric), json (the summaries).
 
 --run prints each document as the command that measured it printed it when
-it finished (the same code draws both), one after the other.`,
+it finished (the same code draws both), one after the other.
+
+--gpus prints, per document, the per-GPU summary of a run on several GPUs
+(--devices) or of shards merged from many machines: a row per GPU (host,
+device, UUID, PCIe link, results) with the flags — a copy bandwidth more
+than 10% below its peers' median, a PCIe link below its max.`,
 		Example: `  mstar report show results.json
   mstar report show --params batch,model --metrics latency,throughput a.json b.json
   mstar report show --format markdown results.json >> $GITHUB_STEP_SUMMARY
   mstar report show --format csv results.json > results.csv
   mstar report show --wide results.json
   ssh gpu-box cat results.json | mstar report show -
-  mstar report show --run moe.json                     # the table bench moe printed`,
+  mstar report show --run moe.json                     # the table bench moe printed
+  mstar report show --gpus results.json                # which GPU is the outlier`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := oneOf("format", format, reports.TableFormats); err != nil {
@@ -176,6 +182,18 @@ it finished (the same code draws both), one after the other.`,
 			docs, err := a.readDocs(args)
 			if err != nil {
 				return err
+			}
+			if gpus {
+				if asRun || cmd.Flags().Changed("format") || cmd.Flags().Changed("params") || cmd.Flags().Changed("metrics") || wide {
+					return usageErr("--gpus prints the per-GPU summary alone: leave out --run, --format, --params, --metrics and --wide")
+				}
+				for _, d := range docs {
+					rows, _ := reports.SummarizeGPUs(d)
+					if err := reports.WriteGPUSummary(a.stdout, rows); err != nil {
+						return err
+					}
+				}
+				return nil
 			}
 			if asRun {
 				if cmd.Flags().Changed("format") || cmd.Flags().Changed("params") || cmd.Flags().Changed("metrics") || wide {
@@ -206,6 +224,7 @@ it finished (the same code draws both), one after the other.`,
 	cmd.Flags().StringSliceVar(&metrics, "metrics", nil, "metric columns, in order (comma-separated)")
 	cmd.Flags().BoolVar(&wide, "wide", false, "text: whole tables, however wide (default: fitted into 120 columns)")
 	cmd.Flags().BoolVar(&asRun, "run", false, "print the table the measuring command printed when it finished")
+	cmd.Flags().BoolVar(&gpus, "gpus", false, "print the per-GPU summary (several GPUs or machines merged) and its flags")
 	return cmd
 }
 
@@ -434,8 +453,17 @@ documents merge again.
 
 Refused (exit 2): an OUT that is one of the inputs, and one run given twice
 (the same file, a copy, or a document already inside a merged input): its
-samples would count twice.`,
-		Example: `  mstar report merge -o all.json shard-0.json shard-1.json shard-2.json
+samples would count twice.
+
+Shards (documents of --shard I/N runs) must cover their sweep exactly once:
+refused (exit 2) are a shard given twice or a cell in two shards (overlap),
+a shard I of N missing or interrupted (gap), shards of one command that
+split different cell lists, and a whole run beside its own shards. Shards of
+one sweep are the documents whose command lines agree but for --shard, --out,
+--dir, --device and the other output paths. Each row keeps its run id and
+environment (host, device, GPU and its UUID), so 'report show' tells which
+machine measured it.`,
+		Example: `  mstar report merge -o all.json shard-1-of-3.json shard-2-of-3.json shard-3-of-3.json
   mstar report merge -o fleet.json h200-*.json h100-*.json`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -452,7 +480,7 @@ samples would count twice.`,
 			if err != nil {
 				return err
 			}
-			m, err := reports.Merge(docs...)
+			m, notes, err := reports.MergeNamed(func(i int) string { return args[i] }, docs...)
 			if err != nil {
 				return badInput(err)
 			}
@@ -462,6 +490,9 @@ samples would count twice.`,
 			envs := map[string]bool{}
 			for i := range m.Results {
 				envs[m.EnvOf(&m.Results[i]).Key()] = true
+			}
+			for _, n := range notes {
+				fmt.Fprintln(a.stderr, "mstar: "+n)
 			}
 			fmt.Fprintf(a.stderr, "mstar: merged %d document(s), %d result(s) from %d environment(s) into %s\n", len(docs), len(m.Results), len(envs), out)
 			return nil

@@ -461,7 +461,7 @@ func TestReportHelpExamplesRun(t *testing.T) {
 	copyTo(moe, "b.json")
 	copyTo("../../reports/measured/h200/arena-sweep.json", "sweep-a.json")
 	copyTo("../../reports/measured/h200/arena-sweep.json", "sweep-b.json")
-	for i, n := range []string{"shard-0.json", "shard-1.json", "shard-2.json", "host1.json", "host2.json"} {
+	for i, n := range []string{"shard-1-of-3.json", "shard-2-of-3.json", "shard-3-of-3.json", "host1.json", "host2.json"} {
 		latencyDoc(t, dir, n, uint64(i+1), 6, 50, 0.01)
 	}
 	root := newRoot(&app{stdout: &bytes.Buffer{}, stderr: &bytes.Buffer{}})

@@ -9,6 +9,7 @@ import (
 
 	"github.com/mstar-dev/mstar/bench/spill"
 	"github.com/mstar-dev/mstar/internal/gpu"
+	"github.com/mstar-dev/mstar/internal/shard"
 	"github.com/mstar-dev/mstar/internal/spill/tier"
 	"github.com/mstar-dev/mstar/reports"
 	"github.com/mstar-dev/mstar/reports/results"
@@ -51,12 +52,13 @@ func init() {
 	reports.RegisterRunTable(spill.Suite, spill.Table)
 	register(func(a *app) *cobra.Command {
 		var (
-			device, cells, sizes, tiers, out, tracePath, shmDir string
-			inject                                              []string
-			blocks, samples, cooldown, sessions                 int
-			floor, pinnedFloor, ppTol                           float64
-			interval, traceEvery, ttl                           time.Duration
-			seed                                                uint64
+			device, cells, sizes, tiers, out, tracePath, shmDir, shardSpec string
+			inject                                                         []string
+			blocks, samples, cooldown, sessions                            int
+			floor, pinnedFloor, ppTol                                      float64
+			interval, traceEvery, ttl                                      time.Duration
+			seed                                                           uint64
+			fo                                                             fanOut
 		)
 		cmd := &cobra.Command{
 			Use:   "spill-matrix",
@@ -133,8 +135,19 @@ above 105% of its tier's ceiling is listed with a warning naming the ceiling.`,
 						return err
 					}
 				}
+				sh, err := shard.Parse(shardSpec)
+				if err != nil {
+					return err
+				}
+				if err := fo.check(cmd, "trace"); err != nil {
+					return err
+				}
+				if fo.devices != "" {
+					fo.spec = shardSpec
+					return a.runFanOut(fo, "spill-matrix", out, nil)
+				}
 				var m *spill.Matrix
-				return a.measure(measurement{suite: spill.Suite, device: device, out: out,
+				return a.measure(measurement{suite: spill.Suite, device: device, out: out, shard: sh,
 					run: func(ctx context.Context, ms *measuring) (*outcome, error) {
 						dev := ms.dev
 						if !cmd.Flags().Changed("sizes") {
@@ -150,6 +163,10 @@ above 105% of its tier's ceiling is listed with a warning naming the ceiling.`,
 						list, err := spill.Match(spill.Cells(spill.Scenarios, kinds, sz), cells)
 						if err != nil {
 							return nil, usageErr("--cells: %v", err)
+						}
+						if list = pickCells(ms, list, spill.Cell.Name); len(list) == 0 {
+							m = &spill.Matrix{}
+							return &outcome{}, nil
 						}
 						if small := spill.SmallLayouts(list, blocks); len(small) > 0 {
 							which := strings.Join(small, ", ")
@@ -237,6 +254,8 @@ above 105% of its tier's ceiling is listed with a warning naming the ceiling.`,
 		}
 		f := cmd.Flags()
 		addDeviceFlag(cmd, &device)
+		addShardFlag(cmd, &shardSpec, "one scenario/tier/size of the --cells selected")
+		fo.add(cmd)
 		f.StringVar(&cells, "cells", "", "cells to run: comma-separated globs over scenario/tier/size, e.g. 'hibernate', '*/pinned', 'ladder/file' (default all)")
 		// No flag default: it would print beside, and contradict, the CUDA one.
 		f.StringVar(&sizes, "sizes", "", "pool sizes, comma-separated (default 64MiB; 1GiB on CUDA)")

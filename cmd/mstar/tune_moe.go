@@ -14,6 +14,7 @@ import (
 	"github.com/mstar-dev/mstar/internal/badinput"
 	"github.com/mstar-dev/mstar/internal/envinfo"
 	"github.com/mstar-dev/mstar/internal/progress"
+	"github.com/mstar-dev/mstar/internal/shard"
 	"github.com/mstar-dev/mstar/internal/version"
 	"github.com/mstar-dev/mstar/kernels/moe"
 	"github.com/mstar-dev/mstar/reports"
@@ -43,12 +44,13 @@ func init() {
 
 func newTuneMoE(a *app) *cobra.Command {
 	var (
-		sf                                           shapeFlags
-		device, out, batches, routing, dir, ceilings string
-		samples, tuneSamples, rounds                 int
-		seed                                         uint64
-		force                                        bool
-		threshold                                    float64
+		sf                                                      shapeFlags
+		device, out, batches, routing, dir, ceilings, shardSpec string
+		samples, tuneSamples, rounds                            int
+		seed                                                    uint64
+		force                                                   bool
+		threshold                                               float64
+		fo                                                      fanOut
 	)
 	cmd := &cobra.Command{
 		Use:   "moe",
@@ -103,6 +105,10 @@ Exit 1 when every candidate of some batch was rejected.`,
 			if err := firstErr(atLeast("threshold", threshold, 0, ""), atLeast("rounds", rounds, 1, "")); err != nil {
 				return err
 			}
+			sh, err := shard.Parse(shardSpec)
+			if err != nil {
+				return err
+			}
 			mo := moebench.MoEOptions{Model: name, Shape: shape, TP: sf.tp, EP: sf.ep, Routing: routing, Samples: samples, Seed: seed, TuneSamples: tuneSamples}
 			if batches != "" {
 				bs, err := parseBatches(batches)
@@ -127,6 +133,13 @@ Exit 1 when every candidate of some batch was rejected.`,
 			if err := checkShmDir("dir", dir, true); err != nil {
 				return err
 			}
+			if err := fo.check(cmd); err != nil {
+				return err
+			}
+			if fo.devices != "" {
+				fo.spec = shardSpec
+				return a.tuneFanOut(fo, dir, out)
+			}
 			if ceilings != "" {
 				c, err := ceilbench.ReadCeilings(ceilings)
 				if err != nil {
@@ -148,6 +161,31 @@ Exit 1 when every candidate of some batch was rejected.`,
 			if !onGPU {
 				fmt.Fprintln(a.stderr, "mstar: tune moe on the CPU: one implementation, nothing to choose; it is checked, timed and compared with itself")
 			}
+			doc := results.NewDocument("tune moe", a.args, envinfo.Collect(dev))
+			if !sh.Whole() {
+				// A cell is one batch size; each shard writes its part of the
+				// tuned file to its own --dir.
+				all := mo.Batches
+				if len(all) == 0 {
+					all = moebench.DefaultCPUBatches
+					if onGPU {
+						all = moebench.DefaultGPUBatches
+					}
+				}
+				names := make([]string, len(all))
+				for i, b := range all {
+					names[i] = fmt.Sprintf("batch=%d", b)
+				}
+				doc.Shard = shardPart(sh, names)
+				fmt.Fprintln(a.stderr, "mstar: "+shardNote("tune moe", doc.Shard))
+				if mo.Batches = shard.Pick(sh, all); len(mo.Batches) == 0 {
+					doc.Finish()
+					if out != "" {
+						return a.writeResults(out, doc)
+					}
+					return nil
+				}
+			}
 			steps := len(mo.Batches)
 			if steps == 0 {
 				steps = len(moebench.DefaultCPUBatches)
@@ -162,7 +200,6 @@ Exit 1 when every candidate of some batch was rejected.`,
 					bar.Add(1)
 				}
 			}
-			doc := results.NewDocument("tune moe", a.args, envinfo.Collect(dev))
 			ctx, stop := interruptContext()
 			defer stop()
 			rep, err := moebench.RunMoETune(ctx, dev, moebench.MoETuneOptions{MoE: mo, Dir: dir, Force: force,
@@ -222,6 +259,8 @@ Exit 1 when every candidate of some batch was rejected.`,
 	f.BoolVar(&force, "force", false, "re-tune batches that the file already has")
 	f.StringVar(&ceilings, "ceilings", "", "read the device's ceilings from a results `FILE` of 'mstar bench ceilings' instead of measuring them")
 	f.IntVar(&rounds, "rounds", 2, "interleaved rounds of the tuned-versus-static comparison")
+	addShardFlag(cmd, &shardSpec, "one batch size")
+	fo.add(cmd)
 	f.Float64Var(&threshold, "threshold", 5, "the comparison: smallest change, in percent, that counts (as in report diff)")
 	return cmd
 }

@@ -67,6 +67,9 @@ func Collect(dev gpu.Device) results.Env {
 		// and CUDA_DEVICE_ORDER renumber CUDA's devices, not NVML's.
 		if g, ok := nvmlGPU(r, info); ok {
 			set("pcie", linkOf(g).String())
+			// Which card it was, when shards or workers of many GPUs merge.
+			set("gpu.uuid", g.UUID)
+			set("gpu.bus", g.BusID)
 			if g.SMMaxMHz > 0 {
 				set("gpu.sm_clock_max", fmt.Sprintf("%d MHz", g.SMMaxMHz))
 			}

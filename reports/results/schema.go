@@ -94,6 +94,22 @@ type Document struct {
 	// (--rounds); 0 or 1 is once. Metric.Rounds says which round each
 	// sample belongs to.
 	Rounds int `json:"rounds,omitempty"`
+	// Shard, set by a run of one shard of a suite (--shard I/N), says
+	// which cells it ran, so that merge can refuse overlaps and gaps.
+	Shard *Shard `json:"shard,omitempty"`
+}
+
+// Shard is the part of a suite's cells that one --shard I/N run owns.
+type Shard struct {
+	Index int `json:"index"` // I, from 1
+	Count int `json:"count"` // N
+	// Total is the number of cells of the whole suite, and List a hash of
+	// their ordered names (shard.ListKey): shards of one sweep agree on both.
+	Total int    `json:"total"`
+	List  string `json:"list"`
+	// Cells names the cells this shard owns, all of which it ran unless
+	// the document is interrupted.
+	Cells []string `json:"cells"`
 }
 
 // Env is the environment a document was measured in, as benchfmt
@@ -331,6 +347,9 @@ func (d *Document) Validate() error {
 	}
 	if d.Schema != SchemaVersion {
 		return fmt.Errorf("unsupported schema version %d (this mstar reads version %d)", d.Schema, SchemaVersion)
+	}
+	if s := d.Shard; s != nil && (s.Count < 1 || s.Index < 1 || s.Index > s.Count || len(s.Cells) > s.Total) {
+		return fmt.Errorf("shard %d/%d lists %d cells of %d: not a shard of a suite", s.Index, s.Count, len(s.Cells), s.Total)
 	}
 	for i, r := range d.Results {
 		if r.Name == "" {

@@ -267,3 +267,21 @@ func (c *Context) HostUnregister(mem []byte) error {
 		return checkf(drv.cuMemHostUnreg(unsafe.Pointer(&mem[0])), "cuMemHostUnregister(%d bytes)", len(mem))
 	})
 }
+
+// DeviceBusID is device ordinal's PCI bus id ("0000:1b:00.0"), read
+// without a context: a process that only hands GPUs to workers opens none.
+func DeviceBusID(ordinal int) (string, error) {
+	if err := loadDriver(); err != nil {
+		return "", err
+	}
+	var d int32
+	if err := checkf(drv.cuDeviceGet(&d, int32(ordinal)), "cuDeviceGet(%d)", ordinal); err != nil {
+		return "", err
+	}
+	attr := func(a int32) int32 {
+		var v int32
+		drv.cuDeviceGetAttr(&v, a, d)
+		return v
+	}
+	return fmt.Sprintf("%04x:%02x:%02x.0", attr(AttrPCIDomainID), attr(AttrPCIBusID), attr(AttrPCIDeviceID)), nil
+}

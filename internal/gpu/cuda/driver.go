@@ -18,6 +18,8 @@ const (
 	ErrorInvalidDevice   Result = 101
 	ErrorNotReady        Result = 600
 	ErrorHostMemRegister Result = 712 // CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED
+	ErrorPeerEnabled     Result = 704 // CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED
+	ErrorPeerNotEnabled  Result = 705 // CUDA_ERROR_PEER_ACCESS_NOT_ENABLED
 )
 
 // Error is a failed driver, NVRTC or cuBLAS call: the call, with its key
@@ -150,6 +152,12 @@ type driverAPI struct {
 	cuOccupancyMaxBlocks func(n *int32, f uintptr, block int32, smem uint64) Result
 	cuLaunchKernel       func(f uintptr, gx, gy, gz, bx, by, bz, smem uint32, s uintptr, params unsafe.Pointer, extra unsafe.Pointer) Result
 	cuStreamIsCapturing  func(s uintptr, status *uint32) Result
+
+	// Peer access (optional: nil when the driver lacks them).
+	cuDeviceCanAccessPeer  func(can *int32, dev, peer int32) Result
+	cuCtxEnablePeerAccess  func(peer uintptr, flags uint32) Result
+	cuCtxDisablePeerAccess func(peer uintptr) Result
+	cuMemcpyPeerAsync      func(dst uint64, dstCtx uintptr, src uint64, srcCtx uintptr, n uint64, s uintptr) Result
 }
 
 var (
@@ -221,6 +229,10 @@ func loadDriver() error {
 		b.bind(&d.cuOccupancyMaxBlocks, "cuOccupancyMaxActiveBlocksPerMultiprocessor")
 		b.bind(&d.cuLaunchKernel, "cuLaunchKernel")
 		b.bind(&d.cuStreamIsCapturing, "cuStreamIsCapturing")
+		if b.try(&d.cuDeviceCanAccessPeer, "cuDeviceCanAccessPeer") && b.try(&d.cuCtxEnablePeerAccess, "cuCtxEnablePeerAccess") &&
+			b.try(&d.cuCtxDisablePeerAccess, "cuCtxDisablePeerAccess") && b.try(&d.cuMemcpyPeerAsync, "cuMemcpyPeerAsync") {
+			peerCalls = true
+		}
 		if err := b.err(); err != nil {
 			driverErr = fmt.Errorf("CUDA driver %s: %w", driverLib.comp.Path, err)
 			return
