@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -12,8 +14,7 @@ import (
 	ceilbench "github.com/mstar-dev/mstar/bench/ceilings"
 	moebench "github.com/mstar-dev/mstar/bench/moe"
 	"github.com/mstar-dev/mstar/internal/badinput"
-	"github.com/mstar-dev/mstar/internal/envinfo"
-	"github.com/mstar-dev/mstar/internal/progress"
+	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/mstar-dev/mstar/internal/shard"
 	"github.com/mstar-dev/mstar/internal/version"
 	"github.com/mstar-dev/mstar/kernels/moe"
@@ -147,103 +148,84 @@ Exit 1 when every candidate of some batch was rejected.`,
 				}
 				mo.Ceilings = c
 			}
-			dev, err := a.openDevice(device)
-			if err != nil {
-				return err
-			}
-			defer dev.Close()
-			if mo.Ceilings != nil {
-				if err := mo.Ceilings.Matches(dev.Info()); err != nil {
-					return badInput(fmt.Errorf("--ceilings %s: %w", ceilings, err))
+			batchesOn := func(dev gpu.Device) []int {
+				if len(mo.Batches) > 0 {
+					return mo.Batches
 				}
+				if dev.Info().Backend == gpu.CUDA {
+					return moebench.DefaultGPUBatches
+				}
+				return moebench.DefaultCPUBatches
 			}
-			onGPU := dev.Info().Backend == "cuda"
-			if !onGPU {
-				fmt.Fprintln(a.stderr, "mstar: tune moe on the CPU: one implementation, nothing to choose; it is checked, timed and compared with itself")
-			}
-			doc := results.NewDocument("tune moe", a.args, envinfo.Collect(dev))
-			if !sh.Whole() {
-				// A cell is one batch size; each shard writes its part of the
-				// tuned file to its own --dir.
-				all := mo.Batches
-				if len(all) == 0 {
-					all = moebench.DefaultCPUBatches
-					if onGPU {
-						all = moebench.DefaultGPUBatches
+			var noCandidate error
+			return a.measure(measurement{suite: "tune moe", device: device, out: out, shard: sh,
+				steps: func(dev gpu.Device) int { return len(shard.Pick(sh, batchesOn(dev))) + 1 + 2*rounds },
+				run: func(ctx context.Context, m *measuring) (*outcome, error) {
+					if mo.Ceilings != nil {
+						if err := mo.Ceilings.Matches(m.dev.Info()); err != nil {
+							return nil, badInput(fmt.Errorf("--ceilings %s: %w", ceilings, err))
+						}
 					}
-				}
-				names := make([]string, len(all))
-				for i, b := range all {
-					names[i] = fmt.Sprintf("batch=%d", b)
-				}
-				doc.Shard = shardPart(sh, names)
-				fmt.Fprintln(a.stderr, "mstar: "+shardNote("tune moe", doc.Shard))
-				if mo.Batches = shard.Pick(sh, all); len(mo.Batches) == 0 {
-					doc.Finish()
-					if out != "" {
-						return a.writeResults(out, doc)
+					if m.dev.Info().Backend != gpu.CUDA {
+						fmt.Fprintln(m.note, "mstar: tune moe on the CPU: one implementation, nothing to choose; it is checked, timed and compared with itself")
+					}
+					// A cell is one batch size; each shard writes its part of
+					// the tuned file to its own --dir.
+					all := batchesOn(m.dev)
+					mo.Batches = all
+					if !sh.Whole() {
+						if mo.Batches = pickCells(m, all, func(b int) string { return fmt.Sprintf("batch=%d", b) }); len(mo.Batches) == 0 {
+							return &outcome{}, nil
+						}
+					}
+					mo.Progress = func(step string) {
+						m.bar.Describe(step)
+						if strings.HasPrefix(step, "saved ") || strings.HasPrefix(step, "compare ") || step == "weights" {
+							m.bar.Add(1)
+						}
+					}
+					rep, err := moebench.RunMoETune(ctx, m.dev, moebench.MoETuneOptions{MoE: mo, Dir: dir, Force: force,
+						Commit: version.Get().Commit, Rounds: rounds})
+					stopped := err != nil && ctx.Err() != nil && rep != nil
+					if errors.Is(err, moebench.ErrNoCandidate) {
+						noCandidate, err = err, nil
+					}
+					if err != nil && !stopped {
+						if badinput.Is(err) {
+							return nil, badInput(err)
+						}
+						return nil, err
+					}
+					o := &outcome{results: rep.Results, warnings: rep.Warnings, env: results.Env{
+						"moe_kernels_version": moe.KernelVersion,
+						// What the run table says beside the results: the tuned
+						// file and the comparison's threshold.
+						reports.EnvTunedKey:      rep.Key.String(),
+						reports.EnvTunedFile:     rep.Path,
+						reports.EnvTuneThreshold: strconv.FormatFloat(threshold, 'g', -1, 64),
+					}}
+					if rep.Static != nil && rep.Static.Ceilings != nil {
+						o.results = append(o.results, rep.Static.Ceilings.Results()...)
+					}
+					if stopped {
+						fmt.Fprintf(m.note, "mstar: %s keeps the %d batch(es) tuned so far; run the same command again to resume\n", rep.Path, len(rep.File.Batches))
+						o.done = fmt.Sprintf("%d of %d batches tuned", len(rep.Tuned), len(mo.Batches)-len(rep.Skipped))
+					}
+					return o, err
+				},
+				table: func(w io.Writer, doc *results.Document) error {
+					if len(doc.Results) == 0 {
+						return nil // a shard with no batch: its note said so
+					}
+					return reports.RunTable(w, doc)
+				},
+				failed: func(doc *results.Document) error {
+					if noCandidate != nil {
+						return failed("tune moe: %v", noCandidate)
 					}
 					return nil
-				}
-			}
-			steps := len(mo.Batches)
-			if steps == 0 {
-				steps = len(moebench.DefaultCPUBatches)
-				if onGPU {
-					steps = len(moebench.DefaultGPUBatches)
-				}
-			}
-			bar := progress.New(a.stderr, steps+1+2*rounds, "tune moe")
-			mo.Progress = func(step string) {
-				bar.Describe(step)
-				if strings.HasPrefix(step, "saved ") || strings.HasPrefix(step, "compare ") || step == "weights" {
-					bar.Add(1)
-				}
-			}
-			ctx, stop := interruptContext()
-			defer stop()
-			rep, err := moebench.RunMoETune(ctx, dev, moebench.MoETuneOptions{MoE: mo, Dir: dir, Force: force,
-				Commit: version.Get().Commit, Rounds: rounds})
-			bar.Finish()
-			stopped := err != nil && ctx.Err() != nil && rep != nil
-			noCandidate := errors.Is(err, moebench.ErrNoCandidate)
-			if err != nil && !stopped && !noCandidate {
-				if badinput.Is(err) {
-					return badInput(err)
-				}
-				return err
-			}
-			doc.Results = rep.Results
-			if rep.Static != nil && rep.Static.Ceilings != nil {
-				doc.Results = append(doc.Results, rep.Static.Ceilings.Results()...)
-			}
-			doc.Warnings = append(doc.Warnings, rep.Warnings...)
-			doc.Env["moe_kernels_version"] = moe.KernelVersion
-			// What the run table says beside the results: the tuned file and
-			// the comparison's threshold.
-			doc.Env[reports.EnvTunedKey] = rep.Key.String()
-			doc.Env[reports.EnvTunedFile] = rep.Path
-			doc.Env[reports.EnvTuneThreshold] = strconv.FormatFloat(threshold, 'g', -1, 64)
-			if stopped {
-				noteInterrupted(doc)
-			}
-			doc.Finish()
-			if err := reports.RunTable(a.stdout, doc); err != nil {
-				return err
-			}
-			if out != "" {
-				if err := a.writeResults(out, doc); err != nil {
-					return err
-				}
-			}
-			switch {
-			case stopped:
-				fmt.Fprintf(a.stderr, "mstar: %s keeps the %d batch(es) tuned so far; run the same command again to resume\n", rep.Path, len(rep.File.Batches))
-				return errInterrupted(fmt.Sprintf("tune moe (%d of %d batches tuned)", len(rep.Tuned), steps-len(rep.Skipped)), nil)
-			case noCandidate:
-				return failed("tune moe: %v", err)
-			}
-			return nil
+				},
+			})
 		},
 	}
 	f := cmd.Flags()
