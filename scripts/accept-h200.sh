@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# accept-h200.sh — on the GPU machine, the acceptance runs still open after
+# 2026-12-01, one step per call (each fits the device's 10-minute limit):
+#   tests      the GPU tests (scripts/gpu-test.sh) and the new cache-eviction test
+#   spill256   spill-matrix --sizes 256MiB ×5 with cold-L2 moves (#13: no flips;
+#              device partial/uneven >= 80% of their ceilings)
+#   spill1g    spill-matrix --sizes 1GiB (the default) ×RUNS (a run takes ~220 s:
+#              RUNS=2 per call)
+#   aa-arena   A/A pairs of arena sweep --mode copy --max-size 64MiB (#12: 9 of 10)
+#   devices    --devices 0 / --replicate / --shard on one GPU, bench p2p refusing (#16)
+# Build here: make gpu-bins (strip with -ldflags='-s -w' to carry under 64 MiB).
+# There:  OUT=/dir scripts/accept-h200.sh STEP [PAIRS]; everything lands in $OUT/STEP.
+set -u
+step=${1:?usage: $0 tests|spill256|spill1g|aa-arena|devices [PAIRS]}
+OUT=${OUT:?set OUT}
+HERE=$(cd "$(dirname "$0")" && pwd)
+BIN=${MSTAR_BIN:-bin}
+dir=$OUT/$step
+mkdir -p "$dir"
+case $step in
+tests)
+	"$HERE/gpu-test.sh" "$dir"
+	(cd internal/gpu && "../../$BIN/gpu.test" -test.run 'EvictCache|CopyDtoDBatchCUDA' -test.v) >"$dir/evict.log" 2>&1
+	echo "evict test: exit $?" | tee -a "$dir/summary.txt"
+	;;
+spill256 | spill1g)
+	size=256MiB
+	[ "$step" = spill1g ] && size=1GiB
+	OUT=$dir SKIP="tests ceilings moe" SIZES=$size RUNS=${RUNS:-5} DEADLINE=${DEADLINE:-540} "$HERE/ceilings-h200.sh"
+	;;
+aa-arena)
+	"$HERE/aa-pairs.sh" -n "${2:-10}" -o "$dir" -b "$BIN/mstar" -- arena sweep --device cuda:0 --mode copy --max-size 64MiB
+	;;
+devices)
+	m=$BIN/mstar
+	{
+		$m arena sweep --devices 0 --mode copy --min-size 1MiB --max-size 64MiB --rounds 1 --out "$dir/sweep-dev.json"
+		echo "arena sweep --devices 0: exit $?"
+		$m bench moe --model qwen3-30b-a3b --batch 1,16,256 --devices 0 --replicate --rounds 1 --out "$dir/moe-rep.json"
+		echo "bench moe --devices 0 --replicate: exit $?"
+		$m report show --gpus "$dir/moe-rep.json"
+		for i in 1 2 3; do $m bench moe --model qwen3-30b-a3b --batch 1,16,256,1024,4096 --device cuda:0 --rounds 1 --shard $i/3 --out "$dir/s$i.json"; done
+		$m report merge -o "$dir/merged.json" "$dir"/s1.json "$dir"/s2.json "$dir"/s3.json
+		echo "report merge of 3 shards: exit $?"
+		$m bench p2p
+		echo "bench p2p on one GPU: exit $? (2 expected)"
+	} >"$dir/devices.log" 2>&1
+	grep -E 'exit|GPU' "$dir/devices.log" | tee "$dir/summary.txt"
+	;;
+*)
+	echo "$0: unknown step $step" >&2
+	exit 2
+	;;
+esac
