@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # accept-h200.sh — on the GPU machine, the acceptance runs still open after
 # 2026-12-01, one step per call (each fits the device's 10-minute limit):
-#   tests      the GPU tests (scripts/gpu-test.sh) and the new cache-eviction test
+#   tests      the GPU tests (scripts/gpu-test.sh), the cache-eviction test and the
+#              MoE kernels' CUDA tests (the routing type changed after the last GPU run)
 #   spill256   spill-matrix --sizes 256MiB ×5 with cold-L2 moves (#13: no flips;
 #              device partial/uneven >= 80% of their ceilings)
 #   spill1g    spill-matrix --sizes 1GiB (the default) ×RUNS (a run takes ~220 s:
@@ -22,6 +23,9 @@ tests)
 	"$HERE/gpu-test.sh" "$dir"
 	(cd internal/gpu && "../../$BIN/gpu.test" -test.run 'EvictCache|CopyDtoDBatchCUDA' -test.v) >"$dir/evict.log" 2>&1
 	echo "evict test: exit $?" | tee -a "$dir/summary.txt"
+	# The one routing type reaches the kernels through Routing.Computed().
+	(cd kernels/moe && timeout 300 "../../$BIN/moe.test" -test.run CUDA -test.skip TCResources -test.v) >"$dir/moe.log" 2>&1
+	echo "moe CUDA tests: exit $?" | tee -a "$dir/summary.txt"
 	;;
 spill256 | spill1g)
 	size=256MiB
