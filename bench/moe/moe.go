@@ -408,7 +408,7 @@ func runMoERound(ctx context.Context, dev gpu.Device, opt MoEOptions) (*MoERepor
 	var configs map[int]BatchConfig
 	if onGPU && !opt.Tune {
 		var warns []string
-		configs, warns, err = ResolveMoEConfigs(local, info.Name, opt.Batches, opt)
+		configs, warns, err = ResolveMoEConfigs(local, info, opt.Batches, opt)
 		rep.Warnings = append(rep.Warnings, warns...)
 		if err != nil {
 			return nil, err
@@ -501,7 +501,7 @@ func runMoERound(ctx context.Context, dev gpu.Device, opt MoEOptions) (*MoERepor
 			rep.Warnings = append(rep.Warnings, fmt.Sprintf("M=%d: %s", m, note))
 		}
 		if tuned != nil {
-			res = withTuning(local, m, res, tuned)
+			res = withTuning(info.CC(), local, m, res, tuned)
 			res.Params[MoEConfigSourceParam] = "--tune"
 			for _, o := range tuned {
 				rep.Results = append(rep.Results, tuneResult(opt, local, m, o))
@@ -559,7 +559,7 @@ func rejections(outs []TuneOutcome) []string {
 
 // withTuning names the chosen configuration in the batch's result (param
 // "config") and says what it was chosen over.
-func withTuning(local moe.Shape, m int, res results.Result, outs []TuneOutcome) results.Result {
+func withTuning(cc int, local moe.Shape, m int, res results.Result, outs []TuneOutcome) results.Result {
 	var chosen moe.Config
 	var others []string
 	for _, o := range outs {
@@ -573,7 +573,7 @@ func withTuning(local moe.Shape, m int, res results.Result, outs []TuneOutcome) 
 		}
 	}
 	res.Params[MoEConfigParam] = chosen.String()
-	static := moe.ChooseConfig(local, m)
+	static := moe.ChooseConfigOn(cc, local, m)
 	res.Warnings = append(res.Warnings, fmt.Sprintf("tuned over %d candidates (static table: %v): chose %v; others: %s",
 		len(outs), static, chosen, strings.Join(others, "; ")))
 	return res
@@ -623,7 +623,7 @@ func checkFits(dev gpu.Device, local moe.Shape, opt MoEOptions, maxM int) error 
 	if dev.Info().Backend == gpu.CUDA {
 		cfgs := []moe.Config{opt.Config}
 		if opt.Config.Kernel == "" {
-			cfgs = []moe.Config{moe.ChooseConfig(local, maxM)}
+			cfgs = []moe.Config{moe.ChooseConfigOn(dev.Info().CC(), local, maxM)}
 		}
 		if opt.Tune {
 			cfgs = moe.Candidates(local, maxM)

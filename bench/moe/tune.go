@@ -204,11 +204,12 @@ type BatchConfig struct {
 	Note   string     // when the file lacked the batch: what was used instead
 }
 
-// ResolveMoEConfigs picks each batch's configuration on a device named
-// device: --config for all, else the tuned file for the local shape
+// ResolveMoEConfigs picks each batch's configuration on the device dev:
+// --config for all, else the tuned file for the local shape and dev's name
 // (opt.ConfigLookup, by default the user's folder then the shipped files),
-// else the static table. Warnings say which file was used, or why none.
-func ResolveMoEConfigs(local moe.Shape, device string, batches []int, opt MoEOptions) (map[int]BatchConfig, []string, error) {
+// else the static table for dev's compute capability. Warnings say which
+// file was used, or why none.
+func ResolveMoEConfigs(local moe.Shape, dev gpu.Info, batches []int, opt MoEOptions) (map[int]BatchConfig, []string, error) {
 	out := make(map[int]BatchConfig, len(batches))
 	if opt.Config.Kernel != "" {
 		for _, m := range batches {
@@ -218,7 +219,7 @@ func ResolveMoEConfigs(local moe.Shape, device string, batches []int, opt MoEOpt
 	}
 	static := func(note string) {
 		for _, m := range batches {
-			out[m] = BatchConfig{Config: moe.ChooseConfig(local, m), Source: "static", Note: note}
+			out[m] = BatchConfig{Config: moe.ChooseConfigOn(dev.CC(), local, m), Source: "static", Note: note}
 		}
 	}
 	if opt.StaticConfigs {
@@ -229,7 +230,7 @@ func ResolveMoEConfigs(local moe.Shape, device string, batches []int, opt MoEOpt
 	if opt.ConfigLookup != nil {
 		lookup = *opt.ConfigLookup
 	}
-	key := moe.KeyFor(local, device)
+	key := moe.KeyFor(local, dev.Name)
 	f, where, warns, err := lookup.Find(key)
 	if err != nil {
 		return nil, warns, err
@@ -252,9 +253,9 @@ func ResolveMoEConfigs(local moe.Shape, device string, batches []int, opt MoEOpt
 		c, note := f.Pick(local, m)
 		switch {
 		case c.Kernel == "" && note == fmt.Sprintf("batch %d", m):
-			out[m] = BatchConfig{Config: moe.ChooseConfig(local, m), Source: "static", Note: "the tuned file says auto: static table"}
+			out[m] = BatchConfig{Config: moe.ChooseConfigOn(dev.CC(), local, m), Source: "static", Note: "the tuned file says auto: static table"}
 		case c.Kernel == "":
-			out[m] = BatchConfig{Config: moe.ChooseConfig(local, m), Source: "static", Note: note}
+			out[m] = BatchConfig{Config: moe.ChooseConfigOn(dev.CC(), local, m), Source: "static", Note: note}
 		case note == fmt.Sprintf("batch %d", m):
 			out[m] = BatchConfig{Config: c, Source: src}
 		default:
@@ -460,7 +461,7 @@ func RunMoETune(ctx context.Context, dev gpu.Device, opt MoETuneOptions) (*MoETu
 		best := pickFastest(outs) // before the results: the chosen one says so
 		static := moe.Config{}.String()
 		if onGPU || opt.Runner != nil {
-			static = moe.ChooseConfig(local, m).String()
+			static = moe.ChooseConfigOn(info.CC(), local, m).String()
 		}
 		for i, o := range outs {
 			r := tuneResult(mo, local, m, o)

@@ -252,7 +252,7 @@ func TestBenchPicksShippedFile(t *testing.T) {
 	t.Setenv(moe.EnvConfigDir, t.TempDir())           // an empty user folder
 	shape := moe.Shape{E: 128, K: 8, H: 2048, I: 768} // qwen3-30b-a3b
 	name := moe.KeyFor(shape, "NVIDIA H200").FileName()
-	configs, warns, err := ResolveMoEConfigs(shape, "NVIDIA H200", DefaultGPUBatches, MoEOptions{})
+	configs, warns, err := ResolveMoEConfigs(shape, gpu.Info{Name: "NVIDIA H200"}, DefaultGPUBatches, MoEOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,7 +272,7 @@ func TestBenchPicksShippedFile(t *testing.T) {
 	}
 
 	// A batch the file lacks: the nearest tuned one, said so.
-	configs, _, _ = ResolveMoEConfigs(shape, "NVIDIA H200", []int{48, 100000}, MoEOptions{})
+	configs, _, _ = ResolveMoEConfigs(shape, gpu.Info{Name: "NVIDIA H200"}, []int{48, 100000}, MoEOptions{})
 	if bc := configs[48]; bc.Source != "embedded:"+name || bc.Note != "nearest tuned batch 64 (M=48 not tuned)" {
 		t.Errorf("M=48: %+v", bc)
 	}
@@ -291,18 +291,27 @@ func TestBenchPicksShippedFile(t *testing.T) {
 	if _, err := moe.WriteTunedFile(user, f); err != nil {
 		t.Fatal(err)
 	}
-	configs, _, _ = ResolveMoEConfigs(shape, "NVIDIA H200", []int{64}, MoEOptions{})
+	configs, _, _ = ResolveMoEConfigs(shape, gpu.Info{Name: "NVIDIA H200"}, []int{64}, MoEOptions{})
 	if bc := configs[64]; bc.Source != "cache:"+name || bc.Config.String() != mustConfig(t, "tc:64x128k64s4b2").String() {
 		t.Errorf("user file: %+v", bc)
 	}
 	// --config overrides; another device gets the static table, saying so.
-	configs, _, _ = ResolveMoEConfigs(shape, "NVIDIA H200", []int{64}, MoEOptions{Config: mustConfig(t, "skinny:nt=2")})
+	configs, _, _ = ResolveMoEConfigs(shape, gpu.Info{Name: "NVIDIA H200"}, []int{64}, MoEOptions{Config: mustConfig(t, "skinny:nt=2")})
 	if bc := configs[64]; bc.Source != "--config" || bc.Config.String() != "skinny:nt=2" {
 		t.Errorf("--config: %+v", bc)
 	}
-	configs, warns, _ = ResolveMoEConfigs(shape, "NVIDIA A100", []int{64}, MoEOptions{})
+	configs, warns, _ = ResolveMoEConfigs(shape, gpu.Info{Name: "NVIDIA A100"}, []int{64}, MoEOptions{})
 	if bc := configs[64]; bc.Source != "static" || len(warns) != 1 || !strings.Contains(warns[0], "no tuned config file") {
 		t.Errorf("other device: %+v, %q", bc, warns)
+	}
+	// A Hopper without a tuned file: the static table for its architecture
+	// (the wg kernel from 128 slots per touched expert: M=2048 here).
+	configs, _, _ = ResolveMoEConfigs(shape, gpu.Info{Name: "NVIDIA H100 80GB HBM3", CCMajor: 9}, []int{64, 2048}, MoEOptions{})
+	if bc := configs[2048]; bc.Source != "static" || bc.Config.Kernel != "wg" {
+		t.Errorf("Hopper M=2048 without a file: %+v", bc)
+	}
+	if bc := configs[64]; bc.Config != moe.ChooseConfig(shape, 64) {
+		t.Errorf("Hopper M=64 without a file: %+v", bc)
 	}
 }
 

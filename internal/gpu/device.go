@@ -37,6 +37,10 @@ type Info struct {
 	PCIBusID  string  `json:"pci_bus_id,omitempty"` // "0000:19:00.0": how NVML's view is matched to this device
 }
 
+// CC is the compute capability as major*10+minor (90 for an H100/H200);
+// 0 on the CPU.
+func (i Info) CC() int { return i.CCMajor*10 + i.CCMinor }
+
 // Device is what the suites need of a GPU, or of the CPU standing in for one.
 // All methods are safe for concurrent use.
 type Device interface {

@@ -508,7 +508,27 @@ func perExpert(s Shape, m int) float64 {
 // within 3% at every such point), and 128×256 tiles beyond (fastest
 // everywhere but deepseek-v3 tp8 at M=4096, where 64×128 tiles are 3.5%
 // faster). `mstar bench moe --tune` measures the alternatives (Candidates).
-func ChooseConfig(s Shape, m int) Config {
+func ChooseConfig(s Shape, m int) Config { return ChooseConfigOn(0, s, m) }
+
+// Hopper is the compute capability (major*10+minor) of the GPUs the wg
+// kernels run on.
+const Hopper = 90
+
+// ChooseConfigOn is ChooseConfig for a GPU of compute capability cc
+// (major*10+minor; 0 when unknown). On Hopper, from 128 slots per touched
+// expert, the wg kernel with 128×256 ping-pong tiles: in the H200 tuning of
+// the four reference shapes it won all 8 such batches, 1.21–1.36× faster
+// than the tc pick (kernels/moe/configs, kernels/moe/NOTES.md).
+func ChooseConfigOn(cc int, s Shape, m int) Config {
+	if cc == Hopper && perExpert(s, m) >= 128 {
+		if c := wgTable["64x256s4pp"]; CheckConfigShape(c, s, m) == nil {
+			return c
+		}
+	}
+	return chooseConfig(s, m)
+}
+
+func chooseConfig(s Shape, m int) Config {
 	per := perExpert(s, m)
 	switch {
 	case per <= 6:

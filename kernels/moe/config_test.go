@@ -117,3 +117,30 @@ func TestTuneFilter(t *testing.T) {
 		t.Error("a filter that is not a regular expression was accepted")
 	}
 }
+
+// On Hopper the static table picks the wg kernel from 128 slots per touched
+// expert (where the H200 tuning chose it in every batch of the reference
+// shapes); below that, and on every other GPU, the portable table.
+func TestChooseConfigOnHopper(t *testing.T) {
+	shapes := map[string]Shape{
+		"qwen3-30b-a3b":   {E: 128, K: 8, H: 2048, I: 768},
+		"qwen3-235b-a22b": {E: 128, K: 8, H: 4096, I: 1536},
+		"deepseek-v3-tp8": {E: 256, K: 8, H: 7168, I: 256},
+		"mixtral-8x7b":    {E: 8, K: 2, H: 4096, I: 14336},
+	}
+	for name, s := range shapes {
+		for _, m := range []int{1, 16, 64, 256, 512, 1024, 2048, 4096} {
+			hopper, other := ChooseConfigOn(Hopper, s, m), ChooseConfigOn(80, s, m)
+			if other != ChooseConfig(s, m) {
+				t.Errorf("%s M=%d: sm_80 picks %v, not the portable %v", name, m, other, ChooseConfig(s, m))
+			}
+			wantWG := perExpert(s, m) >= 128
+			if (hopper.Kernel == "wg") != wantWG {
+				t.Errorf("%s M=%d (%.0f slots per expert): Hopper picks %v", name, m, perExpert(s, m), hopper)
+			}
+			if wantWG && hopper.String() != "wg:nc=2,bn=256,stages=4,gm=8,pp=1" {
+				t.Errorf("%s M=%d: Hopper picks %v", name, m, hopper)
+			}
+		}
+	}
+}

@@ -197,13 +197,14 @@ type Plan struct {
 }
 
 // NewPlan allocates a plan's buffers for m tokens with configuration c (the
-// empty Config: ChooseConfig's pick), compiling c's module if needed.
+// empty Config: ChooseConfigOn's pick for this GPU), compiling c's module if needed.
 func (k *Kernels) NewPlan(s Shape, m int, c Config) (*Plan, error) {
 	if err := CheckCUDAShape(s); err != nil {
 		return nil, err
 	}
 	if c.Kernel == "" {
-		c = ChooseConfig(s, m)
+		pr := k.ctx.Props()
+		c = ChooseConfigOn(pr.CCMajor*10+pr.CCMinor, s, m)
 	}
 	if err := c.Validate(); err != nil {
 		return nil, err
