@@ -70,6 +70,15 @@ func parallel(n int64, threads int, f func(off, end int64) error) error {
 	return nil
 }
 
+// OnAllCores runs f over the pieces of n bytes on every core (pieces of at
+// least 128 KiB): for work beside the pipeline, such as checking copies.
+func OnAllCores(n int64, f func(off, end int64)) {
+	_ = parallel(n, runtime.GOMAXPROCS(0), func(off, end int64) error {
+		f(off, end)
+		return nil
+	})
+}
+
 // pcopy copies src into dst (len(dst) >= len(src)) on up to threads threads.
 func pcopy(dst, src []byte, threads int) {
 	_ = parallel(int64(len(src)), threads, func(off, end int64) error {

@@ -82,11 +82,10 @@ type MetricDiff struct {
 
 	// The four conditions of a regression; the metric regressed only when
 	// all four hold (and its noise allows telling, below).
-	Worse         bool    // the median moved the wrong way for Better
-	Significant   bool    // P <= Alpha (benchstat's rule: otherwise it prints "~")
-	OverThreshold bool    // |Delta| - Margin > Threshold
-	Margin        float64 // the noise a change must clear on top of the threshold (0 when unknown or too noisy)
-	EnoughSamples bool    // the sample counts can reach significance at Alpha at all
+	Worse         bool // the median moved the wrong way for Better
+	Significant   bool // P <= Alpha (benchstat's rule: otherwise it prints "~")
+	OverThreshold bool // |Delta| - Margin() > Threshold
+	EnoughSamples bool // the sample counts can reach significance at Alpha at all
 
 	// BaseNoise and NewNoise are each side's spread between rounds (or
 	// runs): the range of the per-round medians as a percentage of the
@@ -122,6 +121,16 @@ func (m *MetricDiff) changed() bool {
 	return m.Unmeasured == "" && m.Significant && m.OverThreshold && m.EnoughSamples
 }
 
+// Margin is the noise a change must clear on top of the threshold: the
+// wider side's noise, 0 when unknown or when a side is too noisy (then the
+// change is "too noisy to tell" instead).
+func (m *MetricDiff) Margin() float64 {
+	if n := m.Noise(); !m.Noisy && !math.IsNaN(n) {
+		return n
+	}
+	return 0
+}
+
 // Noise is the wider of the two sides' noise (NaN when neither is known).
 func (m *MetricDiff) Noise() float64 {
 	switch {
@@ -143,8 +152,8 @@ func (m *MetricDiff) Verdict(opt DiffOptions) string {
 		return fmt.Sprintf("cannot tell: too few samples (n=%d+%d)", m.Base.N, m.New.N)
 	case !m.Significant:
 		return fmt.Sprintf("no significant change (p=%s > %s)", formatP(m.P), formatP(opt.Alpha))
-	case !m.OverThreshold && m.Margin > 0 && math.Abs(m.Delta) > opt.Threshold:
-		return fmt.Sprintf("significant but within threshold and noise (%s, threshold %s%% + noise %s)", formatDelta(m.Delta), trimFloat(opt.Threshold), formatNoise(m.Margin))
+	case !m.OverThreshold && m.Margin() > 0 && math.Abs(m.Delta) > opt.Threshold:
+		return fmt.Sprintf("significant but within threshold and noise (%s, threshold %s%% + noise %s)", formatDelta(m.Delta), trimFloat(opt.Threshold), formatNoise(m.Margin()))
 	case !m.OverThreshold:
 		return fmt.Sprintf("significant but within threshold (%s, threshold %s%%)", formatDelta(m.Delta), trimFloat(opt.Threshold))
 	case m.Noisy:
@@ -486,11 +495,7 @@ func compareMetric(key string, bm, nm *pooled, opt DiffOptions) MetricDiff {
 	// The rounds of one run spread by the noise, so two runs of the same
 	// code can sit that far apart: a change counts only when it clears the
 	// threshold by more than that (H200 A/A: +5.18% at noise 2.0%).
-	d.Margin = 0
-	if n := d.Noise(); !d.Noisy && !math.IsNaN(n) {
-		d.Margin = n
-	}
-	d.OverThreshold = math.IsNaN(d.Delta) || math.Abs(d.Delta)-d.Margin > opt.Threshold
+	d.OverThreshold = math.IsNaN(d.Delta) || math.Abs(d.Delta)-d.Margin() > opt.Threshold
 	return d
 }
 

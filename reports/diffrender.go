@@ -597,7 +597,7 @@ func renderDiffJSON(w io.Writer, c *Comparison) error {
 	for i := range c.Metrics {
 		m := &c.Metrics[i]
 		v := jsonVerdict{Key: m.Key, Name: m.Name, Params: m.Params, Metric: m.Metric, Unit: m.Unit, Better: m.Better, Role: m.Role, Decides: m.Decides,
-			Worse: m.Worse, Significant: m.Significant, OverThreshold: m.OverThreshold, MarginPct: m.Margin, EnoughSamples: m.EnoughSamples, Noisy: m.Noisy,
+			Worse: m.Worse, Significant: m.Significant, OverThreshold: m.OverThreshold, MarginPct: m.Margin(), EnoughSamples: m.EnoughSamples, Noisy: m.Noisy,
 			Regression: m.Decides && m.Regression(), Verdict: m.shortVerdict(), Reason: m.Verdict(c.Options), Unmeasured: m.Unmeasured, Warnings: m.Warnings}
 		if m.Unmeasured == "" {
 			v.Base = &jsonSide{finite(m.Base.Median), finite(m.Base.Lo), finite(m.Base.Hi), m.Base.N, finite(m.BaseNoise), m.BaseRounds}

@@ -55,7 +55,7 @@ func moeTable(w io.Writer, d *Document) error {
 	fmt.Fprintf(w, "# device %s\n", deviceLine(d))
 	fmt.Fprintf(w, "# ceilings: read %s, d2d %s, gemm %s\n", ceilingText(ceil["read"]), ceilingText(ceil["d2d"]), ceilingText(ceil["gemm"]))
 	for _, warn := range d.Warnings {
-		fmt.Fprintln(w, wrap("# warning: "+warn, 100, "#   "))
+		writeWarning(w, warn)
 	}
 	fmt.Fprintln(w, "#")
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
@@ -229,4 +229,16 @@ func pctText(p float64) string {
 		return "-"
 	}
 	return strconv.FormatFloat(p, 'f', 1, 64)
+}
+
+// writeWarning prints a run table's "# warning:" line, wrapped at 100
+// columns, each line of warn and each wrap continued under "#   ".
+func writeWarning(w io.Writer, warn string) {
+	for i, l := range strings.Split(warn, "\n") {
+		lead := "# warning: "
+		if i > 0 {
+			lead = "#   "
+		}
+		fmt.Fprintln(w, wrap(lead+l, 100, "#   "))
+	}
 }

@@ -98,13 +98,7 @@ func tuneTable(w io.Writer, d *Document) error {
 		if warn == results.WarnInterrupted {
 			continue // said on stderr, as every measuring command does
 		}
-		for i, l := range strings.Split(warn, "\n") {
-			lead := "# warning: "
-			if i > 0 {
-				lead = "#   "
-			}
-			fmt.Fprintln(w, wrap(lead+l, 100, "#   "))
-		}
+		writeWarning(w, warn)
 	}
 	if len(cands) > 0 {
 		tuneRows(w, cands, batches)

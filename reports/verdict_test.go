@@ -526,7 +526,7 @@ func TestDiffChangeMustClearNoise(t *testing.T) {
 			c := diffOf(base, next, DiffOptions{})
 			m := metricOf(t, c, "moe/batch=1", "latency")
 			if m.Regression() != tc.regression {
-				t.Errorf("regression %v, want %v: %s (margin %.2f%%)", m.Regression(), tc.regression, m.Verdict(c.Options), m.Margin)
+				t.Errorf("regression %v, want %v: %s (margin %.2f%%)", m.Regression(), tc.regression, m.Verdict(c.Options), m.Margin())
 			}
 			if !tc.regression && !strings.Contains(m.Verdict(c.Options), "within threshold and noise") {
 				t.Errorf("verdict %q does not say the noise covers it", m.Verdict(c.Options))

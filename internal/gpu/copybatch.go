@@ -35,30 +35,34 @@ const CopyBatchMax = 64
 var copyBatchSource string
 
 // copyBatchFns are the compiled kernels, one per context.
-var copyBatchFns sync.Map // *cuda.Context -> *copyBatchFn
+var copyBatchFns sync.Map // *cuda.Context -> *kernelFn
 
-type copyBatchFn struct {
+// kernelFn is one context's compiled kernel of 512-thread blocks, made at
+// first use, and how many of its blocks fill the device.
+type kernelFn struct {
 	once   sync.Once
 	fn     *cuda.Function
-	blocks int // x blocks per copy for a batch of one copy
+	blocks int
 	err    error
 }
 
-func copyBatchFor(ctx *cuda.Context) (*copyBatchFn, error) {
-	v, _ := copyBatchFns.LoadOrStore(ctx, &copyBatchFn{})
-	f := v.(*copyBatchFn)
+// kernelFor compiles function name of src (file names it in errors) once
+// per context, keeping it in cache.
+func kernelFor(cache *sync.Map, ctx *cuda.Context, src, file, name string) (*kernelFn, error) {
+	v, _ := cache.LoadOrStore(ctx, &kernelFn{})
+	f := v.(*kernelFn)
 	f.once.Do(func() {
 		comp, err := ctx.Compiler()
 		if err != nil {
-			f.err = fmt.Errorf("compiling copybatch.cu: %w", err)
+			f.err = fmt.Errorf("compiling %s: %w", file, err)
 			return
 		}
-		mod, _, err := ctx.CompileModule(comp, copyBatchSource, "copybatch.cu", nil)
+		mod, _, err := ctx.CompileModule(comp, src, file, nil)
 		if err != nil {
-			f.err = fmt.Errorf("compiling copybatch.cu: %w", err)
+			f.err = fmt.Errorf("compiling %s: %w", file, err)
 			return
 		}
-		if f.fn, f.err = mod.Function("copy_batch"); f.err != nil {
+		if f.fn, f.err = mod.Function(name); f.err != nil {
 			return
 		}
 		perSM, err := f.fn.MaxActiveBlocksPerSM(512, 0)
@@ -116,7 +120,7 @@ func (s *cudaStream) CopyDtoDBatch(copies []DtoDCopy) error {
 	if len(ptrs) == 0 {
 		return nil
 	}
-	f, err := copyBatchFor(s.s.Context())
+	f, err := kernelFor(&copyBatchFns, s.s.Context(), copyBatchSource, "copybatch.cu", "copy_batch")
 	if err != nil {
 		return err
 	}
