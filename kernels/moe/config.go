@@ -112,6 +112,18 @@ var tcTable = map[string]Config{
 	// must cover 16 rows to keep the swizzle phase).
 	"64x128k128s3w8": tc(64, 128, 128, 2, 4, 3, 8, 1),
 	"32x256k128s3w8": tc(32, 256, 128, 1, 8, 3, 8, 1),
+	// 16-row tiles for 1–24 slots per expert, the block shapes of the
+	// tuned Triton design's winners on the H200 there (16×256×128 with 8
+	// warps, 16×64–128 with 4): weights dominate, so several blocks per
+	// multiprocessor keep more loads in flight.
+	"16x256k128s3w8": tc(16, 256, 128, 1, 8, 3, 8, 1),
+	"16x256k128s2w8": tc(16, 256, 128, 1, 8, 2, 8, 1),
+	"16x256k64s4":    tc(16, 256, 64, 1, 4, 4, 8, 1),
+	"16x128k64s4b2":  tc(16, 128, 64, 1, 4, 4, 8, 2),
+	"16x128k64s4b3":  tc(16, 128, 64, 1, 4, 4, 8, 3),
+	// Triton's gemm2 winner at 8–64 slots per expert (32×128×64, 3 stages),
+	// three blocks per multiprocessor.
+	"32x128k64s3b3": tc(32, 128, 64, 1, 4, 3, 8, 3),
 }
 
 func tc(bm, bn, bk, wm, wn, st, gm, minb int) Config {
@@ -548,7 +560,7 @@ func chooseConfig(s Shape, m int) Config {
 
 // Candidates are the configurations the tuner tries for a shape and batch:
 // ChooseConfig's pick first, then the ones that can win at this many slots
-// per touched expert (decode kernels up to ~12, 16- and 32-token tiles from
+// per touched expert (decode kernels up to ~12, 16-token tiles up to ~24, 32-token tiles from
 // ~3 to ~64, 64-token tiles from ~16, 128- and 256-token tiles from ~48),
 // each once.
 func Candidates(s Shape, m int) []Config {
@@ -585,8 +597,12 @@ func Candidates(s Shape, m int) []Config {
 			add(Config{Kernel: "skinny", NT: 4})
 		}
 	}
+	if per <= 24 {
+		add(tcTable["16x256k128s3w8"], tcTable["16x256k128s2w8"], tcTable["16x256k64s4"], tcTable["16x128k64s4b2"], tcTable["16x128k64s4b3"])
+	}
 	if per >= 3 && per <= 64 {
-		add(tiledTable["m16"], tiledTable["m32"], tcTable["32x128k64s4b2"], tcTable["32x256k64s3"], tcTable["32x256k128s3w8"])
+		add(tiledTable["m16"], tiledTable["m32"], tcTable["32x128k64s4b2"], tcTable["32x256k64s3"], tcTable["32x256k128s3w8"],
+			tcTable["32x128k64s3b3"])
 	}
 	if per >= 16 && per <= 256 {
 		add(tiledTable["m64"], tcTable["64x128k64s4b2"], tcTable["64x256k64s3"], tcTable["64x256k64s4w8"], tcTable["64x128k64s4w8b2"],

@@ -62,8 +62,12 @@ func TestCandidates(t *testing.T) {
 			if per >= 48 && kinds["tc"] < 4 {
 				t.Errorf("%s M=%d (%.1f per expert): %d tc candidates, want the prefill set", name, m, per, kinds["tc"])
 			}
-			if per < 3 && kinds["tc"] > 0 {
-				t.Errorf("%s M=%d (%.1f per expert): tc candidates %v for decode", name, m, per, cs)
+			// Below 3 slots per expert only 16-row tiles compete with
+			// the decode kernels (more padding than that costs weight reads).
+			for _, c := range cs {
+				if per < 3 && c.Kernel == "tc" && c.BM != 16 {
+					t.Errorf("%s M=%d (%.1f per expert): %v for decode", name, m, per, c)
+				}
 			}
 		}
 	}
