@@ -118,6 +118,9 @@ type TuneOutcome struct {
 	Reject  string    // why the candidate may not be picked ("" when it may)
 	Compile string    // how its module was made
 	Chosen  bool
+	// Gemm1, Gemm2: each GEMM timed alone (µs per call), where the runner
+	// can; the split candidate is built from them.
+	Gemm1, Gemm2 []float64
 }
 
 // Median is the candidate's median latency in µs (NaN when rejected).

@@ -52,64 +52,103 @@ type TuneCheck struct {
 	H      int
 }
 
+// GEMMTimer is a CandidateRun that can also time its two GEMMs alone (the
+// CUDA kernels): the tuner then tries the split configuration made of the
+// fastest gemm1 and the fastest gemm2.
+type GEMMTimer interface {
+	TimeGEMMs(samples int) (gemm1, gemm2 []float64, err error) // µs per call
+}
+
 // TuneCandidates runs every candidate: a pass on poisoned buffers checked
 // against the reference (an element never written, a non-finite one, or rel
 // L2 above MoEMaxRelL2 rejects it, with the reason), and for those that
-// pass, `samples` timed samples. A canceled ctx stops it before the next
-// candidate.
+// pass, `samples` timed samples. Where the runs time their GEMMs alone and
+// the fastest gemm1 and gemm2 come from different candidates, their split
+// configuration is tried last, checked and timed like the others (each
+// GEMM's best tile differs: N = 2I by K = H against N = H by K = I). A
+// canceled ctx stops it before the next candidate.
 func TuneCandidates(ctx context.Context, run CandidateRunner, cands []moe.Config, chk TuneCheck, samples int, progress func(string)) []TuneOutcome {
-	outs := make([]TuneOutcome, 0, len(cands))
+	outs := make([]TuneOutcome, 0, len(cands)+1)
 	for i, c := range cands {
 		if ctx.Err() != nil {
-			break
+			return outs
 		}
 		if progress != nil {
 			progress(fmt.Sprintf("tune %d/%d %v", i+1, len(cands), c))
 		}
-		o := TuneOutcome{Config: c, RelL2: math.NaN()}
-		note, err := run.Prepare(c)
-		if err != nil {
-			o.Reject = "compile: " + firstLine(err.Error())
-			outs = append(outs, o)
-			continue
+		outs = append(outs, tuneOne(run, c, chk, samples))
+	}
+	if split, ok := bestSplit(outs); ok && ctx.Err() == nil {
+		if progress != nil {
+			progress(fmt.Sprintf("tune split %v", split))
 		}
-		o.Compile = note
-		p, err := run.Run(c)
-		if err != nil {
-			o.Reject = firstLine(err.Error())
-			outs = append(outs, o)
-			continue
-		}
-		out := p.Output()
-		if len(out) < len(chk.Tokens)*chk.H || (len(chk.Tokens) > 0 && len(out) <= chk.Tokens[len(chk.Tokens)-1]*chk.H) {
-			o.Reject = fmt.Sprintf("output has %d elements, too few for the batch", len(out))
-			p.Free()
-			outs = append(outs, o)
-			continue
-		}
-		o.RelL2 = moe.RelL2(checkedRows(out, chk.Tokens, chk.H), chk.Want)
-		if i := firstNonFinite(out); i >= 0 {
-			o.Reject = fmt.Sprintf("out[%d] (token %d, column %d) is %v: never written or not finite", i, i/chk.H, i%chk.H, out[i])
-			p.Free()
-			outs = append(outs, o)
-			continue
-		}
-		if !(o.RelL2 <= MoEMaxRelL2) {
-			o.Reject = fmt.Sprintf("rel L2 %.3g > %g against the float64 reference", o.RelL2, MoEMaxRelL2)
-			p.Free()
-			outs = append(outs, o)
-			continue
-		}
-		us, err := p.Time(samples)
-		p.Free()
-		if err != nil {
-			o.Reject = firstLine(err.Error())
-		} else {
-			o.Latency = us
-		}
-		outs = append(outs, o)
+		outs = append(outs, tuneOne(run, split, chk, samples))
 	}
 	return outs
+}
+
+func tuneOne(run CandidateRunner, c moe.Config, chk TuneCheck, samples int) TuneOutcome {
+	o := TuneOutcome{Config: c, RelL2: math.NaN()}
+	note, err := run.Prepare(c)
+	if err != nil {
+		o.Reject = "compile: " + firstLine(err.Error())
+		return o
+	}
+	o.Compile = note
+	p, err := run.Run(c)
+	if err != nil {
+		o.Reject = firstLine(err.Error())
+		return o
+	}
+	defer p.Free()
+	out := p.Output()
+	if len(out) < len(chk.Tokens)*chk.H || (len(chk.Tokens) > 0 && len(out) <= chk.Tokens[len(chk.Tokens)-1]*chk.H) {
+		o.Reject = fmt.Sprintf("output has %d elements, too few for the batch", len(out))
+		return o
+	}
+	o.RelL2 = moe.RelL2(checkedRows(out, chk.Tokens, chk.H), chk.Want)
+	if i := firstNonFinite(out); i >= 0 {
+		o.Reject = fmt.Sprintf("out[%d] (token %d, column %d) is %v: never written or not finite", i, i/chk.H, i%chk.H, out[i])
+		return o
+	}
+	if !(o.RelL2 <= MoEMaxRelL2) {
+		o.Reject = fmt.Sprintf("rel L2 %.3g > %g against the float64 reference", o.RelL2, MoEMaxRelL2)
+		return o
+	}
+	us, err := p.Time(samples)
+	if err != nil {
+		o.Reject = firstLine(err.Error())
+		return o
+	}
+	o.Latency = us
+	if gt, ok := p.(GEMMTimer); ok && !c.IsSplit() {
+		// A failure here only leaves the candidate out of the split.
+		o.Gemm1, o.Gemm2, _ = gt.TimeGEMMs(samples)
+	}
+	return o
+}
+
+// bestSplit is the configuration of the eligible candidates' fastest gemm1
+// and fastest gemm2 (by median), when those are different candidates.
+func bestSplit(outs []TuneOutcome) (moe.Config, bool) {
+	b1, b2 := -1, -1
+	m1, m2 := math.Inf(1), math.Inf(1)
+	for i, o := range outs {
+		if o.Reject != "" || len(o.Latency) == 0 || len(o.Gemm1) == 0 || len(o.Gemm2) == 0 {
+			continue
+		}
+		if v := results.Summarize(o.Gemm1).Median; v < m1 {
+			b1, m1 = i, v
+		}
+		if v := results.Summarize(o.Gemm2).Median; v < m2 {
+			b2, m2 = i, v
+		}
+	}
+	if b1 < 0 || b2 < 0 || b1 == b2 {
+		return moe.Config{}, false
+	}
+	c := moe.Split(outs[b1].Config, outs[b2].Config)
+	return c, c.IsSplit()
 }
 
 // gpuCandidates runs candidates through the CUDA kernels.
@@ -147,6 +186,22 @@ func (r *gpuCandidateRun) Free()             { r.p.Free() }
 func (r *gpuCandidateRun) Time(samples int) ([]float64, error) {
 	us, _, err := r.a.g.Time(r.p, r.a.r, samples)
 	return us, err
+}
+
+func (r *gpuCandidateRun) TimeGEMMs(samples int) (gemm1, gemm2 []float64, err error) {
+	st, err := r.a.g.TimeStages(r.p, r.a.r, samples)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, s := range st {
+		switch s.Stage {
+		case "gemm1":
+			gemm1 = s.US
+		case "gemm2":
+			gemm2 = s.US
+		}
+	}
+	return gemm1, gemm2, nil
 }
 
 // cpuCandidates is the CPU's one implementation (moe.ForwardCPU) as a

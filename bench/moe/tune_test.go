@@ -325,3 +325,84 @@ func mustConfig(t *testing.T, s string) moe.Config {
 }
 
 var fixedNow = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+
+// gemmCandidates time their GEMMs alone: a split configuration takes
+// gemm1's time from its first half and gemm2's from its second.
+type gemmCandidates struct {
+	fakeCandidates
+	gemm1, gemm2 map[string]float64 // µs by plain configuration
+	wrongSplit   bool               // the split's output is corrupted
+}
+
+type gemmRun struct {
+	fixedRun
+	g1, g2 float64
+}
+
+func (r gemmRun) TimeGEMMs(samples int) ([]float64, []float64, error) {
+	a, b := make([]float64, samples), make([]float64, samples)
+	for i := range a {
+		a[i], b[i] = r.g1, r.g2
+	}
+	return a, b, nil
+}
+
+func (f gemmCandidates) Run(c moe.Config) (CandidateRun, error) {
+	run, err := f.fakeCandidates.Run(moe.Config{})
+	if err != nil {
+		return nil, err
+	}
+	out := run.Output()
+	g1, g2 := f.gemm1[c.Gemm(1).String()], f.gemm2[c.Gemm(2).String()]
+	if c.IsSplit() && f.wrongSplit {
+		for i := range out {
+			out[i] *= 1.5
+		}
+	}
+	return gemmRun{fixedRun: fixedRun{out: out, us: g1 + g2 + 5}, g1: g1, g2: g2}, nil
+}
+
+// The fastest gemm1 and gemm2 come from different candidates: their split
+// is tried, checked like any candidate, and picked when it is fastest; a
+// wrong split is rejected.
+func TestTuneTriesSplit(t *testing.T) {
+	a, b := moe.Config{Kernel: "skinny", NT: 1}, moe.Config{Kernel: "skinny", NT: 1, W1: 16, W2: 16}
+	times := func(wrong bool) gemmCandidates {
+		return gemmCandidates{
+			gemm1:      map[string]float64{a.String(): 10, b.String(): 40},
+			gemm2:      map[string]float64{a.String(): 50, b.String(): 15},
+			wrongSplit: wrong,
+		}
+	}
+	for _, wrong := range []bool{false, true} {
+		opt := tuneOpts(t.TempDir(), []int{5}, []moe.Config{a, b}, nil)
+		inner := opt.Runner
+		opt.Runner = func(m int, l *moe.Layer, x []float32, r routing.Routing) (CandidateRunner, []moe.Config) {
+			run, cands := inner(m, l, x, r)
+			g := times(wrong)
+			g.fakeCandidates = run.(fakeCandidates)
+			return g, cands
+		}
+		rep, err := RunMoETune(t.Context(), gpu.NewCPU(), opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		outs := rep.Outcomes[5]
+		if len(outs) != 3 {
+			t.Fatalf("wrong=%v: %d outcomes, want the two and their split", wrong, len(outs))
+		}
+		split := outs[2]
+		if want := moe.Split(a, b).String(); split.Config.String() != want {
+			t.Fatalf("wrong=%v: third candidate %v, want %s", wrong, split.Config, want)
+		}
+		if wrong {
+			if split.Reject == "" || split.Chosen || !outs[1].Chosen {
+				t.Errorf("a wrong split: reject %q, chosen %v; b chosen %v", split.Reject, split.Chosen, outs[1].Chosen)
+			}
+			continue
+		}
+		if !split.Chosen || split.Median() != 30.01 {
+			t.Errorf("split: chosen %v, median %v; want chosen at 30.01 µs (10 + 15 + 5, the third of 3 samples)", split.Chosen, split.Median())
+		}
+	}
+}

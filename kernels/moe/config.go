@@ -34,7 +34,36 @@ type Config struct {
 	// gives each consumer whole 64-row tiles in turn (BM = 64), so one
 	// warpgroup's epilogue overlaps the other's MMAs.
 	NC, PP int
+	// G2, when set, is gemm2's own configuration (a split configuration:
+	// the two GEMMs have different shapes, N = 2I by K = H against N = H by
+	// K = I, and their best tiles differ, as the tuned Triton design's do).
+	// The fields above are then gemm1's. Treated as immutable.
+	G2 *Config
 }
+
+// Split is the configuration that runs gemm1 with g1's kernels and gemm2
+// with g2's; g1 itself when both are the same.
+func Split(g1, g2 Config) Config {
+	g1, g2 = g1.Gemm(1), g2.Gemm(2)
+	if g1.String() == g2.String() {
+		return g1
+	}
+	g1.G2 = &g2
+	return g1
+}
+
+// Gemm is the configuration of gemm1 (which = 1) or gemm2 (which = 2),
+// never itself split.
+func (c Config) Gemm(which int) Config {
+	if which == 2 && c.G2 != nil {
+		return *c.G2
+	}
+	c.G2 = nil
+	return c
+}
+
+// IsSplit says whether the two GEMMs run different configurations.
+func (c Config) IsSplit() bool { return c.G2 != nil }
 
 // wgTable is the Hopper (sm_90a) prefill GEMM's named configurations
 // (warpgroup MMAs fed by a producer warpgroup; moe.cu has the details).
@@ -150,7 +179,12 @@ func warpsOr4(w int) int {
 	return w
 }
 
+// String is the configuration as --config spells it; a split one is
+// gemm1's and gemm2's joined by "+".
 func (c Config) String() string {
+	if c.G2 != nil {
+		return c.Gemm(1).String() + "+" + c.G2.String()
+	}
 	switch c.Kernel {
 	case "":
 		return "auto"
@@ -296,6 +330,19 @@ const maxBlockShared = 227 * 1024
 // Validate checks a configuration's constraints (those moe.cu's static
 // asserts would otherwise report as a compile error).
 func (c Config) Validate() error {
+	if c.G2 != nil {
+		if c.G2.G2 != nil || c.Kernel == "" || c.G2.Kernel == "" {
+			return fmt.Errorf("config %v: a split configuration joins two plain ones", c)
+		}
+		if c.Tile == "custom" || c.G2.Tile == "custom" {
+			// A custom tile is compiled into the base module, one per run.
+			return fmt.Errorf("config %v: a custom tiled tile cannot be half of a split configuration", c)
+		}
+		if err := c.Gemm(1).Validate(); err != nil {
+			return err
+		}
+		return c.G2.Validate()
+	}
 	switch c.Kernel {
 	case "skinny":
 		if c.NT != 1 && c.NT != 2 && c.NT != 4 {
@@ -381,6 +428,12 @@ func (c Config) validateTC() error {
 // batch size: the tc kernels address tokens and weights with 32-bit element
 // offsets.
 func CheckConfigShape(c Config, s Shape, m int) error {
+	if c.G2 != nil {
+		if err := CheckConfigShape(c.Gemm(1), s, m); err != nil {
+			return err
+		}
+		return CheckConfigShape(*c.G2, s, m)
+	}
 	if c.Kernel != "tc" && c.Kernel != "wg" {
 		return nil
 	}
@@ -396,11 +449,38 @@ func CheckConfigShape(c Config, s Shape, m int) error {
 // "tiled:NAME" or "tiled:bm=…,bn=…,bk=…,wm=…,wn=…,stages=…" (a custom tile,
 // compiled with -D options; unset keys default to m64's), "tc:NAME" or
 // "tc:bm=…,bn=…,bk=…,wm=…,wn=…,stages=…,gm=…,minb=…[,ov=0|1]" (unset keys
-// default to 128x128k64s4's).
+// default to 128x128k64s4's); "GEMM1+GEMM2" gives each GEMM its own, e.g.
+// "skinny:nt=1+tc:32x128k64s3b3".
 func ParseConfig(s string) (Config, error) {
 	s = strings.TrimSpace(strings.ToLower(s))
 	if s == "" || s == "auto" {
 		return Config{}, nil
+	}
+	if a, b, ok := strings.Cut(s, "+"); ok {
+		g1, err := parseOne(a)
+		if err != nil {
+			return Config{}, err
+		}
+		g2, err := parseOne(b)
+		if err != nil {
+			return Config{}, err
+		}
+		if g1.Kernel == "" || g2.Kernel == "" {
+			return Config{}, fmt.Errorf("bad config %q: a split configuration GEMM1+GEMM2 names both (auto cannot be one half)", s)
+		}
+		c := Split(g1, g2)
+		return c, c.Validate()
+	}
+	return parseOne(s)
+}
+
+func parseOne(s string) (Config, error) {
+	s = strings.TrimSpace(s)
+	if s == "" || s == "auto" {
+		return Config{}, nil
+	}
+	if strings.Contains(s, "+") {
+		return Config{}, fmt.Errorf("bad config %q: at most two halves, GEMM1+GEMM2", s)
 	}
 	kind, rest, _ := strings.Cut(s, ":")
 	switch kind {

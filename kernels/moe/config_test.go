@@ -148,3 +148,27 @@ func TestChooseConfigOnHopper(t *testing.T) {
 		}
 	}
 }
+
+func TestSplitConfig(t *testing.T) {
+	sk := Config{Kernel: "skinny", NT: 1, W1: 16, W2: 16}
+	tc := tcTable["32x128k64s3b3"]
+	c := Split(sk, tc)
+	if !c.IsSplit() || c.Gemm(1).String() != sk.String() || c.Gemm(2).String() != tc.String() {
+		t.Fatalf("Split(%v, %v) = %v (gemm1 %v, gemm2 %v)", sk, tc, c, c.Gemm(1), c.Gemm(2))
+	}
+	back, err := ParseConfig(c.String())
+	if err != nil || back.String() != c.String() {
+		t.Fatalf("ParseConfig(%q) = %v, %v", c.String(), back, err)
+	}
+	if got := Split(tc, tc); got.IsSplit() {
+		t.Errorf("Split of one configuration with itself is split: %v", got)
+	}
+	if got, err := ParseConfig("skinny:nt=1+tc:32x128k64s3b3"); err != nil || got.Gemm(2).String() != tc.String() || got.Gemm(1).Kernel != "skinny" {
+		t.Errorf("ParseConfig by name: %v, %v", got, err)
+	}
+	for _, bad := range []string{"skinny:nt=1+auto", "skinny:nt=1+tc:32x128k64s3b3+skinny:nt=2", "tiled:bm=64,bn=128+skinny:nt=1", "skinny:nt=3+skinny:nt=1"} {
+		if c, err := ParseConfig(bad); err == nil {
+			t.Errorf("ParseConfig(%q) = %v, want an error", bad, c)
+		}
+	}
+}

@@ -58,13 +58,25 @@ func (k *Kernels) compile(opts []string) (*kmodule, error) {
 }
 
 // Module compiles and loads the module that holds c's kernels (the base
-// module unless c is a tc configuration) and says how it was made.
+// module unless c is a tc configuration) and says how it was made; for a
+// split configuration both GEMMs' modules (the seconds summed, a cache hit
+// only when both were).
 func (k *Kernels) Module(c Config) (*cuda.CompileResult, error) {
-	m, err := k.module(c)
+	m, err := k.module(c.Gemm(1))
 	if err != nil {
 		return nil, err
 	}
-	return m.res, nil
+	if !c.IsSplit() {
+		return m.res, nil
+	}
+	m2, err := k.module(c.Gemm(2))
+	if err != nil {
+		return nil, err
+	}
+	res := *m2.res
+	res.Seconds += m.res.Seconds
+	res.CacheHit = res.CacheHit && m.res.CacheHit
+	return &res, nil
 }
 
 func (k *Kernels) module(c Config) (*kmodule, error) {
@@ -212,32 +224,39 @@ func (k *Kernels) NewPlan(s Shape, m int, c Config) (*Plan, error) {
 	if err := CheckConfigShape(c, s, m); err != nil {
 		return nil, err
 	}
-	mod, err := k.module(c)
-	if err != nil {
-		return nil, err
+	var mods [3]*kmodule // base, gemm1's, gemm2's
+	mods[0] = k.base
+	for i := 1; i <= 2; i++ {
+		var err error
+		if mods[i], err = k.module(c.Gemm(i)); err != nil {
+			return nil, err
+		}
 	}
 	p := &Plan{k: k, Shape: s, M: m, Config: c}
-	if c.Kernel == "tc" || c.Kernel == "wg" {
-		// The persistent grid: as many blocks as fit on the device at once.
-		g1, g2 := c.kernelNames()
-		for i, name := range []string{g1, g2} {
-			f, err := mod.fn(name, c.SharedBytes())
-			if err != nil {
-				return nil, err
-			}
-			per, err := f.MaxActiveBlocksPerSM(c.Threads(i+1), c.SharedBytes())
-			if err != nil {
-				return nil, err
-			}
-			if per < 1 {
-				return nil, fmt.Errorf("config %v: %s does not fit on a multiprocessor (%d threads, %d bytes of shared memory)", c, name, c.Threads(i+1), c.SharedBytes())
-			}
-			p.Resident[i] = per * k.ctx.Props().SMs
+	for i := range 2 {
+		gc := c.Gemm(i + 1)
+		if gc.Kernel != "tc" && gc.Kernel != "wg" {
+			continue
 		}
+		// The persistent grid: as many blocks as fit on the device at once.
+		g1, g2 := gc.kernelNames()
+		name := []string{g1, g2}[i]
+		f, err := mods[i+1].fn(name, gc.SharedBytes())
+		if err != nil {
+			return nil, err
+		}
+		per, err := f.MaxActiveBlocksPerSM(gc.Threads(i+1), gc.SharedBytes())
+		if err != nil {
+			return nil, err
+		}
+		if per < 1 {
+			return nil, fmt.Errorf("config %v: %s does not fit on a multiprocessor (%d threads, %d bytes of shared memory)", gc, name, gc.Threads(i+1), gc.SharedBytes())
+		}
+		p.Resident[i] = per * k.ctx.Props().SMs
 	}
 	p.layout = newPlanLayout(s, m, c, p.Resident)
 	for _, l := range p.layout.launches {
-		f, err := mod.fn(l.kernel, l.smem)
+		f, err := mods[l.gemm].fn(l.kernel, l.smem)
 		if err != nil {
 			return nil, err
 		}
@@ -369,7 +388,7 @@ func (p *Plan) AlignmentOut() (sorted, blockExpert []int32, total int, err error
 		return nil, nil, total, fmt.Errorf("device alignment total %d outside [0, %d]", total, p.layout.maxRows)
 	}
 	sorted = make([]int32, max(total, 1))
-	blockExpert = make([]int32, max(p.layout.maxRows/p.Config.Block(), 1))
+	blockExpert = make([]int32, max(p.layout.maxRows/p.Config.Gemm(1).Block(), 1))
 	if err = p.k.ctx.MemcpyDtoH(unsafe.Slice((*byte)(unsafe.Pointer(&sorted[0])), 4*len(sorted)), p.bufs[bufSorted]); err != nil {
 		return
 	}

@@ -273,6 +273,11 @@ func TestEmulatedKernels(t *testing.T) {
 		// Past 4096 slots the alignment runs over several blocks (count,
 		// scan, scatter); with expert parallelism half the slots are dropped.
 		row{name: "multi-block alignment", shape: Shape{E: 8, K: 4, H: 64, I: 32}, m: 1100, c: tcTable["64x128k64s4b2"], resident: 8, env: random},
+		// Split configurations: each GEMM its own kernels, gemm2 on its own
+		// alignment when the token blocks differ.
+		row{name: "split skinny+tc", shape: small, m: 7, c: Split(Config{Kernel: "skinny", NT: 1}, tcTable["32x128k64s3b3"]), resident: 2, env: random},
+		row{name: "split tc16+tc32 multi-block", shape: Shape{E: 8, K: 4, H: 64, I: 32}, m: 1100, c: Split(tcTable["16x256k64s4"], tcTable["32x128k64s3b3ov"]), resident: 4, env: random},
+		row{name: "split tc+skinny", shape: small, m: 9, c: Split(tcTable["16x128k64s4b2"], Config{Kernel: "skinny", NT: 2}), resident: 3, env: early},
 		row{name: "multi-block alignment ep2", shape: Shape{E: 16, K: 4, H: 64, I: 32}, ep: 2, m: 2100, c: Config{Kernel: "skinny", NT: 1}, env: random},
 	)
 	for _, tt := range rows {
@@ -401,6 +406,49 @@ func TestPlanLayout(t *testing.T) {
 			}
 			if PlanBytes(s, tt.m, tt.c) != sum {
 				t.Errorf("PlanBytes %d, want the layout's %d", PlanBytes(s, tt.m, tt.c), sum)
+			}
+		})
+	}
+}
+
+// A split configuration whose GEMMs tile tokens in blocks of different
+// sizes aligns twice; gemm2 reads its own alignment. Same blocks: once.
+func TestPlanLayoutSplit(t *testing.T) {
+	s := Shape{E: 8, K: 2, H: 256, I: 200}
+	for _, tt := range []struct {
+		name   string
+		c      Config
+		m      int
+		aligns int // alignment launches
+	}{
+		{"blocks 8 and 32", Split(Config{Kernel: "skinny", NT: 1}, tcTable["32x128k64s3b3"]), 20, 2},
+		{"blocks 16 and 16", Split(tcTable["16x256k128s3w8"], tcTable["16x128k64s4b2"]), 20, 1},
+		{"multi-block, blocks 16 and 32", Split(tcTable["16x256k64s4"], tcTable["32x256k64s3"]), 3000, 6},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			l := newPlanLayout(s, tt.m, tt.c, [2]int{132, 132})
+			if len(l.launches) != tt.aligns+3 {
+				t.Fatalf("%d launches, want %d alignments + 3", len(l.launches), tt.aligns)
+			}
+			g1, g2, comb := l.launches[tt.aligns], l.launches[tt.aligns+1], l.launches[tt.aligns+2]
+			w1, _ := tt.c.Gemm(1).kernelNames()
+			_, w2 := tt.c.Gemm(2).kernelNames()
+			if g1.kernel != w1 || g2.kernel != w2 || comb.kernel != "moe_combine" || g1.gemm != 1 || g2.gemm != 2 {
+				t.Fatalf("launches %s (%d), %s (%d), %s; want %s, %s, moe_combine", g1.kernel, g1.gemm, g2.kernel, g2.gemm, comb.kernel, w1, w2)
+			}
+			if g2.smem != tt.c.Gemm(2).SharedBytes() || g2.block.X != tt.c.Gemm(2).Threads(2) {
+				t.Errorf("gemm2 launch %d bytes, %d threads; want its own config's %d, %d", g2.smem, g2.block.X, tt.c.Gemm(2).SharedBytes(), tt.c.Gemm(2).Threads(2))
+			}
+			own := tt.c.Gemm(1).Block() != tt.c.Gemm(2).Block()
+			wantSorted := bufSorted
+			if own {
+				wantSorted = bufSorted2
+			}
+			if g2.args[4] != wantSorted || g1.args[4] != bufSorted {
+				t.Errorf("gemm1 reads %v, gemm2 %v; want sorted, %v", g1.args[4], g2.args[4], wantSorted)
+			}
+			if own != (l.bytes[bufSorted2] > 0) {
+				t.Errorf("second alignment buffers %d bytes with own alignment %v", l.bytes[bufSorted2], own)
 			}
 		})
 	}

@@ -22,6 +22,11 @@ const (
 	bufAct
 	bufY
 	bufAlignCounts
+	// gemm2's own alignment, when a split configuration's two GEMMs tile
+	// tokens in blocks of different sizes.
+	bufSorted2
+	bufBlockExpert2
+	bufTotal2
 	numPlanBufs
 )
 
@@ -29,6 +34,7 @@ const (
 // (the buffer's device address) or int32 values.
 type launchSpec struct {
 	kernel      string
+	gemm        int // 1 or 2: the GEMM whose configuration's module holds the kernel; 0: the base module
 	grid, block cuda.Dim3
 	smem        int
 	args        []any
@@ -39,6 +45,7 @@ type launchSpec struct {
 // runs it on a device; the CPU emulator test runs the same list.
 type planLayout struct {
 	slots, maxRows int
+	maxRows2       int // gemm2's, when it has its own alignment; else maxRows
 	bytes          [numPlanBufs]int64
 	launches       []launchSpec
 }
@@ -48,8 +55,14 @@ type planLayout struct {
 // grid (ignored by the other families, whose grids cover every possible
 // tile and whose blocks past the device's padded total return at once).
 func newPlanLayout(s Shape, m int, c Config, resident [2]int) planLayout {
+	c1, c2 := c.Gemm(1), c.Gemm(2)
 	l := planLayout{slots: m * s.K}
-	l.maxRows = MaxAlignedRows(l.slots, s.E, c.Block())
+	l.maxRows = MaxAlignedRows(l.slots, s.E, c1.Block())
+	l.maxRows2 = l.maxRows
+	own2 := c2.Block() != c1.Block() // gemm2 needs an alignment of its own
+	if own2 {
+		l.maxRows2 = MaxAlignedRows(l.slots, s.E, c2.Block())
+	}
 	mh := int64(m) * int64(s.H) * 2
 	b := &l.bytes
 	b[bufW1] = int64(s.E) * 2 * int64(s.I) * int64(s.H) * 2
@@ -57,8 +70,13 @@ func newPlanLayout(s Shape, m int, c Config, resident [2]int) planLayout {
 	b[bufX], b[bufOut] = mh, mh
 	b[bufIDs], b[bufWts] = int64(l.slots)*4, int64(l.slots)*4
 	b[bufSorted] = int64(l.maxRows) * 4
-	b[bufBlockExpert] = int64(l.maxRows/c.Block()) * 4
+	b[bufBlockExpert] = int64(l.maxRows/c1.Block()) * 4
 	b[bufTotal] = 4
+	if own2 {
+		b[bufSorted2] = int64(l.maxRows2) * 4
+		b[bufBlockExpert2] = int64(l.maxRows2/c2.Block()) * 4
+		b[bufTotal2] = 4
+	}
 	b[bufAct] = int64(l.slots) * int64(s.I) * 2
 	b[bufY] = int64(l.slots) * int64(s.H) * 2
 	groups := alignBlocks(l.slots)
@@ -66,45 +84,61 @@ func newPlanLayout(s Shape, m int, c Config, resident [2]int) planLayout {
 		b[bufAlignCounts] = int64(groups) * int64(s.E) * 4
 	}
 
-	tiles := l.maxRows / c.Block()
-	var grid1, grid2 cuda.Dim3
-	switch c.Kernel {
-	case "skinny":
-		grid1 = cuda.Dim3{X: (s.I + 15) / 16, Y: tiles}
-		grid2 = cuda.Dim3{X: (s.H + 15) / 16, Y: tiles}
-	case "tc", "wg":
-		// One block per resident slot, at most one per possible tile.
-		n1 := tiles * ((s.I + c.BN/2 - 1) / (c.BN / 2))
-		n2 := tiles * ((s.H + c.BN - 1) / c.BN)
-		grid1 = cuda.Dim3{X: max(1, min(n1, resident[0]))}
-		grid2 = cuda.Dim3{X: max(1, min(n2, resident[1]))}
-	default:
-		grid1 = cuda.Dim3{X: (s.I + c.BN/2 - 1) / (c.BN / 2), Y: tiles}
-		grid2 = cuda.Dim3{X: (s.H + c.BN - 1) / c.BN, Y: tiles}
-	}
-	g1, g2 := c.kernelNames()
+	grid1 := gemmGrid(c1, s.I, true, l.maxRows/c1.Block(), resident[0])
+	grid2 := gemmGrid(c2, s.H, false, l.maxRows2/c2.Block(), resident[1])
+	g1, _ := c1.kernelNames()
+	_, g2 := c2.kernelNames()
 	pad, topk := int32(l.slots), int32(s.K)
-	align := []launchSpec{{kernel: "moe_align", grid: cuda.Dim3{X: 1}, block: cuda.Dim3{X: 1024},
-		args: []any{bufIDs, int32(l.slots), int32(s.E), int32(c.Block()), bufSorted, bufBlockExpert, bufTotal, int32(l.maxRows)}}}
-	if groups > 1 {
-		align = []launchSpec{
-			{kernel: "moe_align_count", grid: cuda.Dim3{X: groups}, block: cuda.Dim3{X: 1024},
-				args: []any{bufIDs, int32(l.slots), int32(s.E), bufAlignCounts}},
-			{kernel: "moe_align_scan", grid: cuda.Dim3{X: 1}, block: cuda.Dim3{X: 1024},
-				args: []any{int32(groups), int32(l.slots), int32(s.E), int32(c.Block()), bufAlignCounts, bufSorted, bufBlockExpert, bufTotal, int32(l.maxRows)}},
-			{kernel: "moe_align_scatter", grid: cuda.Dim3{X: groups}, block: cuda.Dim3{X: 1024},
-				args: []any{bufIDs, int32(l.slots), int32(s.E), bufAlignCounts, bufSorted}},
-		}
+	sorted2, blockExpert2, total2 := bufSorted, bufBlockExpert, bufTotal
+	l.launches = alignLaunches(s, l.slots, groups, c1.Block(), l.maxRows, bufSorted, bufBlockExpert, bufTotal)
+	if own2 {
+		sorted2, blockExpert2, total2 = bufSorted2, bufBlockExpert2, bufTotal2
+		l.launches = append(l.launches, alignLaunches(s, l.slots, groups, c2.Block(), l.maxRows2, sorted2, blockExpert2, total2)...)
 	}
-	l.launches = append(align,
-		launchSpec{kernel: g1, grid: grid1, block: cuda.Dim3{X: c.Threads(1)}, smem: c.SharedBytes(),
+	l.launches = append(l.launches,
+		launchSpec{kernel: g1, gemm: 1, grid: grid1, block: cuda.Dim3{X: c1.Threads(1)}, smem: c1.SharedBytes(),
 			args: []any{bufW1, bufX, bufAct, bufWts, bufSorted, bufBlockExpert, bufTotal, int32(s.I), int32(s.H), topk, pad}},
-		launchSpec{kernel: g2, grid: grid2, block: cuda.Dim3{X: c.Threads(2)}, smem: c.SharedBytes(),
-			args: []any{bufW2, bufAct, bufY, bufWts, bufSorted, bufBlockExpert, bufTotal, int32(s.H), int32(s.I), topk, pad}},
+		launchSpec{kernel: g2, gemm: 2, grid: grid2, block: cuda.Dim3{X: c2.Threads(2)}, smem: c2.SharedBytes(),
+			args: []any{bufW2, bufAct, bufY, bufWts, sorted2, blockExpert2, total2, int32(s.H), int32(s.I), topk, pad}},
 		launchSpec{kernel: "moe_combine", grid: cuda.Dim3{X: (m*s.H/8 + 255) / 256}, block: cuda.Dim3{X: 256},
 			args: []any{bufY, bufIDs, bufOut, int32(m), int32(s.H), topk}},
 	)
 	return l
+}
+
+// gemmGrid is one GEMM's grid over n output columns (gemm1: n = I, its
+// tiles covering gate and up halves) and `tiles` token blocks; resident is
+// how many blocks of a persistent kernel fit on the device at once.
+func gemmGrid(c Config, n int, gemm1 bool, tiles, resident int) cuda.Dim3 {
+	cols := c.BN
+	if gemm1 {
+		cols = c.BN / 2
+	}
+	switch c.Kernel {
+	case "skinny":
+		return cuda.Dim3{X: (n + 15) / 16, Y: tiles}
+	case "tc", "wg":
+		// One block per resident slot, at most one per possible tile.
+		return cuda.Dim3{X: max(1, min(tiles*((n+cols-1)/cols), resident))}
+	}
+	return cuda.Dim3{X: (n + cols - 1) / cols, Y: tiles}
+}
+
+// alignLaunches sort the slots by expert into blocks of `block` rows:
+// moe_align in one block, or past two chunks count, scan and scatter.
+func alignLaunches(s Shape, slots, groups, block, maxRows int, sorted, blockExpert, total planBuf) []launchSpec {
+	if groups <= 1 {
+		return []launchSpec{{kernel: "moe_align", grid: cuda.Dim3{X: 1}, block: cuda.Dim3{X: 1024},
+			args: []any{bufIDs, int32(slots), int32(s.E), int32(block), sorted, blockExpert, total, int32(maxRows)}}}
+	}
+	return []launchSpec{
+		{kernel: "moe_align_count", grid: cuda.Dim3{X: groups}, block: cuda.Dim3{X: 1024},
+			args: []any{bufIDs, int32(slots), int32(s.E), bufAlignCounts}},
+		{kernel: "moe_align_scan", grid: cuda.Dim3{X: 1}, block: cuda.Dim3{X: 1024},
+			args: []any{int32(groups), int32(slots), int32(s.E), int32(block), bufAlignCounts, sorted, blockExpert, total, int32(maxRows)}},
+		{kernel: "moe_align_scatter", grid: cuda.Dim3{X: groups}, block: cuda.Dim3{X: 1024},
+			args: []any{bufIDs, int32(slots), int32(s.E), bufAlignCounts, sorted}},
+	}
 }
 
 // alignChunk is ALIGN_CHUNK in moe.cu: slots per block of the multi-block
@@ -134,7 +168,8 @@ func PlanBytes(s Shape, m int, c Config) int64 {
 }
 
 func (b planBuf) String() string {
-	names := [...]string{"w1", "w2", "x", "out", "ids", "wts", "sorted", "block_expert", "total", "act", "y", "align_counts"}
+	names := [...]string{"w1", "w2", "x", "out", "ids", "wts", "sorted", "block_expert", "total", "act", "y", "align_counts",
+		"sorted2", "block_expert2", "total2"}
 	if b >= 0 && int(b) < len(names) {
 		return names[b]
 	}

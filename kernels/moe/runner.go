@@ -156,12 +156,8 @@ func (g *Runner) Run(ctx context.Context, x []float32, r routing.Routing, sample
 		if err := ctx.Err(); err != nil {
 			return Pass{}, err
 		}
-		_, _, _, err = g.timeWith(p, r, func(copies []*DeviceWeights) ([]float64, int, error) {
-			res.Stages, err = p.TimeStages(g.st, copies, samples)
-			return nil, 0, err
-		})
-		if err != nil {
-			return Pass{}, fmt.Errorf("timing stages: %w", err)
+		if res.Stages, err = g.TimeStages(p, r, samples); err != nil {
+			return Pass{}, err
 		}
 	}
 	return res, nil
@@ -214,6 +210,21 @@ func (g *Runner) Time(p *Plan, r routing.Routing, samples int) ([]float64, strin
 		return nil, "", fmt.Errorf("timing: %w", err)
 	}
 	return us, fmt.Sprintf("%v, %d calls per graph, %d weight copies", p.Config, calls, n), nil
+}
+
+// TimeStages times each stage of plan p alone (Plan.TimeStages) over the
+// batch's weight rotation; run it after a pass of p.
+func (g *Runner) TimeStages(p *Plan, r routing.Routing, samples int) ([]StageTime, error) {
+	var st []StageTime
+	_, _, _, err := g.timeWith(p, r, func(copies []*DeviceWeights) ([]float64, int, error) {
+		var err error
+		st, err = p.TimeStages(g.st, copies, samples)
+		return nil, 0, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("timing stages: %w", err)
+	}
+	return st, nil
 }
 
 // timeWith runs a timing function over as many weight copies as the batch
