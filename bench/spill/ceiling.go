@@ -2,15 +2,12 @@ package spill
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/mstar-dev/mstar/bench"
-	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/mstar-dev/mstar/internal/units"
 
 	"github.com/mstar-dev/mstar/internal/spill/tier"
@@ -24,13 +21,13 @@ type ceilKey struct {
 }
 
 // Ceiling is what a tier's path reaches for a cell's moves in this run:
-// the same blocks (each its own slot), moved by the same code (a
-// tier.Batch per stream: copies queued back to back, device copies in one
-// batched launch, one wait), on as many streams at once as the cell uses
-// (uneven: one per shard), with nothing around them — no poisoning, no
-// hashing, no other tenant, no faults. Samples are GB/s (1e9 bytes per
-// second); the warm-up rounds run until their time settles (bench.Settle),
-// as the cells' do.
+// the same blocks (each its own slot), moved and timed by the same code
+// (mover: a tier.Batch per stream, copies queued back to back, device
+// copies in one batched launch, one wait), on as many streams at once as
+// the cell uses (uneven: one per shard), with nothing around them — no
+// poisoning, no hashing, no other tenant, no faults. Samples are GB/s (1e9
+// bytes per second); the warm-up rounds run until their time settles
+// (bench.Settle), as the cells' do.
 //
 // A ceiling of one contiguous slot was not an upper bound: on a CPU a
 // block that stays in a cache moves faster than one large copy, and the
@@ -45,6 +42,7 @@ type Ceiling struct {
 	Unmeasured     string // why there are no samples
 	Where          string // the tier's own description
 	Warm           string // how the warm-up ended
+	Timer          string // how its moves and the cells' were timed, when not by the host clock
 }
 
 // shape says how the ceiling moved its bytes.
@@ -109,88 +107,61 @@ func measureCeiling(ctx context.Context, cfg Config, kind tier.Kind, size int64,
 	}
 	defer t.Close()
 	c.Where = t.Describe()
-	type lane struct {
-		s     gpu.Stream
-		p     *tier.Pool
-		slots []tier.Slot
-		want  []uint64
-	}
 	lanes := make([]*lane, len(layout))
+	wants := make([][]uint64, len(layout))
 	defer func() {
 		for _, l := range lanes {
 			if l == nil {
 				continue
 			}
 			freeSlots(l.slots)
-			if l.p != nil {
-				l.p.Close()
-			}
-			if l.s != nil {
-				l.s.Close()
-			}
+			l.p.Close()
+			l.s.Close()
 		}
 	}()
 	for i, lens := range layout {
-		l := &lane{}
-		lanes[i] = l
-		if l.s, err = cfg.Dev.NewStream(); err != nil {
+		s, err := cfg.Dev.NewStream()
+		if err != nil {
 			c.Unmeasured = err.Error()
 			return c
 		}
-		if l.p, err = tier.NewPool(cfg.Dev, lens); err != nil {
+		p, err := tier.NewPool(cfg.Dev, lens)
+		if err != nil {
+			s.Close()
 			c.Unmeasured = err.Error()
 			return c
 		}
-		if err := l.p.FillAll(l.s, cfg.Seed+uint64(i)); err != nil {
+		lanes[i] = newLane(s, p, nil, all(len(lens)))
+		if err := p.FillAll(s, cfg.Seed+uint64(i)); err != nil {
 			c.Unmeasured = err.Error()
 			return c
 		}
-		l.want, _ = l.p.Hashes(l.s)
-		if l.slots, err = allocSlots(t, l.p, all(len(lens))); err != nil {
+		wants[i], _ = p.Hashes(s)
+		if lanes[i].slots, err = allocSlots(t, p, all(len(lens))); err != nil {
 			c.Unmeasured = err.Error()
 			return c
 		}
 	}
-	// each runs move on every lane at once (on one goroutine per stream,
-	// as the uneven cell does) and returns the wall time.
-	each := func(move func(l *lane) (int64, error)) (time.Duration, error) {
-		errs := make([]error, len(lanes))
-		var wg sync.WaitGroup
-		if err := evictCache(lanes[0].s); err != nil { // as the cells do before each timed move
-			return 0, err
-		}
-		start := time.Now()
-		for i, l := range lanes {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				n, err := move(l)
-				if err == nil && n != l.p.Bytes() {
-					err = fmt.Errorf("moved %d of %d bytes", n, l.p.Bytes())
-				}
-				errs[i] = err
-			}()
-		}
-		wg.Wait()
-		return time.Since(start), errors.Join(errs...)
-	}
+	// The cells' own mover: the same queueing, eviction, timer and waits.
+	mv := newMover(&cfg, kind, lanes...)
+	c.Timer = timerNote(cfg.Dev, kind)
 	warm := newWarmRounds()
 	for len(c.Restore) < cfg.Samples {
-		sp, err := each(func(l *lane) (int64, error) {
-			n, _, err := spillInto(ctx, l.s, l.slots, l.p, all(len(l.slots)))
-			return n, err
-		})
+		n, sp, err := mv.spill(ctx)
+		if err == nil && n != total {
+			err = fmt.Errorf("spilled %d of %d bytes", n, total)
+		}
 		if err != nil {
-			c.Unmeasured = fmt.Sprintf("spill: %v", err)
+			c.Unmeasured = err.Error()
 			c.Spill, c.Restore = nil, nil
 			return c
 		}
-		rs, err := each(func(l *lane) (int64, error) {
-			_, n, _, err := restoreBlocks(ctx, l.s, l.p, all(len(l.slots)), l.slots)
-			return n, err
-		})
+		n, rs, err := mv.restore(ctx)
+		if err == nil && n != total {
+			err = fmt.Errorf("restored %d of %d bytes", n, total)
+		}
 		if err != nil {
-			c.Unmeasured = fmt.Sprintf("restore: %v", err)
+			c.Unmeasured = err.Error()
 			c.Spill, c.Restore = nil, nil
 			return c
 		}
@@ -199,8 +170,8 @@ func measureCeiling(ctx context.Context, cfg Config, kind tier.Kind, size int64,
 			c.Restore = append(c.Restore, gbps(total, rs))
 		}
 	}
-	for _, l := range lanes {
-		if got, _ := l.p.Hashes(l.s); !slices.Equal(got, l.want) {
+	for i, l := range lanes {
+		if got, _ := l.p.Hashes(l.s); !slices.Equal(got, wants[i]) {
 			c.Unmeasured = "the ceiling's round trip did not come back byte-identical"
 			c.Spill, c.Restore = nil, nil
 		}

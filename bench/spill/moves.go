@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sort"
-	"sync"
 	"time"
 
 	"github.com/mstar-dev/mstar/internal/gpu"
@@ -63,28 +62,6 @@ func evictCache(s gpu.Stream) error {
 	return s.Sync()
 }
 
-// spillInto spills the blocks idx of p into their slots as one batch: every
-// copy queued on s, one wait (tier.Batch). The timed region is the queueing
-// and that wait, what a serving process waits for; hashing is outside it.
-func spillInto(ctx context.Context, s gpu.Stream, slots []tier.Slot, p *tier.Pool, idx []int) (int64, time.Duration, error) {
-	b := tier.NewBatch(s)
-	start := time.Now()
-	b.Collect() // device copies: one batched launch for every block
-	for _, i := range idx {
-		b.Spill(ctx, slots[i], p.Buffer(), p.Blocks()[i].Off)
-	}
-	got, err := b.Wait()
-	dt := time.Since(start)
-	var moved int64
-	for _, n := range got {
-		moved += n
-	}
-	if err != nil {
-		return moved, dt, fmt.Errorf("spilling blocks %v: %w", idx, err)
-	}
-	return moved, dt, nil
-}
-
 // spillBlocks reserves fresh slots and spills the blocks idx of p to t. On
 // error the slots made so far are returned with it, for the caller to free
 // or strand.
@@ -108,8 +85,9 @@ func spillBlocks(ctx context.Context, s gpu.Stream, t tier.Tier, p *tier.Pool, i
 	return slots, moved, time.Since(start), nil
 }
 
-// restoreBlocks restores blocks idx from their slots as one batch, like
-// spillInto; reported[i] is what the tier said it copied.
+// restoreBlocks restores blocks idx from their slots as one batch (every
+// copy queued, one wait), outside the timed cells (mover times those);
+// reported[i] is what the tier said it copied.
 func restoreBlocks(ctx context.Context, s gpu.Stream, p *tier.Pool, idx []int, slots []tier.Slot) ([]int64, int64, time.Duration, error) {
 	reported := make([]int64, len(p.Blocks()))
 	b := tier.NewBatch(s)
@@ -236,10 +214,16 @@ func ceilingWarnings(c *Ceiling, spill, restore []float64) []string {
 }
 
 func bandwidthGates(c *Ceiling, spill, restore []float64, floor float64) []results.Gate {
-	return []results.Gate{
+	gs := []results.Gate{
 		GateBandwidth("spill", spill, c.Spill, c.Unmeasured, floor),
 		GateBandwidth("restore", restore, c.Restore, c.Unmeasured, floor),
 	}
+	if c.Timer != "" {
+		for i := range gs {
+			gs[i].Reason += "; the cell and its ceiling timed by " + c.Timer
+		}
+	}
+	return gs
 }
 
 func pctFigure(c *Ceiling, spill, restore []float64) string {
@@ -259,15 +243,14 @@ func runHibernate(ctx context.Context, e *cellEnv) error {
 		return err
 	}
 	defer freeSlots(slots)
+	l := newLane(e.s, p, slots, all(len(lens)))
+	mv := newMover(e.cfg, e.cell.Tier, l)
 	var spillS, restoreS []float64
 	var reaches []Reach
 	var ident firstFail
 	warm := newWarmRounds()
 	for round := 0; len(spillS) < e.cfg.Samples; round++ {
-		if err := evictCache(e.s); err != nil {
-			return err
-		}
-		n, dt, err := spillInto(ctx, e.s, slots, p, all(len(lens)))
+		n, dt, err := mv.spill(ctx)
 		if err != nil {
 			return err
 		}
@@ -294,14 +277,11 @@ func runHibernate(ctx context.Context, e *cellEnv) error {
 		if err := poisonBlocks(e.s, p, all(len(lens))); err != nil {
 			return err
 		}
-		if err := evictCache(e.s); err != nil {
-			return err
-		}
-		rep, m, dt2, err := restoreBlocks(ctx, e.s, p, all(len(lens)), slots)
+		m, dt2, err := mv.restore(ctx)
 		if err != nil {
 			return err
 		}
-		after, reach, err := checkBlocks(e.s, p, all(len(lens)), rep)
+		after, reach, err := checkBlocks(e.s, p, all(len(lens)), l.moved)
 		if err != nil {
 			return err
 		}
@@ -347,15 +327,14 @@ func runPartial(ctx context.Context, e *cellEnv) error {
 			movedLens = append(movedLens, lens[i])
 		}
 		c := e.ceilFor(ctx, moved, [][]int64{movedLens})
+		l := newLane(e.s, p, slots, idx)
+		mv := newMover(e.cfg, e.cell.Tier, l)
 		var spillS, restoreS []float64
 		var reaches []Reach
 		var ident, over firstFail
 		warm := newWarmRounds()
 		for round := 0; len(spillS) < e.cfg.Samples; round++ {
-			if err := evictCache(e.s); err != nil {
-				return err
-			}
-			n, dt, err := spillInto(ctx, e.s, slots, p, idx)
+			n, dt, err := mv.spill(ctx)
 			if err != nil {
 				return err
 			}
@@ -386,14 +365,11 @@ func runPartial(ctx context.Context, e *cellEnv) error {
 			if err := poisonBlocks(e.s, p, idx); err != nil {
 				return err
 			}
-			if err := evictCache(e.s); err != nil {
-				return err
-			}
-			rep, m, dt2, err := restoreBlocks(ctx, e.s, p, idx, slots)
+			m, dt2, err := mv.restore(ctx)
 			if err != nil {
 				return err
 			}
-			after, reach, err := checkBlocks(e.s, p, idx, rep)
+			after, reach, err := checkBlocks(e.s, p, idx, l.moved)
 			if err != nil {
 				return err
 			}
@@ -474,29 +450,27 @@ func runRestoreGate(ctx context.Context, e *cellEnv) error {
 	}
 	defer freeSlots(slots)
 	idx := all(len(lens))
+	l := newLane(e.s, p, slots, idx)
+	mv := newMover(e.cfg, e.cell.Tier, l)
 	var spillS, restoreS, verifyMS []float64
 	var reaches []Reach
 	var ident, gated firstFail
 	warm := newWarmRounds()
 	for round := 0; len(spillS) < e.cfg.Samples; round++ {
-		if err := evictCache(e.s); err != nil {
-			return err
-		}
-		n, dt, err := spillInto(ctx, e.s, slots, p, idx)
+		n, dt, err := mv.spill(ctx)
 		if err != nil {
 			return err
 		}
-		poisonBlocks(e.s, p, idx)
-		if err := evictCache(e.s); err != nil {
+		if err := poisonBlocks(e.s, p, idx); err != nil {
 			return err
 		}
-		rep, m, dt2, err := restoreBlocks(ctx, e.s, p, idx, slots)
+		m, dt2, err := mv.restore(ctx)
 		if err != nil {
 			return err
 		}
 		g := restoreGate{mut: e.cfg.mut}
 		vs := time.Now()
-		if err := g.verify(e.s, p, idx, before, rep); err != nil {
+		if err := g.verify(e.s, p, idx, before, l.moved); err != nil {
 			return err
 		}
 		vt := time.Since(vs)
@@ -527,10 +501,12 @@ func runRestoreGate(ctx context.Context, e *cellEnv) error {
 	j := len(lens) - 1
 	var caught results.Gate
 	var missing []float64
-	if _, _, err := spillInto(ctx, e.s, slots, p, idx); err != nil {
+	if _, _, err := mv.spill(ctx); err != nil {
 		return err
 	}
-	poisonBlocks(e.s, p, idx)
+	if err := poisonBlocks(e.s, p, idx); err != nil {
+		return err
+	}
 	rep, _, _, err := restoreBlocks(ctx, e.s, p, idx[:j], slots)
 	if err != nil {
 		return err
@@ -641,63 +617,36 @@ func runUneven(ctx context.Context, e *cellEnv) error {
 	if err != nil {
 		return err
 	}
+	// One lane per shard, all moved at once: queued, then waited for.
+	var lanes []*lane
 	for _, sh := range shards {
 		if sh.slots, err = allocSlots(t, sh.p, all(len(sh.p.Blocks()))); err != nil {
 			return err
 		}
 		defer freeSlots(sh.slots)
+		lanes = append(lanes, newLane(sh.s, sh.p, sh.slots, all(len(sh.p.Blocks()))))
 	}
-	// each runs f on every shard at once and returns the wall time and the
-	// bytes moved.
-	each := func(f func(i int, sh *shard) (int64, error)) (int64, time.Duration, error) {
-		var wg sync.WaitGroup
-		var mu sync.Mutex
-		var moved int64
-		var errs []error
-		if err := evictCache(shards[0].s); err != nil { // the cache is the device's: one eviction for all shards
-			return 0, 0, err
-		}
-		start := time.Now()
-		for i, sh := range shards {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				n, err := f(i, sh)
-				mu.Lock()
-				moved += n
-				errs = append(errs, err)
-				mu.Unlock()
-			}()
-		}
-		wg.Wait()
-		return moved, time.Since(start), errors.Join(errs...)
-	}
+	mv := newMover(e.cfg, e.cell.Tier, lanes...)
 	var spillS, restoreS []float64
 	var reaches []Reach
 	var ident firstFail
-	reported := make([][]int64, len(shards))
 	warm := newWarmRounds()
 	for round := 0; len(spillS) < e.cfg.Samples; round++ {
-		n, dt, err := each(func(_ int, sh *shard) (int64, error) {
-			n, _, err := spillInto(ctx, sh.s, sh.slots, sh.p, all(len(sh.p.Blocks())))
-			return n, err
-		})
+		n, dt, err := mv.spill(ctx)
 		if err != nil {
 			return err
 		}
 		for _, sh := range shards {
-			poisonBlocks(sh.s, sh.p, all(len(sh.p.Blocks())))
+			if err := poisonBlocks(sh.s, sh.p, all(len(sh.p.Blocks()))); err != nil {
+				return err
+			}
 		}
-		m, dt2, err := each(func(i int, sh *shard) (int64, error) {
-			rep, m, _, err := restoreBlocks(ctx, sh.s, sh.p, all(len(sh.p.Blocks())), sh.slots)
-			reported[i] = rep
-			return m, err
-		})
+		m, dt2, err := mv.restore(ctx)
 		if err != nil {
 			return err
 		}
 		for i, sh := range shards {
-			after, reach, err := checkBlocks(sh.s, sh.p, all(len(sh.p.Blocks())), reported[i])
+			after, reach, err := checkBlocks(sh.s, sh.p, all(len(sh.p.Blocks())), lanes[i].moved)
 			if err != nil {
 				return err
 			}

@@ -31,8 +31,8 @@
 // requested (measured by read-back), no stranded bytes at the end,
 // "unmeasured" kept distinct from zero in every figure, and bandwidth not
 // below Floor × the tier's ceiling measured in the same run (the same
-// transfer as one contiguous copy through the tier). Scenario gates are
-// listed with each scenario's code.
+// blocks moved and timed the same way, with nothing around them). Scenario
+// gates are listed with each scenario's code.
 package spill
 
 import (
@@ -212,7 +212,8 @@ type Config struct {
 	Cooldown    int           // regulator cooldown in ticks; 0 means 8
 	Sessions    int           // multi-session sessions; 0 means 4
 
-	mut mutations // tests only
+	mut mutations        // tests only
+	now func() time.Time // tests only: the host clock of timed moves; nil: time.Now
 }
 
 // mutations break a cell's own logic on purpose, so that tests can show

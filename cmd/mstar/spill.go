@@ -72,9 +72,10 @@ blocks out to a tier and back and checks, with gates that fail with a reason:
   stranded     no tier holds bytes at the end of the cell
   unmeasured   every figure is measured or says why not; never a silent zero
   bandwidth    spill and restore reach --floor of the tier's ceiling, measured
-               in the same run as one contiguous transfer through the tier;
-               a cell queues all its blocks' copies on one stream and waits
-               once, as a real spill does (hashing is outside the timing)
+               in the same run by the same moves of the same blocks; a cell
+               queues all its blocks' copies (each stream's) and waits once
+               per stream, as a real spill does (hashing is outside the
+               timing); on a GPU device-tier moves are timed by CUDA events
 
 Scenarios (rows): hibernate (the whole pool out and back, device memory freed
 in between), partial (25/50/75% of the blocks, the freed memory overwritten

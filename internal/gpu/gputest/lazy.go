@@ -1,7 +1,12 @@
 // Package gputest holds test doubles for the gpu layer.
 package gputest
 
-import "github.com/mstar-dev/mstar/internal/gpu"
+import (
+	"errors"
+	"time"
+
+	"github.com/mstar-dev/mstar/internal/gpu"
+)
 
 // LazyDevice is a device whose streams are LazyStreams: the CPU backend
 // with CUDA's ordering and nothing more.
@@ -49,6 +54,58 @@ func (l *LazyStream) CopyDtoD(dst gpu.Buffer, dstOff int64, src gpu.Buffer, srcO
 func (l *LazyStream) Memset(dst gpu.Buffer, off, n int64, v byte) error {
 	l.pending = append(l.pending, func() error { return l.Stream.Memset(dst, off, n, v) })
 	return nil
+}
+
+// Record queues an event: it completes, and takes the time, when a Sync
+// runs the work queued before it, as a CUDA event does on the device.
+func (l *LazyStream) Record() (gpu.Event, error) {
+	ev := &LazyEvent{s: l}
+	l.pending = append(l.pending, func() error {
+		ev.t, ev.done = time.Now(), true
+		return nil
+	})
+	return ev, nil
+}
+
+// WaitEvent makes later work wait for ev: when it runs, the work of ev's
+// stream up to ev has run first.
+func (l *LazyStream) WaitEvent(ev gpu.Event) error {
+	e, ok := ev.(*LazyEvent)
+	if !ok {
+		return l.Stream.WaitEvent(ev)
+	}
+	l.pending = append(l.pending, e.Sync)
+	return nil
+}
+
+// LazyEvent is a LazyStream's event.
+type LazyEvent struct {
+	s    *LazyStream
+	t    time.Time
+	done bool
+}
+
+// Sync runs its stream's queued work if the event has not been reached.
+func (e *LazyEvent) Sync() error {
+	if e.done {
+		return nil
+	}
+	return e.s.Sync()
+}
+
+func (e *LazyEvent) Done() (bool, error) { return e.done, nil }
+func (e *LazyEvent) Close() error        { return nil }
+
+// Since is the time between two reached events.
+func (e *LazyEvent) Since(start gpu.Event) (time.Duration, error) {
+	s, ok := start.(*LazyEvent)
+	if !ok {
+		return 0, errors.New("start event is not a LazyEvent")
+	}
+	if !s.done || !e.done {
+		return 0, errors.New("timing an event that has not been reached (its stream was not synced)")
+	}
+	return e.t.Sub(s.t), nil
 }
 
 // Sync runs the queued work in order and returns the first error.

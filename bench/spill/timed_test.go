@@ -1,0 +1,429 @@
+package spill
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mstar-dev/mstar/internal/gpu"
+	"github.com/mstar-dev/mstar/internal/gpu/gputest"
+)
+
+// op is one call a traceDevice saw, in the order the host made them.
+type op struct {
+	name   string // "alloc", "stream", "close", "htod", "dtoh", "dtod", "batch", "memset", "evict", "record", "wait", "sync", "since", "clock"
+	stream int    // the stream's number; 0 for none
+	ev     int    // record, wait: the event; since: the end event
+	start  int    // since: the start event
+	lens   []int64
+}
+
+// traceDevice is the CPU backend with asynchronous streams (LazyStream:
+// work runs at Sync, events are reached in order) that can evict the cache
+// and batch copies, as CUDA's can, recording every call in order. With cuda
+// set it says it is a CUDA device, so device-tier moves are timed by its
+// events.
+type traceDevice struct {
+	gpu.Device
+	cuda    bool
+	mu      sync.Mutex
+	ops     []op
+	streams int
+	events  int
+}
+
+func newTraceDevice(cuda bool) *traceDevice {
+	return &traceDevice{Device: gputest.LazyDevice{Device: gpu.NewCPU()}, cuda: cuda}
+}
+
+func (d *traceDevice) log(o op) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if o.name == "record" {
+		d.events++
+		o.ev = d.events
+	}
+	d.ops = append(d.ops, o)
+	return o.ev
+}
+
+func (d *traceDevice) Info() gpu.Info {
+	i := d.Device.Info()
+	if d.cuda {
+		i.Backend = gpu.CUDA
+	}
+	return i
+}
+
+func (d *traceDevice) Alloc(n int64) (gpu.Buffer, error) {
+	d.log(op{name: "alloc", lens: []int64{n}})
+	return d.Device.Alloc(n)
+}
+
+func (d *traceDevice) NewStream() (gpu.Stream, error) {
+	s, err := d.Device.NewStream()
+	if err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	d.streams++
+	n := d.streams
+	d.mu.Unlock()
+	d.log(op{name: "stream", stream: n})
+	return &traceStream{LazyStream: s.(*gputest.LazyStream), d: d, n: n}, nil
+}
+
+type traceStream struct {
+	*gputest.LazyStream
+	d *traceDevice
+	n int
+}
+
+type traceEvent struct {
+	gpu.Event
+	d  *traceDevice
+	id int
+}
+
+func (s *traceStream) CopyHtoD(dst gpu.Buffer, off int64, src []byte) error {
+	s.d.log(op{name: "htod", stream: s.n, lens: []int64{int64(len(src))}})
+	return s.LazyStream.CopyHtoD(dst, off, src)
+}
+
+func (s *traceStream) CopyDtoH(dst []byte, src gpu.Buffer, off int64) error {
+	s.d.log(op{name: "dtoh", stream: s.n, lens: []int64{int64(len(dst))}})
+	return s.LazyStream.CopyDtoH(dst, src, off)
+}
+
+func (s *traceStream) CopyDtoD(dst gpu.Buffer, dstOff int64, src gpu.Buffer, srcOff, n int64) error {
+	s.d.log(op{name: "dtod", stream: s.n, lens: []int64{n}})
+	return s.LazyStream.CopyDtoD(dst, dstOff, src, srcOff, n)
+}
+
+func (s *traceStream) CopyDtoDBatch(copies []gpu.DtoDCopy) error {
+	o := op{name: "batch", stream: s.n}
+	for _, c := range copies {
+		o.lens = append(o.lens, c.N)
+	}
+	s.d.log(o)
+	return s.LazyStream.CopyDtoDBatch(copies)
+}
+
+func (s *traceStream) Memset(dst gpu.Buffer, off, n int64, v byte) error {
+	s.d.log(op{name: "memset", stream: s.n})
+	return s.LazyStream.Memset(dst, off, n, v)
+}
+
+func (s *traceStream) EvictCache() error {
+	s.d.log(op{name: "evict", stream: s.n})
+	return nil
+}
+
+func (s *traceStream) Record() (gpu.Event, error) {
+	ev, err := s.LazyStream.Record()
+	if err != nil {
+		return nil, err
+	}
+	return &traceEvent{Event: ev, d: s.d, id: s.d.log(op{name: "record", stream: s.n})}, nil
+}
+
+func (s *traceStream) WaitEvent(ev gpu.Event) error {
+	e := ev.(*traceEvent)
+	s.d.log(op{name: "wait", stream: s.n, ev: e.id})
+	return s.LazyStream.WaitEvent(e.Event)
+}
+
+func (s *traceStream) Sync() error {
+	s.d.log(op{name: "sync", stream: s.n})
+	return s.LazyStream.Sync()
+}
+
+func (s *traceStream) Close() error {
+	s.d.log(op{name: "close", stream: s.n})
+	return s.LazyStream.Close()
+}
+
+func (e *traceEvent) Since(start gpu.Event) (time.Duration, error) {
+	st := start.(*traceEvent)
+	e.d.log(op{name: "since", ev: e.id, start: st.id})
+	return e.Event.Since(st.Event)
+}
+
+// timedMove is one timed move found in a trace: the ops from its start
+// (the start event's record, or the first clock read) to its end (the
+// last end event's record, or the second clock read).
+type timedMove struct {
+	from, to int   // indices in the trace, both included
+	streams  []int // the lanes' streams, in the order their copies were queued
+	anyOrder bool  // lanes queued on goroutines of their own, in no set order
+}
+
+// copies is the move's signature: per lane, in queue order, its copy calls
+// and their lengths.
+func (m timedMove) copies(ops []op) string {
+	var lanes []string
+	for _, s := range m.streams {
+		var calls []string
+		for _, o := range ops[m.from : m.to+1] {
+			if o.stream == s && (o.name == "dtod" || o.name == "batch" || o.name == "htod" || o.name == "dtoh") {
+				calls = append(calls, fmt.Sprint(o.name, o.lens))
+			}
+		}
+		lanes = append(lanes, strings.Join(calls, " "))
+	}
+	if m.anyOrder {
+		slices.Sort(lanes)
+	}
+	return strings.Join(lanes, " | ")
+}
+
+// eventMoves finds the moves timed by events: each start event and the end
+// events timed against it.
+func eventMoves(t *testing.T, ops []op) []timedMove {
+	t.Helper()
+	at := map[int]int{} // event -> index of its record
+	for i, o := range ops {
+		if o.name == "record" {
+			at[o.ev] = i
+		}
+	}
+	ends := map[int][]int{}
+	var starts []int
+	for _, o := range ops {
+		if o.name == "since" {
+			if _, ok := ends[o.start]; !ok {
+				starts = append(starts, o.start)
+			}
+			ends[o.start] = append(ends[o.start], o.ev)
+		}
+	}
+	var out []timedMove
+	for _, s := range starts {
+		m := timedMove{from: at[s]}
+		for _, e := range ends[s] {
+			m.to = max(m.to, at[e])
+			m.streams = append(m.streams, ops[at[e]].stream)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// clockMoves finds the moves timed by the host clock: pairs of clock reads.
+func clockMoves(t *testing.T, ops []op) []timedMove {
+	t.Helper()
+	var reads []int
+	for i, o := range ops {
+		if o.name == "clock" {
+			reads = append(reads, i)
+		}
+	}
+	if len(reads)%2 != 0 {
+		t.Fatalf("%d clock reads: not start/stop pairs", len(reads))
+	}
+	var out []timedMove
+	for k := 0; k < len(reads); k += 2 {
+		m := timedMove{from: reads[k], to: reads[k+1], anyOrder: true}
+		for _, o := range ops[m.from:m.to] {
+			if (o.name == "dtod" || o.name == "batch" || o.name == "htod" || o.name == "dtoh") && !slices.Contains(m.streams, o.stream) {
+				m.streams = append(m.streams, o.stream)
+			}
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// sameCopies checks that the cell's timed moves and its ceilings' queue
+// the same copies: a move is the ceiling's when its streams were closed
+// before the cell's last move (a ceiling's lanes are its own, closed when
+// it is measured), the cell's when they are still open then.
+func sameCopies(t *testing.T, name string, ops []op, moves []timedMove) {
+	t.Helper()
+	last := moves[len(moves)-1].from
+	closed := map[int]bool{}
+	for _, o := range ops[:last] {
+		if o.name == "close" {
+			closed[o.stream] = true
+		}
+	}
+	cell, ceil := map[string]int{}, map[string]int{}
+	for _, m := range moves {
+		if closed[m.streams[0]] {
+			ceil[m.copies(ops)]++
+		} else {
+			cell[m.copies(ops)]++
+		}
+	}
+	if len(cell) == 0 || len(ceil) == 0 {
+		t.Fatalf("%s: %d kinds of cell moves, %d of ceiling moves", name, len(cell), len(ceil))
+	}
+	for sig := range cell {
+		if ceil[sig] == 0 {
+			t.Errorf("%s: the cell moves %q; no ceiling move does", name, sig)
+		}
+	}
+	for sig := range ceil {
+		if cell[sig] == 0 {
+			t.Errorf("%s: a ceiling moves %q; the cell never does", name, sig)
+		}
+	}
+}
+
+func runTraced(t *testing.T, d *traceDevice, cell string, size int64) []op {
+	t.Helper()
+	cfg := small(t)
+	cfg.Dev = d
+	cfg.now = func() time.Time {
+		d.log(op{name: "clock"})
+		return time.Now()
+	}
+	m := run(t, cfg, cell, size)
+	for _, o := range m.Outcomes {
+		if o.Err != nil {
+			t.Fatalf("%s: %v", o.Cell.Name(), o.Err)
+		}
+		for _, r := range o.Results {
+			for _, g := range r.Gates {
+				if !g.Pass && !timingGate(g.Name) {
+					t.Errorf("%s: %s: %s", o.Cell.Name(), g.Name, g.Reason)
+				}
+			}
+		}
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.ops)
+}
+
+var timedCells = []string{"hibernate/device", "partial/device", "restore-gate/device", "uneven/device"}
+
+// On CUDA a device-tier move is timed by events, and between its start
+// event and its last end event the host only queues copies: the eviction
+// comes before the start on the same stream, unwaited (the copies queue
+// behind it), every other lane waits for the start, every lane's copies
+// and end event are queued before any lane is waited for, and each lane
+// is then waited for once. The ceilings queue the same copies.
+func TestDeviceMovesTimeOnlyTheCopies(t *testing.T) {
+	for _, cell := range timedCells {
+		t.Run(strings.ReplaceAll(cell, "/", "_"), func(t *testing.T) {
+			d := newTraceDevice(true)
+			ops := runTraced(t, d, cell, 1<<20)
+			if n := len(clockMoves(t, ops)); n != 0 {
+				t.Fatalf("%d moves timed by the host clock; want none on CUDA's device tier", n)
+			}
+			moves := eventMoves(t, ops)
+			if len(moves) < 4 {
+				t.Fatalf("%d timed moves", len(moves))
+			}
+			lanes := 1
+			if strings.HasPrefix(cell, "uneven") {
+				lanes = len(shardShares)
+			}
+			for _, m := range moves {
+				checkEventMove(t, ops, m, lanes)
+			}
+			sameCopies(t, cell, ops, moves)
+		})
+	}
+}
+
+func checkEventMove(t *testing.T, ops []op, m timedMove, lanes int) {
+	t.Helper()
+	start := ops[m.from]
+	first := start.stream
+	if len(m.streams) != lanes {
+		t.Fatalf("move at op %d: %d lanes, want %d", m.from, len(m.streams), lanes)
+	}
+	if m.from == 0 || ops[m.from-1].name != "evict" || ops[m.from-1].stream != first {
+		t.Errorf("move at op %d: the op before its start event is %+v, not an eviction on its stream", m.from, ops[max(0, m.from-1)])
+	}
+	waited := map[int]bool{first: true}
+	copied := map[int]bool{}
+	for i, o := range ops[m.from+1 : m.to+1] {
+		switch o.name {
+		case "dtod", "batch":
+			if !waited[o.stream] {
+				t.Errorf("move at op %d: stream %d copies before it waits for the start event", m.from, o.stream)
+			}
+			copied[o.stream] = true
+		case "wait":
+			if o.ev != start.ev || o.stream == first {
+				t.Errorf("move at op %d: %+v", m.from, o)
+			}
+			waited[o.stream] = true
+		case "record":
+			if !copied[o.stream] {
+				t.Errorf("move at op %d: stream %d records its end before any copy", m.from, o.stream)
+			}
+		default:
+			t.Errorf("move at op %d: op %d inside the timed region: %+v", m.from, m.from+1+i, o)
+		}
+	}
+	// Then each lane is waited for once, before anything else runs on it.
+	for _, s := range m.streams {
+		for _, o := range ops[m.to+1:] {
+			if o.stream == s {
+				if o.name != "sync" {
+					t.Errorf("move at op %d: stream %d's first op after the move is %q, not its wait", m.from, s, o.name)
+				}
+				break
+			}
+		}
+	}
+}
+
+// Elsewhere (the CPU backend here) a move is timed by the host clock, from
+// after the eviction has been waited for to the last lane's wait: between
+// the two clock reads there are only the copies and one wait per lane,
+// nothing allocated, poisoned or evicted. The ceilings queue the same copies.
+func TestHostTimedMovesTimeOnlyTheCopies(t *testing.T) {
+	for _, cell := range append(timedCells, "partial/pinned", "uneven/pinned") {
+		t.Run(strings.ReplaceAll(cell, "/", "_"), func(t *testing.T) {
+			d := newTraceDevice(false)
+			ops := runTraced(t, d, cell, 1<<20)
+			if n := len(eventMoves(t, ops)); n != 0 {
+				t.Fatalf("%d moves timed by events on the CPU backend", n)
+			}
+			moves := clockMoves(t, ops)
+			if len(moves) < 4 {
+				t.Fatalf("%d timed moves", len(moves))
+			}
+			lanes := 1
+			if strings.HasPrefix(cell, "uneven") {
+				lanes = len(shardShares)
+			}
+			for _, m := range moves {
+				if len(m.streams) != lanes {
+					t.Fatalf("move at op %d: %d lanes, want %d", m.from, len(m.streams), lanes)
+				}
+				// The eviction was waited for before the clock started.
+				if m.from < 2 || ops[m.from-1].name != "sync" || ops[m.from-2].name != "evict" || ops[m.from-1].stream != ops[m.from-2].stream {
+					t.Errorf("move at op %d: not started right after a waited-for eviction: %+v", m.from, ops[max(0, m.from-2):m.from])
+				}
+				syncs := map[int]int{}
+				for i, o := range ops[m.from+1 : m.to] {
+					switch o.name {
+					case "dtod", "batch", "htod", "dtoh":
+						if syncs[o.stream] > 0 {
+							t.Errorf("move at op %d: stream %d copies after its wait", m.from, o.stream)
+						}
+					case "sync":
+						syncs[o.stream]++
+					default:
+						t.Errorf("move at op %d: op %d inside the timed region: %+v", m.from, m.from+1+i, o)
+					}
+				}
+				for _, s := range m.streams {
+					if syncs[s] != 1 {
+						t.Errorf("move at op %d: stream %d waited for %d times, want once", m.from, s, syncs[s])
+					}
+				}
+			}
+			sameCopies(t, cell, ops, moves)
+		})
+	}
+}
