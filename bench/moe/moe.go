@@ -51,6 +51,10 @@ const (
 	// name of its own, so that tables of "latency" show the measured
 	// batches and tables of "tune_latency" the candidates.
 	MoETuneLatency = "tune_latency"
+	// MoETuneGemm1 and MoETuneGemm2 are a candidate's GEMMs timed alone
+	// (CUDA), from which the tuner's split candidate is built.
+	MoETuneGemm1 = "tune_gemm1"
+	MoETuneGemm2 = "tune_gemm2"
 	// TuneStaticNote starts the warning of tune moe's chosen candidate
 	// that names the static table's pick for its batch.
 	TuneStaticNote = "static table: "
@@ -602,6 +606,11 @@ func tuneResult(opt MoEOptions, local moe.Shape, m int, o TuneOutcome) results.R
 	}
 	// Candidates are the tuner's exploration, context for the measured batch.
 	r := results.Result{Name: MoETuneResult, Params: p, Role: results.RoleContext, Metrics: []results.Metric{lat, rel}}
+	if len(o.Gemm1) > 0 && len(o.Gemm2) > 0 {
+		r.Metrics = append(r.Metrics,
+			results.Metric{Name: MoETuneGemm1, Unit: "µs", Better: results.LowerIsBetter, Samples: o.Gemm1},
+			results.Metric{Name: MoETuneGemm2, Unit: "µs", Better: results.LowerIsBetter, Samples: o.Gemm2})
+	}
 	if o.Reject != "" {
 		r.Warnings = append(r.Warnings, "rejected: "+o.Reject)
 	}

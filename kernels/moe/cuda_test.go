@@ -214,6 +214,9 @@ func TestCUDAForward(t *testing.T) {
 		row{name: "qwen3-30b wg:128x256s4 M=3000", shape: qwen, m: 3000, c: wgTable["128x256s4"]},
 		row{name: "odd wg:64x128s4 zipf M=2000", shape: odd, m: 2000, c: wgTable["64x128s4"], routing: "zipf:1.2"},
 		row{name: "qwen3-30b wg:128x128s6 ep4 M=1500", shape: qwen, m: 1500, c: wgTable["128x128s6"], ep: 4},
+		// Split configurations: gemm2 on its own alignment (blocks 8 and 32, 16 and 64).
+		row{name: "odd split skinny+tc M=77", shape: odd, m: 77, c: Split(Config{Kernel: "skinny", NT: 1}, tcTable["32x128k64s3b3"])},
+		row{name: "qwen3-30b split tc16+wg M=3000", shape: qwen, m: 3000, c: Split(tcTable["16x256k128s3w8"], wgTable["64x256s4pp"])},
 	)
 	tests = append(tests,
 		row{name: "qwen3-30b zipf M=512", shape: qwen, m: 512, routing: "zipf:1.2"},
