@@ -82,8 +82,11 @@ type MoEOptions struct {
 	// Rounds repeats the whole sweep (see Rounds; 0 or 1: once); the
 	// ceilings are measured once, in the first.
 	Rounds int
-	Seed   uint64 // weights, inputs and routing
-	Config moe.Config
+	// tunedInRound are the configurations --tune chose in the first round;
+	// later rounds run them without tuning again.
+	tunedInRound map[int]BatchConfig
+	Seed         uint64 // weights, inputs and routing
+	Config       moe.Config
 	// Without Config (CUDA): each batch's configuration comes from the
 	// tuned file for the local shape and device, found by ConfigLookup (nil:
 	// moe.DefaultTunedLookup, the user's folder then the shipped files),
@@ -318,6 +321,10 @@ func RunMoE(ctx context.Context, dev gpu.Device, opt MoEOptions) (*MoEReport, er
 		}
 		// Every round divides by the same ceilings, measured in the first.
 		opt.Ceilings = r.Ceilings
+		if opt.Tune {
+			// Later rounds measure what the first round's tuning chose.
+			opt.Tune, opt.tunedInRound = false, tunedConfigs(r.Results)
+		}
 		return r.Results, err
 	})
 	if rep == nil || (err != nil && ctx.Err() == nil) {
@@ -325,6 +332,22 @@ func RunMoE(ctx context.Context, dev gpu.Device, opt MoEOptions) (*MoEReport, er
 	}
 	rep.Results, rep.Rounds = joined, done
 	return rep, err
+}
+
+// tunedConfigs are the configurations of a tuned round's batch results.
+func tunedConfigs(rs []results.Result) map[int]BatchConfig {
+	out := map[int]BatchConfig{}
+	for _, r := range rs {
+		if r.Name != MoEResult || r.Params[MoEConfigSourceParam] != "--tune" {
+			continue
+		}
+		m, err1 := strconv.Atoi(r.Params["batch"])
+		c, err2 := moe.ParseConfig(r.Params[MoEConfigParam])
+		if err1 == nil && err2 == nil {
+			out[m] = BatchConfig{Config: c, Source: "--tune"}
+		}
+	}
+	return out
 }
 
 // defaultBatches is the sweep without --batch.
@@ -412,8 +435,8 @@ func runMoERound(ctx context.Context, dev gpu.Device, opt MoEOptions) (*MoERepor
 	rep.Routing = opt.buildRouting(maxM)
 	xAll := moe.RandomInput(maxM, local.H, opt.Seed+1)
 
-	var configs map[int]BatchConfig
-	if onGPU && !opt.Tune {
+	configs := opt.tunedInRound
+	if onGPU && !opt.Tune && configs == nil {
 		var warns []string
 		configs, warns, err = ResolveMoEConfigs(local, info, opt.Batches, opt)
 		rep.Warnings = append(rep.Warnings, warns...)

@@ -14,6 +14,7 @@ import (
 	"github.com/mstar-dev/mstar/kernels/moe"
 	"github.com/mstar-dev/mstar/kernels/routing"
 	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 // fakeCandidates stand in for kernels: "auto" is the CPU's correct forward
@@ -404,5 +405,20 @@ func TestTuneTriesSplit(t *testing.T) {
 		if !split.Chosen || split.Median() != 30.01 {
 			t.Errorf("split: chosen %v, median %v; want chosen at 30.01 µs (10 + 15 + 5, the third of 3 samples)", split.Chosen, split.Median())
 		}
+	}
+}
+
+// Rounds after a tuned first round run its choices: tunedConfigs reads them
+// back from the round's batch results, and only tuned ones.
+func TestTunedConfigsFromRound(t *testing.T) {
+	split := moe.Split(moe.Config{Kernel: "skinny", NT: 1}, moe.Config{Kernel: "skinny", NT: 2})
+	rs := []results.Result{
+		{Name: MoEResult, Params: map[string]string{"batch": "16", MoEConfigParam: split.String(), MoEConfigSourceParam: "--tune"}},
+		{Name: MoEResult, Params: map[string]string{"batch": "32", MoEConfigParam: "skinny:nt=1", MoEConfigSourceParam: "static"}},
+		{Name: MoETuneResult, Params: map[string]string{"batch": "64", MoEConfigParam: "skinny:nt=4", MoEConfigSourceParam: "--tune"}},
+	}
+	got := tunedConfigs(rs)
+	if len(got) != 1 || got[16].Config.String() != split.String() || got[16].Source != "--tune" {
+		t.Errorf("tunedConfigs = %+v, want batch 16's split from --tune only", got)
 	}
 }
