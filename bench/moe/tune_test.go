@@ -306,12 +306,13 @@ func TestBenchPicksShippedFile(t *testing.T) {
 		t.Errorf("other device: %+v, %q", bc, warns)
 	}
 	// A Hopper without a tuned file: the static table for its architecture
-	// (the wg kernel from 128 slots per touched expert: M=2048 here).
+	// (the wg kernel from 128 slots per touched expert: M=2048 here; 16-row
+	// tc tiles up to 8: M=64 here).
 	configs, _, _ = ResolveMoEConfigs(shape, gpu.Info{Name: "NVIDIA H100 80GB HBM3", CCMajor: 9}, []int{64, 2048}, MoEOptions{})
 	if bc := configs[2048]; bc.Source != "static" || bc.Config.Kernel != "wg" {
 		t.Errorf("Hopper M=2048 without a file: %+v", bc)
 	}
-	if bc := configs[64]; bc.Config != moe.ChooseConfig(shape, 64) {
+	if bc := configs[64]; bc.Config != moe.ChooseConfigOn(moe.Hopper, shape, 64) || bc.Config.BM != 16 {
 		t.Errorf("Hopper M=64 without a file: %+v", bc)
 	}
 }

@@ -610,10 +610,19 @@ const Hopper = 90
 // (major*10+minor; 0 when unknown). On Hopper, from 128 slots per touched
 // expert, the wg kernel with 128×256 ping-pong tiles: in the H200 tuning of
 // the four reference shapes it won all 8 such batches, 1.21–1.36× faster
-// than the tc pick (kernels/moe/configs, kernels/moe/NOTES.md).
+// than the tc pick. Up to 8 slots per expert, from 32 slots in all, the tc
+// kernel with 16×256×128 tiles (8 warps, the prologue overlapped): in the
+// 2026-12-02 H200 tuning it won or tied every such batch of the four
+// shapes, 1–27% faster than the decode kernel (kernels/moe/configs,
+// kernels/moe/NOTES.md v10); below 32 slots the decode kernel's grid is
+// larger and it is within 6% or ahead.
 func ChooseConfigOn(cc int, s Shape, m int) Config {
-	if cc == Hopper && perExpert(s, m) >= 128 {
-		if c := wgTable["64x256s4pp"]; CheckConfigShape(c, s, m) == nil {
+	if cc == Hopper {
+		per := perExpert(s, m)
+		if c := wgTable["64x256s4pp"]; per >= 128 && CheckConfigShape(c, s, m) == nil {
+			return c
+		}
+		if c := tcTable["16x256k128s3w8ov"]; per <= 8 && m*s.K >= 32 && CheckConfigShape(c, s, m) == nil {
 			return c
 		}
 	}

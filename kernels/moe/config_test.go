@@ -123,8 +123,9 @@ func TestTuneFilter(t *testing.T) {
 }
 
 // On Hopper the static table picks the wg kernel from 128 slots per touched
-// expert (where the H200 tuning chose it in every batch of the reference
-// shapes); below that, and on every other GPU, the portable table.
+// expert and 16-row tc tiles up to 8 from 32 slots (where the H200 tuning
+// chose them in the reference shapes); elsewhere, and on every other GPU,
+// the portable table.
 func TestChooseConfigOnHopper(t *testing.T) {
 	shapes := map[string]Shape{
 		"qwen3-30b-a3b":   {E: 128, K: 8, H: 2048, I: 768},
@@ -133,7 +134,7 @@ func TestChooseConfigOnHopper(t *testing.T) {
 		"mixtral-8x7b":    {E: 8, K: 2, H: 4096, I: 14336},
 	}
 	for name, s := range shapes {
-		for _, m := range []int{1, 16, 64, 256, 512, 1024, 2048, 4096} {
+		for _, m := range []int{1, 2, 4, 16, 64, 256, 512, 1024, 2048, 4096} {
 			hopper, other := ChooseConfigOn(Hopper, s, m), ChooseConfigOn(80, s, m)
 			if other != ChooseConfig(s, m) {
 				t.Errorf("%s M=%d: sm_80 picks %v, not the portable %v", name, m, other, ChooseConfig(s, m))
@@ -144,6 +145,10 @@ func TestChooseConfigOnHopper(t *testing.T) {
 			}
 			if wantWG && hopper.String() != "wg:nc=2,bn=256,stages=4,gm=8,pp=1" {
 				t.Errorf("%s M=%d: Hopper picks %v", name, m, hopper)
+			}
+			want16 := perExpert(s, m) <= 8 && m*s.K >= 32
+			if got := hopper.Kernel == "tc" && hopper.BM == 16; got != want16 {
+				t.Errorf("%s M=%d (%.1f slots per expert, %d in all): Hopper picks %v", name, m, perExpert(s, m), m*s.K, hopper)
 			}
 		}
 	}
