@@ -77,10 +77,14 @@ candidate configuration that applies at that many tokens per expert (decode
 kernels, 16- to 256-token tiles of the tiled and tc families) runs once on
 poisoned buffers and is checked against the reference as above — a wrong
 configuration is rejected with the reason and never picked — the others are
-timed (--tune-samples each), and the batch is measured with the fastest.
+timed (--tune-samples each, and on CUDA each GEMM alone too), then the split
+configuration of the fastest gemm1 and the fastest gemm2 (GEMM1+GEMM2) is
+checked and timed the same way, and the batch is measured with the fastest.
+With --rounds above 1 the first round tunes; later rounds measure its picks.
 The batch's result then has a "config" param naming it and a warning listing
 what it was chosen over, and every candidate gets a "moe_tune" result (its
-tune_latency samples, or why it was rejected, and its rel_l2):
+tune_latency samples, or why it was rejected, its rel_l2, and on CUDA
+tune_gemm1 and tune_gemm2):
   mstar report show --params batch,config --metrics latency,pct_floor tuned.json
   mstar report show --params batch,config --metrics tune_latency,rel_l2 tuned.json
 
@@ -346,7 +350,7 @@ Models:
 	f.IntVar(&samples, "samples", 0, "timed samples per batch and round (0: 20 on CUDA, 6 on the CPU)")
 	f.IntVar(&rounds, "rounds", bench.DefaultRounds, "repeat the whole sweep this many times, interleaved, so that 'report diff' sees the noise between rounds")
 	f.Uint64Var(&seed, "seed", 1, "seed of weights, inputs and routing")
-	f.StringVar(&config, "config", "auto", "kernels: auto, skinny:nt=1|2|4, tiled:NAME|bm=…,bn=…,bk=…,wm=…,wn=…,stages=…, tc:NAME|bm=…,…,gm=…,minb=…, or (Hopper) wg:nc=1|2,bn=…,stages=…,gm=…[,pp=1]")
+	f.StringVar(&config, "config", "auto", "kernels: auto, skinny:nt=1|2|4, tiled:NAME|bm=…,bn=…,bk=…,wm=…,wn=…,stages=…, tc:NAME|bm=…,…,gm=…,minb=…, (Hopper) wg:nc=1|2,bn=…,stages=…,gm=…[,pp=1], or GEMM1+GEMM2, each GEMM its own")
 	f.BoolVar(&tune, "tune", false, "CUDA: per batch, check and time every candidate configuration and measure with the fastest correct one")
 	f.BoolVar(&stages, "stages", false, "also time each stage of the pass (align, gemm1, gemm2, combine), each GEMM against its own floor")
 	f.IntVar(&tuneSamples, "tune-samples", 6, "timed samples per candidate under --tune (6, also for 0: the fewest that give a 95% interval)")
