@@ -2,6 +2,7 @@ package results
 
 import (
 	"bytes"
+	"compress/gzip"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -117,7 +118,7 @@ func WriteFileAtomic(path string, b []byte) error {
 }
 
 // ReadFile reads a results document in either form, a whole JSON document or
-// an NDJSON stream (see StreamWriter), and validates it. Input that starts
+// an NDJSON stream (see StreamWriter), plain or gzipped, and validates it. Input that starts
 // with a NUL byte, or is larger than limits.MaxInput ($MSTAR_MAX_INPUT,
 // default 256 MiB), is refused.
 func ReadFile(path string) (*Document, error) {
@@ -142,12 +143,26 @@ func Read(r io.Reader, name string) (*Document, error) {
 	return parse(b, name)
 }
 
-var utf8BOM = []byte("\xef\xbb\xbf")
+var (
+	utf8BOM   = []byte("\xef\xbb\xbf")
+	gzipMagic = []byte{0x1f, 0x8b}
+)
 
 // parse decides the form from the bytes alone (never from a content type or
 // charset): a stream's first line is a complete JSON object whose "record"
 // is "header"; anything else is read as one JSON document.
 func parse(b []byte, name string) (*Document, error) {
+	if bytes.HasPrefix(b, gzipMagic) {
+		// Committed measurements are kept gzipped; the limit holds for
+		// what they expand to (a small file can expand without bound).
+		zr, err := gzip.NewReader(bytes.NewReader(b))
+		if err == nil {
+			b, err = limits.ReadAll(zr, true)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading %s: gzip: %w", name, err)
+		}
+	}
 	b = bytes.TrimPrefix(b, utf8BOM)
 	if len(bytes.TrimSpace(b)) == 0 {
 		return nil, fmt.Errorf("reading %s: empty file", name)

@@ -2,6 +2,7 @@ package results
 
 import (
 	"bytes"
+	"compress/gzip"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -153,5 +154,37 @@ func TestReadBOMAndCRLF(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, d) {
 		t.Errorf("BOM/CRLF document read differently")
+	}
+}
+
+// A gzipped document reads like the plain one; a corrupt gzip stream and one
+// that expands past the input limit are refused.
+func TestReadGzipped(t *testing.T) {
+	dir := t.TempDir()
+	plain := filepath.Join(dir, "doc.json")
+	d := fixture("gpu-a", 1)
+	if err := WriteFile(plain, d); err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := os.ReadFile(plain)
+	var z bytes.Buffer
+	zw := gzip.NewWriter(&z)
+	zw.Write(raw)
+	zw.Close()
+	gz := filepath.Join(dir, "doc.json.gz")
+	os.WriteFile(gz, z.Bytes(), 0o644)
+	got, err := ReadFile(gz)
+	if err != nil || !reflect.DeepEqual(got, d) {
+		t.Fatalf("ReadFile(gz) = %+v, %v; want the plain document", got, err)
+	}
+	bad := append(append([]byte{}, z.Bytes()[:len(z.Bytes())/2]...), 0xff, 0xff)
+	os.WriteFile(gz, bad, 0o644)
+	if _, err := ReadFile(gz); err == nil || !strings.Contains(err.Error(), "gzip") {
+		t.Errorf("torn gzip: %v, want a gzip error", err)
+	}
+	t.Setenv("MSTAR_MAX_INPUT", "64")
+	os.WriteFile(gz, z.Bytes(), 0o644)
+	if _, err := ReadFile(gz); err == nil {
+		t.Errorf("a gzip expanding past MSTAR_MAX_INPUT=64 was read")
 	}
 }
