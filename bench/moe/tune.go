@@ -189,7 +189,7 @@ func (r *gpuCandidateRun) Time(samples int) ([]float64, error) {
 }
 
 func (r *gpuCandidateRun) TimeGEMMs(samples int) (gemm1, gemm2 []float64, err error) {
-	st, err := r.a.g.TimeStages(r.p, r.a.r, samples)
+	st, err := r.a.g.Stages(r.p, r.a.r, samples)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -156,7 +156,7 @@ func (g *Runner) Run(ctx context.Context, x []float32, r routing.Routing, sample
 		if err := ctx.Err(); err != nil {
 			return Pass{}, err
 		}
-		if res.Stages, err = g.TimeStages(p, r, samples); err != nil {
+		if res.Stages, err = g.Stages(p, r, samples); err != nil {
 			return Pass{}, err
 		}
 	}
@@ -212,9 +212,9 @@ func (g *Runner) Time(p *Plan, r routing.Routing, samples int) ([]float64, strin
 	return us, fmt.Sprintf("%v, %d calls per graph, %d weight copies", p.Config, calls, n), nil
 }
 
-// TimeStages times each stage of plan p alone (Plan.TimeStages) over the
+// Stages times each stage of plan p alone (Plan.TimeStages) over the
 // batch's weight rotation; run it after a pass of p.
-func (g *Runner) TimeStages(p *Plan, r routing.Routing, samples int) ([]StageTime, error) {
+func (g *Runner) Stages(p *Plan, r routing.Routing, samples int) ([]StageTime, error) {
 	var st []StageTime
 	_, _, _, err := g.timeWith(p, r, func(copies []*DeviceWeights) ([]float64, int, error) {
 		var err error
