@@ -9,10 +9,13 @@
 #              RUNS=2 per call)
 #   aa-arena   A/A pairs of arena sweep --mode copy --max-size 64MiB (#12: 9 of 10)
 #   devices    --devices 0 / --replicate / --shard on one GPU, bench p2p refusing (#16)
+#   moe-table  bench moe --peers --rounds 1 of the four shapes × 13 batches with
+#              the shipped tuned files, triton-ref in the same call (#11's table;
+#              ~9 min: give it a call of its own; needs .dev/peers/triton_moe_ref.py)
 # Build here: make gpu-bins (strip with -ldflags='-s -w' to carry under 64 MiB).
 # There:  OUT=/dir scripts/accept-h200.sh STEP [PAIRS]; everything lands in $OUT/STEP.
 set -u
-step=${1:?usage: $0 tests|spill256|spill1g|aa-arena|devices [PAIRS]}
+step=${1:?usage: $0 tests|spill256|spill1g|aa-arena|devices|moe-table [PAIRS]}
 OUT=${OUT:?set OUT}
 HERE=$(cd "$(dirname "$0")" && pwd)
 BIN=${MSTAR_BIN:-bin}
@@ -50,6 +53,15 @@ devices)
 		echo "bench p2p on one GPU: exit $? (2 expected)"
 	} >"$dir/devices.log" 2>&1
 	grep -E 'exit|GPU' "$dir/devices.log" | tee "$dir/summary.txt"
+	;;
+moe-table)
+	peer=${TRITON_PEER:-.dev/peers/triton_moe_ref.py}
+	for mdl in "qwen3-30b-a3b" "deepseek-v3 --tp 8" "qwen3-235b-a22b" "mixtral-8x7b"; do
+		n=${mdl%% *}
+		"$BIN/mstar" bench moe --model $mdl --rounds 1 --peers --triton-peer "$peer" --device cuda:0 \
+			--out "$dir/peers-$n.json" >"$dir/peers-$n.txt" 2>&1
+		echo "bench moe --peers $mdl: exit $?" | tee -a "$dir/summary.txt"
+	done
 	;;
 *)
 	echo "$0: unknown step $step" >&2

@@ -466,7 +466,7 @@ func ParseConfig(s string) (Config, error) {
 			return Config{}, err
 		}
 		if g1.Kernel == "" || g2.Kernel == "" {
-			return Config{}, fmt.Errorf("bad config %q: a split configuration GEMM1+GEMM2 names both (auto cannot be one half)", s)
+			return Config{}, fmt.Errorf("bad config %q: a split configuration GEMM1+GEMM2 needs both halves (an empty or auto half is not a configuration)", s)
 		}
 		c := Split(g1, g2)
 		return c, c.Validate()
