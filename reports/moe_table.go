@@ -149,6 +149,13 @@ func moeTable(w io.Writer, d *Document) error {
 		}
 		fmt.Fprintf(w, "#\n# M=%s tuned (static table: %s):\n", b.Params["batch"], static)
 		for _, c := range cands {
+			// A split configuration is two halves: the first on a line
+			// of its own, so that the rows keep within 100 columns.
+			name := c.Params["config"]
+			if a, b, ok := strings.Cut(name, "+"); ok && len(name) > 58 {
+				fmt.Fprintf(w, "#   %s +\n", a)
+				name = "  " + b
+			}
 			reject, chosen := "", false
 			for _, warn := range c.Warnings {
 				if r, ok := strings.CutPrefix(warn, "rejected: "); ok {
@@ -157,7 +164,7 @@ func moeTable(w io.Writer, d *Document) error {
 				chosen = chosen || strings.HasPrefix(warn, "chosen: ")
 			}
 			if reject != "" {
-				fmt.Fprintf(w, "#   %-58s rejected: %s\n", c.Params["config"], reject)
+				fmt.Fprintf(w, "#   %-58s rejected: %s\n", name, reject)
 				continue
 			}
 			mark := ""
@@ -168,7 +175,7 @@ func moeTable(w io.Writer, d *Document) error {
 			if m := c.Metric("rel_l2"); m != nil && m.Measured() {
 				rel = m.Samples[0]
 			}
-			fmt.Fprintf(w, "#   %-58s %9.1f us  rel_l2 %.2g%s\n", c.Params["config"], medianOf(&c, "tune_latency"), rel, mark)
+			fmt.Fprintf(w, "#   %-58s %9.1f us  rel_l2 %.2g%s\n", name, medianOf(&c, "tune_latency"), rel, mark)
 		}
 	}
 	if peered {

@@ -171,8 +171,10 @@ func tuneRows(w io.Writer, cands []Result, batches []string) {
 			none = append(none, b)
 		}
 	}
+	// Configurations are long (a split one ~120 characters): the table has
+	// the numbers, and each batch's configurations follow it, wrapped.
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	io.WriteString(tw, "#\tbatch\tchosen\tus\tstatic table\tus\tcandidates\trejected\t\n")
+	io.WriteString(tw, "#\tbatch\tchosen us\tstatic us\tspeedup\tcandidates\trejected\t\n")
 	for _, b := range append(append([]string{}, tunedBatches...), none...) {
 		outs := byBatch[b]
 		rejected := 0
@@ -183,18 +185,29 @@ func tuneRows(w io.Writer, cands []Result, batches []string) {
 		}
 		c := chosen[b]
 		if c == nil {
-			fmt.Fprintf(tw, "\t%s\tnone passed\t-\t\t\t%d\t%d\t\n", b, len(outs), rejected)
+			fmt.Fprintf(tw, "\t%s\tnone passed\t-\t-\t%d\t%d\t\n", b, len(outs), rejected)
 			continue
 		}
-		staticUS := "-"
+		staticUS, speedup := "-", "-"
 		for _, o := range outs {
 			if o.config == c.static && o.latencyUS != 0 {
 				staticUS = fmt.Sprintf("%.1f", o.latencyUS)
+				speedup = fmt.Sprintf("%.2f×", o.latencyUS/c.latencyUS)
 			}
 		}
-		fmt.Fprintf(tw, "\t%s\t%s\t%.1f\t%s\t%s\t%d\t%d\t\n", b, c.config, c.latencyUS, c.static, staticUS, len(outs), rejected)
+		fmt.Fprintf(tw, "\t%s\t%.1f\t%s\t%s\t%d\t%d\t\n", b, c.latencyUS, staticUS, speedup, len(outs), rejected)
 	}
 	tw.Flush()
+	for _, b := range tunedBatches {
+		c := chosen[b]
+		line := fmt.Sprintf("# M=%s chosen %s", b, strings.ReplaceAll(c.config, "+", " + "))
+		if c.static != "" && c.static != c.config {
+			line += "; static table " + strings.ReplaceAll(c.static, "+", " + ")
+		} else if c.static != "" {
+			line += " (the static table's pick)"
+		}
+		fmt.Fprintln(w, wrap(line, 100, "#     "))
+	}
 	for _, b := range tunedBatches {
 		for _, c := range byBatch[b] {
 			if c.reject != "" {

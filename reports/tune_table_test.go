@@ -46,15 +46,35 @@ func TestTuneTable(t *testing.T) {
 		"# mstar tune moe: m1 (tp 2, ep 1) on cuda:0 (H200): E=8 N=32 K=64 topk=2 bf16 on H200\n",
 		"# file /c/x.json (kernels moe.cu-1)\n",
 		"# warning: two\n#   lines\n",
-		"1      wg/64        11.0  tc/32         20.0  3           1",
-		"16     wg/64        30.0  tc/64         -     1           0",
-		"8      none passed  -",
+		"1      11.0         20.0       1.82×    3           1",
+		"16     30.0         -          -        1           0",
+		"8      none passed  -          -        1           1",
+		"# M=1 chosen wg/64; static table tc/32\n",
+		"# M=16 chosen wg/64; static table tc/64\n",
 		"# M=1 rejected sk/16: rel_l2 0.5 over 0.01\n",
 		"threshold 7%",
 		"moe/batch=1",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("tune table lacks %q:\n%s", want, out)
+		}
+	}
+	// A split configuration (~120 characters) wraps at its halves: the
+	// table and the configuration lines fit 100 columns.
+	split := "tc:bm=32,bn=256,bk=128,wm=1,wn=8,stages=3,gm=8,minb=1+tc:bm=32,bn=256,bk=64,wm=1,wn=4,stages=3,gm=8,minb=1,ov=1"
+	d.Results = append(d.Results, cand("512", split, []float64{700}, "chosen: the fastest candidate that passed", "static table: tc:bm=32,bn=256,bk=64,wm=1,wn=4,stages=3,gm=8,minb=1"))
+	b.Reset()
+	if err := RunTable(&b, d); err != nil {
+		t.Fatal(err)
+	}
+	wide := b.String()
+	if !strings.Contains(wide, "# M=512 chosen tc:bm=32,bn=256,bk=128,wm=1,wn=8,stages=3,gm=8,minb=1 +\n#     tc:bm=32,bn=256,bk=64") {
+		t.Errorf("the split configuration is not wrapped at its halves:\n%s", wide)
+	}
+	head, _, _ := strings.Cut(wide, "# tuned file (new)")
+	for _, l := range strings.Split(head, "\n") {
+		if n := len([]rune(l)); n > 100 {
+			t.Errorf("line of %d columns: %q", n, l)
 		}
 	}
 	if strings.Contains(out, "interrupted") || strings.Contains(out, "M=8 rejected") {
