@@ -152,7 +152,7 @@ func moeTable(w io.Writer, d *Document) error {
 			// A split configuration is two halves: the first on a line
 			// of its own, so that the rows keep within 100 columns.
 			name := c.Params["config"]
-			if a, b, ok := strings.Cut(name, "+"); ok && len(name) > 58 {
+			if a, b, ok := strings.Cut(name, "+"); ok && len(name) > tuneConfigWidth {
 				fmt.Fprintf(w, "#   %s +\n", a)
 				name = "  " + b
 			}
@@ -164,7 +164,7 @@ func moeTable(w io.Writer, d *Document) error {
 				chosen = chosen || strings.HasPrefix(warn, "chosen: ")
 			}
 			if reject != "" {
-				fmt.Fprintf(w, "#   %-58s rejected: %s\n", name, reject)
+				fmt.Fprintf(w, "#   %-*s rejected: %s\n", tuneConfigWidth, name, reject)
 				continue
 			}
 			mark := ""
@@ -175,7 +175,7 @@ func moeTable(w io.Writer, d *Document) error {
 			if m := c.Metric("rel_l2"); m != nil && m.Measured() {
 				rel = m.Samples[0]
 			}
-			fmt.Fprintf(w, "#   %-58s %9.1f us  rel_l2 %.2g%s\n", name, medianOf(&c, "tune_latency"), rel, mark)
+			fmt.Fprintf(w, "#   %-*s %9.1f us  rel_l2 %.2g%s\n", tuneConfigWidth, name, medianOf(&c, "tune_latency"), rel, mark)
 		}
 	}
 	if peered {
@@ -184,6 +184,10 @@ func moeTable(w io.Writer, d *Document) error {
 	}
 	return nil
 }
+
+// tuneConfigWidth is the column of a candidate's configuration in the
+// tuned batches' lists (a plain tc configuration fits).
+const tuneConfigWidth = 58
 
 func gateNamed(r *Result, name string) *Gate {
 	for i := range r.Gates {

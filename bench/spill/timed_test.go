@@ -301,6 +301,15 @@ func runTraced(t *testing.T, d *traceDevice, cell string, size int64) []op {
 
 var timedCells = []string{"hibernate/device", "partial/device", "restore-gate/device", "uneven/device"}
 
+// cellLanes is how many lanes a cell moves at once: one per shard for
+// uneven, else one.
+func cellLanes(cell string) int {
+	if strings.HasPrefix(cell, "uneven") {
+		return len(shardShares)
+	}
+	return 1
+}
+
 // On CUDA a device-tier move is timed by events, and between its start
 // event and its last end event the host only queues copies: the eviction
 // comes before the start on the same stream, unwaited (the copies queue
@@ -319,10 +328,7 @@ func TestDeviceMovesTimeOnlyTheCopies(t *testing.T) {
 			if len(moves) < 4 {
 				t.Fatalf("%d timed moves", len(moves))
 			}
-			lanes := 1
-			if strings.HasPrefix(cell, "uneven") {
-				lanes = len(shardShares)
-			}
+			lanes := cellLanes(cell)
 			for _, m := range moves {
 				checkEventMove(t, ops, m, lanes)
 			}
@@ -392,10 +398,7 @@ func TestHostTimedMovesTimeOnlyTheCopies(t *testing.T) {
 			if len(moves) < 4 {
 				t.Fatalf("%d timed moves", len(moves))
 			}
-			lanes := 1
-			if strings.HasPrefix(cell, "uneven") {
-				lanes = len(shardShares)
-			}
+			lanes := cellLanes(cell)
 			for _, m := range moves {
 				if len(m.streams) != lanes {
 					t.Fatalf("move at op %d: %d lanes, want %d", m.from, len(m.streams), lanes)

@@ -649,9 +649,9 @@ func chooseConfig(s Shape, m int) Config {
 
 // Candidates are the configurations the tuner tries for a shape and batch:
 // ChooseConfig's pick first, then the ones that can win at this many slots
-// per touched expert (decode kernels up to ~12, 16-token tiles up to ~24, 32-token tiles from
-// ~3 to ~64, 64-token tiles from ~16, 128- and 256-token tiles from ~48),
-// each once.
+// per touched expert (decode kernels up to ~12, 16-token tiles up to ~24,
+// 32-token tiles from ~3 to ~64, 64-token tiles from ~16, 128- and
+// 256-token tiles from ~48), each once.
 func Candidates(s Shape, m int) []Config {
 	per := perExpert(s, m)
 	touched := max(1, min(s.E, m*s.K))
