@@ -18,6 +18,12 @@ import (
 type Config struct {
 	Kernel string // "skinny", "tiled", "tc" or "wg" (Hopper)
 	NT     int    // skinny: 1, 2 or 4
+	// FC (skinny): 1 fuses the combine into gemm2 (its last block per
+	// output-column tile sums the tokens' rows), one launch less.
+	FC int
+	// SA (skinny): 1 fuses the alignment into gemm1 (each block sorts the
+	// slots itself; at most 64), one launch less.
+	SA int
 	// W1, W2: skinny warps per block (split-K) of gemm1 and gemm2: 4, or 16
 	// with NT 1 (0 means 4).
 	W1, W2                     int
@@ -189,10 +195,17 @@ func (c Config) String() string {
 	case "":
 		return "auto"
 	case "skinny":
+		s := fmt.Sprintf("skinny:nt=%d", c.NT)
 		if warpsOr4(c.W1) != 4 || warpsOr4(c.W2) != 4 {
-			return fmt.Sprintf("skinny:nt=%d,w1=%d,w2=%d", c.NT, warpsOr4(c.W1), warpsOr4(c.W2))
+			s = fmt.Sprintf("skinny:nt=%d,w1=%d,w2=%d", c.NT, warpsOr4(c.W1), warpsOr4(c.W2))
 		}
-		return fmt.Sprintf("skinny:nt=%d", c.NT)
+		if c.FC != 0 {
+			s += ",fc=1"
+		}
+		if c.SA != 0 {
+			s += ",sa=1"
+		}
+		return s
 	case "tc":
 		// Always the full spelling: a tuned result names exactly what ran,
 		// and ParseConfig reads it back.
@@ -315,7 +328,15 @@ func (c Config) tcEntry() string {
 func (c Config) kernelNames() (g1, g2 string) {
 	switch c.Kernel {
 	case "skinny":
-		return fmt.Sprintf("moe_gemm1_skinny_nt%d_w%d", c.NT, warpsOr4(c.W1)), fmt.Sprintf("moe_gemm2_skinny_nt%d_w%d", c.NT, warpsOr4(c.W2))
+		g1 := fmt.Sprintf("moe_gemm1_skinny_nt%d_w%d", c.NT, warpsOr4(c.W1))
+		g2 := fmt.Sprintf("moe_gemm2_skinny_nt%d_w%d", c.NT, warpsOr4(c.W2))
+		if c.SA != 0 {
+			g1 += "_sa"
+		}
+		if c.FC != 0 {
+			g2 += "_fc"
+		}
+		return g1, g2
 	case "tc":
 		return "moe_gemm1_tc_" + c.tcID(), "moe_gemm2_tc_" + c.tcID()
 	case "wg":
@@ -323,6 +344,10 @@ func (c Config) kernelNames() (g1, g2 string) {
 	}
 	return "moe_gemm1_tiled_" + c.Tile, "moe_gemm2_tiled_" + c.Tile
 }
+
+// selfAlignSlots is the most slots a self-aligning gemm1 (skinny sa=1)
+// sorts: one thread a slot, 64-entry shared arrays (moe.cu).
+const selfAlignSlots = 64
 
 // maxBlockShared is the shared memory one block may have on sm_80/sm_90.
 const maxBlockShared = 227 * 1024
@@ -352,6 +377,9 @@ func (c Config) Validate() error {
 			if w != 4 && !(w == 16 && c.NT == 1) {
 				return fmt.Errorf("config %v: skinny warps must be 4, or 16 with nt=1", c)
 			}
+		}
+		if c.FC != 0 && c.FC != 1 || c.SA != 0 && c.SA != 1 {
+			return fmt.Errorf("config %v: fc and sa must be 0 or 1", c)
 		}
 		return nil
 	case "tiled":
@@ -434,6 +462,9 @@ func CheckConfigShape(c Config, s Shape, m int) error {
 		}
 		return CheckConfigShape(*c.G2, s, m)
 	}
+	if c.Kernel == "skinny" && c.SA != 0 && m*s.K > selfAlignSlots {
+		return fmt.Errorf("config %v: a self-aligning gemm1 takes at most %d slots; M=%d has %d", c, selfAlignSlots, m, m*s.K)
+	}
 	if c.Kernel != "tc" && c.Kernel != "wg" {
 		return nil
 	}
@@ -493,7 +524,7 @@ func parseOne(s string) (Config, error) {
 			k, v, ok := strings.Cut(kv, "=")
 			n, err := strconv.Atoi(v)
 			if !ok || err != nil {
-				return Config{}, fmt.Errorf("bad config %q: want skinny:nt=1|2|4[,w1=4|16][,w2=4|16]", s)
+				return Config{}, fmt.Errorf("bad config %q: want skinny:nt=1|2|4[,w1=4|16][,w2=4|16][,fc=1][,sa=1]", s)
 			}
 			switch k {
 			case "nt":
@@ -502,8 +533,12 @@ func parseOne(s string) (Config, error) {
 				c.W1 = n
 			case "w2":
 				c.W2 = n
+			case "fc":
+				c.FC = n
+			case "sa":
+				c.SA = n
 			default:
-				return Config{}, fmt.Errorf("bad config %q: unknown key %q (want nt, w1, w2)", s, k)
+				return Config{}, fmt.Errorf("bad config %q: unknown key %q (want nt, w1, w2, fc, sa)", s, k)
 			}
 		}
 		return c, c.Validate()
@@ -679,6 +714,14 @@ func Candidates(s Shape, m int) []Config {
 	if per <= 12 {
 		add(Config{Kernel: "skinny", NT: 1, W1: skinnyWarps(s.I, s.H, touched), W2: skinnyWarps(s.H, s.I, touched)},
 			Config{Kernel: "skinny", NT: 1}, Config{Kernel: "skinny", NT: 1, W1: 16, W2: 16})
+		if m <= 32 {
+			// The combine fused into gemm2: its last blocks sum M·16
+			// outputs each, cheap only for few tokens; up to 64 slots
+			// also the alignment fused into gemm1.
+			w1, w2 := skinnyWarps(s.I, s.H, touched), skinnyWarps(s.H, s.I, touched)
+			add(Config{Kernel: "skinny", NT: 1, W1: w1, W2: w2, FC: 1}, Config{Kernel: "skinny", NT: 1, FC: 1},
+				Config{Kernel: "skinny", NT: 1, W1: w1, W2: w2, FC: 1, SA: 1}, Config{Kernel: "skinny", NT: 1, W1: w1, W2: w2, SA: 1})
+		}
 		if per > 2 {
 			add(Config{Kernel: "skinny", NT: 2})
 		}

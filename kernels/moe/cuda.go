@@ -271,6 +271,12 @@ func (k *Kernels) NewPlan(s Shape, m int, c Config) (*Plan, error) {
 		p.bufs[b] = d
 		p.allocs = append(p.allocs, d)
 	}
+	// A fused-combine gemm2 counts its blocks from zero; each pass's last
+	// block resets the count.
+	if err := k.ctx.Memset(p.bufs[bufCombineCount], 0, max(p.layout.bytes[bufCombineCount], 16)); err != nil {
+		p.Free()
+		return nil, err
+	}
 	return p, nil
 }
 

@@ -116,6 +116,23 @@ func runGPU(t *testing.T, k *Kernels, l *Layer, w *DeviceWeights, x []float32, r
 	return out, p
 }
 
+// replayPoisoned poisons p's output, then times p's pass as a graph
+// (several passes per replay): what a bench run does to a plan.
+func replayPoisoned(p *Plan, w *DeviceWeights) error {
+	st, err := p.k.ctx.NewStream()
+	if err != nil {
+		return err
+	}
+	defer st.Destroy()
+	if err := p.Poison(st); err != nil {
+		return err
+	}
+	if _, _, err := p.TimeGraph(st, []*DeviceWeights{w}, 2); err != nil {
+		return err
+	}
+	return st.Synchronize()
+}
+
 func TestCUDAAlign(t *testing.T) {
 	_, k := gpuKernels(t)
 	s := Shape{E: 16, K: 2, H: 64, I: 32}
@@ -223,6 +240,24 @@ func TestCUDAForward(t *testing.T) {
 		row{name: "qwen3-30b ep4 M=64", shape: qwen, m: 64, ep: 4},
 		row{name: "tiny M=5", shape: Shape{E: 4, K: 2, H: 64, I: 16}, m: 5},
 	)
+	// The fused combine (fc) and the self-aligning gemm1 (sa, at most 64
+	// slots), alone, together, with EP's dropped slots and in a split.
+	fc := Config{Kernel: "skinny", NT: 1, FC: 1}
+	sa := Config{Kernel: "skinny", NT: 1, W1: 16, W2: 16, SA: 1}
+	both := Config{Kernel: "skinny", NT: 1, W1: 16, W2: 16, FC: 1, SA: 1}
+	tests = append(tests,
+		row{name: "odd fc M=1", shape: odd, m: 1, c: fc},
+		row{name: "odd fc M=5", shape: odd, m: 5, c: fc},
+		row{name: "odd fc zipf M=32", shape: odd, m: 32, c: fc, routing: "zipf:1.2"},
+		row{name: "odd sa M=16", shape: odd, m: 16, c: sa},
+		row{name: "odd fc+sa M=3", shape: odd, m: 3, c: both},
+		row{name: "qwen3-30b fc+sa M=1", shape: qwen, m: 1, c: both},
+		row{name: "qwen3-30b fc+sa M=8", shape: qwen, m: 8, c: both},
+		row{name: "qwen3-30b fc+sa ep4 M=8", shape: qwen, m: 8, c: both, ep: 4},
+		row{name: "qwen3-30b fc ep4 M=32", shape: qwen, m: 32, c: fc, ep: 4},
+		row{name: "qwen3-30b split tc16+fc M=16", shape: qwen, m: 16, c: Split(tcTable["16x256k128s3w8"], fc)},
+		row{name: "qwen3-30b split sa+tc M=4", shape: qwen, m: 4, c: Split(sa, tcTable["16x256k128s3w8"])},
+	)
 	cache := newLayerCache(t, k)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -268,6 +303,19 @@ func TestCUDAForward(t *testing.T) {
 			again, _ := runGPU(t, k, l, w, x, r, tt.c)
 			if !slices.Equal(got, again) {
 				t.Errorf("two passes over the same inputs differ")
+			}
+			// The same plan replayed as a graph, its output poisoned first:
+			// a fused combine's per-tile counters must be back at zero after
+			// every pass, or a replay skips the combine.
+			if err := replayPoisoned(p, w); err != nil {
+				t.Fatal(err)
+			}
+			replayed, err := p.Output()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got, replayed) {
+				t.Errorf("graph replays of the plan differ from its first pass")
 			}
 		})
 	}

@@ -139,6 +139,9 @@ func emuRun(t *testing.T, bin string, l *Layer, x []float32, r routing.Routing, 
 		bufW1: u16bytes(l.W1), bufW2: u16bytes(l.W2), bufX: u16bytes(xb),
 		bufIDs: int32bytes(r.IDs), bufWts: float32bytes(r.Weights),
 	}
+	if n := lay.bytes[bufCombineCount]; n > 0 {
+		files[bufCombineCount] = make([]byte, n) // NewPlan zeroes it on the device
+	}
 	var script bytes.Buffer
 	for b := bufW1; b < numPlanBufs; b++ {
 		if data, ok := files[b]; ok && len(data) > 0 {
@@ -152,7 +155,24 @@ func emuRun(t *testing.T, bin string, l *Layer, x []float32, r routing.Routing, 
 		fmt.Fprintf(&script, "buf %d %d\n", b, max(lay.bytes[b], 16))
 	}
 	one := func(v int) int { return max(v, 1) }
-	for _, ln := range lay.launches {
+	passes := 1
+	for _, e := range env {
+		if e == "EMU_PASSES=2" {
+			// Two passes, the output poisoned between them: what one pass
+			// leaves behind (the fused combine's counts) must not spoil the next.
+			passes = 2
+		}
+	}
+	launches := lay.launches
+	for p := 1; p < passes; p++ {
+		launches = append(launches, launchSpec{kernel: "poison"})
+		launches = append(launches, lay.launches...)
+	}
+	for _, ln := range launches {
+		if ln.kernel == "poison" {
+			fmt.Fprintf(&script, "poison %d\n", bufOut)
+			continue
+		}
 		fmt.Fprintf(&script, "launch %s %d %d %d %d %d %d %d", ln.kernel, one(ln.grid.X), one(ln.grid.Y), one(ln.grid.Z),
 			one(ln.block.X), one(ln.block.Y), one(ln.block.Z), ln.smem)
 		for _, a := range ln.args {
@@ -278,6 +298,19 @@ func TestEmulatedKernels(t *testing.T) {
 		row{name: "split skinny+tc", shape: small, m: 7, c: Split(Config{Kernel: "skinny", NT: 1}, tcTable["32x128k64s3b3"]), resident: 2, env: random},
 		row{name: "split tc16+tc32 multi-block", shape: Shape{E: 8, K: 4, H: 64, I: 32}, m: 1100, c: Split(tcTable["16x256k64s4"], tcTable["32x128k64s3b3ov"]), resident: 4, env: random},
 		row{name: "split tc+skinny", shape: small, m: 9, c: Split(tcTable["16x128k64s4b2"], Config{Kernel: "skinny", NT: 2}), resident: 3, env: early},
+		// The combine fused into gemm2: the last block of each column tile
+		// sums the tokens (dropped slots and expert parallelism included).
+		row{name: "skinny fc", shape: small, m: 5, c: Config{Kernel: "skinny", NT: 1, FC: 1}, env: random},
+		// The alignment fused into gemm1 (≤ 64 slots): every block sorts
+		// the slots itself, block (0, 0) writes gemm2's alignment.
+		row{name: "skinny sa", shape: small, m: 5, c: Config{Kernel: "skinny", NT: 1, SA: 1}, env: random},
+		row{name: "skinny sa fc nt2 two passes", shape: small, m: 9, c: Config{Kernel: "skinny", NT: 2, SA: 1, FC: 1}, env: append([]string{"EMU_PASSES=2"}, random...)},
+		row{name: "skinny sa w16 dropped slots ep2", shape: Shape{E: 8, K: 2, H: 128, I: 96}, ep: 2, m: 30, c: Config{Kernel: "skinny", NT: 1, W1: 16, W2: 16, SA: 1}, env: late},
+		row{name: "split skinny sa+tc32", shape: small, m: 7, c: Split(Config{Kernel: "skinny", NT: 1, SA: 1}, tcTable["32x128k64s3b3"]), resident: 2, env: random},
+		row{name: "skinny fc two passes", shape: small, m: 5, c: Config{Kernel: "skinny", NT: 2, FC: 1}, env: append([]string{"EMU_PASSES=2"}, random...)},
+		row{name: "skinny fc w16 nt1", shape: long, m: 3, c: Config{Kernel: "skinny", NT: 1, W1: 16, W2: 16, FC: 1}, env: late},
+		row{name: "skinny fc nt4 ep2", shape: Shape{E: 8, K: 2, H: 128, I: 96}, ep: 2, m: 30, c: Config{Kernel: "skinny", NT: 4, FC: 1}, env: random},
+		row{name: "split tc16+skinny fc", shape: small, m: 9, c: Split(tcTable["16x256k128s3w8ov"], Config{Kernel: "skinny", NT: 1, FC: 1}), resident: 2, env: early},
 		row{name: "multi-block alignment ep2", shape: Shape{E: 16, K: 4, H: 64, I: 32}, ep: 2, m: 2100, c: Config{Kernel: "skinny", NT: 1}, env: random},
 	)
 	for _, tt := range rows {
@@ -451,5 +484,35 @@ func TestPlanLayoutSplit(t *testing.T) {
 				t.Errorf("second alignment buffers %d bytes with own alignment %v", l.bytes[bufSorted2], own)
 			}
 		})
+	}
+}
+
+// The fused stages leave their launches out: a self-aligning gemm1 has no
+// alignment before it (unless gemm2 tiles tokens in other blocks), a
+// fused-combine gemm2 no combine after it.
+func TestPlanLayoutFused(t *testing.T) {
+	s := Shape{E: 8, K: 2, H: 256, I: 200}
+	names := func(l planLayout) string {
+		var n []string
+		for _, ln := range l.launches {
+			n = append(n, ln.kernel)
+		}
+		return strings.Join(n, " ")
+	}
+	for _, tt := range []struct {
+		c    Config
+		want string
+	}{
+		{Config{Kernel: "skinny", NT: 1, SA: 1, FC: 1}, "moe_gemm1_skinny_nt1_w4_sa moe_gemm2_skinny_nt1_w4_fc"},
+		{Config{Kernel: "skinny", NT: 1, SA: 1}, "moe_gemm1_skinny_nt1_w4_sa moe_gemm2_skinny_nt1_w4 moe_combine"},
+		{Config{Kernel: "skinny", NT: 1, FC: 1}, "moe_align moe_gemm1_skinny_nt1_w4 moe_gemm2_skinny_nt1_w4_fc"},
+		{Split(Config{Kernel: "skinny", NT: 1, SA: 1}, tcTable["32x128k64s3b3"]), "moe_align moe_gemm1_skinny_nt1_w4_sa moe_gemm2_tc_32_128_64_1_4_3_8_3 moe_combine"},
+	} {
+		if got := names(newPlanLayout(s, 20, tt.c, [2]int{132, 132})); got != tt.want {
+			t.Errorf("%v: launches %s, want %s", tt.c, got, tt.want)
+		}
+	}
+	if err := CheckConfigShape(Config{Kernel: "skinny", NT: 1, SA: 1}, s, 33); err == nil {
+		t.Errorf("a self-aligning gemm1 over 66 slots was accepted")
 	}
 }

@@ -27,6 +27,9 @@ const (
 	bufSorted2
 	bufBlockExpert2
 	bufTotal2
+	// Per output-column tile of a fused-combine gemm2: its blocks done so
+	// far (zero between passes).
+	bufCombineCount
 	numPlanBufs
 )
 
@@ -90,21 +93,37 @@ func newPlanLayout(s Shape, m int, c Config, resident [2]int) planLayout {
 	_, g2 := c2.kernelNames()
 	pad, topk := int32(l.slots), int32(s.K)
 	sorted2, blockExpert2, total2 := bufSorted, bufBlockExpert, bufTotal
-	l.launches = alignLaunches(s, l.slots, groups, c1.Block(), l.maxRows, bufSorted, bufBlockExpert, bufTotal)
+	if !c1.selfAligns() {
+		l.launches = alignLaunches(s, l.slots, groups, c1.Block(), l.maxRows, bufSorted, bufBlockExpert, bufTotal)
+	}
 	if own2 {
 		sorted2, blockExpert2, total2 = bufSorted2, bufBlockExpert2, bufTotal2
 		l.launches = append(l.launches, alignLaunches(s, l.slots, groups, c2.Block(), l.maxRows2, sorted2, blockExpert2, total2)...)
 	}
-	l.launches = append(l.launches,
-		launchSpec{kernel: g1, gemm: 1, grid: grid1, block: cuda.Dim3{X: c1.Threads(1)}, smem: c1.SharedBytes(),
-			args: []any{bufW1, bufX, bufAct, bufWts, bufSorted, bufBlockExpert, bufTotal, int32(s.I), int32(s.H), topk, pad}},
-		launchSpec{kernel: g2, gemm: 2, grid: grid2, block: cuda.Dim3{X: c2.Threads(2)}, smem: c2.SharedBytes(),
-			args: []any{bufW2, bufAct, bufY, bufWts, sorted2, blockExpert2, total2, int32(s.H), int32(s.I), topk, pad}},
-		launchSpec{kernel: "moe_combine", grid: cuda.Dim3{X: (m*s.H/8 + 255) / 256}, block: cuda.Dim3{X: 256},
-			args: []any{bufY, bufIDs, bufOut, int32(m), int32(s.H), topk}},
-	)
+	gemm2 := launchSpec{kernel: g2, gemm: 2, grid: grid2, block: cuda.Dim3{X: c2.Threads(2)}, smem: c2.SharedBytes(),
+		args: []any{bufW2, bufAct, bufY, bufWts, sorted2, blockExpert2, total2, int32(s.H), int32(s.I), topk, pad}}
+	if c2.fusedCombine() {
+		gemm2.args = append(gemm2.args, bufIDs, bufOut, bufCombineCount, int32(m))
+		b[bufCombineCount] = int64(grid2.X) * 4
+	}
+	gemm1 := launchSpec{kernel: g1, gemm: 1, grid: grid1, block: cuda.Dim3{X: c1.Threads(1)}, smem: c1.SharedBytes(),
+		args: []any{bufW1, bufX, bufAct, bufWts, bufSorted, bufBlockExpert, bufTotal, int32(s.I), int32(s.H), topk, pad}}
+	if c1.selfAligns() {
+		gemm1.args = append(gemm1.args, bufIDs)
+	}
+	l.launches = append(l.launches, gemm1, gemm2)
+	if !c2.fusedCombine() {
+		l.launches = append(l.launches, launchSpec{kernel: "moe_combine", grid: cuda.Dim3{X: (m*s.H/8 + 255) / 256}, block: cuda.Dim3{X: 256},
+			args: []any{bufY, bufIDs, bufOut, int32(m), int32(s.H), topk}})
+	}
 	return l
 }
+
+// selfAligns says whether gemm1 with this configuration also aligns.
+func (c Config) selfAligns() bool { return c.Kernel == "skinny" && c.SA != 0 }
+
+// fusedCombine says whether gemm2 with this configuration also combines.
+func (c Config) fusedCombine() bool { return c.Kernel == "skinny" && c.FC != 0 }
 
 // gemmGrid is one GEMM's grid over n output columns (gemm1: n = I, its
 // tiles covering gate and up halves) and `tiles` token blocks; resident is
@@ -169,7 +188,7 @@ func PlanBytes(s Shape, m int, c Config) int64 {
 
 func (b planBuf) String() string {
 	names := [...]string{"w1", "w2", "x", "out", "ids", "wts", "sorted", "block_expert", "total", "act", "y", "align_counts",
-		"sorted2", "block_expert2", "total2"}
+		"sorted2", "block_expert2", "total2", "combine_count"}
 	if b >= 0 && int(b) < len(names) {
 		return names[b]
 	}

@@ -62,6 +62,8 @@ typedef unsigned int u32;
 #ifndef MOE_EMU
 #define MOE_DYNAMIC_SMEM(T, name) extern __shared__ T name[]
 #define MOE_EMU_GEMM(NAME)
+#define MOE_EMU_GEMM_FC(NAME)
+#define MOE_EMU_GEMM_SA(NAME)
 #endif
 
 __device__ __forceinline__ float bf2f(u32 bits16) { return __uint_as_float(bits16 << 16); }
@@ -319,6 +321,66 @@ moe_align_scatter(const int* __restrict__ ids, int slots, int E, const int* __re
 
 // ---------------------------------------------------------------- skinny GEMMs
 
+// skinny_self_align is moe_align for at most 64 slots inside a gemm1
+// block, one thread a slot: a slot's row is the padded rows of the experts
+// below its own plus its rank among its expert's slots (slot order). It
+// leaves the block's BM rows in rows (pad where none) and its expert in *e,
+// and returns the padded total. Block (0, 0) also writes sorted,
+// block_expert (-1 past the end) and *total for gemm2, as moe_align does;
+// no other block reads them, so none waits for it.
+template <int BM>
+__device__ __forceinline__ int skinny_self_align(const int* __restrict__ ids, int slots, int blk, int* rows, int* e,
+                                                 int* sorted, int* block_expert, int* total_out) {
+    __shared__ int s_ids[64], s_padded[64], s_total, s_e;
+    const int t = threadIdx.x;
+    if (t < slots) s_ids[t] = ids[t];
+    if (t < BM) rows[t] = slots;
+    if (t == 0) s_e = -1;
+    __syncthreads();
+    int id = -1, rank = 0;
+    if (t < slots && (id = s_ids[t]) >= 0) {
+        int count = 0;
+        bool first = true;
+        for (int u = 0; u < slots; ++u) {
+            if (s_ids[u] != id) continue;
+            ++count;
+            if (u < t) {
+                ++rank;
+                first = false;
+            }
+        }
+        s_padded[t] = first ? (count + BM - 1) / BM * BM : 0;  // the expert's rows, counted at its first slot
+    } else if (t < slots) {
+        s_padded[t] = 0;  // dropped
+    }
+    __syncthreads();
+    int start = 0, total = 0;
+    for (int u = 0; u < slots; ++u) {
+        total += s_padded[u];
+        if (s_ids[u] >= 0 && s_ids[u] < id) start += s_padded[u];
+    }
+    const int row = start + rank;
+    if (id >= 0 && row >= blk * BM && row < blk * BM + BM) {
+        rows[row - blk * BM] = t;
+        s_e = id;
+    }
+    if (t == 0) s_total = total;
+    if (blockIdx.x == 0 && blk == 0) {
+        const int tiles = gridDim.y;  // max_rows / BM
+        for (int i = t; i < total; i += blockDim.x) sorted[i] = slots;
+        for (int b = total / BM + t; b < tiles; b += blockDim.x) block_expert[b] = -1;
+        __syncthreads();
+        if (id >= 0) {
+            sorted[row] = t;
+            if (rank % BM == 0) block_expert[row / BM] = id;
+        }
+        if (t == 0) *total_out = total;
+    }
+    __syncthreads();
+    *e = s_e;
+    return s_total;
+}
+
 // MODE 1: out = act[slot, N=I] from W = W1[E][2I][K=H] (gate rows, then up
 // rows) and src = x[M][H], the token row being slot / topk.
 // MODE 2: out = y[slot, N=H] = wts[slot] · (W2[E][H][K=I] · act[slot]).
@@ -326,17 +388,38 @@ moe_align_scatter(const int* __restrict__ ids, int slots, int E, const int* __re
 // the block's 16 weight rows (×2 for gate and up) and its 8·NT tokens. More
 // warps (split-K) keep more loads in flight when the grid is small (few
 // touched experts × few 16-row tiles, e.g. deepseek-v3 --tp 8 at M=1).
-template <int MODE, int NT, int WARPS>
+// FC (MODE 2 only) fuses the combine: after writing its y rows each block
+// counts itself done for its 16 output columns (cnt[blockIdx.x]); the last
+// of them sums each token's top-k rows in slot order, as moe_combine does,
+// writes out[M][N] for those columns and resets the count for the next pass.
+// SA (MODE 1 only, at most 64 slots, the host checks) fuses the alignment:
+// every block sorts the slots itself (skinny_self_align) and block (0, 0)
+// also writes the alignment gemm2 reads; ids is then the routing.
+template <int MODE, int NT, int WARPS, int FC = 0, int SA = 0>
 __device__ __forceinline__ void skinny(const bf16_t* __restrict__ W, const bf16_t* __restrict__ src,
                                        bf16_t* __restrict__ dst, const float* __restrict__ wts,
                                        const int* __restrict__ sorted, const int* __restrict__ block_expert,
-                                       const int* __restrict__ total_ptr, int N, int K, int topk, int pad) {
+                                       const int* __restrict__ total_ptr, int N, int K, int topk, int pad,
+                                       const int* __restrict__ ids = nullptr, bf16_t* __restrict__ out = nullptr,
+                                       int* cnt = nullptr, int M = 0) {
+    static_assert(FC == 0 || MODE == 2, "the combine fuses into gemm2 only");
+    static_assert(SA == 0 || (MODE == 1 && WARPS * 32 >= 64), "the alignment fuses into gemm1, one thread a slot");
     constexpr int BM = 8 * NT;
     constexpr int NACC = (MODE == 1 ? 2 : 1) * NT * 4;
     __shared__ float red[WARPS][NACC][33];
+    __shared__ int s_rows[SA ? BM : 1];
     const int blk = blockIdx.y;
-    if (blk * BM >= *total_ptr) return;
-    const int e = block_expert[blk];
+    int e;
+    if (SA) {
+        const int total = skinny_self_align<BM>(ids, pad, blk, s_rows, &e, const_cast<int*>(sorted),
+                                                const_cast<int*>(block_expert), const_cast<int*>(total_ptr));
+        if (blk * BM >= total) return;
+    } else {
+        if (blk * BM >= *total_ptr) return;
+        e = block_expert[blk];
+    }
+    // The block's slots: its rows of the alignment.
+    auto row_slot = [&](int i) { return SA ? s_rows[i] : sorted[blk * BM + i]; };
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, q = lane & 3;
     const int n0 = blockIdx.x * 16;
@@ -354,7 +437,7 @@ __device__ __forceinline__ void skinny(const bf16_t* __restrict__ W, const bf16_
     bool bok[NT];
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
-        int slot = sorted[blk * BM + t * 8 + g];
+        int slot = row_slot(t * 8 + g);
         bok[t] = slot != pad;
         int srow = bok[t] ? (MODE == 1 ? slot / topk : slot) : 0;
         brow[t] = src + (size_t)srow * K;
@@ -411,25 +494,49 @@ __device__ __forceinline__ void skinny(const bf16_t* __restrict__ W, const bf16_
             if (MODE == 1) red[warp][NT * 4 + t * 4 + i][lane] = accu[t][i];
         }
     __syncthreads();
-    if (warp != 0) return;
+    if (!FC && warp != 0) return;
+    if (warp == 0) {
 #pragma unroll
-    for (int t = 0; t < NT; ++t) {
+        for (int t = 0; t < NT; ++t) {
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            float sg = 0.f, su = 0.f;
+            for (int i = 0; i < 4; ++i) {
+                float sg = 0.f, su = 0.f;
 #pragma unroll
-            for (int w = 0; w < WARPS; ++w) {
-                sg += red[w][t * 4 + i][lane];
-                if (MODE == 1) su += red[w][NT * 4 + t * 4 + i][lane];
+                for (int w = 0; w < WARPS; ++w) {
+                    sg += red[w][t * 4 + i][lane];
+                    if (MODE == 1) su += red[w][NT * 4 + t * 4 + i][lane];
+                }
+                // C fragment: row (weight row) g or g+8, column (token) 2q or 2q+1.
+                const int row = n0 + g + (i >= 2 ? 8 : 0);
+                const int col = t * 8 + 2 * q + (i & 1);
+                const int slot = row_slot(col);
+                if (slot == pad || row >= N) continue;
+                float v = MODE == 1 ? silu(sg) * su : sg * wts[slot];
+                dst[(size_t)slot * N + row] = f2bf(v);
             }
-            // C fragment: row (weight row) g or g+8, column (token) 2q or 2q+1.
-            const int row = n0 + g + (i >= 2 ? 8 : 0);
-            const int col = t * 8 + 2 * q + (i & 1);
-            const int slot = sorted[blk * BM + col];
-            if (slot == pad || row >= N) continue;
-            float v = MODE == 1 ? silu(sg) * su : sg * wts[slot];
-            dst[(size_t)slot * N + row] = f2bf(v);
         }
+    }
+    if (FC) {
+        __shared__ int s_last;
+        __threadfence();  // this block's y rows are visible before it counts itself
+        __syncthreads();
+        if (threadIdx.x == 0) s_last = atomicAdd(&cnt[blockIdx.x], 1) == *total_ptr / BM - 1;
+        __syncthreads();
+        if (!s_last) return;
+        __threadfence();  // and the last block sees every other block's
+        for (int i = threadIdx.x; i < M * 16; i += WARPS * 32) {
+            const int m = i / 16, col = n0 + i % 16;
+            if (col >= N) continue;
+            float acc = 0.f;
+            for (int j = 0; j < topk; ++j) {
+                const int slot = m * topk + j;
+                if (ids[slot] < 0) continue;
+                // volatile: from L2, where the other blocks' rows are.
+                acc += bf2f(*(const volatile bf16_t*)(dst + (size_t)slot * N + col));
+            }
+            out[(size_t)m * N + col] = f2bf(acc);
+        }
+        if (threadIdx.x == 0) cnt[blockIdx.x] = 0;  // for the next pass
     }
 }
 
@@ -442,8 +549,37 @@ __device__ __forceinline__ void skinny(const bf16_t* __restrict__ W, const bf16_
     }                                                                                                    \
     MOE_EMU_GEMM(NAME)
 
+// The fused-combine gemm2 (FC): four more arguments.
+#define SKINNY_FC_KERNEL(NAME, NT, WARPS)                                                                \
+    extern "C" __global__ void __launch_bounds__(WARPS * 32)                                             \
+    NAME(const bf16_t* __restrict__ W, const bf16_t* __restrict__ src, bf16_t* __restrict__ dst,          \
+         const float* __restrict__ wts, const int* __restrict__ sorted, const int* __restrict__ bexp,     \
+         const int* __restrict__ total, int N, int K, int topk, int pad, const int* __restrict__ ids,      \
+         bf16_t* __restrict__ out, int* cnt, int M) {                                                     \
+        skinny<2, NT, WARPS, 1>(W, src, dst, wts, sorted, bexp, total, N, K, topk, pad, ids, out, cnt, M);  \
+    }                                                                                                    \
+    MOE_EMU_GEMM_FC(NAME)
+
+// The self-aligning gemm1 (SA): the routing as one more argument.
+#define SKINNY_SA_KERNEL(NAME, NT, WARPS)                                                                \
+    extern "C" __global__ void __launch_bounds__(WARPS * 32)                                             \
+    NAME(const bf16_t* __restrict__ W, const bf16_t* __restrict__ src, bf16_t* __restrict__ dst,          \
+         const float* __restrict__ wts, int* sorted, int* bexp, int* total, int N, int K, int topk,      \
+         int pad, const int* __restrict__ ids) {                                                          \
+        skinny<1, NT, WARPS, 0, 1>(W, src, dst, wts, sorted, bexp, total, N, K, topk, pad, ids);          \
+    }                                                                                                    \
+    MOE_EMU_GEMM_SA(NAME)
+
 // MOE_TC_ONLY leaves out the built-in instances (a module for one tc configuration).
 #ifndef MOE_TC_ONLY
+SKINNY_SA_KERNEL(moe_gemm1_skinny_nt1_w4_sa, 1, 4)
+SKINNY_SA_KERNEL(moe_gemm1_skinny_nt1_w16_sa, 1, 16)
+SKINNY_SA_KERNEL(moe_gemm1_skinny_nt2_w4_sa, 2, 4)
+SKINNY_SA_KERNEL(moe_gemm1_skinny_nt4_w4_sa, 4, 4)
+SKINNY_FC_KERNEL(moe_gemm2_skinny_nt1_w4_fc, 1, 4)
+SKINNY_FC_KERNEL(moe_gemm2_skinny_nt1_w16_fc, 1, 16)
+SKINNY_FC_KERNEL(moe_gemm2_skinny_nt2_w4_fc, 2, 4)
+SKINNY_FC_KERNEL(moe_gemm2_skinny_nt4_w4_fc, 4, 4)
 SKINNY_KERNEL(moe_gemm1_skinny_nt1_w4, 1, 1, 4)
 SKINNY_KERNEL(moe_gemm1_skinny_nt1_w16, 1, 1, 16)
 SKINNY_KERNEL(moe_gemm1_skinny_nt2_w4, 1, 2, 4)

@@ -323,6 +323,9 @@ inline float __uint_as_float(u32 u) {
 inline float __expf(float x) { return std::exp(x); }
 inline float __fdividef(float x, float y) { return y > 8.5070592e37f ? 0.f * x : x / y; }  // 2^126: what the device returns
 
+// Blocks run one after another here: a fence orders nothing more.
+inline void __threadfence() {}
+
 inline int atomicAdd(int* p, int v) {
     int old = *p;
     *p = old + v;
@@ -446,6 +449,22 @@ struct Reg {
         NAME(*(const bf16_t**)a[0], *(const bf16_t**)a[1], *(bf16_t**)a[2], *(const float**)a[3],                \
              *(const int**)a[4], *(const int**)a[5], *(const int**)a[6], *(int*)a[7], *(int*)a[8], *(int*)a[9],    \
              *(int*)a[10]);                                                                                     \
+    });
+
+// The fused-combine gemm2: the GEMM arguments, then ids, out, cnt and M.
+#define MOE_EMU_GEMM_FC(NAME)                                                                                   \
+    static emu::Reg emu_reg_##NAME(#NAME, [](void** a) {                                                         \
+        NAME(*(const bf16_t**)a[0], *(const bf16_t**)a[1], *(bf16_t**)a[2], *(const float**)a[3],                \
+             *(const int**)a[4], *(const int**)a[5], *(const int**)a[6], *(int*)a[7], *(int*)a[8], *(int*)a[9],    \
+             *(int*)a[10], *(const int**)a[11], *(bf16_t**)a[12], *(int**)a[13], *(int*)a[14]);                  \
+    });
+
+// The self-aligning gemm1: the GEMM arguments, then ids.
+#define MOE_EMU_GEMM_SA(NAME)                                                                                   \
+    static emu::Reg emu_reg_##NAME(#NAME, [](void** a) {                                                         \
+        NAME(*(const bf16_t**)a[0], *(const bf16_t**)a[1], *(bf16_t**)a[2], *(const float**)a[3],                \
+             *(int**)a[4], *(int**)a[5], *(int**)a[6], *(int*)a[7], *(int*)a[8], *(int*)a[9],                      \
+             *(int*)a[10], *(const int**)a[11]);                                                                \
     });
 
 // ---------------------------------------------------------------- Hopper: mbarriers and wgmma

@@ -139,6 +139,16 @@ int main(int argc, char** argv) {
                         emu::block_idx = emu::Dim3{x, y, z};
                         emu::run_block(threads);
                     }
+        } else if (cmd == "poison") {
+            // poison ID: NaN bytes over a buffer again (a second pass must
+            // write it anew).
+            int id;
+            ls >> id;
+            if (!bufs.count(id)) {
+                std::fprintf(stderr, "emu: line %d: no buffer %d\n", lineno, id);
+                return 2;
+            }
+            std::memset(bufs[id].p, 0xff, bufs[id].n);
         } else if (cmd == "save") {
             int id;
             std::string file;
