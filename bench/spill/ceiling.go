@@ -42,7 +42,7 @@ type Ceiling struct {
 	Unmeasured     string // why there are no samples
 	Where          string // the tier's own description
 	Warm           string // how the warm-up ended
-	Timer          string // how its moves and the cells' were timed, when not by the host clock
+	Timer          string // how its moves were timed, when not by the host clock
 }
 
 // shape says how the ceiling moved its bytes.
@@ -144,7 +144,8 @@ func measureCeiling(ctx context.Context, cfg Config, kind tier.Kind, size int64,
 	}
 	// The cells' own mover: the same queueing, eviction, timer and waits.
 	mv := newMover(&cfg, kind, lanes...)
-	c.Timer = timerNote(cfg.Dev, kind)
+	defer mv.close()
+	c.Timer = mv.timer
 	warm := newWarmRounds()
 	for len(c.Restore) < cfg.Samples {
 		n, sp, err := mv.spill(ctx)

@@ -213,17 +213,32 @@ func ceilingWarnings(c *Ceiling, spill, restore []float64) []string {
 	return out
 }
 
-func bandwidthGates(c *Ceiling, spill, restore []float64, floor float64) []results.Gate {
+// bandwidthGates gate a cell's figures against its ceiling's; timer says
+// how the cell's moves were timed (mover.timer), quoted when either was
+// not timed by the host clock.
+func bandwidthGates(c *Ceiling, timer string, spill, restore []float64, floor float64) []results.Gate {
 	gs := []results.Gate{
 		GateBandwidth("spill", spill, c.Spill, c.Unmeasured, floor),
 		GateBandwidth("restore", restore, c.Restore, c.Unmeasured, floor),
 	}
-	if c.Timer != "" {
-		for i := range gs {
-			gs[i].Reason += "; the cell and its ceiling timed by " + c.Timer
-		}
+	how := ""
+	switch {
+	case timer == c.Timer && timer != "":
+		how = "; the cell and its ceiling timed by " + timer
+	case timer != c.Timer:
+		how = fmt.Sprintf("; the cell timed by %s, its ceiling by %s", orHostClock(timer), orHostClock(c.Timer))
+	}
+	for i := range gs {
+		gs[i].Reason += how
 	}
 	return gs
+}
+
+func orHostClock(timer string) string {
+	if timer == "" {
+		return "the host clock"
+	}
+	return timer
 }
 
 func pctFigure(c *Ceiling, spill, restore []float64) string {
@@ -245,6 +260,7 @@ func runHibernate(ctx context.Context, e *cellEnv) error {
 	defer freeSlots(slots)
 	l := newLane(e.s, p, slots, all(len(lens)))
 	mv := newMover(e.cfg, e.cell.Tier, l)
+	defer mv.close()
 	var spillS, restoreS []float64
 	var reaches []Reach
 	var ident firstFail
@@ -302,7 +318,7 @@ func runHibernate(ctx context.Context, e *cellEnv) error {
 	if e.cell.Tier == tier.Pinned {
 		floor = e.cfg.HibernatePinnedFloor
 	}
-	r.Gates = append(r.Gates, bandwidthGates(c, spillS, restoreS, floor)...)
+	r.Gates = append(r.Gates, bandwidthGates(c, mv.timer, spillS, restoreS, floor)...)
 	e.add(r)
 	return nil
 }
@@ -329,6 +345,7 @@ func runPartial(ctx context.Context, e *cellEnv) error {
 		c := e.ceilFor(ctx, moved, [][]int64{movedLens})
 		l := newLane(e.s, p, slots, idx)
 		mv := newMover(e.cfg, e.cell.Tier, l)
+		defer mv.close()
 		var spillS, restoreS []float64
 		var reaches []Reach
 		var ident, over firstFail
@@ -384,7 +401,7 @@ func runPartial(ctx context.Context, e *cellEnv) error {
 		r := results.Result{Name: string(e.cell.Scenario), Params: e.params("fraction", fmt.Sprint(pct), "blocks", fmt.Sprint(len(lens))),
 			Metrics: bandwidthMetrics(c, spillS, restoreS), Warnings: ceilingWarnings(c, spillS, restoreS)}
 		r.Gates = append(r.Gates, ident.gate(GIdentical), GateReached(reaches), over.gate("overwritten"))
-		r.Gates = append(r.Gates, bandwidthGates(c, spillS, restoreS, e.cfg.Floor)...)
+		r.Gates = append(r.Gates, bandwidthGates(c, mv.timer, spillS, restoreS, e.cfg.Floor)...)
 		e.add(r)
 	}
 	if err := freeSlots(slots); err != nil {
@@ -452,6 +469,7 @@ func runRestoreGate(ctx context.Context, e *cellEnv) error {
 	idx := all(len(lens))
 	l := newLane(e.s, p, slots, idx)
 	mv := newMover(e.cfg, e.cell.Tier, l)
+	defer mv.close()
 	var spillS, restoreS, verifyMS []float64
 	var reaches []Reach
 	var ident, gated firstFail
@@ -555,7 +573,7 @@ func runRestoreGate(ctx context.Context, e *cellEnv) error {
 	r := results.Result{Name: string(e.cell.Scenario), Params: e.params("blocks", fmt.Sprint(len(lens))), Metrics: ms,
 		Warnings: ceilingWarnings(c, spillS, restoreS)}
 	r.Gates = append(r.Gates, ident.gate(GIdentical), GateReached(reaches), gated.gate("compute-gated"), caught, GateStranded([]tier.Tier{t}, nil))
-	r.Gates = append(r.Gates, bandwidthGates(c, spillS, restoreS, e.cfg.Floor)...)
+	r.Gates = append(r.Gates, bandwidthGates(c, mv.timer, spillS, restoreS, e.cfg.Floor)...)
 	e.add(r)
 	return nil
 }
@@ -627,6 +645,7 @@ func runUneven(ctx context.Context, e *cellEnv) error {
 		lanes = append(lanes, newLane(sh.s, sh.p, sh.slots, all(len(sh.p.Blocks()))))
 	}
 	mv := newMover(e.cfg, e.cell.Tier, lanes...)
+	defer mv.close()
 	var spillS, restoreS []float64
 	var reaches []Reach
 	var ident firstFail
@@ -670,7 +689,7 @@ func runUneven(ctx context.Context, e *cellEnv) error {
 	r := results.Result{Name: string(e.cell.Scenario), Params: e.params("shares", "1:2:3:5:8"), Metrics: bandwidthMetrics(c, spillS, restoreS),
 		Warnings: ceilingWarnings(c, spillS, restoreS)}
 	r.Gates = append(r.Gates, ident.gate(GIdentical), GateReached(reaches), GateStranded([]tier.Tier{t}, nil))
-	r.Gates = append(r.Gates, bandwidthGates(c, spillS, restoreS, e.cfg.Floor)...)
+	r.Gates = append(r.Gates, bandwidthGates(c, mv.timer, spillS, restoreS, e.cfg.Floor)...)
 	e.add(r)
 	return nil
 }

@@ -68,17 +68,27 @@ func (l *lane) wait() (int64, error) {
 // event, every lane's copies and an end event per lane are queued from one
 // goroutine, then each lane is waited for once. The copies are queued while
 // the eviction runs, as a serving process queues a spill behind earlier
-// work, so the interval holds the copies (and any idle time a slow host
-// leaves), not the launch, the wake-up from the wait or goroutine start-up:
-// by estimate ~10 µs per move, a third of a 64 MiB move (~30 µs on an H200),
-// and most of its noise. Elsewhere (other tiers; the CPU backend, whose
-// streams copy inside the call) the host clock runs from after the
-// eviction's wait to the last lane's wait, each lane on its own goroutine
-// so that synchronous tiers (files, pageable memory) still move at once.
+// work, so the interval holds the copies, not the launch, the wake-up from
+// the wait or goroutine start-up: by estimate ~10 µs per move, a third of a
+// 64 MiB move (~30 µs on an H200), and most of its noise. Where the device
+// can (gpu.Gater) every lane's stream is first held behind a gate that
+// opens once everything is queued: a host made late by the work between
+// moves (a cold thread after the cells' hashing) otherwise left the device
+// idle between the start event and the copies, and that idle time counted
+// (a 64 MiB partial move read 69–77% of its ceiling, single samples 4%).
+// A move whose slots wait or sleep on the host (faults injected) is not
+// gated: its sync would wait for a gate that opens only after it.
+//
+// Elsewhere (other tiers; the CPU backend, whose streams copy inside the
+// call) the host clock runs from after the eviction's wait to the last
+// lane's wait, each lane on its own goroutine so that synchronous tiers
+// (files, pageable memory) still move at once.
 type mover struct {
 	lanes  []*lane
 	order  []int // lanes in the order they are queued: the largest first, as it finishes last
 	events bool
+	gate   gpu.Gate // device-timed moves are held behind it; nil: ungated
+	timer  string   // how the moves are timed, for gate reasons; "" for the host clock
 	now    func() time.Time
 }
 
@@ -87,15 +97,11 @@ func eventTimed(dev gpu.Device, kind tier.Kind) bool {
 	return kind == tier.Device && dev.Info().Backend == gpu.CUDA
 }
 
-// timerNote says how moves to kind on dev are timed, for gate reasons;
-// "" for the host clock.
-func timerNote(dev gpu.Device, kind tier.Kind) string {
-	if eventTimed(dev, kind) {
-		return "device time between CUDA events on the copies' streams, the copies queued behind the eviction"
-	}
-	return ""
-}
+// eventTimer is the timer note of device-timed moves.
+const eventTimer = "device time between CUDA events on the copies' streams, the copies queued behind the eviction"
 
+// newMover makes a mover of lanes whose slots are in place; close releases
+// its gate.
 func newMover(cfg *Config, kind tier.Kind, lanes ...*lane) *mover {
 	m := &mover{lanes: lanes, events: eventTimed(cfg.Dev, kind), now: cfg.now}
 	if m.now == nil {
@@ -105,7 +111,46 @@ func newMover(cfg *Config, kind tier.Kind, lanes ...*lane) *mover {
 		m.order = append(m.order, k)
 	}
 	slices.SortStableFunc(m.order, func(a, b int) int { return cmp.Compare(lanes[b].bytes(), lanes[a].bytes()) })
+	if m.events {
+		var why string
+		if m.gate, why = newGate(cfg.Dev, lanes); m.gate != nil {
+			m.timer = eventTimer + ", both held behind a gate opened after queueing"
+		} else {
+			m.timer = eventTimer + "; ungated: " + why
+		}
+	}
 	return m
+}
+
+// newGate makes the gate of a mover's device-timed moves, or says why they
+// run without one.
+func newGate(dev gpu.Device, lanes []*lane) (gpu.Gate, string) {
+	for _, l := range lanes {
+		for _, i := range l.idx {
+			if !tier.QueueOnly(l.slots[i]) {
+				return nil, "a slot's move waits or sleeps on the host (a fault injected)"
+			}
+		}
+	}
+	gt, ok := dev.(gpu.Gater)
+	if !ok {
+		return nil, dev.Info().ID + " cannot hold streams"
+	}
+	g, err := gt.NewGate()
+	if err != nil {
+		return nil, err.Error()
+	}
+	return g, ""
+}
+
+// close releases the mover's gate.
+func (m *mover) close() error {
+	if m.gate == nil {
+		return nil
+	}
+	err := m.gate.Close()
+	m.gate = nil
+	return err
 }
 
 // spill spills every lane's blocks from a cold cache and returns the bytes
@@ -139,34 +184,18 @@ func (m *mover) move(ctx context.Context, spill bool) (int64, time.Duration, err
 }
 
 func (m *mover) timeEvents(ctx context.Context, spill bool) (int64, time.Duration, error) {
-	first := m.lanes[m.order[0]].s
-	var errs []error
-	if ev, ok := first.(gpu.CacheEvicter); ok {
-		// Not waited for: the copies are queued behind it while it runs.
-		if err := ev.EvictCache(); err != nil {
-			return 0, 0, fmt.Errorf("evicting the cache before a timed move: %w", err)
+	start, ends, errs := m.queueEvents(ctx, spill)
+	if m.gate != nil {
+		// Always, and before any wait: nothing held runs until it opens.
+		if err := m.gate.Open(); err != nil {
+			closeEvents(start, ends)
+			return 0, 0, errors.Join(append(errs, fmt.Errorf("opening the gate (the lanes' streams stay held): %w", err))...)
 		}
 	}
-	start, err := first.Record()
-	if err != nil {
-		return 0, 0, err
+	if start == nil {
+		return 0, 0, errors.Join(errs...)
 	}
 	defer start.Close()
-	ends := make([]gpu.Event, len(m.lanes))
-	for _, k := range m.order {
-		l := m.lanes[k]
-		if l.s != first {
-			// Cold for every lane: none starts before the eviction ends.
-			if err := l.s.WaitEvent(start); err != nil {
-				errs = append(errs, err)
-			}
-		}
-		l.queue(ctx, spill)
-		l.b.Flush()
-		if ends[k], err = l.s.Record(); err != nil {
-			errs = append(errs, err)
-		}
-	}
 	var n int64
 	for _, k := range m.order {
 		got, err := m.lanes[k].wait()
@@ -186,6 +215,55 @@ func (m *mover) timeEvents(ctx context.Context, spill bool) (int64, time.Duratio
 		end.Close()
 	}
 	return n, dt, errors.Join(errs...)
+}
+
+// queueEvents queues a device-timed move: with a gate, a hold on every
+// lane's stream, then the eviction, the start event, and every lane's
+// copies and end event. start is nil when nothing was queued to time.
+func (m *mover) queueEvents(ctx context.Context, spill bool) (start gpu.Event, ends []gpu.Event, errs []error) {
+	first := m.lanes[m.order[0]].s
+	if m.gate != nil {
+		for _, k := range m.order {
+			if err := m.gate.Hold(m.lanes[k].s); err != nil {
+				return nil, nil, []error{fmt.Errorf("holding the streams of a timed move: %w", err)}
+			}
+		}
+	}
+	if ev, ok := first.(gpu.CacheEvicter); ok {
+		// Not waited for: the copies are queued behind it while it runs.
+		if err := ev.EvictCache(); err != nil {
+			return nil, nil, []error{fmt.Errorf("evicting the cache before a timed move: %w", err)}
+		}
+	}
+	start, err := first.Record()
+	if err != nil {
+		return nil, nil, []error{err}
+	}
+	ends = make([]gpu.Event, len(m.lanes))
+	for _, k := range m.order {
+		l := m.lanes[k]
+		if l.s != first {
+			// Cold for every lane: none starts before the eviction ends.
+			if err := l.s.WaitEvent(start); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		l.queue(ctx, spill)
+		l.b.Flush()
+		if ends[k], err = l.s.Record(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return start, ends, errs
+}
+
+// closeEvents releases the events of a move that cannot be waited for.
+func closeEvents(start gpu.Event, ends []gpu.Event) {
+	for _, e := range append(ends, start) {
+		if e != nil {
+			e.Close()
+		}
+	}
 }
 
 func (m *mover) timeWall(ctx context.Context, spill bool) (int64, time.Duration, error) {

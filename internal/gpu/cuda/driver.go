@@ -20,6 +20,7 @@ const (
 	ErrorHostMemRegister Result = 712 // CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED
 	ErrorPeerEnabled     Result = 704 // CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED
 	ErrorPeerNotEnabled  Result = 705 // CUDA_ERROR_PEER_ACCESS_NOT_ENABLED
+	ErrorNotSupported    Result = 801
 )
 
 // Error is a failed driver, NVRTC or cuBLAS call: the call, with its key
@@ -41,6 +42,10 @@ func (e *Error) Is(target error) bool {
 
 // ErrOutOfMemory matches (errors.Is) a driver out-of-memory error.
 var ErrOutOfMemory = &Error{Code: int(ErrorOutOfMemory), Name: "CUDA_ERROR_OUT_OF_MEMORY"}
+
+// ErrNotSupported matches (errors.Is) a driver call the device or its
+// configuration does not support.
+var ErrNotSupported = &Error{Code: int(ErrorNotSupported), Name: "CUDA_ERROR_NOT_SUPPORTED"}
 
 // Device attributes (CUdevice_attribute) that mstar reads.
 const (
@@ -75,6 +80,8 @@ const (
 	eventDefault       = 0x0
 	eventDisableTiming = 0x2
 	eventBlockingSync  = 0x1 // CU_EVENT_BLOCKING_SYNC: Synchronize sleeps instead of spinning
+	waitValueGEQ       = 0x0 // CU_STREAM_WAIT_VALUE_GEQ: (int32)(*addr - v) >= 0, so wrap-around is harmless
+	writeValueDefault  = 0x0 // CU_STREAM_WRITE_VALUE_DEFAULT: the write follows a system-wide fence
 
 	funcAttrMaxDynamicShared = 8 // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 	funcAttrNumRegs          = 4
@@ -158,6 +165,10 @@ type driverAPI struct {
 	cuCtxEnablePeerAccess  func(peer uintptr, flags uint32) Result
 	cuCtxDisablePeerAccess func(peer uintptr) Result
 	cuMemcpyPeerAsync      func(dst uint64, dstCtx uintptr, src uint64, srcCtx uintptr, n uint64, s uintptr) Result
+
+	// Stream memory operations (optional: nil when the driver lacks them).
+	cuStreamWaitValue32  func(s uintptr, addr uint64, v uint32, flags uint32) Result
+	cuStreamWriteValue32 func(s uintptr, addr uint64, v uint32, flags uint32) Result
 }
 
 var (
@@ -233,6 +244,7 @@ func loadDriver() error {
 			b.try(&d.cuCtxDisablePeerAccess, "cuCtxDisablePeerAccess") && b.try(&d.cuMemcpyPeerAsync, "cuMemcpyPeerAsync") {
 			peerCalls = true
 		}
+		streamMemOps = b.try(&d.cuStreamWaitValue32, "cuStreamWaitValue32_v2") && b.try(&d.cuStreamWriteValue32, "cuStreamWriteValue32_v2")
 		if err := b.err(); err != nil {
 			driverErr = fmt.Errorf("CUDA driver %s: %w", driverLib.comp.Path, err)
 			return

@@ -241,3 +241,24 @@ func (s *Stream) Capture(fn func() error) (*GraphExec, error) {
 	defer g.Destroy()
 	return g.Instantiate()
 }
+
+// WaitValue32 makes later work on s wait until the 32-bit word at addr
+// reaches v (>= v, cyclically).
+func (s *Stream) WaitValue32(addr DevicePtr, v uint32) error {
+	if !streamMemOps {
+		return ErrNoStreamMemOps
+	}
+	return s.c.Do(func() error {
+		return checkf(drv.cuStreamWaitValue32(s.h, uint64(addr), v, waitValueGEQ), "cuStreamWaitValue32_v2(%d)", v)
+	})
+}
+
+// WriteValue32 queues a write of v to the 32-bit word at addr.
+func (s *Stream) WriteValue32(addr DevicePtr, v uint32) error {
+	if !streamMemOps {
+		return ErrNoStreamMemOps
+	}
+	return s.c.Do(func() error {
+		return checkf(drv.cuStreamWriteValue32(s.h, uint64(addr), v, writeValueDefault), "cuStreamWriteValue32_v2(%d)", v)
+	})
+}

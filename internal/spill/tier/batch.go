@@ -43,6 +43,20 @@ func asQueuer(s Slot) (queuer, bool) {
 	return nil, false
 }
 
+// QueueOnly reports whether a move of s only queues work on its stream:
+// the slot has a queue path and the host neither syncs in the move (a
+// corrupting fault reads the restored bytes back) nor sleeps (a stall
+// fault). Only such moves can be queued behind a gpu.Gate: a sync there
+// never returns, and a stall, the slowness the bandwidth gates must see,
+// would be hidden.
+func QueueOnly(s Slot) bool {
+	if fs, ok := s.(*faultSlot); ok && fs.f.Stall > 0 {
+		return false
+	}
+	_, ok := asQueuer(s)
+	return ok
+}
+
 type faultQueuer struct {
 	q queuer
 	f Faults

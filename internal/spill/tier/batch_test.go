@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/mstar-dev/mstar/internal/gpu/gputest"
 )
@@ -206,5 +207,35 @@ func TestBatchWithoutCollectQueuesAtOnce(t *testing.T) {
 	}
 	if _, err := b.Wait(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Only slots whose moves queue and nothing more may go behind a gate: not
+// files (copied through the host), not a corrupting fault (it syncs to read
+// the restored bytes), not a stall (the host sleeps, which a gate would
+// keep out of a device-timed move).
+func TestQueueOnly(t *testing.T) {
+	tests := []struct {
+		kind Kind
+		f    Faults
+		want bool
+	}{
+		{Device, Faults{}, true},
+		{Pinned, Faults{}, true},
+		{Device, Faults{ShortRestore: 4096}, true},
+		{Device, Faults{Corrupt: true}, false},
+		{Device, Faults{Stall: time.Millisecond}, false},
+		{File, Faults{}, false},
+	}
+	for _, tt := range tests {
+		_, tr := open(t, tt.kind, 1<<20)
+		sl, err := Inject(tr, tt.f).Alloc(4096)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := QueueOnly(sl); got != tt.want {
+			t.Errorf("%s with faults %+v: QueueOnly = %v, want %v", tt.kind, tt.f, got, tt.want)
+		}
+		sl.Free()
 	}
 }
