@@ -72,10 +72,11 @@ func (l *lane) wait() (int64, error) {
 // the wait or goroutine start-up: by estimate ~10 µs per move, a third of a
 // 64 MiB move (~30 µs on an H200), and most of its noise. Where the device
 // can (gpu.Gater) every lane's stream is first held behind a gate that
-// opens once everything is queued: a host made late by the work between
-// moves (a cold thread after the cells' hashing) otherwise left the device
-// idle between the start event and the copies, and that idle time counted
-// (a 64 MiB partial move read 69–77% of its ceiling, single samples 4%).
+// opens once everything is queued, so a host made late by the work between
+// moves (a cold thread after the cells' hashing) cannot leave the device
+// idle between the start event and the copies inside the interval: the
+// likely cause of 64 MiB partial moves reading 69–77% of their ceiling,
+// single samples 4% (GOGC=off did not change it).
 // A move whose slots wait or sleep on the host (faults injected) is not
 // gated: its sync would wait for a gate that opens only after it.
 //
