@@ -9,13 +9,17 @@
 #              RUNS=2 per call)
 #   aa-arena   A/A pairs of arena sweep --mode copy --max-size 64MiB (#12: 9 of 10)
 #   devices    --devices 0 / --replicate / --shard on one GPU, bench p2p refusing (#16)
+#   gate       the spill gate on the GPU (the cuda and gpu gate tests), then the
+#              partial and uneven device cells at 256 MiB ×RUNS (default 10):
+#              does holding the streams until everything is queued close the
+#              partial cell's 69–77% (reports/measured/h200/spill-gap/)?
 #   moe-table  bench moe --peers --rounds 1 of the four shapes × 13 batches with
 #              the shipped tuned files, triton-ref in the same call (#11's table;
 #              ~9 min: give it a call of its own; needs .dev/peers/triton_moe_ref.py)
 # Build here: make gpu-bins (strip with -ldflags='-s -w' to carry under 64 MiB).
 # There:  OUT=/dir scripts/accept-h200.sh STEP [PAIRS]; everything lands in $OUT/STEP.
 set -u
-step=${1:?usage: $0 tests|spill256|spill1g|aa-arena|devices|moe-table [PAIRS]}
+step=${1:?usage: $0 tests|spill256|spill1g|gate|aa-arena|devices|moe-table [PAIRS]}
 OUT=${OUT:?set OUT}
 HERE=$(cd "$(dirname "$0")" && pwd)
 BIN=${MSTAR_BIN:-bin}
@@ -34,6 +38,17 @@ spill256 | spill1g)
 	size=256MiB
 	[ "$step" = spill1g ] && size=1GiB
 	OUT=$dir SKIP="tests ceilings moe" SIZES=$size RUNS=${RUNS:-5} DEADLINE=${DEADLINE:-540} "$HERE/ceilings-h200.sh"
+	;;
+gate)
+	(cd internal/gpu/cuda && "../../../$BIN/cuda.test" -test.run Gate -test.v) >"$dir/gate-tests.log" 2>&1
+	echo "cuda gate test: exit $?" | tee -a "$dir/summary.txt"
+	(cd internal/gpu && "../../$BIN/gpu.test" -test.run 'Gate|EvictCache|CopyDtoDBatchCUDA' -test.v) >>"$dir/gate-tests.log" 2>&1
+	echo "gpu gate tests: exit $?" | tee -a "$dir/summary.txt"
+	for i in $(seq 1 "${RUNS:-10}"); do
+		timeout 120 "$BIN/mstar" spill-matrix --device cuda:0 --sizes 256MiB --tiers device --cells 'partial/*,uneven/*' \
+			--samples 12 --out "$dir/gated-$i.json" >"$dir/gated-$i.txt" 2>&1
+		echo "gated partial/uneven run $i: exit $?" | tee -a "$dir/summary.txt"
+	done
 	;;
 aa-arena)
 	"$HERE/aa-pairs.sh" -n "${2:-10}" -o "$dir" -b "$BIN/mstar" -- arena sweep --device cuda:0 --mode copy --max-size 64MiB
