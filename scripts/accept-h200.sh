@@ -15,7 +15,9 @@
 #              partial cell's 69–77% (reports/measured/h200/spill-gap/)?
 #   moe-table  bench moe --peers --rounds 1 of the four shapes × 13 batches with
 #              the shipped tuned files, triton-ref in the same call (#11's table;
-#              ~9 min: give it a call of its own; needs .dev/peers/triton_moe_ref.py)
+#              ~7 min: give it a call of its own; needs .dev/peers/triton_moe_ref.py;
+#              ROUNDS=2 or 3 pools fresh sweeps, whose medians differ by up to
+#              ~6% at 16–64 tokens where one sweep's samples agree to ±0.3%)
 # Build here: make gpu-bins (strip with -ldflags='-s -w' to carry under 64 MiB).
 # There:  OUT=/dir scripts/accept-h200.sh STEP [PAIRS]; everything lands in $OUT/STEP.
 set -u
@@ -73,7 +75,7 @@ moe-table)
 	peer=${TRITON_PEER:-.dev/peers/triton_moe_ref.py}
 	for mdl in "qwen3-30b-a3b" "deepseek-v3 --tp 8" "qwen3-235b-a22b" "mixtral-8x7b"; do
 		n=${mdl%% *}
-		"$BIN/mstar" bench moe --model $mdl --rounds 1 --peers --triton-peer "$peer" --device cuda:0 \
+		"$BIN/mstar" bench moe --model $mdl --rounds "${ROUNDS:-1}" --peers --triton-peer "$peer" --device cuda:0 \
 			--out "$dir/peers-$n.json" >"$dir/peers-$n.txt" 2>&1
 		echo "bench moe --peers $mdl: exit $?" | tee -a "$dir/summary.txt"
 	done
