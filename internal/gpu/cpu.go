@@ -148,11 +148,20 @@ func (cpuStream) Memset(dst Buffer, off, n int64, v byte) error {
 	if err := span("memset", off, n, d.Size()); err != nil {
 		return err
 	}
-	b := d.data[off : off+n]
-	for i := range b {
-		b[i] = v
-	}
+	fill(d.data[off:off+n], v)
 	return nil
+}
+
+// fill sets every byte of b to v by doubling copies (memmove speed; a byte
+// loop ran at ~1 GB/s and was a third of a CPU spill matrix's time).
+func fill(b []byte, v byte) {
+	if len(b) == 0 {
+		return
+	}
+	b[0] = v
+	for n := 1; n < len(b); n *= 2 {
+		copy(b[n:], b[:n])
+	}
 }
 
 func (cpuStream) Record() (Event, error)   { return cpuEvent{t: time.Now()}, nil }
