@@ -206,21 +206,24 @@ func (r *gpuCandidateRun) TimeGEMMs(samples int) (gemm1, gemm2 []float64, err er
 			combine = s.US
 		}
 	}
-	// gemm1 with the alignment, likewise: a self-aligning gemm1 has no
-	// align stage (where gemm2 aligns on its own, that goes to gemm1 too).
-	if len(align) == len(gemm1) {
-		for i := range gemm1 {
-			gemm1[i] += align[i]
-		}
-	}
-	// gemm2 with the combine: a fused-combine gemm2 has no combine stage,
-	// so the split is judged on what each gemm2 leaves to do.
-	if len(combine) == len(gemm2) {
-		for i := range gemm2 {
-			gemm2[i] += combine[i]
-		}
-	}
+	// Each GEMM with the launch it may fuse: gemm1 with the alignment (a
+	// self-aligning gemm1 has no align stage; where gemm2 aligns on its own,
+	// that goes to gemm1 too), gemm2 with the combine (a fused-combine gemm2
+	// has none), so a split is judged on what each GEMM leaves to do.
+	addSamples(gemm1, align)
+	addSamples(gemm2, combine)
 	return gemm1, gemm2, nil
+}
+
+// addSamples adds a stage's samples to another's, sample by sample; a
+// stage that did not run (no samples) adds nothing.
+func addSamples(to, extra []float64) {
+	if len(extra) != len(to) {
+		return
+	}
+	for i := range to {
+		to[i] += extra[i]
+	}
 }
 
 // cpuCandidates is the CPU's one implementation (moe.ForwardCPU) as a
