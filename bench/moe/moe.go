@@ -477,7 +477,7 @@ func runMoERound(ctx context.Context, dev gpu.Device, opt MoEOptions) (*MoERepor
 		sampler.Start()
 		if opt.Tune { // on the GPU only: the CPU has nothing to tune
 			want = moe.ReferenceTokens(layer, x, r, tokens)
-			tuned = tune(ctx, run, x, r, tokens, want, opt.TuneSamples, func(s string) { progress(fmt.Sprintf("M=%d %s", m, s)) })
+			tuned = tune(ctx, run, info.CC(), x, r, tokens, want, opt.TuneSamples, func(s string) { progress(fmt.Sprintf("M=%d %s", m, s)) })
 			if err := ctx.Err(); err != nil {
 				return rep, err // the batch in flight is left out
 			}
@@ -661,7 +661,7 @@ func checkFits(dev gpu.Device, local moe.Shape, opt MoEOptions, maxM int) error 
 			cfgs = []moe.Config{moe.ChooseConfigOn(dev.Info().CC(), local, maxM)}
 		}
 		if opt.Tune {
-			cfgs = moe.Candidates(local, maxM)
+			cfgs = moe.CandidatesOn(dev.Info().CC(), local, maxM)
 		}
 		var plan int64
 		for _, c := range cfgs {
@@ -697,9 +697,9 @@ func settleWarmUp(onGPU bool) func(call func() (float64, error)) error {
 // shared loop (TuneCandidates): a checked pass and, for those that pass,
 // `samples` timed samples. A canceled ctx stops it before the next
 // candidate (the caller then drops the batch).
-func tune(ctx context.Context, g *moe.Runner, x []float32, r routing.Routing, tokens []int, want []float64, samples int, progress func(string)) []TuneOutcome {
+func tune(ctx context.Context, g *moe.Runner, cc int, x []float32, r routing.Routing, tokens []int, want []float64, samples int, progress func(string)) []TuneOutcome {
 	shape := g.Layer().Shape
-	return TuneCandidates(ctx, gpuCandidates{g: g, m: r.M, x: x, r: r}, moe.Candidates(shape, r.M),
+	return TuneCandidates(ctx, gpuCandidates{g: g, m: r.M, x: x, r: r}, moe.CandidatesOn(cc, shape, r.M),
 		TuneCheck{Tokens: tokens, Want: want, H: shape.H}, samples, progress)
 }
 

@@ -520,7 +520,7 @@ func RunMoETune(ctx context.Context, dev gpu.Device, opt MoETuneOptions) (*MoETu
 		case opt.Runner != nil:
 			runner, cands = opt.Runner(m, layer, x, r)
 		case onGPU:
-			runner, cands = gpuCandidates{g: gk, m: m, x: x, r: r}, moe.Candidates(local, m)
+			runner, cands = gpuCandidates{g: gk, m: m, x: x, r: r}, moe.CandidatesOn(info.CC(), local, m)
 		default:
 			if cpuRun == nil {
 				if cpuRun, err = moe.NewRunner(dev, layer, nil); err != nil {

@@ -56,6 +56,15 @@ func runScript(t *testing.T, env []string, name string, args ...string) (string,
 
 func TestLaunchersParse(t *testing.T) {
 	launcherPath(t, nil) // skips without bash
+	shells, _ := filepath.Glob(filepath.Join(scripts, "*.sh"))
+	if len(shells) == 0 {
+		t.Fatal("no scripts/*.sh")
+	}
+	for _, s := range shells {
+		if out, err := runScript(t, nil, "bash", "-n", s); err != nil {
+			t.Errorf("bash -n %s: %v\n%s", s, err, out)
+		}
+	}
 	for _, s := range []string{"slurm/mstar-shards.sbatch", "slurm/submit.sh", "k8s/render.sh"} {
 		if out, err := runScript(t, nil, "bash", "-n", filepath.Join(scripts, s)); err != nil {
 			t.Errorf("bash -n %s: %v\n%s", s, err, out)

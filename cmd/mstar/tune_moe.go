@@ -90,6 +90,11 @@ On the CPU there is one implementation, so there is nothing to choose: the
 command checks and times it, writes its file (which bench moe does not
 need) and compares it with itself — an A/A pair, which should read '~'.
 
+On Hopper the candidates the H200 tunings found dominated (never within 3%
+of the best) are left out; MSTAR_MOE_TUNE_ALL=1 tries them too, and
+MSTAR_MOE_TUNE_FILTER=REGEXP keeps only the candidates it matches (the
+static table's pick always runs, as the baseline).
+
 Shapes as in 'bench moe': --model NAME, --hf-config FILE, or --experts
 --topk --hidden --inter; --tp and --ep shard it (rank 0's share is tuned).
 Exit 1 when every candidate of some batch was rejected.`,

@@ -642,22 +642,31 @@ func ChooseConfig(s Shape, m int) Config { return ChooseConfigOn(0, s, m) }
 const Hopper = 90
 
 // ChooseConfigOn is ChooseConfig for a GPU of compute capability cc
-// (major*10+minor; 0 when unknown). On Hopper, from 128 slots per touched
-// expert, the wg kernel with 128×256 ping-pong tiles: in the H200 tuning of
-// the four reference shapes it won all 8 such batches, 1.21–1.36× faster
-// than the tc pick. Up to 8 slots per expert, from 32 slots in all, the tc
-// kernel with 16×256×128 tiles (8 warps, the prologue overlapped): in the
-// 2026-12-02 H200 tuning it won or tied every such batch of the four
-// shapes, 1–27% faster than the decode kernel (kernels/moe/configs,
-// kernels/moe/NOTES.md v10); below 32 slots the decode kernel's grid is
-// larger and it is within 6% or ahead.
+// (major*10+minor; 0 when unknown). On Hopper, by slots per touched expert,
+// from two full H200 tunings of the four reference shapes (104 batches,
+// reports/measured/h200/moe-fused/tune and moe-next/tune): up to 8 (from 32
+// slots in all) the tc kernel's 16×256×128 tiles with the prologue
+// overlapped, which won or tied every such batch; up to 32 its 32×256×128
+// tiles (within 0.8% of the best at 16); from 32 the wg kernel's 64-row
+// ping-pong tiles (within 3.1% of the best at 32–128 but for mixtral's 64,
+// where the cooperative tile is 17% faster); from 256 the cooperative
+// 128-row tiles (within 1.7%; ping-pong is 10–11% slower at 512–1024).
+// The portable table it replaced on Hopper was up to 35% slower from 32.
 func ChooseConfigOn(cc int, s Shape, m int) Config {
 	if cc == Hopper {
 		per := perExpert(s, m)
-		if c := wgTable["64x256s4pp"]; per >= 128 && CheckConfigShape(c, s, m) == nil {
-			return c
+		var c Config
+		switch {
+		case per >= 256:
+			c = wgTable["128x256s4"]
+		case per >= 32:
+			c = wgTable["64x256s4pp"]
+		case per > 8:
+			c = tcTable["32x256k128s3w8"]
+		case m*s.K >= 32:
+			c = tcTable["16x256k128s3w8ov"]
 		}
-		if c := tcTable["16x256k128s3w8ov"]; per <= 8 && m*s.K >= 32 && CheckConfigShape(c, s, m) == nil {
+		if c.Kernel != "" && CheckConfigShape(c, s, m) == nil {
 			return c
 		}
 	}
@@ -687,10 +696,62 @@ func chooseConfig(s Shape, m int) Config {
 // per touched expert (decode kernels up to ~12, 16-token tiles up to ~24,
 // 32-token tiles from ~3 to ~64, 64-token tiles from ~16, 128- and
 // 256-token tiles from ~48), each once.
-func Candidates(s Shape, m int) []Config {
+func Candidates(s Shape, m int) []Config { return CandidatesOn(0, s, m) }
+
+// CandidatesOn is Candidates for a GPU of compute capability cc, with
+// ChooseConfigOn's pick first. On Hopper it leaves out the configurations
+// that were never within 3% of the best gemm1, gemm2 or pass time in any
+// batch of two full H200 tunings of the four reference shapes (dominated),
+// unless MSTAR_MOE_TUNE_ALL is set: over the four shapes' 13 batches, 722
+// candidates instead of 1255, and 16 tc modules to compile instead of 42.
+func CandidatesOn(cc int, s Shape, m int) []Config {
+	out := candidates(ChooseConfigOn(cc, s, m), s, m)
+	if cc == Hopper && os.Getenv(EnvTuneAll) == "" {
+		kept := out[:1] // the static pick stays, as the baseline
+		for _, c := range out[1:] {
+			if !dominatedOnHopper(c) {
+				kept = append(kept, c)
+			}
+		}
+		out = kept
+	}
+	return filterCandidates(out, os.Getenv(EnvTuneFilter))
+}
+
+// EnvTuneAll set to anything makes the tuner try every candidate on
+// Hopper too, the dominated ones included (for a shape or routing far from
+// the four the pruning was measured on).
+const EnvTuneAll = "MSTAR_MOE_TUNE_ALL"
+
+// hopperDominated names the dominated configurations by their table names
+// (a tc entry with its ov twin). From reports/measured/h200/moe-fused/tune
+// and moe-next/tune (91 batches, 2168 timed candidates): on sm_90 the wg
+// kernels and the 16/32-row tc tiles beat them everywhere; the tiled kernel
+// is tc's predecessor, the bn=128 wg tiles lose to bn=256, and the 128-row
+// tc tiles spill there (ptxas: 28–104 bytes).
+var hopperDominated = map[string][]string{
+	"tiled": {"m16", "m32", "m64", "w128x128"},
+	"tc": {"32x128k64s4b2", "32x128k64s3b3", "64x128k64s4b2", "64x256k64s3", "64x128k64s4w8b2", "64x128k128s3w8",
+		"128x128k64s4", "128x128k64s3b2", "128x128k32s4b2", "128x128k64s4w8", "128x256k64s3", "128x256k32s4", "256x128k64s3"},
+	"wg": {"64x128s4", "64x128s6pp", "128x128s6"},
+}
+
+func dominatedOnHopper(c Config) bool {
+	base := c
+	base.OV = 0
+	tables := map[string]map[string]Config{"tiled": tiledTable, "tc": tcTable, "wg": wgTable}
+	for _, name := range hopperDominated[c.Kernel] {
+		if d, ok := tables[c.Kernel][name]; ok && d.String() == base.String() {
+			return true
+		}
+	}
+	return false
+}
+
+func candidates(first Config, s Shape, m int) []Config {
 	per := perExpert(s, m)
 	touched := max(1, min(s.E, m*s.K))
-	out := []Config{ChooseConfig(s, m)}
+	out := []Config{first}
 	add := func(base ...Config) {
 		var cs []Config
 		for _, c := range base {
@@ -755,7 +816,7 @@ func Candidates(s Shape, m int) []Config {
 	if per >= 40 {
 		add(wgTable["128x128s6"], wgTable["128x256s3"], wgTable["128x256s4"])
 	}
-	return filterCandidates(out, os.Getenv(EnvTuneFilter))
+	return out
 }
 
 // EnvTuneFilter names a regular expression: the tuner then tries only the

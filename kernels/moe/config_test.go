@@ -1,6 +1,7 @@
 package moe
 
 import (
+	"io/fs"
 	"strings"
 	"testing"
 )
@@ -122,10 +123,11 @@ func TestTuneFilter(t *testing.T) {
 	}
 }
 
-// On Hopper the static table picks the wg kernel from 128 slots per touched
-// expert and 16-row tc tiles up to 8 from 32 slots (where the H200 tuning
-// chose them in the reference shapes); elsewhere, and on every other GPU,
-// the portable table.
+// On Hopper the static table picks by slots per touched expert: 16-row tc
+// tiles up to 8 (from 32 slots in all), 32-row ones up to 32, the wg
+// kernel's ping-pong tiles from 32 and its cooperative 128-row tiles from
+// 256 (where the H200 tunings put them); on every other GPU the portable
+// table.
 func TestChooseConfigOnHopper(t *testing.T) {
 	shapes := map[string]Shape{
 		"qwen3-30b-a3b":   {E: 128, K: 8, H: 2048, I: 768},
@@ -134,21 +136,103 @@ func TestChooseConfigOnHopper(t *testing.T) {
 		"mixtral-8x7b":    {E: 8, K: 2, H: 4096, I: 14336},
 	}
 	for name, s := range shapes {
-		for _, m := range []int{1, 2, 4, 16, 64, 256, 512, 1024, 2048, 4096} {
+		for _, m := range []int{1, 2, 4, 16, 64, 128, 256, 512, 1024, 2048, 4096} {
 			hopper, other := ChooseConfigOn(Hopper, s, m), ChooseConfigOn(80, s, m)
 			if other != ChooseConfig(s, m) {
 				t.Errorf("%s M=%d: sm_80 picks %v, not the portable %v", name, m, other, ChooseConfig(s, m))
 			}
-			wantWG := perExpert(s, m) >= 128
-			if (hopper.Kernel == "wg") != wantWG {
-				t.Errorf("%s M=%d (%.0f slots per expert): Hopper picks %v", name, m, perExpert(s, m), hopper)
+			per := perExpert(s, m)
+			var want string
+			switch {
+			case per >= 256:
+				want = "wg:nc=2,bn=256,stages=4,gm=8"
+			case per >= 32:
+				want = "wg:nc=2,bn=256,stages=4,gm=8,pp=1"
+			case per > 8:
+				want = "tc:bm=32,bn=256,bk=128,wm=1,wn=8,stages=3,gm=8,minb=1"
+			case m*s.K >= 32:
+				want = "tc:bm=16,bn=256,bk=128,wm=1,wn=8,stages=3,gm=8,minb=1,ov=1"
+			default:
+				want = ChooseConfig(s, m).String()
 			}
-			if wantWG && hopper.String() != "wg:nc=2,bn=256,stages=4,gm=8,pp=1" {
-				t.Errorf("%s M=%d: Hopper picks %v", name, m, hopper)
+			if hopper.String() != want {
+				t.Errorf("%s M=%d (%.1f slots per expert, %d in all): Hopper picks %v, want %s", name, m, per, m*s.K, hopper, want)
 			}
-			want16 := perExpert(s, m) <= 8 && m*s.K >= 32
-			if got := hopper.Kernel == "tc" && hopper.BM == 16; got != want16 {
-				t.Errorf("%s M=%d (%.1f slots per expert, %d in all): Hopper picks %v", name, m, perExpert(s, m), m*s.K, hopper)
+		}
+	}
+}
+
+// On Hopper the tuner leaves out the configurations the H200 tunings found
+// dominated, keeps the static pick first and every configuration a shipped
+// tuned file chose; MSTAR_MOE_TUNE_ALL brings the rest back.
+func TestCandidatesOnHopperPrunes(t *testing.T) {
+	tables := map[string]map[string]Config{"tiled": tiledTable, "tc": tcTable, "wg": wgTable}
+	dominated := map[string]bool{}
+	for kernel, names := range hopperDominated {
+		for _, n := range names {
+			c, ok := tables[kernel][n]
+			if !ok {
+				t.Fatalf("hopperDominated names %s %q, which is not in its table", kernel, n)
+			}
+			dominated[c.String()] = true
+			if kernel == "tc" {
+				dominated[ov(c).String()] = true
+			}
+		}
+	}
+	s := Shape{E: 128, K: 8, H: 2048, I: 768}
+	left := 0
+	for _, m := range []int{1, 16, 64, 256, 1024, 4096} {
+		all, pruned := CandidatesOn(0, s, m), CandidatesOn(Hopper, s, m)
+		if pruned[0].String() != ChooseConfigOn(Hopper, s, m).String() {
+			t.Errorf("M=%d: Hopper's first candidate %v is not its static pick", m, pruned[0])
+		}
+		in := map[string]bool{}
+		for _, c := range pruned {
+			if dominated[c.String()] && c.String() != pruned[0].String() {
+				t.Errorf("M=%d: dominated %v still a Hopper candidate", m, c)
+			}
+			in[c.String()] = true
+		}
+		for _, c := range all[1:] {
+			if !dominated[c.String()] && !in[c.String()] {
+				t.Errorf("M=%d: %v, not dominated, left out on Hopper", m, c)
+			}
+			if dominated[c.String()] {
+				left++
+			}
+		}
+		t.Setenv(EnvTuneAll, "1")
+		every := CandidatesOn(Hopper, s, m)
+		t.Setenv(EnvTuneAll, "")
+		if len(every) < len(all)-1 {
+			t.Errorf("M=%d: with %s, %d candidates on Hopper, want the %d of the full set", m, EnvTuneAll, len(every), len(all))
+		}
+	}
+	if left == 0 {
+		t.Error("no dominated configuration among the full candidates: the test checks nothing")
+	}
+	// No shipped pick is ever pruned away.
+	entries, err := fs.ReadDir(ShippedConfigs(), "configs")
+	if err != nil || len(entries) == 0 {
+		t.Fatalf("shipped configs: %v (%d files)", err, len(entries))
+	}
+	for _, e := range entries {
+		b, err := fs.ReadFile(ShippedConfigs(), "configs/"+e.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := ParseTunedFile(b, e.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		sh := Shape{E: f.E, K: f.TopK, H: f.K, I: f.N}
+		for _, m := range f.TunedBatchSizes() {
+			c, _ := f.Pick(sh, m)
+			for _, g := range []Config{c.Gemm(1), c.Gemm(2)} {
+				if dominatedOnHopper(g) {
+					t.Errorf("%s M=%d: the shipped pick's %v is pruned on Hopper", e.Name(), m, g)
+				}
 			}
 		}
 	}

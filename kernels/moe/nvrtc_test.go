@@ -64,23 +64,24 @@ func TestNVRTCCompilesEveryConfig(t *testing.T) {
 	}
 }
 
-// logKernels logs ptxas's registers and spills per kernel (the GEMMs only).
+// logKernels logs ptxas's registers, stack frame and spills per kernel (the
+// GEMMs only): a stack frame without spills is an array put in local memory.
 func logKernels(t *testing.T, log string) {
 	t.Helper()
 	var name string
-	var regs, spill string
+	var regs, stack, spill string
 	flush := func() {
 		if strings.Contains(name, "gemm") {
-			t.Logf("%s: %s registers, %s bytes spilled", name, regs, spill)
+			t.Logf("%s: %s registers, %s bytes stack frame, %s bytes spilled", name, regs, stack, spill)
 		}
 	}
 	for _, line := range strings.Split(log, "\n") {
 		if m := ptxasEntry.FindStringSubmatch(line); m != nil {
 			flush()
-			name, regs, spill = m[1], "?", "?"
+			name, regs, stack, spill = m[1], "?", "?", "?"
 		}
 		if m := ptxasSpill.FindStringSubmatch(line); m != nil {
-			spill = m[2]
+			stack, spill = m[1], m[2]
 		}
 		if m := ptxasRegs.FindStringSubmatch(line); m != nil {
 			regs = m[1]
