@@ -17,7 +17,7 @@ func TestThrottledResultsAreNamed(t *testing.T) {
 	cool.Params = Params{"what": "d2d"}
 	cool.GPUState = &GPUState{Samples: 3, Reasons: []string{"gpu_idle"}}
 	note := hot.ThrottleNote()
-	if !strings.Contains(note, "power-throttled (sw_power_cap)") || !strings.Contains(note, "SM clock 1755–1980 MHz") || !strings.Contains(note, "power 420–699 W of a 700 W limit") {
+	if !strings.Contains(note, "power-throttled (sw_power_cap)") || !strings.Contains(note, "SM clock 1755–1980 MHz") || !strings.Contains(note, "power 420–699 W of a 700 W limit (NVML's power: a 1 s average on Hopper)") {
 		t.Errorf("note %q", note)
 	}
 	if cool.ThrottleNote() != "" {

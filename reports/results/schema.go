@@ -191,7 +191,10 @@ func (r *Result) ThrottleNote() string {
 		}
 		return fmt.Sprintf("%.0f–%.0f %s", v[0], v[1], unit)
 	}
-	return fmt.Sprintf("measured while %s-throttled (%s): SM clock %s, power %s of a %s limit, %s, over %d GPU samples",
+	// NVML's power is a 1-second average on GPUs after the A100 (Hopper
+	// included): idle gaps between short samples pull it far below the
+	// peaks a power cap acts on.
+	return fmt.Sprintf("measured while %s-throttled (%s): SM clock %s, power %s of a %s limit (NVML's power: a 1 s average on Hopper), %s, over %d GPU samples",
 		strings.Join(kinds, " and "), strings.Join(g.Reasons, ", "), span(g.SMClockMHz, "MHz"), span(g.PowerW, "W"), span(g.PowerLimitW, "W"), span(g.TempC, "°C"), g.Samples)
 }
 
