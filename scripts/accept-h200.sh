@@ -72,12 +72,28 @@ devices)
 	grep -E 'exit|GPU' "$dir/devices.log" | tee "$dir/summary.txt"
 	;;
 moe-table)
+	# Resumes: a shape whose document is there was done in an earlier call.
+	# MSTAR (default $BIN/mstar), CEILINGS (a bench ceilings document) and
+	# DEADLINE (seconds for this call, default 570) are optional; tuned
+	# files come from MSTAR_MOE_CONFIG_DIR as for any bench moe.
 	peer=${TRITON_PEER:-.dev/peers/triton_moe_ref.py}
+	mstar=${MSTAR:-$BIN/mstar}
+	ceil=()
+	[ -n "${CEILINGS:-}" ] && ceil=(--ceilings "$CEILINGS")
 	for mdl in "qwen3-30b-a3b" "deepseek-v3 --tp 8" "qwen3-235b-a22b" "mixtral-8x7b"; do
 		n=${mdl%% *}
-		"$BIN/mstar" bench moe --model $mdl --rounds "${ROUNDS:-1}" --peers --triton-peer "$peer" --device cuda:0 \
-			--out "$dir/peers-$n.json" >"$dir/peers-$n.txt" 2>&1
-		echo "bench moe --peers $mdl: exit $?" | tee -a "$dir/summary.txt"
+		[ -s "$dir/peers-$n.json" ] && continue
+		left=$((${DEADLINE:-570} - SECONDS))
+		if [ "$left" -le 30 ]; then
+			echo "bench moe --peers $mdl: SKIPPED (deadline): run the step again" | tee -a "$dir/summary.txt"
+			break
+		fi
+		# shellcheck disable=SC2086 # $mdl is the shape's flags
+		timeout -s INT -k 10 "$left" "$mstar" bench moe --model $mdl --rounds "${ROUNDS:-1}" --peers --triton-peer "$peer" \
+			--device cuda:0 "${ceil[@]}" --out "$dir/peers-$n.json.part" >"$dir/peers-$n.txt" 2>&1
+		rc=$?
+		[ $rc -eq 0 ] && mv "$dir/peers-$n.json.part" "$dir/peers-$n.json"
+		echo "bench moe --peers $mdl: exit $rc" | tee -a "$dir/summary.txt"
 	done
 	;;
 *)

@@ -9,8 +9,9 @@
 #          configuration, as NVRTC 13 compiles them for sm_90a)
 #   tune   scripts/moe-tune-configs-h200.sh with the variant (~5 min for the
 #          four shapes on the H200)
-#   table  bench moe --peers of the four shapes with the variant's tuned
-#          files (the 52-cell table; ~6.5 min), shapes already done skipped
+#   table  accept-h200.sh moe-table with the variant and its tuned files
+#          (the 52-cell table, triton-ref in the same call; ~6.5 min;
+#          shapes already done skipped)
 #   ab     scripts/ab-builds.sh: main's build with its shipped files (A)
 #          against the variant with its tuned files (B), runs alternated,
 #          on the batches AB_BATCH (default 1,8,16,256,1024) of each shape
@@ -35,7 +36,7 @@ SHAPES=${SHAPES:-"qwen3-30b-a3b qwen3-235b-a22b deepseek-v3-tp8 mixtral-8x7b"}
 HERE=$(cd "$(dirname "$0")" && pwd)
 [ $# -gt 0 ] || { echo "usage: $0 tests|tune|table|ab ..." >&2; exit 2; }
 o=$OUT/variant
-mkdir -p "$o" "$WORK/table"
+mkdir -p "$o"
 model_args() { # a shape's name as bench moe's flags
 	if [ "$1" = deepseek-v3-tp8 ]; then echo "--model deepseek-v3 --tp 8"; else echo "--model $1"; fi
 }
@@ -64,19 +65,9 @@ for step in "$@"; do
 		[ $rc -ne 0 ] && status=1
 		;;
 	table)
-		for s in $SHAPES; do
-			[ -s "$WORK/table/peers-$s.json" ] && continue
-			left=$((DEADLINE - SECONDS))
-			[ "$left" -le 30 ] && { echo "table $s: SKIPPED (deadline)" | tee -a "$o/summary.txt"; status=1; break; }
-			# shellcheck disable=SC2046 # the shape's flags
-			MSTAR_MOE_CONFIG_DIR=$WORK/tune/configs timeout -s INT -k 10 "$left" "$VARIANT" bench moe $(model_args "$s") \
-				--rounds 1 --peers --triton-peer "$PEER" --device cuda:0 --ceilings "$WORK/tune/ceilings.json" \
-				--out "$WORK/table/peers-$s.json.part" >"$WORK/table/peers-$s.txt" 2>&1
-			rc=$?
-			[ $rc -eq 0 ] && mv "$WORK/table/peers-$s.json.part" "$WORK/table/peers-$s.json"
-			echo "table $s: exit $rc" | tee -a "$o/summary.txt"
-		done
-		cp -r "$WORK/table" "$o/"
+		MSTAR=$VARIANT MSTAR_MOE_CONFIG_DIR=$WORK/tune/configs CEILINGS=$WORK/tune/ceilings.json DEADLINE=$left \
+			OUT=$WORK "$HERE/accept-h200.sh" moe-table
+		cp -r "$WORK/moe-table" "$o/"
 		;;
 	ab)
 		for s in $SHAPES; do
