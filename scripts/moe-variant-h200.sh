@@ -16,10 +16,10 @@
 #          against the variant with its tuned files (B), runs alternated,
 #          on the batches AB_BATCH (default 1,8,16,256,1024) of each shape
 # Build here, the variant checked out (or its patch applied):
-#   go build -ldflags='-s -w' -o bin/mstar ./cmd/mstar
+#   go build -buildvcs=auto -ldflags='-s -w' -o bin/mstar ./cmd/mstar
 #   go test -c -ldflags='-s -w' -o bin/moe.test ./kernels/moe
 # and main's build beside it:
-#   git worktree add /tmp/base main && (cd /tmp/base && go build -ldflags='-s -w' -o "$OLDPWD/bin/mstar-base" ./cmd/mstar)
+#   git worktree add /tmp/base main && (cd /tmp/base && go build -buildvcs=auto -ldflags='-s -w' -o "$OLDPWD/bin/mstar-base" ./cmd/mstar)
 # There:  OUT=/dir scripts/moe-variant-h200.sh tests tune ...   (outputs under $OUT/variant)
 # Environment: VARIANT (bin/mstar), BASE (bin/mstar-base), MOE_TEST (bin/moe.test),
 # WORK, PEER (.dev/peers/triton_moe_ref.py), DEADLINE (seconds for this call, 570),

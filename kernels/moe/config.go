@@ -159,12 +159,6 @@ var tcTable = map[string]Config{
 	// Triton's gemm2 winner at 8–64 slots per expert (32×128×64, 3 stages),
 	// three blocks per multiprocessor.
 	"32x128k64s3b3": tc(32, 128, 64, 1, 4, 3, 8, 3),
-	// A narrow 16-row tile, 2 warps, 12 stages of 32-wide k, 3 blocks per
-	// multiprocessor: Triton's winners at 1–64 slots per expert are 16×64
-	// tiles. The last, partly filled wave of a few tokens' tiles lasts about
-	// one tile's k-steps over its stages in flight: 8 rounds for 16×256×128
-	// at K = 2048, 5.8 here (NOTES v13).
-	"16x64k32s12b3": tc(16, 64, 32, 1, 2, 12, 8, 3),
 }
 
 func tc(bm, bn, bk, wm, wn, st, gm, minb int) Config {
@@ -797,8 +791,7 @@ func candidates(first Config, s Shape, m int) []Config {
 		}
 	}
 	if per <= 24 {
-		add(tcTable["16x256k128s3w8"], tcTable["16x256k128s2w8"], tcTable["16x256k64s4"], tcTable["16x128k64s4b2"], tcTable["16x128k64s4b3"],
-			tcTable["16x64k32s12b3"])
+		add(tcTable["16x256k128s3w8"], tcTable["16x256k128s2w8"], tcTable["16x256k64s4"], tcTable["16x128k64s4b2"], tcTable["16x128k64s4b3"])
 	}
 	if per >= 3 && per <= 64 {
 		add(tiledTable["m16"], tiledTable["m32"], tcTable["32x128k64s4b2"], tcTable["32x256k64s3"], tcTable["32x256k128s3w8"],
