@@ -3,6 +3,7 @@ package bench
 import (
 	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/mstar-dev/mstar/internal/gpu/nvmlinfo"
+	"github.com/mstar-dev/mstar/internal/hoststate"
 	"github.com/mstar-dev/mstar/reports/results"
 )
 
@@ -36,40 +37,57 @@ func (s *stateSampler) start() {
 	}
 }
 
-// StateSampler samples a GPU's state (clocks, power, temperature,
-// throttle reasons) while a measurement runs, for suites outside package
-// bench. A nil *StateSampler samples nothing; its methods are no-ops.
-type StateSampler struct{ s *stateSampler }
+// MachineState is what a StateSampler saw while a measurement ran: the
+// GPU's state (nil on the CPU backend or without NVML) and how busy the
+// host's CPUs were (nil where /proc cannot be read).
+type MachineState struct {
+	GPU  *results.GPUState
+	Host *results.HostState
+}
 
-// NewStateSampler samples dev's state, or returns nil and why not ("" on
-// the CPU backend, where there is nothing to sample).
+// Set records the state on a result.
+func (m MachineState) Set(r *results.Result) { r.GPUState, r.HostState = m.GPU, m.Host }
+
+// StateSampler samples the machine while a measurement runs: a GPU's
+// clocks, power, temperature and throttle reasons, and the host's CPU
+// time taken by the hypervisor or other processes. A nil *StateSampler
+// samples nothing; its methods are no-ops.
+type StateSampler struct {
+	gpu  *stateSampler
+	host hoststate.Sampler
+}
+
+// NewStateSampler samples dev's machine; the note says why the GPU's state
+// is not sampled ("" on the CPU backend, where there is no GPU to sample).
 func NewStateSampler(dev gpu.Device) (*StateSampler, string) {
 	s, note := newStateSampler(dev)
-	if s == nil {
-		return nil, note
-	}
-	return &StateSampler{s}, ""
+	return &StateSampler{gpu: s}, note
 }
 
 // Start begins a measurement's range.
 func (s *StateSampler) Start() {
 	if s != nil {
-		s.s.start()
+		s.gpu.start()
+		s.host.Start()
 	}
 }
 
-// Stop ends it and returns the state seen (nil when nothing was read).
-func (s *StateSampler) Stop() *results.GPUState {
+// Stop ends it and returns the state seen.
+func (s *StateSampler) Stop() MachineState {
 	if s == nil {
-		return nil
+		return MachineState{}
 	}
-	return s.s.stop()
+	m := MachineState{GPU: s.gpu.stop()}
+	if u, ok := s.host.Stop(); ok {
+		m.Host = &results.HostState{Seconds: u.Seconds, CPUs: u.CPUs, StealPct: u.StealPct, OtherPct: u.OtherPct, Busy: u.Busy()}
+	}
+	return m
 }
 
 // Close releases NVML.
 func (s *StateSampler) Close() {
 	if s != nil {
-		s.s.shutdown()
+		s.gpu.shutdown()
 	}
 }
 

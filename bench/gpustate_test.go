@@ -2,6 +2,7 @@ package bench
 
 import (
 	"errors"
+	"os"
 	"strings"
 	"testing"
 
@@ -9,6 +10,7 @@ import (
 
 	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/mstar-dev/mstar/internal/gpu/nvmlinfo"
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 // cudaInfo is a CPU device that says it is a GPU, for the sampler's wiring.
@@ -55,11 +57,27 @@ func TestStateSamplerRecordsThrottling(t *testing.T) {
 	if s, note := newStateSampler(gpu.NewCPU()); s != nil || note != "" {
 		t.Errorf("the CPU backend: sampler %v, note %q", s, note)
 	}
-	// The exported wrapper, for the spill cells: nil-safe on the CPU.
+	// The exported sampler on the CPU: no GPU state, no note, and on Linux
+	// the host's state.
 	ps, note := NewStateSampler(gpu.NewCPU())
 	ps.Start()
-	if st := ps.Stop(); ps != nil || note != "" || st != nil {
-		t.Errorf("NewStateSampler on the CPU: %v %q %v", ps, note, st)
+	ms := ps.Stop()
+	if ps == nil || note != "" || ms.GPU != nil {
+		t.Errorf("NewStateSampler on the CPU: %v %q %+v", ps, note, ms)
+	}
+	if _, err := os.Stat("/proc/stat"); err == nil && (ms.Host == nil || ms.Host.CPUs < 1) {
+		t.Errorf("on Linux the host's state was not read: %+v", ms.Host)
+	}
+	var r results.Result
+	ms.Set(&r)
+	if r.HostState != ms.Host || r.GPUState != nil {
+		t.Errorf("Set: %+v", r)
 	}
 	ps.Close()
+	var none *StateSampler // nil-safe
+	none.Start()
+	if st := none.Stop(); st.GPU != nil || st.Host != nil {
+		t.Errorf("a nil sampler returned %+v", st)
+	}
+	none.Close()
 }

@@ -331,12 +331,17 @@ func Diff(base, new []*Document, opt DiffOptions) *Comparison {
 		name string
 		docs []*Document
 	}{{"base", base}, {"new", new}} {
+		var all []results.Result
 		for _, d := range s.docs {
 			for i := range d.Results {
 				if note := d.Results[i].ThrottleNote(); note != "" {
 					c.Warnings = append(c.Warnings, fmt.Sprintf("%s: %s %s", s.name, d.Results[i].Key(), note))
 				}
 			}
+			all = append(all, d.Results...)
+		}
+		if note := results.BusyHostNote(all); note != "" {
+			c.Warnings = append(c.Warnings, s.name+": "+note)
 		}
 	}
 	for _, s := range []struct {

@@ -48,3 +48,60 @@ func TestThrottledResultsAreNamed(t *testing.T) {
 		t.Errorf("diff warnings %q", c.Warnings)
 	}
 }
+
+// Results measured on a busy host are noted once a table, once a side of a
+// diff and once a run of rounds, with the range of how busy; a quiet host
+// or a host that could not be read is not noted.
+func TestBusyHostIsNotedOnce(t *testing.T) {
+	res := func(batch string, h *HostState) Result {
+		return Result{Name: "moe", Params: Params{"batch": batch},
+			Metrics: []Metric{{Name: "latency", Unit: "µs", Better: LowerIsBetter, Samples: []float64{10, 11}}}, HostState: h}
+	}
+	busy1 := &HostState{Seconds: 1.2, CPUs: 2, StealPct: 13, OtherPct: 1, Busy: true}
+	busy2 := &HostState{Seconds: 0.4, CPUs: 2, StealPct: 38, OtherPct: 0, Busy: true}
+	quiet := &HostState{Seconds: 2, CPUs: 2, StealPct: 1, OtherPct: 2}
+	rs := []Result{res("1", busy1), res("16", busy2), res("64", quiet), res("256", nil)}
+	note := results.BusyHostNote(rs)
+	if !strings.Contains(note, "2 of 3 results measured on a busy host (2 CPUs): the hypervisor took 13–38% of the CPU time (steal), other processes used 0–1%") {
+		t.Errorf("note %q", note)
+	}
+	if n := results.BusyHostNote([]Result{res("1", quiet), res("2", nil)}); n != "" {
+		t.Errorf("a quiet host noted: %q", n)
+	}
+	doc := &Document{Format: results.Format, Schema: results.SchemaVersion, Results: rs}
+	tabs, err := Tables([]*Document{doc}, TableOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := 0
+	for _, tb := range tabs {
+		for _, n := range tb.notes() {
+			count += strings.Count(n, "busy host")
+		}
+	}
+	if count != 1 {
+		t.Errorf("show noted the busy host %d times", count)
+	}
+	c := Diff([]*Document{doc}, []*Document{doc}, DiffOptions{})
+	var sides []string
+	for _, w := range c.Warnings {
+		if strings.Contains(w, "busy host") {
+			sides = append(sides, w[:strings.Index(w, ":")])
+		}
+	}
+	if strings.Join(sides, ",") != "base,new" {
+		t.Errorf("diff warnings %q", c.Warnings)
+	}
+	// Rounds keep the busiest round's state, and the GPU's range over all.
+	a, b := res("1", quiet), res("1", busy2)
+	a.GPUState = &GPUState{Samples: 2, SMClockMHz: [2]float64{1900, 1980}, Reasons: []string{"gpu_idle"}}
+	b.GPUState = &GPUState{Samples: 3, SMClockMHz: [2]float64{1440, 1700}, Reasons: []string{"sw_power_cap"}, PowerThrottled: true}
+	j := results.JoinRounds([][]Result{{a}, {b}, {res("1", busy1)}})
+	if len(j) != 1 || j[0].HostState != busy2 {
+		t.Fatalf("joined host state %+v", j[0].HostState)
+	}
+	g := j[0].GPUState
+	if g.Samples != 5 || g.SMClockMHz != [2]float64{1440, 1980} || !g.PowerThrottled || strings.Join(g.Reasons, ",") != "gpu_idle,sw_power_cap" {
+		t.Errorf("joined GPU state %+v", g)
+	}
+}

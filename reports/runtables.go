@@ -84,6 +84,15 @@ func ceilingsTable(w io.Writer, d *Document) error {
 			fmt.Fprintf(w, "note: %s %s\n", r.Params["what"], note)
 		}
 	}
+	var ceils []results.Result
+	for _, r := range d.Results {
+		if r.Name == "ceiling" {
+			ceils = append(ceils, r)
+		}
+	}
+	if note := results.BusyHostNote(ceils); note != "" {
+		fmt.Fprintln(w, "note: ceilings: "+note)
+	}
 	for _, warn := range d.Warnings {
 		fmt.Fprintln(w, "note: "+warn)
 	}

@@ -16,6 +16,7 @@ type (
 	Summary   = results.Summary
 	Role      = results.Role
 	GPUState  = results.GPUState
+	HostState = results.HostState
 )
 
 const (

@@ -77,7 +77,8 @@ type Row struct {
 	Cells    []Cell  // parallel to Table.Metrics
 	Gates    []*Gate // parallel to Table.Gates; nil where the result has no such gate
 	Warnings []string
-	Run      string // the run it came from (Document.RunOf)
+	Run      string             // the run it came from (Document.RunOf)
+	Host     *results.HostState // how busy the host was; noted once a table
 }
 
 // Cell is one metric of one result: a summary, or why it was not measured.
@@ -183,7 +184,7 @@ func Tables(docs []*Document, opt TableOptions) ([]*Table, error) {
 
 	for _, p := range all {
 		t, r := p.t, p.r
-		row := Row{Name: r.Name, Params: r.Params, Warnings: r.Warnings, Run: p.run}
+		row := Row{Name: r.Name, Params: r.Params, Warnings: r.Warnings, Run: p.run, Host: r.HostState}
 		if note := r.ThrottleNote(); note != "" {
 			row.Warnings = append(slices.Clip(row.Warnings), note)
 		}
@@ -455,6 +456,13 @@ func (t *Table) notes() []string {
 				add("±∞: " + c.Summary.Warning)
 			}
 		}
+	}
+	hosts := make([]results.Result, len(t.Rows))
+	for i, r := range t.Rows {
+		hosts[i].HostState = r.Host
+	}
+	if note := results.BusyHostNote(hosts); note != "" {
+		add(note)
 	}
 	return notes
 }

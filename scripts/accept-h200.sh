@@ -7,6 +7,8 @@
 #              device partial/uneven >= 80% of their ceilings)
 #   spill1g    spill-matrix --sizes 1GiB (the default) ×RUNS (a run takes ~220 s:
 #              RUNS=2 per call)
+#   fresh-alloc  copies into a just-allocated buffer against a long-lived one, 256 MiB
+#              and 1 GiB (why hibernate restores run at 90–92% of the ceiling at 1 GiB)
 #   aa-arena   A/A pairs of arena sweep --mode copy --max-size 64MiB (#12: 9 of 10)
 #   devices    --devices 0 / --replicate / --shard on one GPU, bench p2p refusing (#16)
 #   gate       the spill gate on the GPU (the cuda and gpu gate tests), then the
@@ -21,7 +23,7 @@
 # Build here: make gpu-bins (strip with -ldflags='-s -w' to carry under 64 MiB).
 # There:  OUT=/dir scripts/accept-h200.sh STEP [PAIRS]; everything lands in $OUT/STEP.
 set -u
-step=${1:?usage: $0 tests|spill256|spill1g|gate|aa-arena|devices|moe-table [PAIRS]}
+step=${1:?usage: $0 tests|spill256|spill1g|gate|fresh-alloc|aa-arena|devices|moe-table [PAIRS]}
 OUT=${OUT:?set OUT}
 HERE=$(cd "$(dirname "$0")" && pwd)
 BIN=${MSTAR_BIN:-bin}
@@ -51,6 +53,11 @@ gate)
 			--samples 12 --out "$dir/gated-$i.json" >"$dir/gated-$i.txt" 2>&1
 		echo "gated partial/uneven run $i: exit $?" | tee -a "$dir/summary.txt"
 	done
+	;;
+fresh-alloc)
+	(cd internal/gpu && "../../$BIN/gpu.test" -test.run FreshAllocationCopyProbe -test.v) >"$dir/fresh-alloc.log" 2>&1
+	echo "fresh-alloc probe: exit $?" | tee -a "$dir/summary.txt"
+	grep "MiB in" "$dir/fresh-alloc.log" | tee -a "$dir/summary.txt"
 	;;
 aa-arena)
 	"$HERE/aa-pairs.sh" -n "${2:-10}" -o "$dir" -b "$BIN/mstar" -- arena sweep --device cuda:0 --mode copy --max-size 64MiB

@@ -45,8 +45,9 @@ type Ceiling struct {
 	Unmeasured string
 	Size       string // what was moved or multiplied: "1 GiB", "8192"
 	Method     string // how, in a few words
-	// GPUState is the GPU's state while the samples ran (nil on the CPU).
-	GPUState *results.GPUState
+	// State is the machine's while the samples ran: the GPU's (nil on the
+	// CPU) and how busy the host was.
+	State bench.MachineState
 }
 
 // Measured reports whether the ceiling has a value.
@@ -184,7 +185,7 @@ func MeasureCeilings(ctx context.Context, dev gpu.Device, opt CeilingOptions) (*
 	sampled := func(measure func() Ceiling) Ceiling {
 		sampler.Start()
 		ce := measure()
-		ce.GPUState = sampler.Stop()
+		ce.State = sampler.Stop()
 		return ce
 	}
 	const notYet = "interrupted before it was measured"
@@ -208,7 +209,9 @@ func MeasureCeilings(ctx context.Context, dev gpu.Device, opt CeilingOptions) (*
 			return measureReadCUDA(dev, s, opt.ReadBytes, bench.Timing{Warmup: 2, Samples: opt.Samples, Reps: 10, Settle: settle})
 		})
 	} else {
-		c.Read = measureReadCPU(opt.ReadBytes, bench.Timing{Warmup: 1, Samples: opt.Samples, Reps: 1, Settle: settle})
+		c.Read = sampled(func() Ceiling {
+			return measureReadCPU(opt.ReadBytes, bench.Timing{Warmup: 1, Samples: opt.Samples, Reps: 1, Settle: settle})
+		})
 	}
 	opt.Sink.Send(c.Result("read"))
 	if err := ctx.Err(); err != nil {
@@ -217,8 +220,8 @@ func MeasureCeilings(ctx context.Context, dev gpu.Device, opt CeilingOptions) (*
 	progress("h2d")
 	sampler.Start()
 	c.H2D, c.D2H = measureHost(dev, s, opt.HostBytes, bench.Timing{Warmup: 2, Samples: opt.Samples, Reps: hostReps, Settle: settle}, progress)
-	c.H2D.GPUState = sampler.Stop()
-	c.D2H.GPUState = c.H2D.GPUState
+	c.H2D.State = sampler.Stop()
+	c.D2H.State = c.H2D.State
 	opt.Sink.Send(c.Result("h2d"), c.Result("d2h"))
 	if err := ctx.Err(); err != nil {
 		return c, err
@@ -229,7 +232,9 @@ func MeasureCeilings(ctx context.Context, dev gpu.Device, opt CeilingOptions) (*
 			return measureGEMMCUDA(dev, s, opt.GEMMSize, bench.Timing{Warmup: 30, Samples: opt.Samples, Reps: 5, Settle: settle})
 		})
 	} else {
-		c.GEMM = measureGEMMCPU(opt.GEMMSize, bench.Timing{Warmup: 1, Samples: opt.Samples, Reps: 1})
+		c.GEMM = sampled(func() Ceiling {
+			return measureGEMMCPU(opt.GEMMSize, bench.Timing{Warmup: 1, Samples: opt.Samples, Reps: 1})
+		})
 	}
 	opt.Sink.Send(c.Result("gemm"))
 	return c, nil
@@ -590,11 +595,12 @@ func (c *Ceilings) Result(kind string) results.Result {
 	}
 	// A ceiling bounds the code under test; it is not the code under test.
 	return results.Result{
-		Name:     CeilingResult,
-		Role:     results.RoleContext,
-		Params:   results.Params{"what": kind, "size": ce.Size, "method": ce.Method},
-		Metrics:  []results.Metric{m},
-		GPUState: ce.GPUState,
+		Name:      CeilingResult,
+		Role:      results.RoleContext,
+		Params:    results.Params{"what": kind, "size": ce.Size, "method": ce.Method},
+		Metrics:   []results.Metric{m},
+		GPUState:  ce.State.GPU,
+		HostState: ce.State.Host,
 	}
 }
 
@@ -626,7 +632,7 @@ func CeilingsFrom(d *results.Document) (*Ceilings, error) {
 		}
 		seen[r.Params["what"]] = true
 		m := r.Metrics[0]
-		*ce = Ceiling{Unit: m.Unit, Size: r.Params["size"], Method: r.Params["method"], Unmeasured: m.Unmeasured, GPUState: r.GPUState}
+		*ce = Ceiling{Unit: m.Unit, Size: r.Params["size"], Method: r.Params["method"], Unmeasured: m.Unmeasured, State: bench.MachineState{GPU: r.GPUState, Host: r.HostState}}
 		want := UnitGBps
 		if r.Params["what"] == "gemm" {
 			want = UnitTFLOPs

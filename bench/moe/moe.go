@@ -281,6 +281,17 @@ func checkTokens(m int) []int {
 // opt.Rounds above 1 the whole sweep repeats (Rounds) and the report
 // joins the rounds.
 func RunMoE(ctx context.Context, dev gpu.Device, opt MoEOptions) (*MoEReport, error) {
+	rep, err := runMoERounds(ctx, dev, opt)
+	if rep != nil {
+		// Once for the run, not once a batch and round.
+		if note := results.BusyHostNote(rep.Results); note != "" {
+			rep.Warnings = append(rep.Warnings, note)
+		}
+	}
+	return rep, err
+}
+
+func runMoERounds(ctx context.Context, dev gpu.Device, opt MoEOptions) (*MoEReport, error) {
 	if opt.Rounds <= 1 {
 		rep, err := runMoERound(ctx, dev, opt)
 		if rep != nil {
@@ -526,7 +537,7 @@ func runMoERound(ctx context.Context, dev gpu.Device, opt MoEOptions) (*MoERepor
 		if bc, ok := configs[m]; ok {
 			res = withConfigSource(res, bc)
 		}
-		res.GPUState = state
+		state.Set(&res)
 		if note := res.ThrottleNote(); note != "" {
 			rep.Warnings = append(rep.Warnings, fmt.Sprintf("M=%d: %s", m, note))
 		}

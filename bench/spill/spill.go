@@ -425,7 +425,8 @@ func Run(ctx context.Context, cfg Config, cells []Cell, progress func(i int, c C
 	}
 	r := &runner{cfg: cfg, ceilings: map[ceilKey]*Ceiling{}}
 	m := &Matrix{Config: cfg}
-	// On a GPU each cell's results carry the GPU's state while it ran.
+	// Each cell's results carry the machine's state while it ran: the GPU's
+	// (on a GPU) and how busy the host was.
 	sampler, _ := bench.NewStateSampler(cfg.Dev)
 	defer sampler.Close()
 	for i, c := range cells {
@@ -440,7 +441,7 @@ func Run(ctx context.Context, cfg Config, cells []Cell, progress func(i int, c C
 		o := r.runCell(ctx, c)
 		state := sampler.Stop()
 		for j := range o.Results {
-			o.Results[j].GPUState = state
+			state.Set(&o.Results[j])
 		}
 		o.Took = time.Since(start)
 		if err := ctx.Err(); err != nil {

@@ -291,6 +291,9 @@ func Table(w io.Writer, d *results.Document) error {
 			failures = append(failures, c.name()+": "+s)
 		}
 	}
+	if note := results.BusyHostNote(d.Results); note != "" {
+		warns = append(warns, note)
+	}
 	for _, l := range []struct {
 		head  string
 		lines []string

@@ -12,12 +12,14 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/cpu"
 	"golang.org/x/sys/unix"
 
 	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/mstar-dev/mstar/internal/gpu/nvmlinfo"
+	"github.com/mstar-dev/mstar/internal/hoststate"
 	"github.com/mstar-dev/mstar/internal/units"
 )
 
@@ -65,7 +67,14 @@ type Sources struct {
 	CgroupMax int64  // bytes; -1 for no limit; 0 unknown
 	HostMem   int64
 	CPU       CPU
+	// Host is the CPU time the hypervisor and other processes took while
+	// every core spun for HostProbe; nil where /proc cannot be read.
+	Host *hoststate.Usage
 }
+
+// HostProbe is how long Gather keeps every core busy to see how much CPU
+// time the host takes away: an idle virtual CPU is seldom stolen from.
+const HostProbe = 500 * time.Millisecond
 
 // CPU is what the CPU backend's kernels depend on.
 type CPU struct {
@@ -108,6 +117,9 @@ func Gather(libs []Library, shmDir string) Sources {
 		s.THP = strings.TrimSpace(string(b))
 	}
 	s.CgroupMax = cgroupMemMax()
+	if u, ok := hoststate.Spin(HostProbe); ok {
+		s.Host = &u
+	}
 	s.CPU = CPU{Model: gpu.HostCPUModel(), Cores: runtime.NumCPU(),
 		AVX2:       cpu.X86.HasAVX2 && cpu.X86.HasFMA,
 		AVX512BF16: cpu.X86.HasAVX512F && cpu.X86.HasAVX512BF16}
@@ -121,8 +133,27 @@ func Run(s Sources) []Check {
 	for _, l := range s.Libraries {
 		out = append(out, libraryCheck(l, s.NVML != nil && len(s.NVML.GPUs) > 0))
 	}
-	out = append(out, cpuCheck(s), shmCheck(s), memlockCheck(s), hugepageCheck(s), cgroupCheck(s))
+	out = append(out, cpuCheck(s), hostCheck(s), shmCheck(s), memlockCheck(s), hugepageCheck(s), cgroupCheck(s))
 	return out
+}
+
+// hostCheck says whether CPU timings here are the code's alone: on a
+// shared virtual machine the hypervisor takes turns from busy cores.
+func hostCheck(s Sources) Check {
+	c := Check{Name: "host load", Status: OK}
+	h := s.Host
+	if h == nil {
+		c.Detail = "not measured (no /proc/stat)"
+		return c
+	}
+	c.Detail = fmt.Sprintf("while %d CPUs spun for %.1f s the hypervisor took %.0f%% of their time (steal) and other processes %.0f%%",
+		h.CPUs, h.Seconds, h.StealPct, h.OtherPct)
+	if h.Busy() {
+		c.Status = Warn
+		c.Detail += ": CPU-side timings here (the CPU backend, host copies, launch overheads) carry that noise"
+		c.Fix = "time on a dedicated or idle machine; results note a busy host while they ran"
+	}
+	return c
 }
 
 // cpuCheck says which kernels the CPU backend (bench moe, ablate router on

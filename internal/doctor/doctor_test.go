@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/mstar-dev/mstar/internal/gpu/nvmlinfo"
+	"github.com/mstar-dev/mstar/internal/hoststate"
 )
 
 func h200() *nvmlinfo.Report {
@@ -120,5 +121,21 @@ func TestGatherShmDirNotADirectory(t *testing.T) {
 	}
 	if !found {
 		t.Error("no shm check")
+	}
+}
+
+// A host whose hypervisor takes a busy core's turns warns, with the numbers;
+// a quiet one is OK, and one that could not be read says so.
+func TestHostCheck(t *testing.T) {
+	busy := hostCheck(Sources{Host: &hoststate.Usage{Seconds: 0.5, CPUs: 2, StealPct: 38, OtherPct: 1, Ticks: 100}})
+	if busy.Status != Warn || !strings.Contains(busy.Detail, "took 38% of their time (steal)") || busy.Fix == "" {
+		t.Errorf("busy: %+v", busy)
+	}
+	quiet := hostCheck(Sources{Host: &hoststate.Usage{Seconds: 0.5, CPUs: 2, StealPct: 1, OtherPct: 2, Ticks: 100}})
+	if quiet.Status != OK || quiet.Fix != "" {
+		t.Errorf("quiet: %+v", quiet)
+	}
+	if c := hostCheck(Sources{}); c.Status != OK || !strings.Contains(c.Detail, "not measured") {
+		t.Errorf("unread: %+v", c)
 	}
 }

@@ -33,6 +33,7 @@
 package results
 
 import (
+	"cmp"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -154,6 +155,58 @@ type Result struct {
 	// GPUState is the GPU's state while the result's samples ran, sampled
 	// through NVML; absent where nothing was sampled (the CPU backend).
 	GPUState *GPUState `json:"gpu_state,omitempty"`
+	// HostState is how busy the host's CPUs were while the samples ran
+	// (Linux); absent where it could not be read.
+	HostState *HostState `json:"host_state,omitempty"`
+}
+
+// HostState is the host's CPU time over a result's samples that was not
+// the measurement's: taken by the hypervisor (steal) or used by other
+// processes, in percent of all CPUs' time.
+type HostState struct {
+	Seconds  float64 `json:"seconds"`
+	CPUs     int     `json:"cpus"`
+	StealPct float64 `json:"steal_pct"`
+	OtherPct float64 `json:"other_pct"`
+	// Busy is set when the host was too busy for CPU timings to be the
+	// code's alone (hoststate.Usage.Busy).
+	Busy bool `json:"busy,omitempty"`
+}
+
+// BusyHostNote says how many of these results were measured on a busy
+// host, and how busy, in one line for a whole run; "" when none was.
+func BusyHostNote(rs []Result) string {
+	n, busy, cpus := 0, 0, 0
+	var steal, other [2]float64
+	for i := range rs {
+		h := rs[i].HostState
+		if h == nil {
+			continue
+		}
+		n++
+		if !h.Busy {
+			continue
+		}
+		if busy == 0 {
+			steal, other = [2]float64{h.StealPct, h.StealPct}, [2]float64{h.OtherPct, h.OtherPct}
+		}
+		steal = [2]float64{min(steal[0], h.StealPct), max(steal[1], h.StealPct)}
+		other = [2]float64{min(other[0], h.OtherPct), max(other[1], h.OtherPct)}
+		cpus = max(cpus, h.CPUs)
+		busy++
+	}
+	if busy == 0 {
+		return ""
+	}
+	pct := func(v [2]float64) string {
+		lo, hi := fmt.Sprintf("%.0f", v[0]), fmt.Sprintf("%.0f", v[1])
+		if lo == hi {
+			return lo + "%"
+		}
+		return lo + "–" + hi + "%"
+	}
+	return fmt.Sprintf("%d of %d results measured on a busy host (%d CPUs): the hypervisor took %s of the CPU time (steal), other processes used %s; CPU-side timings are noisier than the code makes them",
+		busy, n, cpus, pct(steal), pct(other))
 }
 
 // GPUState is the range of a GPU's state over a result's samples: each
@@ -503,4 +556,31 @@ func joinResult(dst *Result, r Result, round int) {
 			dst.Warnings = append(dst.Warnings, w)
 		}
 	}
+	if round > 0 {
+		dst.GPUState = joinGPUState(dst.GPUState, r.GPUState)
+		// The busiest round's: a note then says how bad it got.
+		if h := r.HostState; h != nil && (dst.HostState == nil || h.StealPct+h.OtherPct > dst.HostState.StealPct+dst.HostState.OtherPct) {
+			dst.HostState = h
+		}
+	}
+}
+
+// joinGPUState is the range over both states.
+func joinGPUState(a, b *GPUState) *GPUState {
+	if a == nil || b == nil {
+		return cmp.Or(a, b)
+	}
+	span := func(x, y [2]float64) [2]float64 { return [2]float64{min(x[0], y[0]), max(x[1], y[1])} }
+	j := *a
+	j.Samples += b.Samples
+	j.SMClockMHz, j.MemClockMHz = span(a.SMClockMHz, b.SMClockMHz), span(a.MemClockMHz, b.MemClockMHz)
+	j.PowerW, j.PowerLimitW, j.TempC = span(a.PowerW, b.PowerW), span(a.PowerLimitW, b.PowerLimitW), span(a.TempC, b.TempC)
+	j.Reasons = slices.Clone(a.Reasons)
+	for _, r := range b.Reasons {
+		if !slices.Contains(j.Reasons, r) {
+			j.Reasons = append(j.Reasons, r)
+		}
+	}
+	j.PowerThrottled, j.ThermalThrottled = a.PowerThrottled || b.PowerThrottled, a.ThermalThrottled || b.ThermalThrottled
+	return &j
 }
