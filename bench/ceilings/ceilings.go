@@ -692,6 +692,11 @@ func OverCeiling(figure string, pct float64, what string, ce Ceiling) string {
 	if math.IsNaN(pct) || pct <= OverCeilingPct {
 		return ""
 	}
-	return fmt.Sprintf("%s %.1f%% of the %s ceiling (%s %s, %s, %s) is above %d%%: that ceiling is not an upper bound for this work",
+	w := fmt.Sprintf("%s %.1f%% of the %s ceiling (%s %s, %s, %s) is above %d%%: that ceiling is not an upper bound for this work",
 		figure, pct, what, results.FormatValue(ce.Value), ce.Unit, ce.Size, ce.Method, OverCeilingPct)
+	if h := ce.State.Host; h != nil && h.Busy {
+		// The likely reason: the host took the ceiling's CPU time.
+		w += fmt.Sprintf(" (it was measured on a busy host: %.0f%% steal, %.0f%% other processes)", h.StealPct, h.OtherPct)
+	}
+	return w
 }

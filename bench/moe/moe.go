@@ -11,6 +11,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -283,12 +284,57 @@ func checkTokens(m int) []int {
 func RunMoE(ctx context.Context, dev gpu.Device, opt MoEOptions) (*MoEReport, error) {
 	rep, err := runMoERounds(ctx, dev, opt)
 	if rep != nil {
+		rep.Warnings = foldRounds(rep.Warnings, rep.Rounds)
 		// Once for the run, not once a batch and round.
 		if note := results.BusyHostNote(rep.Results); note != "" {
 			rep.Warnings = append(rep.Warnings, note)
 		}
 	}
 	return rep, err
+}
+
+// overPct is an over-ceiling warning's percentage: "M=16: %bw 114.9% of
+// the read ceiling (…)".
+var overPct = regexp.MustCompile(`^(M=\d+: [^0-9]*?)(\d+(?:\.\d+)?)% (of the .*)$`)
+
+// foldRounds keeps one over-ceiling warning per batch and figure, with the
+// range of the rounds' percentages and how many of the rounds went over,
+// in order of first appearance; other warnings pass through.
+func foldRounds(ws []string, rounds int) []string {
+	type fold struct {
+		at, n    int
+		lo, hi   float64
+		head, tl string
+	}
+	var out []string
+	folds := map[string]*fold{}
+	for _, w := range ws {
+		m := overPct.FindStringSubmatch(w)
+		if m == nil || !strings.Contains(w, ceilings.OverCeilingMark) {
+			out = append(out, w)
+			continue
+		}
+		v, _ := strconv.ParseFloat(m[2], 64)
+		k := m[1] + m[3]
+		if f, ok := folds[k]; ok {
+			f.lo, f.hi = min(f.lo, v), max(f.hi, v)
+			f.n++
+			continue
+		}
+		folds[k] = &fold{at: len(out), n: 1, lo: v, hi: v, head: m[1], tl: m[3]}
+		out = append(out, w)
+	}
+	for _, f := range folds {
+		if rounds <= 1 {
+			continue
+		}
+		pct := fmt.Sprintf("%.1f%%", f.lo)
+		if f.lo != f.hi {
+			pct = fmt.Sprintf("%.1f–%.1f%%", f.lo, f.hi)
+		}
+		out[f.at] = fmt.Sprintf("%s%s in %d of %d rounds %s", f.head, pct, min(f.n, rounds), rounds, f.tl)
+	}
+	return out
 }
 
 func runMoERounds(ctx context.Context, dev gpu.Device, opt MoEOptions) (*MoEReport, error) {
@@ -830,7 +876,7 @@ func moeResult(opt MoEOptions, local moe.Shape, m int, r routing.Routing, us []f
 		}
 		return math.NaN()
 	}
-	for _, p := range []struct {
+	over := []struct {
 		name string
 		v    float64
 		ce   ceilings.Ceiling
@@ -839,7 +885,16 @@ func moeResult(opt MoEOptions, local moe.Shape, m int, r routing.Routing, us []f
 		{"%bw", median(MoEPctBW), bw, bwName},
 		{"%compute", median(MoEPctCompute), c.GEMM, "gemm"},
 		{"%floor", median(MoEPctFloor), floorBound(bytes, flops, bw, c.GEMM), floorBoundName(bytes, flops, bw, c.GEMM, bwName)},
-	} {
+	}
+	for i := range 2 {
+		if over[2].what == over[i].what && math.Abs(over[2].v-over[i].v) < 0.05 { // as printed
+			// The floor is this term: one warning says both.
+			over[i].name += " and %floor"
+			over = over[:2]
+			break
+		}
+	}
+	for _, p := range over {
 		if w := ceilings.OverCeiling(p.name, p.v, p.what, p.ce); w != "" {
 			res.Warnings = append(res.Warnings, fmt.Sprintf("M=%d: %s", m, w))
 		}

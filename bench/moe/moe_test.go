@@ -333,9 +333,19 @@ func TestMoEFloorUsesReadCeiling(t *testing.T) {
 	if pct := median(res, MoEPctBW); math.Abs(pct-120) > 0.01 {
 		t.Fatalf("without a read ceiling, %%bw %.2f, want 120 of the d2d ceiling", pct)
 	}
-	if !slices.ContainsFunc(res.Warnings, func(w string) bool { return strings.Contains(w, "%bw 120.0% of the d2d ceiling") }) {
-		t.Errorf("120%% of the d2d ceiling without a warning naming it: %q", res.Warnings)
+	// The floor is the compute term here (the fake GEMM ceiling is tiny):
+	// one warning names both.
+	if len(res.Warnings) != 2 || !strings.Contains(res.Warnings[0], "M=4: %bw 120.0% of the d2d ceiling") || strings.Contains(res.Warnings[0], "busy host") ||
+		!strings.Contains(res.Warnings[1], "M=4: %compute and %floor 240.2% of the gemm ceiling") {
+		t.Errorf("120%% of the d2d ceiling without one warning naming it: %q", res.Warnings)
 	}
+	// A ceiling measured on a busy host says so: the likely reason it is low.
+	opt.Ceilings.D2D.State.Host = &results.HostState{CPUs: 2, StealPct: 31, OtherPct: 2, Busy: true}
+	res = moeResult(opt, local, 4, r, lat, 1e-3, "cfg", 4)
+	if len(res.Warnings) != 2 || !strings.Contains(res.Warnings[0], "(it was measured on a busy host: 31% steal, 2% other processes)") {
+		t.Errorf("a busy host's ceiling: %q", res.Warnings)
+	}
+	opt.Ceilings.D2D.State.Host = nil
 
 	opt.Ceilings.Read = ceilings.Ceiling{Value: 15, Unit: ceilings.UnitGBps, Samples: []float64{15}, Size: "256 MiB", Method: "read loop"}
 	res = moeResult(opt, local, 4, r, lat, 1e-3, "cfg", 4)
@@ -350,5 +360,31 @@ func TestMoEFloorUsesReadCeiling(t *testing.T) {
 		if strings.Contains(w, "%bw") {
 			t.Errorf("80%% of the read ceiling warned: %s", w)
 		}
+	}
+}
+
+// Over-ceiling warnings of several rounds fold into one per batch and
+// figure, with the range and how many rounds went over; others pass.
+func TestFoldRoundsWarnings(t *testing.T) {
+	tail := " of the read ceiling (12.98 GB/s, 420 MiB, read loop) is above 105%: that ceiling is not an upper bound for this work"
+	ws := []string{
+		"M=16: %bw and %floor 114.9%" + tail,
+		"M=1: %bw and %floor 125.1%" + tail,
+		"M=1: something else",
+		"M=16: %bw and %floor 112.8%" + tail,
+		"M=16: %compute 130.0% of the gemm ceiling (1 TFLOP/s, registers, peak) is above 105%: that ceiling is not an upper bound for this work",
+	}
+	got := foldRounds(ws, 3)
+	want := []string{
+		"M=16: %bw and %floor 112.8–114.9% in 2 of 3 rounds" + tail,
+		"M=1: %bw and %floor 125.1% in 1 of 3 rounds" + tail,
+		"M=1: something else",
+		"M=16: %compute 130.0% in 1 of 3 rounds of the gemm ceiling (1 TFLOP/s, registers, peak) is above 105%: that ceiling is not an upper bound for this work",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("folded:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if one := foldRounds(ws[:2], 1); !slices.Equal(one, ws[:2]) {
+		t.Errorf("one round changed: %q", one)
 	}
 }
