@@ -79,9 +79,14 @@ func (s *StateSampler) Stop() MachineState {
 	}
 	m := MachineState{GPU: s.gpu.stop()}
 	if u, ok := s.host.Stop(); ok {
-		m.Host = &results.HostState{Seconds: u.Seconds, CPUs: u.CPUs, StealPct: u.StealPct, OtherPct: u.OtherPct, Busy: u.Busy()}
+		m.Host = HostStateOf(u)
 	}
 	return m
+}
+
+// HostStateOf is a host sampler's usage as a result's host state.
+func HostStateOf(u hoststate.Usage) *results.HostState {
+	return &results.HostState{Seconds: u.Seconds, CPUs: u.CPUs, StealPct: u.StealPct, OtherPct: u.OtherPct, Busy: u.Busy()}
 }
 
 // Close releases NVML.

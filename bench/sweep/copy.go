@@ -80,6 +80,7 @@ type copyPoint struct {
 	secs        []float64 // per copy
 	gbps        []float64
 	wrong       []float64
+	state       bench.MachineState // the GPU's and the host's while it ran
 }
 
 func runCopy(ctx context.Context, opt Options, out *Outcome) error {
@@ -112,8 +113,13 @@ func runCopy(ctx context.Context, opt Options, out *Outcome) error {
 		rs := copyResults(opt, points)
 		out.Results = append(out.Results, rs...)
 		out.Warnings = append(out.Warnings, overWarnings(rs)...)
+		if note := results.BusyHostNote(rs); note != "" {
+			out.Warnings = append(out.Warnings, "copy: "+note)
+		}
 		opt.Sink.Send(rs...)
 	}()
+	sampler, _ := bench.NewStateSampler(dev)
+	defer sampler.Close()
 	for _, size := range sizes {
 		reps := repeats(size, opt.SampleBytes)
 		region := int64(reps) * size
@@ -148,7 +154,10 @@ func runCopy(ctx context.Context, opt Options, out *Outcome) error {
 			copy(hp.b, pat[:region]) // the H2D source
 			for _, dir := range Directions {
 				p := &copyPoint{memory: mem, dir: dir, size: size, reps: reps}
-				if err = measureCopy(ctx, opt, s1, s2, hp, dA, dB, pat[:region], check[:region], p); err != nil {
+				sampler.Start()
+				err = measureCopy(ctx, opt, s1, s2, hp, dA, dB, pat[:region], check[:region], p)
+				p.state = sampler.Stop()
+				if err != nil {
 					if errors.Is(err, ctx.Err()) {
 						break // interrupted; a real error is reported as one
 					}
@@ -303,6 +312,7 @@ func copyResults(opt Options, points []*copyPoint) []results.Result {
 			Name:   "copy",
 			Params: results.Params{"memory": p.memory, "dir": p.dir, "size": sizeParam(p.size)},
 		}
+		p.state.Set(&r)
 		us := make([]float64, len(p.secs))
 		for i, s := range p.secs {
 			us[i] = s * 1e6

@@ -164,9 +164,13 @@ func TestTransportSweep(t *testing.T) {
 	if got, want := len(out.Results), 4*len(opt.Sizes()); got != want {
 		t.Fatalf("%d results, want %d (4 transports x %d sizes)", got, want, len(opt.Sizes()))
 	}
+	_, procErr := os.Stat("/proc/stat")
 	for _, r := range out.Results {
 		if !r.Passed() {
 			t.Errorf("%s: gate failed: %v", r.Key(), r.Gates)
+		}
+		if procErr == nil && (r.HostState == nil || r.HostState.CPUs < 1) {
+			t.Errorf("%s: no host state on Linux: %+v", r.Key(), r.HostState)
 		}
 		for _, m := range r.Metrics {
 			if !m.Measured() {
@@ -208,6 +212,9 @@ func TestCopySweepCPU(t *testing.T) {
 			copies++
 			if !r.Passed() {
 				t.Errorf("%s: %v", r.Key(), r.Gates)
+			}
+			if _, err := os.Stat("/proc/stat"); err == nil && (r.HostState == nil || r.GPUState != nil) {
+				t.Errorf("%s: want the host's state and no GPU state on the CPU backend: %+v %+v", r.Key(), r.HostState, r.GPUState)
 			}
 			if m := r.Metric(MetricPctPCIe); m.Measured() || !strings.Contains(m.Unmeasured, "CPU backend") {
 				t.Errorf("%s: pct_pcie on the CPU backend: %+v, want unmeasured with the reason", r.Key(), m)

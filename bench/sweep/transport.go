@@ -11,6 +11,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mstar-dev/mstar/bench"
+	"github.com/mstar-dev/mstar/internal/hoststate"
+
 	"github.com/mstar-dev/mstar/internal/units"
 
 	"github.com/mstar-dev/mstar/arena"
@@ -35,6 +38,7 @@ type transportPoint struct {
 	secs      []float64 // per sample, for count tensors
 	wrong     []float64
 	spills    []float64
+	host      *results.HostState // how busy the host was while it ran
 }
 
 func runTransport(ctx context.Context, opt Options, out *Outcome) error {
@@ -46,6 +50,9 @@ func runTransport(ctx context.Context, opt Options, out *Outcome) error {
 		rs := transportResults(points)
 		out.Results = append(out.Results, rs...)
 		out.Warnings = append(out.Warnings, overWarnings(rs)...)
+		if note := results.BusyHostNote(rs); note != "" {
+			out.Warnings = append(out.Warnings, "transport: "+note)
+		}
 		opt.Sink.Send(rs...)
 	}()
 	for _, size := range opt.sizesOf(PartTransport) {
@@ -63,6 +70,8 @@ func runTransport(ctx context.Context, opt Options, out *Outcome) error {
 			// Labelled, so a --cpuprofile can be split by transport and size
 			// (the goroutines a measurement starts inherit the labels).
 			labels := pprof.Labels("transport", tr, "size", units.Size(size, ""))
+			var host hoststate.Sampler
+			host.Start()
 			pprof.Do(ctx, labels, func(ctx context.Context) {
 				switch tr {
 				case TrMemcpy:
@@ -73,6 +82,9 @@ func runTransport(ctx context.Context, opt Options, out *Outcome) error {
 					err = measurePipe(ctx, opt, arena.Transport(tr), src, dst, p)
 				}
 			})
+			if u, ok := host.Stop(); ok {
+				p.host = bench.HostStateOf(u)
+			}
 			if err != nil && !errors.Is(err, ctx.Err()) {
 				return fmt.Errorf("transport sweep: %s at %d bytes: %w", tr, size, err)
 			}
@@ -377,6 +389,7 @@ func transportResults(points []*transportPoint) []results.Result {
 				{Name: MetricTensorsPerS, Unit: "tensors/s", Better: results.HigherIsBetter, Samples: rate},
 				ratio(MetricPctMemcpy, "%", bw, memcpyBW[p.size], 100, "no memcpy measurement at this size"),
 			},
+			HostState: p.host,
 		}
 		derivedFromTime(r.Metrics[1:])
 		if p.transport == TrArena || p.transport == TrFile {
