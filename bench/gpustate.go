@@ -18,8 +18,12 @@ type stateSampler struct {
 // openSource finds a device in NVML; a variable so that tests can fake it.
 var openSource = nvmlinfo.OpenSource
 
-// newStateSampler samples dev's state, or returns nil and why not.
+// newStateSampler samples dev's state, or returns nil and why not (nil
+// and "" for no device or the CPU backend).
 func newStateSampler(dev gpu.Device) (*stateSampler, string) {
+	if dev == nil {
+		return nil, ""
+	}
 	info := dev.Info()
 	if info.Backend != gpu.CUDA {
 		return nil, ""
@@ -57,8 +61,9 @@ type StateSampler struct {
 	host hoststate.Sampler
 }
 
-// NewStateSampler samples dev's machine; the note says why the GPU's state
-// is not sampled ("" on the CPU backend, where there is no GPU to sample).
+// NewStateSampler samples dev's machine (only the host's for a nil dev);
+// the note says why the GPU's state is not sampled ("" on the CPU backend
+// or without a device, where there is no GPU to sample).
 func NewStateSampler(dev gpu.Device) (*StateSampler, string) {
 	s, note := newStateSampler(dev)
 	return &StateSampler{gpu: s}, note
@@ -79,14 +84,9 @@ func (s *StateSampler) Stop() MachineState {
 	}
 	m := MachineState{GPU: s.gpu.stop()}
 	if u, ok := s.host.Stop(); ok {
-		m.Host = HostStateOf(u)
+		m.Host = &results.HostState{Seconds: u.Seconds, CPUs: u.CPUs, StealPct: u.StealPct, OtherPct: u.OtherPct, Busy: u.Busy()}
 	}
 	return m
-}
-
-// HostStateOf is a host sampler's usage as a result's host state.
-func HostStateOf(u hoststate.Usage) *results.HostState {
-	return &results.HostState{Seconds: u.Seconds, CPUs: u.CPUs, StealPct: u.StealPct, OtherPct: u.OtherPct, Busy: u.Busy()}
 }
 
 // Close releases NVML.

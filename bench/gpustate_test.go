@@ -74,6 +74,13 @@ func TestStateSamplerRecordsThrottling(t *testing.T) {
 		t.Errorf("Set: %+v", r)
 	}
 	ps.Close()
+	// No device: the host's state alone (the transport sweep's).
+	hs, note := NewStateSampler(nil)
+	hs.Start()
+	_, procErr := os.Stat("/proc/stat")
+	if ms := hs.Stop(); note != "" || ms.GPU != nil || (ms.Host == nil) != (procErr != nil) {
+		t.Errorf("NewStateSampler(nil): %q %+v", note, ms)
+	}
 	var none *StateSampler // nil-safe
 	none.Start()
 	if st := none.Stop(); st.GPU != nil || st.Host != nil {

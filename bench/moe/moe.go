@@ -11,7 +11,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -284,57 +283,12 @@ func checkTokens(m int) []int {
 func RunMoE(ctx context.Context, dev gpu.Device, opt MoEOptions) (*MoEReport, error) {
 	rep, err := runMoERounds(ctx, dev, opt)
 	if rep != nil {
-		rep.Warnings = foldRounds(rep.Warnings, rep.Rounds)
 		// Once for the run, not once a batch and round.
 		if note := results.BusyHostNote(rep.Results); note != "" {
 			rep.Warnings = append(rep.Warnings, note)
 		}
 	}
 	return rep, err
-}
-
-// overPct is an over-ceiling warning's percentage: "M=16: %bw 114.9% of
-// the read ceiling (…)".
-var overPct = regexp.MustCompile(`^(M=\d+: [^0-9]*?)(\d+(?:\.\d+)?)% (of the .*)$`)
-
-// foldRounds keeps one over-ceiling warning per batch and figure, with the
-// range of the rounds' percentages and how many of the rounds went over,
-// in order of first appearance; other warnings pass through.
-func foldRounds(ws []string, rounds int) []string {
-	type fold struct {
-		at, n    int
-		lo, hi   float64
-		head, tl string
-	}
-	var out []string
-	folds := map[string]*fold{}
-	for _, w := range ws {
-		m := overPct.FindStringSubmatch(w)
-		if m == nil || !strings.Contains(w, ceilings.OverCeilingMark) {
-			out = append(out, w)
-			continue
-		}
-		v, _ := strconv.ParseFloat(m[2], 64)
-		k := m[1] + m[3]
-		if f, ok := folds[k]; ok {
-			f.lo, f.hi = min(f.lo, v), max(f.hi, v)
-			f.n++
-			continue
-		}
-		folds[k] = &fold{at: len(out), n: 1, lo: v, hi: v, head: m[1], tl: m[3]}
-		out = append(out, w)
-	}
-	for _, f := range folds {
-		if rounds <= 1 {
-			continue
-		}
-		pct := fmt.Sprintf("%.1f%%", f.lo)
-		if f.lo != f.hi {
-			pct = fmt.Sprintf("%.1f–%.1f%%", f.lo, f.hi)
-		}
-		out[f.at] = fmt.Sprintf("%s%s in %d of %d rounds %s", f.head, pct, min(f.n, rounds), rounds, f.tl)
-	}
-	return out
 }
 
 func runMoERounds(ctx context.Context, dev gpu.Device, opt MoEOptions) (*MoEReport, error) {
@@ -388,6 +342,20 @@ func runMoERounds(ctx context.Context, dev gpu.Device, opt MoEOptions) (*MoERepo
 		return nil, err
 	}
 	rep.Results, rep.Rounds = joined, done
+	// Over-ceiling warnings from the joined medians, the figures the table
+	// shows: once a batch, not once a round.
+	isOver := func(w string) bool { return strings.Contains(w, ceilings.OverCeilingMark) }
+	rep.Warnings = slices.DeleteFunc(rep.Warnings, isOver)
+	for i := range rep.Results {
+		r := &rep.Results[i]
+		if r.Name != MoEResult || rep.Ceilings == nil {
+			continue
+		}
+		m, _ := strconv.Atoi(r.Params["batch"])
+		over := overCeilingWarnings(m, *r, rep.Ceilings)
+		r.Warnings = append(slices.DeleteFunc(r.Warnings, isOver), over...)
+		rep.Warnings = append(rep.Warnings, over...)
+	}
 	return rep, err
 }
 
@@ -831,7 +799,7 @@ func moeResult(opt MoEOptions, local moe.Shape, m int, r routing.Routing, us []f
 		}
 		return metric(name, "%", results.HigherIsBetter, out)
 	}
-	bw, bwName, _ := c.Stream()
+	bw, _, _ := c.Stream()
 	floor := results.Metric{Name: MoEPctFloor, Unit: "%", Better: results.HigherIsBetter}
 	if bw.Measured() && c.GEMM.Measured() {
 		floorSec := math.Max(bytes/(bw.Value*1e9), flops/(c.GEMM.Value*1e12))
@@ -868,52 +836,41 @@ func moeResult(opt MoEOptions, local moe.Shape, m int, r routing.Routing, us []f
 	for i := 1; i <= 5; i++ {
 		res.Metrics[i].DerivedFrom = MoELatency
 	}
-	// The table and report show both read the median of the per-sample
-	// percentages.
-	median := func(name string) float64 {
-		if m := res.Metric(name); m != nil && m.Measured() {
-			return results.Median(m.Samples)
-		}
-		return math.NaN()
-	}
-	over := []struct {
-		name string
-		v    float64
-		ce   ceilings.Ceiling
-		what string
-	}{
-		{"%bw", median(MoEPctBW), bw, bwName},
-		{"%compute", median(MoEPctCompute), c.GEMM, "gemm"},
-		{"%floor", median(MoEPctFloor), floorBound(bytes, flops, bw, c.GEMM), floorBoundName(bytes, flops, bw, c.GEMM, bwName)},
-	}
-	for i := range 2 {
-		if over[2].what == over[i].what && math.Abs(over[2].v-over[i].v) < 0.05 { // as printed
-			// The floor is this term: one warning says both.
-			over[i].name += " and %floor"
-			over = over[:2]
-			break
-		}
-	}
-	for _, p := range over {
-		if w := ceilings.OverCeiling(p.name, p.v, p.what, p.ce); w != "" {
-			res.Warnings = append(res.Warnings, fmt.Sprintf("M=%d: %s", m, w))
-		}
-	}
+	res.Warnings = append(res.Warnings, overCeilingWarnings(m, res, c)...)
 	return res
 }
 
-// floorBound is the ceiling that sets the floor: the bandwidth one when the
-// bytes take longer at it than the flops at the GEMM ceiling, else GEMM.
-func floorBound(bytes, flops float64, bw, gemm ceilings.Ceiling) ceilings.Ceiling {
-	if !bw.Measured() || !gemm.Measured() || bytes/(bw.Value*1e9) >= flops/(gemm.Value*1e12) {
-		return bw
+// overCeilingWarnings are a batch result's percentages above 105% of their
+// ceilings, from the medians the table and report show. The floor is the
+// bytes at the bandwidth ceiling or the flops at the GEMM's, whichever take
+// longer, so %floor is always %bw or %compute: one warning names both.
+func overCeilingWarnings(m int, res results.Result, c *ceilings.Ceilings) []string {
+	median := func(name string) float64 {
+		if x := res.Metric(name); x != nil && x.Measured() {
+			return results.Median(x.Samples)
+		}
+		return math.NaN()
 	}
-	return gemm
-}
-
-func floorBoundName(bytes, flops float64, bw, gemm ceilings.Ceiling, bwName string) string {
-	if floorBound(bytes, flops, bw, gemm).Unit == ceilings.UnitTFLOPs {
-		return "gemm"
+	bw, bwName, _ := c.Stream()
+	pb, pc := median(MoEPctBW), median(MoEPctCompute)
+	bwFig, cFig := "%bw", "%compute"
+	if !math.IsNaN(median(MoEPctFloor)) {
+		if pb >= pc {
+			bwFig += " and %floor"
+		} else {
+			cFig += " and %floor"
+		}
 	}
-	return bwName
+	var out []string
+	for _, p := range []struct {
+		fig  string
+		v    float64
+		ce   ceilings.Ceiling
+		what string
+	}{{bwFig, pb, bw, bwName}, {cFig, pc, c.GEMM, "gemm"}} {
+		if w := ceilings.OverCeiling(p.fig, p.v, p.what, p.ce); w != "" {
+			out = append(out, fmt.Sprintf("M=%d: %s", m, w))
+		}
+	}
+	return out
 }

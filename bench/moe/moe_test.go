@@ -363,28 +363,37 @@ func TestMoEFloorUsesReadCeiling(t *testing.T) {
 	}
 }
 
-// Over-ceiling warnings of several rounds fold into one per batch and
-// figure, with the range and how many rounds went over; others pass.
-func TestFoldRoundsWarnings(t *testing.T) {
-	tail := " of the read ceiling (12.98 GB/s, 420 MiB, read loop) is above 105%: that ceiling is not an upper bound for this work"
-	ws := []string{
-		"M=16: %bw and %floor 114.9%" + tail,
-		"M=1: %bw and %floor 125.1%" + tail,
-		"M=1: something else",
-		"M=16: %bw and %floor 112.8%" + tail,
-		"M=16: %compute 130.0% of the gemm ceiling (1 TFLOP/s, registers, peak) is above 105%: that ceiling is not an upper bound for this work",
+// Over several rounds the over-ceiling warnings are those of the joined
+// result, one a batch and figure, at the median the table shows: not one
+// per round at that round's median.
+func TestOverCeilingWarningsOfJoinedRounds(t *testing.T) {
+	c := fakeCeilings()
+	c.D2D = ceilings.Ceiling{Value: 1e-6, Unit: ceilings.UnitGBps, Samples: []float64{1e-6}, Size: "1 KiB", Method: "fake"} // every batch far above it
+	c.GEMM = ceilings.Ceiling{Value: 1e3, Unit: ceilings.UnitTFLOPs, Samples: []float64{1e3}, Size: "8192", Method: "fake"}
+	opt := MoEOptions{Model: "tiny", Shape: moe.Shape{E: 8, K: 2, H: 64, I: 40}, Batches: []int{1, 7}, Samples: 3, Rounds: 3, Seed: 5, Ceilings: c}
+	rep, err := RunMoE(t.Context(), gpu.NewCPU(), opt)
+	if err != nil {
+		t.Fatal(err)
 	}
-	got := foldRounds(ws, 3)
-	want := []string{
-		"M=16: %bw and %floor 112.8–114.9% in 2 of 3 rounds" + tail,
-		"M=1: %bw and %floor 125.1% in 1 of 3 rounds" + tail,
-		"M=1: something else",
-		"M=16: %compute 130.0% in 1 of 3 rounds of the gemm ceiling (1 TFLOP/s, registers, peak) is above 105%: that ceiling is not an upper bound for this work",
+	var over []string
+	for _, w := range rep.Warnings {
+		if strings.Contains(w, ceilings.OverCeilingMark) {
+			over = append(over, w)
+		}
 	}
-	if !slices.Equal(got, want) {
-		t.Errorf("folded:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	if len(over) != 2 {
+		t.Fatalf("over-ceiling warnings %q, want one for each of the 2 batches", over)
 	}
-	if one := foldRounds(ws[:2], 1); !slices.Equal(one, ws[:2]) {
-		t.Errorf("one round changed: %q", one)
+	for _, r := range rep.Results {
+		if r.Name != MoEResult {
+			continue
+		}
+		want := fmt.Sprintf("M=%s: %%bw and %%floor %.1f%% of the d2d ceiling", r.Params["batch"], results.Median(r.Metric(MoEPctBW).Samples))
+		if len(r.Metric(MoELatency).Samples) != 9 || !slices.ContainsFunc(over, func(w string) bool { return strings.HasPrefix(w, want) }) {
+			t.Errorf("M=%s (%d samples): no warning starting %q in %q", r.Params["batch"], len(r.Metric(MoELatency).Samples), want, over)
+		}
+		if n := len(slices.DeleteFunc(slices.Clone(r.Warnings), func(w string) bool { return !strings.Contains(w, ceilings.OverCeilingMark) })); n != 1 {
+			t.Errorf("M=%s: %d over-ceiling warnings on the joined result, want 1: %q", r.Params["batch"], n, r.Warnings)
+		}
 	}
 }

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/mstar-dev/mstar/bench"
-	"github.com/mstar-dev/mstar/internal/hoststate"
 
 	"github.com/mstar-dev/mstar/internal/units"
 
@@ -38,7 +37,7 @@ type transportPoint struct {
 	secs      []float64 // per sample, for count tensors
 	wrong     []float64
 	spills    []float64
-	host      *results.HostState // how busy the host was while it ran
+	state     bench.MachineState // how busy the host was while it ran
 }
 
 func runTransport(ctx context.Context, opt Options, out *Outcome) error {
@@ -55,6 +54,8 @@ func runTransport(ctx context.Context, opt Options, out *Outcome) error {
 		}
 		opt.Sink.Send(rs...)
 	}()
+	sampler, _ := bench.NewStateSampler(nil) // host memory only: the host's state
+	defer sampler.Close()
 	for _, size := range opt.sizesOf(PartTransport) {
 		count := transportCount(size, opt)
 		src := make([]byte, size)
@@ -70,8 +71,7 @@ func runTransport(ctx context.Context, opt Options, out *Outcome) error {
 			// Labelled, so a --cpuprofile can be split by transport and size
 			// (the goroutines a measurement starts inherit the labels).
 			labels := pprof.Labels("transport", tr, "size", units.Size(size, ""))
-			var host hoststate.Sampler
-			host.Start()
+			sampler.Start()
 			pprof.Do(ctx, labels, func(ctx context.Context) {
 				switch tr {
 				case TrMemcpy:
@@ -82,9 +82,7 @@ func runTransport(ctx context.Context, opt Options, out *Outcome) error {
 					err = measurePipe(ctx, opt, arena.Transport(tr), src, dst, p)
 				}
 			})
-			if u, ok := host.Stop(); ok {
-				p.host = bench.HostStateOf(u)
-			}
+			p.state = sampler.Stop()
 			if err != nil && !errors.Is(err, ctx.Err()) {
 				return fmt.Errorf("transport sweep: %s at %d bytes: %w", tr, size, err)
 			}
@@ -389,8 +387,8 @@ func transportResults(points []*transportPoint) []results.Result {
 				{Name: MetricTensorsPerS, Unit: "tensors/s", Better: results.HigherIsBetter, Samples: rate},
 				ratio(MetricPctMemcpy, "%", bw, memcpyBW[p.size], 100, "no memcpy measurement at this size"),
 			},
-			HostState: p.host,
 		}
+		p.state.Set(&r)
 		derivedFromTime(r.Metrics[1:])
 		if p.transport == TrArena || p.transport == TrFile {
 			why := "no file-transport measurement at this size"

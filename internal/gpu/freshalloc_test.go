@@ -96,12 +96,9 @@ func TestFreshAllocationCopyProbeCUDA(t *testing.T) {
 		}
 		var times [4][]float64 // h2d old, h2d fresh, d2d old, d2d fresh (GB/s)
 		gbps := func(dt time.Duration) float64 { return float64(size) / dt.Seconds() / 1e9 }
-		for round := 0; round < 7; round++ {
-			fresh, err := d.Alloc(size)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, b := range []Buffer{old, fresh} { // poisoned and synced, as a hibernate restore's
+		// poisoned fills bufs and waits, as a hibernate restore's pool is.
+		poisoned := func(bufs ...Buffer) {
+			for _, b := range bufs {
 				if err := s.Memset(b, 0, size, 0xA5); err != nil {
 					t.Fatal(err)
 				}
@@ -109,6 +106,13 @@ func TestFreshAllocationCopyProbeCUDA(t *testing.T) {
 			if err := s.Sync(); err != nil {
 				t.Fatal(err)
 			}
+		}
+		for round := 0; round < 7; round++ {
+			fresh, err := d.Alloc(size)
+			if err != nil {
+				t.Fatal(err)
+			}
+			poisoned(old, fresh)
 			a, b := gbps(h2d(old)), gbps(h2d(fresh))
 			check("pinned → long-lived", old)
 			check("pinned → fresh", fresh)
@@ -118,12 +122,7 @@ func TestFreshAllocationCopyProbeCUDA(t *testing.T) {
 			if fresh, err = d.Alloc(size); err != nil {
 				t.Fatal(err)
 			}
-			if err := s.Memset(fresh, 0, size, 0xA5); err != nil {
-				t.Fatal(err)
-			}
-			if err := s.Sync(); err != nil {
-				t.Fatal(err)
-			}
+			poisoned(fresh)
 			c, e := gbps(d2d(old)), gbps(d2d(fresh))
 			check("device → fresh", fresh)
 			if err := fresh.Free(); err != nil {

@@ -1,8 +1,8 @@
 // Package hoststate reads how busy the host's CPUs were while a measurement
 // ran: the time the hypervisor took (steal) and the time other processes
-// used. On a shared virtual machine these, not the code, decide how noisy a
-// CPU timing is (this repo's CI machine: 13–38% steal during `make run`,
-// against ~1% idle).
+// used. On a shared virtual machine these can be most of a CPU timing's
+// noise (the 2-vCPU machine this repo is developed on: 7–46% steal during
+// `make run` on 2026-12-02, ~1% idle).
 package hoststate
 
 import (
