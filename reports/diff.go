@@ -2,6 +2,7 @@ package reports
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"math/bits"
 	"slices"
@@ -63,9 +64,12 @@ type MetricDiff struct {
 	Key    string // Result.Key()
 	Name   string // the result's name and parameters, as in Key
 	Params Params
-	Metric string
-	Unit   string
-	Better Direction
+	// NewParams are new's parameters when they differ from base's only in
+	// settingParams (the pair was made across a changed setting); else nil.
+	NewParams Params
+	Metric    string
+	Unit      string
+	Better    Direction
 
 	// Decides says whether this metric can fail the comparison; Role says
 	// why or why not: "measured", "derived from latency", "context".
@@ -408,6 +412,9 @@ func Diff(base, new []*Document, opt DiffOptions) *Comparison {
 			}
 			m := compareMetric(k, bm, nm, opt)
 			m.Name, m.Params = b.ids[k].Name, b.ids[k].Params
+			if np := n.ids[k].Params; !maps.Equal(np, m.Params) {
+				m.NewParams = np
+			}
 			m.Decides, m.Role = decides, role
 			if decides && m.Unmeasured != "" && len(bm.Samples) > 0 && len(bm.unmeasured) == 0 && len(nm.Samples) == 0 {
 				c.Missing = append(c.Missing, k+": "+bm.Name+" (unmeasured in new: "+unmeasuredWhy(nm)+")")
@@ -939,6 +946,28 @@ func fewestTellingApart(rs []Result, idx []int, params []string) []string {
 	return best
 }
 
+// LabelParams are the parameters a row is labelled by: base's, with each
+// setting that changed written "base → new".
+func (m MetricDiff) LabelParams() Params {
+	if m.NewParams == nil {
+		return m.Params
+	}
+	p := maps.Clone(m.Params)
+	for _, k := range settingParams {
+		if bv, nv := m.Params[k], m.NewParams[k]; bv != nv {
+			p[k] = orNone(bv) + " → " + orNone(nv)
+		}
+	}
+	return p
+}
+
+func orNone(v string) string {
+	if v == "" {
+		return "(none)"
+	}
+	return v
+}
+
 // settingParams say how a result was obtained (the kernel configuration
 // and where it came from), not what was measured: a result of base whose
 // exact key new lacks pairs with the one result of new that differs from
@@ -989,11 +1018,13 @@ func pairAcrossSettings(b, n *side) []string {
 			}
 		}
 		n.metrics[bk], n.envs[bk], n.context[bk] = n.metrics[nk], n.envs[nk], n.context[nk]
-		n.ids[bk] = b.ids[bk]
+		n.ids[bk] = n.ids[nk] // new's own settings, for the rows' labels
 		delete(n.metrics, nk)
 		delete(n.envs, nk)
 		delete(n.context, nk)
-		delete(n.ids, nk)
+		if nk != bk {
+			delete(n.ids, nk)
+		}
 		n.keys[slices.Index(n.keys, nk)] = bk
 		notes = append(notes, fmt.Sprintf("%s: compared across a changed setting: %s", lk, strings.Join(changed, ", ")))
 	}

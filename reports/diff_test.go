@@ -271,6 +271,22 @@ func TestDiffPairsAcrossChangedConfig(t *testing.T) {
 	}) {
 		t.Errorf("no note of the changed config in %q", c.Warnings)
 	}
+	// The table's labels name both sides' settings, not base's alone.
+	var b bytes.Buffer
+	if err := RenderDiff(&b, c, "text"); err != nil {
+		t.Fatal(err)
+	}
+	if out := strings.Join(strings.Fields(b.String()), " "); !strings.Contains(out, "config=wg:nc=2,bn=256,stages=4,gm=8,pp=1 → wg:nc=2,bn=256,stages=4,gm=8") ||
+		!strings.Contains(out, "config_source=tuned → --config") {
+		t.Errorf("the labels do not show the changed settings:\n%s", out)
+	}
+	var js bytes.Buffer
+	if err := RenderDiff(&js, c, "json"); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(js.String(), `"new_params"`) || !strings.Contains(js.String(), `"config_source": "--config"`) {
+		t.Errorf("the JSON verdict lacks new's params:\n%s", js.String())
+	}
 	// Two candidates of new for one base result: ambiguous, left unpaired.
 	two := withConfig("a", "--config", 100)
 	two.Results = append(two.Results, withConfig("b", "--config", 100).Results...)

@@ -401,7 +401,7 @@ func condense(g *diffGroup) string {
 func diffTable(c *Comparison, g *diffGroup, markdown bool, width int) (table string, lines, labels []string, err error) {
 	ids := make([]Result, len(g.rows))
 	for j, m := range g.rows {
-		ids[j] = Result{Name: m.Name, Params: m.Params}
+		ids[j] = Result{Name: m.Name, Params: m.LabelParams()}
 	}
 	for _, limit := range []int{maxLabel, 24} {
 		lines, labels = rowLabelsWithin(ids, limit)
@@ -533,6 +533,7 @@ type jsonVerdict struct {
 	Key           string    `json:"key"`
 	Name          string    `json:"name"`
 	Params        Params    `json:"params,omitempty"`
+	NewParams     Params    `json:"new_params,omitempty"` // new's, when a setting changed
 	Metric        string    `json:"metric"`
 	Unit          string    `json:"unit"`
 	Better        Direction `json:"better"`
@@ -596,7 +597,7 @@ func renderDiffJSON(w io.Writer, c *Comparison) error {
 	}
 	for i := range c.Metrics {
 		m := &c.Metrics[i]
-		v := jsonVerdict{Key: m.Key, Name: m.Name, Params: m.Params, Metric: m.Metric, Unit: m.Unit, Better: m.Better, Role: m.Role, Decides: m.Decides,
+		v := jsonVerdict{Key: m.Key, Name: m.Name, Params: m.Params, NewParams: m.NewParams, Metric: m.Metric, Unit: m.Unit, Better: m.Better, Role: m.Role, Decides: m.Decides,
 			Worse: m.Worse, Significant: m.Significant, OverThreshold: m.OverThreshold, MarginPct: m.Margin(), EnoughSamples: m.EnoughSamples, Noisy: m.Noisy,
 			Regression: m.Decides && m.Regression(), Verdict: m.shortVerdict(), Reason: m.Verdict(c.Options), Unmeasured: m.Unmeasured, Warnings: m.Warnings}
 		if m.Unmeasured == "" {
