@@ -129,7 +129,9 @@ func tuneOne(run CandidateRunner, c moe.Config, chk TuneCheck, samples int) Tune
 }
 
 // bestSplit is the configuration of the eligible candidates' fastest gemm1
-// and fastest gemm2 (by median), when those are different candidates.
+// and fastest gemm2 (by median), when those are different candidates and it
+// was not timed already. It may be a single configuration: two skinny
+// candidates that differ only in their warps per GEMM combine into one.
 func bestSplit(outs []TuneOutcome) (moe.Config, bool) {
 	b1, b2 := -1, -1
 	m1, m2 := math.Inf(1), math.Inf(1)
@@ -148,7 +150,12 @@ func bestSplit(outs []TuneOutcome) (moe.Config, bool) {
 		return moe.Config{}, false
 	}
 	c := moe.Split(outs[b1].Config, outs[b2].Config)
-	return c, c.IsSplit()
+	for _, o := range outs {
+		if o.Config.String() == c.String() {
+			return moe.Config{}, false
+		}
+	}
+	return c, true
 }
 
 // gpuCandidates runs candidates through the CUDA kernels.

@@ -368,7 +368,7 @@ func (f gemmCandidates) Run(c moe.Config) (CandidateRun, error) {
 // is tried, checked like any candidate, and picked when it is fastest; a
 // wrong split is rejected.
 func TestTuneTriesSplit(t *testing.T) {
-	a, b := moe.Config{Kernel: "skinny", NT: 1}, moe.Config{Kernel: "skinny", NT: 1, W1: 16, W2: 16}
+	a, b := moe.Config{Kernel: "skinny", NT: 1}, moe.Config{Kernel: "skinny", NT: 2}
 	times := func(wrong bool) gemmCandidates {
 		return gemmCandidates{
 			gemm1:      map[string]float64{a.String(): 10, b.String(): 40},
@@ -421,5 +421,28 @@ func TestTunedConfigsFromRound(t *testing.T) {
 	got := tunedConfigs(rs)
 	if len(got) != 1 || got[16].Config.String() != split.String() || got[16].Source != "--tune" {
 		t.Errorf("tunedConfigs = %+v, want batch 16's split from --tune only", got)
+	}
+}
+
+// Two skinny candidates that differ only in their warps per GEMM combine
+// into one configuration, not a split, and it is tried unless it was
+// already a candidate.
+func TestBestSplitCombinesSkinnyWarps(t *testing.T) {
+	fast := []float64{10}
+	slow := []float64{40}
+	a := moe.Config{Kernel: "skinny", NT: 1}
+	b := moe.Config{Kernel: "skinny", NT: 1, W1: 16, W2: 16}
+	outs := []TuneOutcome{
+		{Config: a, Latency: fast, Gemm1: fast, Gemm2: slow},
+		{Config: b, Latency: fast, Gemm1: slow, Gemm2: fast},
+	}
+	c, ok := bestSplit(outs)
+	want := moe.Config{Kernel: "skinny", NT: 1, W2: 16}
+	if !ok || c.IsSplit() || c.String() != want.String() {
+		t.Fatalf("bestSplit = %v, %v; want %v, not split", c, ok, want)
+	}
+	outs = append(outs, TuneOutcome{Config: want, Latency: fast, Gemm1: fast, Gemm2: fast})
+	if c, ok := bestSplit(outs); ok {
+		t.Errorf("bestSplit = %v again, though %v was timed", c, want)
 	}
 }

@@ -49,10 +49,30 @@ type Config struct {
 
 // Split is the configuration that runs gemm1 with g1's kernels and gemm2
 // with g2's; g1 itself when both are the same.
+//
+// Each half drops the settings only the other GEMM reads (skinny's FC and W2
+// mean nothing to gemm1, SA and W1 nothing to gemm2), so that one kernel has
+// one name: the tuner would otherwise time the same kernel twice and could
+// report a split that fuses nothing as "fc=1". Halves that then differ only
+// in those settings are one configuration carrying both.
 func Split(g1, g2 Config) Config {
 	g1, g2 = g1.Gemm(1), g2.Gemm(2)
 	if g1.String() == g2.String() {
 		return g1
+	}
+	if g1.Kernel == "skinny" {
+		g1.FC, g1.W2 = 0, 0
+	}
+	if g2.Kernel == "skinny" {
+		g2.SA, g2.W1 = 0, 0
+	}
+	if g1.Kernel == "skinny" && g2.Kernel == "skinny" {
+		one, two := g1, g2
+		one.FC, one.W2 = g2.FC, g2.W2
+		two.SA, two.W1 = g1.SA, g1.W1
+		if one.String() == two.String() {
+			return one
+		}
 	}
 	g1.G2 = &g2
 	return g1

@@ -242,7 +242,8 @@ func TestSplitConfig(t *testing.T) {
 	sk := Config{Kernel: "skinny", NT: 1, W1: 16, W2: 16}
 	tc := tcTable["32x128k64s3b3"]
 	c := Split(sk, tc)
-	if !c.IsSplit() || c.Gemm(1).String() != sk.String() || c.Gemm(2).String() != tc.String() {
+	// gemm1 keeps what gemm1 reads: w2 is gemm2's.
+	if want1 := (Config{Kernel: "skinny", NT: 1, W1: 16}); !c.IsSplit() || c.Gemm(1).String() != want1.String() || c.Gemm(2).String() != tc.String() {
 		t.Fatalf("Split(%v, %v) = %v (gemm1 %v, gemm2 %v)", sk, tc, c, c.Gemm(1), c.Gemm(2))
 	}
 	back, err := ParseConfig(c.String())
@@ -251,6 +252,24 @@ func TestSplitConfig(t *testing.T) {
 	}
 	if got := Split(tc, tc); got.IsSplit() {
 		t.Errorf("Split of one configuration with itself is split: %v", got)
+	}
+	// A half's setting only the other GEMM reads is dropped: gemm1 of an fc
+	// configuration is the unfused gemm1, gemm2 of an sa one the plain gemm2,
+	// and skinny halves that differ only so are one configuration.
+	fc := Config{Kernel: "skinny", NT: 1, W1: 16, W2: 4, FC: 1}
+	sa := Config{Kernel: "skinny", NT: 1, W1: 16, W2: 16, SA: 1}
+	if got := Split(fc, tc); got.Gemm(1).FC != 0 || got.Gemm(1).W2 != 0 || !got.IsSplit() {
+		t.Errorf("Split(%v, %v) = %v: gemm1 keeps fc or w2", fc, tc, got)
+	}
+	if got := Split(tc, sa); got.Gemm(2).SA != 0 || got.Gemm(2).W1 != 0 {
+		t.Errorf("Split(%v, %v) = %v: gemm2 keeps sa or w1", tc, sa, got)
+	}
+	both := Config{Kernel: "skinny", NT: 1, W1: 16, W2: 16, SA: 1, FC: 1}
+	if got := Split(sa, fc); got.IsSplit() || got.String() != (Config{Kernel: "skinny", NT: 1, W1: 16, W2: 4, SA: 1, FC: 1}).String() {
+		t.Errorf("Split(%v, %v) = %v, want the one configuration skinny w1=16,w2=4 with sa and fc", sa, fc, got)
+	}
+	if got := Split(both, both); got.String() != both.String() {
+		t.Errorf("Split(%v, itself) = %v", both, got)
 	}
 	if got, err := ParseConfig("skinny:nt=1+tc:32x128k64s3b3"); err != nil || got.Gemm(2).String() != tc.String() || got.Gemm(1).Kernel != "skinny" {
 		t.Errorf("ParseConfig by name: %v, %v", got, err)

@@ -77,6 +77,11 @@ func TestShippedConfigs(t *testing.T) {
 			if err := CheckConfigShape(c, s.shape, m); err != nil {
 				t.Errorf("%s M=%d: %v", s.name, m, err)
 			}
+			// The file names the kernels as results will (Split's canonical
+			// name), so a result and its file agree.
+			if got := f.Batches[strconv.Itoa(m)].Config; got != c.String() {
+				t.Errorf("%s M=%d: the file says %q, which runs as %q", s.name, m, got, c.String())
+			}
 		}
 	}
 }
