@@ -1022,9 +1022,7 @@ func pairAcrossSettings(b, n *side) []string {
 		delete(n.metrics, nk)
 		delete(n.envs, nk)
 		delete(n.context, nk)
-		if nk != bk {
-			delete(n.ids, nk)
-		}
+		delete(n.ids, nk)
 		n.keys[slices.Index(n.keys, nk)] = bk
 		notes = append(notes, fmt.Sprintf("%s: compared across a changed setting: %s", lk, strings.Join(changed, ", ")))
 	}
