@@ -8,7 +8,10 @@
 #   spill1g    spill-matrix --sizes 1GiB (the default) ×RUNS (a run takes ~220 s:
 #              RUNS=2 per call)
 #   fresh-alloc  copies into a just-allocated buffer against a long-lived one, 256 MiB
-#              and 1 GiB (why hibernate restores run at 90–92% of the ceiling at 1 GiB)
+#              and 1 GiB, alternating which goes first (2026-12-02: the first copy after
+#              the fills runs at ~90%, whichever buffer, at both sizes)
+#   placement  one MoE configuration timed over new graphs, new plans and new weight
+#              copies (bin/moe.test): which allocation moves small-M times (~1 min)
 #   aa-arena   A/A pairs of arena sweep --mode copy --max-size 64MiB (#12: 9 of 10)
 #   devices    --devices 0 / --replicate / --shard on one GPU, bench p2p refusing (#16)
 #   gate       the spill gate on the GPU (the cuda and gpu gate tests), then the
@@ -23,7 +26,7 @@
 # Build here: make gpu-bins (strip with -ldflags='-s -w' to carry under 64 MiB).
 # There:  OUT=/dir scripts/accept-h200.sh STEP [PAIRS]; everything lands in $OUT/STEP.
 set -u
-step=${1:?usage: $0 tests|spill256|spill1g|gate|fresh-alloc|aa-arena|devices|moe-table [PAIRS]}
+step=${1:?usage: $0 tests|spill256|spill1g|gate|fresh-alloc|placement|aa-arena|devices|moe-table [PAIRS]}
 OUT=${OUT:?set OUT}
 HERE=$(cd "$(dirname "$0")" && pwd)
 BIN=${MSTAR_BIN:-bin}
@@ -58,6 +61,11 @@ fresh-alloc)
 	(cd internal/gpu && "../../$BIN/gpu.test" -test.run FreshAllocationCopyProbe -test.v) >"$dir/fresh-alloc.log" 2>&1
 	echo "fresh-alloc probe: exit $?" | tee -a "$dir/summary.txt"
 	grep "MiB in" "$dir/fresh-alloc.log" | tee -a "$dir/summary.txt"
+	;;
+placement)
+	(cd kernels/moe && MSTAR_MOE_PLACEMENT=1 "../../$BIN/moe.test" -test.run PlacementSpeedProbe -test.v) >"$dir/placement.log" 2>&1
+	echo "placement probe: exit $?" | tee -a "$dir/summary.txt"
+	grep "new " "$dir/placement.log" | tee -a "$dir/summary.txt"
 	;;
 aa-arena)
 	"$HERE/aa-pairs.sh" -n "${2:-10}" -o "$dir" -b "$BIN/mstar" -- arena sweep --device cuda:0 --mode copy --max-size 64MiB
