@@ -18,14 +18,7 @@ import (
 // equal; the first pinned copy after the fills runs at ~90%, at 256 MiB as
 // at 1 GiB, so why the 256 MiB restores reach 100% is still open.
 func TestFreshAllocationCopyProbeCUDA(t *testing.T) {
-	if ok, why := cudaAvailable(); !ok {
-		t.Skip("no CUDA device: " + why)
-	}
-	d, err := openCUDA(0)
-	if err != nil {
-		t.Skip(err)
-	}
-	defer d.Close()
+	d := openCUDAForTest(t)
 	s, err := d.NewStream()
 	if err != nil {
 		t.Fatal(err)
@@ -117,14 +110,7 @@ func TestFreshAllocationCopyProbeCUDA(t *testing.T) {
 				t.Fatal(err)
 			}
 			poisoned(old, fresh)
-			// The order alternates: the first copy after the fills may be
-			// the slow one whichever buffer it writes.
-			var a, b float64
-			if round%2 == 0 {
-				a, b = gbps(h2d(old)), gbps(h2d(fresh))
-			} else {
-				b, a = gbps(h2d(fresh)), gbps(h2d(old))
-			}
+			a, b := alternated(round, func() float64 { return gbps(h2d(old)) }, func() float64 { return gbps(h2d(fresh)) })
 			check("pinned → long-lived", old)
 			check("pinned → fresh", fresh)
 			if err := fresh.Free(); err != nil {
@@ -134,12 +120,7 @@ func TestFreshAllocationCopyProbeCUDA(t *testing.T) {
 				t.Fatal(err)
 			}
 			poisoned(fresh)
-			var c, e float64
-			if round%2 == 0 {
-				c, e = gbps(d2d(old)), gbps(d2d(fresh))
-			} else {
-				e, c = gbps(d2d(fresh)), gbps(d2d(old))
-			}
+			c, e := alternated(round, func() float64 { return gbps(d2d(old)) }, func() float64 { return gbps(d2d(fresh)) })
 			check("device → fresh", fresh)
 			if err := fresh.Free(); err != nil {
 				t.Fatal(err)
@@ -147,11 +128,11 @@ func TestFreshAllocationCopyProbeCUDA(t *testing.T) {
 			if round == 0 {
 				continue // warm-up
 			}
-			if round%2 == 0 {
-				firstH2D, secondH2D = append(firstH2D, a), append(secondH2D, b)
-			} else {
-				firstH2D, secondH2D = append(firstH2D, b), append(secondH2D, a)
+			first, second := a, b
+			if round%2 == 1 {
+				first, second = b, a
 			}
+			firstH2D, secondH2D = append(firstH2D, first), append(secondH2D, second)
 			for i, v := range []float64{a, b, c, e} {
 				times[i] = append(times[i], v)
 			}
@@ -166,4 +147,16 @@ func TestFreshAllocationCopyProbeCUDA(t *testing.T) {
 			}
 		}
 	}
+}
+
+// alternated runs long-lived then fresh on even rounds and the other way
+// round on odd ones (the first copy after the fills may be the slow one,
+// whichever buffer it writes) and returns their results in that order.
+func alternated(round int, longLived, fresh func() float64) (l, f float64) {
+	if round%2 == 0 {
+		l = longLived()
+		return l, fresh()
+	}
+	f = fresh()
+	return longLived(), f
 }

@@ -100,6 +100,13 @@ func runGPU(t *testing.T, k *Kernels, l *Layer, w *DeviceWeights, x []float32, r
 		t.Fatal(err)
 	}
 	defer st.Destroy()
+	return poisonedPass(t, p, st, w), p
+}
+
+// poisonedPass runs p once with weights w on NaN-poisoned outputs and
+// returns the output.
+func poisonedPass(t *testing.T, p *Plan, st *cuda.Stream, w *DeviceWeights) []float32 {
+	t.Helper()
 	if err := p.Poison(st); err != nil {
 		t.Fatal(err)
 	}
@@ -107,13 +114,13 @@ func runGPU(t *testing.T, k *Kernels, l *Layer, w *DeviceWeights, x []float32, r
 		t.Fatal(err)
 	}
 	if err := st.Synchronize(); err != nil {
-		t.Fatal(err)
+		t.Fatalf("%v M=%d: %v", p.Config, p.M, err)
 	}
 	out, err := p.Output()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return out, p
+	return out
 }
 
 // replayPoisoned poisons p's output, then times p's pass as a graph
@@ -481,19 +488,7 @@ func TestCUDASpeedProbe(t *testing.T) {
 				if err := p.SetInputs(x, r); err != nil {
 					t.Fatal(err)
 				}
-				if err := p.Poison(st); err != nil {
-					t.Fatal(err)
-				}
-				if err := p.Enqueue(st, w); err != nil {
-					t.Fatal(err)
-				}
-				if err := st.Synchronize(); err != nil {
-					t.Fatalf("%s M=%d %v: %v", sh.name, m, c, err)
-				}
-				got, err := p.Output()
-				if err != nil {
-					t.Fatal(err)
-				}
+				got := poisonedPass(t, p, st, w)
 				tokens := sampleTokens(m, 4)
 				want := ReferenceTokens(l, x, r, tokens)
 				sub := []float32{}

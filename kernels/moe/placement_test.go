@@ -67,19 +67,7 @@ func TestCUDAPlacementSpeedProbe(t *testing.T) {
 		// draw runs one checked pass (the output must not move with the
 		// placement) and returns the median of its timed samples.
 		draw := func(p *Plan, w *DeviceWeights) float64 {
-			if err := p.Poison(st); err != nil {
-				t.Fatal(err)
-			}
-			if err := p.Enqueue(st, w); err != nil {
-				t.Fatal(err)
-			}
-			if err := st.Synchronize(); err != nil {
-				t.Fatal(err)
-			}
-			out, err := p.Output()
-			if err != nil {
-				t.Fatal(err)
-			}
+			out := poisonedPass(t, p, st, w)
 			if first == nil {
 				first = out
 			} else if !slices.Equal(out, first) {
