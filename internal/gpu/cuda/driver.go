@@ -169,6 +169,9 @@ type driverAPI struct {
 	// Stream memory operations (optional: nil when the driver lacks them).
 	cuStreamWaitValue32  func(s uintptr, addr uint64, v uint32, flags uint32) Result
 	cuStreamWriteValue32 func(s uintptr, addr uint64, v uint32, flags uint32) Result
+
+	// Launch with attributes (optional: CUDA 12.0+ drivers).
+	cuLaunchKernelEx func(cfg *launchConfig, f uintptr, params unsafe.Pointer, extra unsafe.Pointer) Result
 }
 
 var (
@@ -245,6 +248,7 @@ func loadDriver() error {
 			peerCalls = true
 		}
 		streamMemOps = b.try(&d.cuStreamWaitValue32, "cuStreamWaitValue32_v2") && b.try(&d.cuStreamWriteValue32, "cuStreamWriteValue32_v2")
+		launchEx = b.try(&d.cuLaunchKernelEx, "cuLaunchKernelEx")
 		if err := b.err(); err != nil {
 			driverErr = fmt.Errorf("CUDA driver %s: %w", driverLib.comp.Path, err)
 			return

@@ -517,3 +517,100 @@ func TestGPUCublasGemmBF16(t *testing.T) {
 		}
 	}
 }
+
+// pdlSrc: first sleeps ~50 µs in one block, after letting its dependents
+// launch, then writes a; second notes when it started, waits for first and
+// copies a to b. With a programmatic launch second starts while first
+// sleeps, and still copies what first wrote.
+const pdlSrc = `
+__device__ unsigned long long now() { unsigned long long t; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); return t; }
+extern "C" __global__ void first(int* a, int n, unsigned long long* times) {
+	asm volatile("griddepcontrol.wait;" ::: "memory");
+	asm volatile("griddepcontrol.launch_dependents;");
+	unsigned long long t0 = now();
+	while (now() - t0 < 50000) __nanosleep(1000);
+	for (int i = threadIdx.x; i < n; i += blockDim.x) a[i] = i + 1;
+	__syncthreads();
+	if (threadIdx.x == 0) times[0] = now();
+}
+extern "C" __global__ void second(const int* a, int* b, int n, unsigned long long* times) {
+	if (threadIdx.x == 0 && blockIdx.x == 0) times[1] = now();
+	asm volatile("griddepcontrol.wait;" ::: "memory");
+	int i = blockIdx.x * blockDim.x + threadIdx.x;
+	if (i < n) b[i] = a[i];
+}
+`
+
+func TestGPUProgrammaticLaunch(t *testing.T) {
+	c := openForTest(t)
+	if !c.ProgrammaticLaunch() {
+		t.Skipf("no programmatic dependent launch here (driver cuLaunchKernelEx: %v, sm_%d%d)", launchEx, c.Props().CCMajor, c.Props().CCMinor)
+	}
+	comp := compilerForTest(t, c)
+	m, _, err := c.CompileModule(comp, pdlSrc, "pdl.cu", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Unload()
+	first, _ := m.Function("first")
+	second, err := m.Function("second")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 4096
+	da, _ := c.Alloc(4 * n)
+	db, _ := c.Alloc(4 * n)
+	dt, err := c.Alloc(16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { c.Free(da); c.Free(db); c.Free(dt) }()
+	s, _ := c.NewStream()
+	defer s.Destroy()
+	pair := func() error {
+		if err := first.LaunchProgrammatic(s, Dim3{X: 1}, Dim3{X: 256}, 0, da, int32(n), dt); err != nil {
+			return err
+		}
+		return second.LaunchProgrammatic(s, Dim3{X: n / 256}, Dim3{X: 256}, 0, da, db, int32(n), dt)
+	}
+	graph, err := s.Capture(pair)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer graph.Destroy()
+	for _, way := range []struct {
+		name string
+		run  func() error
+	}{{"direct", pair}, {"graph", func() error { return graph.Launch(s) }}} {
+		for _, d := range []DevicePtr{da, db} {
+			if err := c.Memset(d, 0, 4*n); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := way.run(); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+		got := make([]int32, n)
+		if err := c.MemcpyDtoH(unsafe.Slice((*byte)(unsafe.Pointer(&got[0])), 4*n), db); err != nil {
+			t.Fatal(err)
+		}
+		for i, v := range got {
+			if v != int32(i+1) {
+				t.Fatalf("%s: b[%d] = %d, want %d: second read a before first wrote it", way.name, i, v, i+1)
+			}
+		}
+		times := make([]uint64, 2)
+		if err := c.MemcpyDtoH(unsafe.Slice((*byte)(unsafe.Pointer(&times[0])), 16), dt); err != nil {
+			t.Fatal(err)
+		}
+		// The point of the launch: second was scheduled before first ended.
+		if times[1] >= times[0] {
+			t.Errorf("%s: second started %d ns after first ended: the launch was not programmatic", way.name, times[1]-times[0])
+		} else {
+			t.Logf("%s: second started %.1f µs before first ended", way.name, float64(times[0]-times[1])/1e3)
+		}
+	}
+}
