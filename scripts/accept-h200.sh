@@ -12,6 +12,8 @@
 #              the fills runs at ~90%, whichever buffer, at both sizes)
 #   placement  one MoE configuration timed over new graphs, new plans and new weight
 #              copies (bin/moe.test): which allocation moves small-M times (~1 min)
+#   pdl        the shipped MoE picks with plain against programmatic launches, same
+#              plan and weights, alternated (bin/moe.test; ~1-2 min; v17 in NOTES)
 #   aa-arena   A/A pairs of arena sweep --mode copy --max-size 64MiB (#12: 9 of 10)
 #   devices    --devices 0 / --replicate / --shard on one GPU, bench p2p refusing (#16)
 #   gate       the spill gate on the GPU (the cuda and gpu gate tests), then the
@@ -26,7 +28,7 @@
 # Build here: make gpu-bins (strip with -ldflags='-s -w' to carry under 64 MiB).
 # There:  OUT=/dir scripts/accept-h200.sh STEP [PAIRS]; everything lands in $OUT/STEP.
 set -u
-step=${1:?usage: $0 tests|spill256|spill1g|gate|fresh-alloc|placement|aa-arena|devices|moe-table [PAIRS]}
+step=${1:?usage: $0 tests|spill256|spill1g|gate|fresh-alloc|placement|pdl|aa-arena|devices|moe-table [PAIRS]}
 OUT=${OUT:?set OUT}
 HERE=$(cd "$(dirname "$0")" && pwd)
 BIN=${MSTAR_BIN:-bin}
@@ -66,6 +68,11 @@ placement)
 	(cd kernels/moe && MSTAR_MOE_PLACEMENT=1 "../../$BIN/moe.test" -test.run PlacementSpeedProbe -test.v) >"$dir/placement.log" 2>&1
 	echo "placement probe: exit $?" | tee -a "$dir/summary.txt"
 	grep "new " "$dir/placement.log" | tee -a "$dir/summary.txt"
+	;;
+pdl)
+	(cd kernels/moe && MSTAR_MOE_PDL_PROBE=1 "../../$BIN/moe.test" -test.run ProgrammaticSpeedProbe -test.v) >"$dir/pdl-probe.log" 2>&1
+	echo "pdl probe: exit $?" | tee -a "$dir/summary.txt"
+	grep "pdl " "$dir/pdl-probe.log" | tee -a "$dir/summary.txt"
 	;;
 aa-arena)
 	"$HERE/aa-pairs.sh" -n "${2:-10}" -o "$dir" -b "$BIN/mstar" -- arena sweep --device cuda:0 --mode copy --max-size 64MiB

@@ -59,14 +59,24 @@ type GEMMTimer interface {
 	TimeGEMMs(samples int) (gemm1, gemm2 []float64, err error) // µs per call
 }
 
+// ProgrammaticRunner is a CandidateRunner that can launch kernels with
+// programmatic dependent launch (Config.PL): the tuner then tries the best
+// configuration with each GEMM launched so.
+type ProgrammaticRunner interface {
+	ProgrammaticLaunch() bool
+}
+
 // TuneCandidates runs every candidate: a pass on poisoned buffers checked
 // against the reference (an element never written, a non-finite one, or rel
 // L2 above MoEMaxRelL2 rejects it, with the reason), and for those that
 // pass, `samples` timed samples. Where the runs time their GEMMs alone and
 // the fastest gemm1 and gemm2 come from different candidates, their split
-// configuration is tried last, checked and timed like the others (each
-// GEMM's best tile differs: N = 2I by K = H against N = H by K = I). A
-// canceled ctx stops it before the next candidate.
+// configuration is tried next, checked and timed like the others (each
+// GEMM's best tile differs: N = 2I by K = H against N = H by K = I). Where
+// the runner has programmatic launches, the fastest so far is tried last
+// with gemm1's, gemm2's and both GEMMs' kernels launched so (pl=1): whether
+// the early start pays depends on the kernels and the batch. A canceled ctx
+// stops it before the next candidate.
 func TuneCandidates(ctx context.Context, run CandidateRunner, cands []moe.Config, chk TuneCheck, samples int, progress func(string)) []TuneOutcome {
 	outs := make([]TuneOutcome, 0, len(cands)+1)
 	for i, c := range cands {
@@ -84,7 +94,48 @@ func TuneCandidates(ctx context.Context, run CandidateRunner, cands []moe.Config
 		}
 		outs = append(outs, tuneOne(run, split, chk, samples))
 	}
+	if pr, ok := run.(ProgrammaticRunner); ok && pr.ProgrammaticLaunch() {
+		for _, c := range launchVariants(outs) {
+			if ctx.Err() != nil {
+				return outs
+			}
+			if progress != nil {
+				progress(fmt.Sprintf("tune launch %v", c))
+			}
+			outs = append(outs, tuneOne(run, c, chk, samples))
+		}
+	}
 	return outs
+}
+
+// launchVariants is the fastest eligible outcome's configuration with the
+// other three ways of launching its GEMMs (plain or programmatic each),
+// leaving out any already timed.
+func launchVariants(outs []TuneOutcome) []moe.Config {
+	best, bestUs := -1, math.Inf(1)
+	timed := map[string]bool{}
+	for i, o := range outs {
+		timed[o.Config.String()] = true
+		if o.Reject != "" || len(o.Latency) == 0 {
+			continue
+		}
+		if v := results.Summarize(o.Latency).Median; v < bestUs {
+			best, bestUs = i, v
+		}
+	}
+	if best < 0 {
+		return nil
+	}
+	c := outs[best].Config
+	var vs []moe.Config
+	for _, pl := range [][2]bool{{false, false}, {true, false}, {false, true}, {true, true}} {
+		v := c.WithProgrammatic(pl[0], pl[1])
+		if !timed[v.String()] {
+			timed[v.String()] = true
+			vs = append(vs, v)
+		}
+	}
+	return vs
 }
 
 func tuneOne(run CandidateRunner, c moe.Config, chk TuneCheck, samples int) TuneOutcome {
@@ -165,6 +216,8 @@ type gpuCandidates struct {
 	x []float32
 	r routing.Routing
 }
+
+func (a gpuCandidates) ProgrammaticLaunch() bool { return a.g.ProgrammaticLaunch() }
 
 func (a gpuCandidates) Prepare(c moe.Config) (string, error) {
 	res, err := a.g.Compile(c)

@@ -446,3 +446,71 @@ func TestBestSplitCombinesSkinnyWarps(t *testing.T) {
 		t.Errorf("bestSplit = %v again, though %v was timed", c, want)
 	}
 }
+
+// plCandidates can launch programmatically: gemm2 alone so is fastest, both
+// GEMMs so slowest (the early blocks can cost more than they save).
+type plCandidates struct{ fakeCandidates }
+
+func (plCandidates) ProgrammaticLaunch() bool { return true }
+
+func (p plCandidates) Run(c moe.Config) (CandidateRun, error) {
+	run, err := p.fakeCandidates.Run(c)
+	if err != nil {
+		return nil, err
+	}
+	r := run.(fixedRun)
+	switch pl1, pl2 := c.Gemm(1).PL == 1, c.Gemm(2).PL == 1; {
+	case pl1 && pl2:
+		r.us = 120
+	case pl2:
+		r.us = 80
+	}
+	return r, nil
+}
+
+// Where the kernels can be launched programmatically the tuner tries the
+// fastest configuration's three other launch modes, each checked and timed,
+// and keeps the fastest; where they cannot, it tries none.
+func TestTuneTriesLaunchModes(t *testing.T) {
+	a := moe.Config{Kernel: "skinny", NT: 1}
+	for _, can := range []bool{true, false} {
+		opt := tuneOpts(t.TempDir(), []int{5}, []moe.Config{a}, nil)
+		inner := opt.Runner
+		opt.Runner = func(m int, l *moe.Layer, x []float32, r routing.Routing) (CandidateRunner, []moe.Config) {
+			run, cands := inner(m, l, x, r)
+			if can {
+				return plCandidates{run.(fakeCandidates)}, cands
+			}
+			return run, cands
+		}
+		rep, err := RunMoETune(t.Context(), gpu.NewCPU(), opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		outs := rep.Outcomes[5]
+		if !can {
+			if len(outs) != 1 {
+				t.Errorf("no programmatic launch: %d outcomes, want the one candidate", len(outs))
+			}
+			continue
+		}
+		var names []string
+		chosen := ""
+		for _, o := range outs {
+			names = append(names, o.Config.String())
+			if o.Reject != "" {
+				t.Errorf("%v rejected: %s", o.Config, o.Reject)
+			}
+			if o.Chosen {
+				chosen = o.Config.String()
+			}
+		}
+		want := []string{a.String(), a.WithProgrammatic(true, false).String(), a.WithProgrammatic(false, true).String(), a.WithProgrammatic(true, true).String()}
+		if !slices.Equal(names, want) {
+			t.Errorf("outcomes %q, want %q", names, want)
+		}
+		if chosen != want[2] {
+			t.Errorf("chose %q, want %q (80 µs against 100 and 120)", chosen, want[2])
+		}
+	}
+}

@@ -40,6 +40,13 @@ type Config struct {
 	// gives each consumer whole 64-row tiles in turn (BM = 64), so one
 	// warpgroup's epilogue overlaps the other's MMAs.
 	NC, PP int
+	// PL (skinny, tc, wg): 1 launches this GEMM's kernel with programmatic
+	// dependent launch (sm_90+; for gemm2 the combine after it too): its
+	// blocks are scheduled while the kernel before it finishes. It saves
+	// ~0.4 µs of launch gap per kernel and can cost more where the early
+	// blocks share multiprocessors with the running kernel, so the tuner
+	// decides (kernels/moe/NOTES.md, v17).
+	PL int
 	// G2, when set, is gemm2's own configuration (a split configuration:
 	// the two GEMMs have different shapes, N = 2I by K = H against N = H by
 	// K = I, and their best tiles differ, as the tuned Triton design's do).
@@ -225,7 +232,7 @@ func (c Config) String() string {
 		if c.SA != 0 {
 			s += ",sa=1"
 		}
-		return s
+		return s + c.plSuffix()
 	case "tc":
 		// Always the full spelling: a tuned result names exactly what ran,
 		// and ParseConfig reads it back.
@@ -233,18 +240,43 @@ func (c Config) String() string {
 		if c.OV != 0 {
 			s += fmt.Sprintf(",ov=%d", c.OV)
 		}
-		return s
+		return s + c.plSuffix()
 	case "wg":
 		s := fmt.Sprintf("wg:nc=%d,bn=%d,stages=%d,gm=%d", c.NC, c.BN, c.Stages, c.GM)
 		if c.PP != 0 {
 			s += ",pp=1"
 		}
-		return s
+		return s + c.plSuffix()
 	}
 	if c.Tile == "custom" {
 		return fmt.Sprintf("tiled:bm=%d,bn=%d,bk=%d,wm=%d,wn=%d,stages=%d", c.BM, c.BN, c.BK, c.WM, c.WN, c.Stages)
 	}
 	return "tiled:" + c.Tile
+}
+
+func (c Config) plSuffix() string {
+	if c.PL != 0 {
+		return ",pl=1"
+	}
+	return ""
+}
+
+// WithProgrammatic is c with gemm1's and gemm2's kernels launched
+// programmatically (PL) or not, as pl1 and pl2 say.
+func (c Config) WithProgrammatic(pl1, pl2 bool) Config {
+	g1, g2 := c.Gemm(1), c.Gemm(2)
+	g1.PL, g2.PL = b2i(pl1), b2i(pl2)
+	return Split(g1, g2)
+}
+
+// Programmatic says whether any of c's launches is programmatic.
+func (c Config) Programmatic() bool { return c.Gemm(1).PL != 0 || c.Gemm(2).PL != 0 }
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // Block is the alignment block: tokens per tile.
@@ -387,6 +419,12 @@ func (c Config) Validate() error {
 			return err
 		}
 		return c.G2.Validate()
+	}
+	if c.PL != 0 && c.PL != 1 {
+		return fmt.Errorf("config %v: pl must be 0 or 1", c)
+	}
+	if c.PL != 0 && c.Kernel == "tiled" {
+		return fmt.Errorf("config %v: pl (programmatic launch) is for skinny, tc and wg kernels", c)
 	}
 	switch c.Kernel {
 	case "skinny":
@@ -544,7 +582,7 @@ func parseOne(s string) (Config, error) {
 			k, v, ok := strings.Cut(kv, "=")
 			n, err := strconv.Atoi(v)
 			if !ok || err != nil {
-				return Config{}, fmt.Errorf("bad config %q: want skinny:nt=1|2|4[,w1=4|16][,w2=4|16][,fc=1][,sa=1]", s)
+				return Config{}, fmt.Errorf("bad config %q: want skinny:nt=1|2|4[,w1=4|16][,w2=4|16][,fc=1][,sa=1][,pl=1]", s)
 			}
 			switch k {
 			case "nt":
@@ -557,8 +595,10 @@ func parseOne(s string) (Config, error) {
 				c.FC = n
 			case "sa":
 				c.SA = n
+			case "pl":
+				c.PL = n
 			default:
-				return Config{}, fmt.Errorf("bad config %q: unknown key %q (want nt, w1, w2, fc, sa)", s, k)
+				return Config{}, fmt.Errorf("bad config %q: unknown key %q (want nt, w1, w2, fc, sa, pl)", s, k)
 			}
 		}
 		return c, c.Validate()
@@ -577,7 +617,7 @@ func parseOne(s string) (Config, error) {
 			return c, nil
 		}
 		c := tcTable["128x128k64s4"]
-		if err := parseKeys(s, rest, &c, []string{"bm", "bn", "bk", "wm", "wn", "stages", "gm", "minb", "ov"}); err != nil {
+		if err := parseKeys(s, rest, &c, []string{"bm", "bn", "bk", "wm", "wn", "stages", "gm", "minb", "ov", "pl"}); err != nil {
 			return Config{}, err
 		}
 		return c, c.Validate()
@@ -586,7 +626,7 @@ func parseOne(s string) (Config, error) {
 			return c, nil
 		}
 		c := wgTable["128x256s4"]
-		if err := parseKeys(s, rest, &c, []string{"nc", "bn", "stages", "gm", "pp"}); err != nil {
+		if err := parseKeys(s, rest, &c, []string{"nc", "bn", "stages", "gm", "pp", "pl"}); err != nil {
 			return Config{}, err
 		}
 		c.BM = 64 * c.NC
@@ -600,12 +640,12 @@ func parseOne(s string) (Config, error) {
 }
 
 func parseKeys(s, rest string, c *Config, keys []string) error {
-	fields := map[string]*int{"nc": &c.NC, "pp": &c.PP, "bm": &c.BM, "bn": &c.BN, "bk": &c.BK, "wm": &c.WM, "wn": &c.WN, "stages": &c.Stages, "gm": &c.GM, "minb": &c.MinBlocks, "ov": &c.OV}
+	fields := map[string]*int{"nc": &c.NC, "pp": &c.PP, "bm": &c.BM, "bn": &c.BN, "bk": &c.BK, "wm": &c.WM, "wn": &c.WN, "stages": &c.Stages, "gm": &c.GM, "minb": &c.MinBlocks, "ov": &c.OV, "pl": &c.PL}
 	for _, kv := range strings.Split(rest, ",") {
 		k, v, ok := strings.Cut(kv, "=")
 		n, err := strconv.Atoi(v)
-		if !ok || err != nil || n < 0 || (n == 0 && k != "ov" && k != "pp") {
-			return fmt.Errorf("bad config %q: %q is not key=positive integer (ov, pp: 0 or 1)", s, kv)
+		if !ok || err != nil || n < 0 || (n == 0 && k != "ov" && k != "pp" && k != "pl") {
+			return fmt.Errorf("bad config %q: %q is not key=positive integer (ov, pp, pl: 0 or 1)", s, kv)
 		}
 		known := false
 		for _, name := range keys {

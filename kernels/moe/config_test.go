@@ -280,3 +280,61 @@ func TestSplitConfig(t *testing.T) {
 		}
 	}
 }
+
+// pl=1 (programmatic launch) is a per-GEMM setting: it reads back from its
+// name on every family that takes it, makes a split where only one GEMM has
+// it, and marks exactly that GEMM's launch (and for gemm2 the combine's).
+func TestProgrammaticConfig(t *testing.T) {
+	tc := tcTable["16x256k128s3w8ov"]
+	wg := wgTable["128x256s4"]
+	sk := Config{Kernel: "skinny", NT: 1, W1: 16, W2: 4}
+	for _, c := range []Config{tc, wg, sk, Split(sk, tc)} {
+		both := c.WithProgrammatic(true, true)
+		if !both.Programmatic() || both.Gemm(1).PL != 1 || both.Gemm(2).PL != 1 {
+			t.Errorf("%v with both GEMMs programmatic: %v", c, both)
+		}
+		if !strings.Contains(both.String(), ",pl=1") {
+			t.Errorf("%v: name %q does not say pl=1", c, both)
+		}
+		for _, v := range []Config{both, c.WithProgrammatic(true, false), c.WithProgrammatic(false, true)} {
+			back, err := ParseConfig(v.String())
+			if err != nil || back.String() != v.String() || back.Gemm(1).PL != v.Gemm(1).PL || back.Gemm(2).PL != v.Gemm(2).PL {
+				t.Errorf("ParseConfig(%q) = %v, %v", v.String(), back, err)
+			}
+		}
+		if plain := both.WithProgrammatic(false, false); plain.Programmatic() || plain.String() != c.String() {
+			t.Errorf("%v without programmatic launches: %v", both, plain)
+		}
+	}
+	if one := tc.WithProgrammatic(false, true); !one.IsSplit() || one.Gemm(1).PL != 0 || one.Gemm(2).PL != 1 {
+		t.Errorf("pl on gemm2 alone: %v, want a split whose gemm2 has pl=1", one)
+	}
+	for _, bad := range []string{"skinny:nt=1,pl=2", "tc:bm=16,bn=256,bk=128,wm=1,wn=8,stages=3,gm=8,minb=1,pl=2", "tiled:bm=64,bn=128,bk=32,wm=2,wn=2,stages=4,pl=1"} {
+		if c, err := ParseConfig(bad); err == nil {
+			t.Errorf("ParseConfig(%q) = %v, want an error", bad, c)
+		}
+	}
+	s := Shape{E: 8, K: 2, H: 256, I: 128}
+	for _, tt := range []struct {
+		c    Config
+		want map[string]bool // kernel → launched programmatically
+	}{
+		{tc, map[string]bool{}},
+		{tc.WithProgrammatic(true, false), map[string]bool{"moe_gemm1": true}},
+		{tc.WithProgrammatic(false, true), map[string]bool{"moe_gemm2": true, "moe_combine": true}},
+		{sk.WithProgrammatic(true, true), map[string]bool{"moe_gemm1": true, "moe_gemm2": true, "moe_combine": true}},
+	} {
+		l := newPlanLayout(s, 4, tt.c, [2]int{132, 132})
+		for _, ls := range l.launches {
+			want := false
+			for prefix, v := range tt.want {
+				if strings.HasPrefix(ls.kernel, prefix) {
+					want = v
+				}
+			}
+			if ls.programmatic != want {
+				t.Errorf("%v: %s programmatic = %v, want %v", tt.c, ls.kernel, ls.programmatic, want)
+			}
+		}
+	}
+}

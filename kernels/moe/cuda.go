@@ -224,6 +224,9 @@ func (k *Kernels) NewPlan(s Shape, m int, c Config) (*Plan, error) {
 	if err := CheckConfigShape(c, s, m); err != nil {
 		return nil, err
 	}
+	if c.Programmatic() && !k.ctx.ProgrammaticLaunch() {
+		return nil, fmt.Errorf("config %v: pl=1 needs programmatic dependent launch (an sm_90 or newer GPU and a CUDA 12+ driver); this is %s", c, k.ctx.Props().Arch())
+	}
 	var mods [3]*kmodule // base, gemm1's, gemm2's
 	mods[0] = k.base
 	for i := 1; i <= 2; i++ {
@@ -356,6 +359,9 @@ func (p *Plan) enqueueLaunch(st *cuda.Stream, i int, w *DeviceWeights) error {
 		default:
 			args[j] = a
 		}
+	}
+	if l.programmatic {
+		return p.fns[i].LaunchProgrammatic(st, l.grid, l.block, l.smem, args...)
 	}
 	return p.fns[i].Launch(st, l.grid, l.block, l.smem, args...)
 }

@@ -41,6 +41,8 @@ type launchSpec struct {
 	grid, block cuda.Dim3
 	smem        int
 	args        []any
+	// programmatic: launched with programmatic dependent launch (Config.PL).
+	programmatic bool
 }
 
 // planLayout is a forward pass's geometry, from the shape, batch and
@@ -100,13 +102,13 @@ func newPlanLayout(s Shape, m int, c Config, resident [2]int) planLayout {
 		sorted2, blockExpert2, total2 = bufSorted2, bufBlockExpert2, bufTotal2
 		l.launches = append(l.launches, alignLaunches(s, l.slots, groups, c2.Block(), l.maxRows2, sorted2, blockExpert2, total2)...)
 	}
-	gemm2 := launchSpec{kernel: g2, gemm: 2, grid: grid2, block: cuda.Dim3{X: c2.Threads(2)}, smem: c2.SharedBytes(),
+	gemm2 := launchSpec{kernel: g2, gemm: 2, grid: grid2, block: cuda.Dim3{X: c2.Threads(2)}, smem: c2.SharedBytes(), programmatic: c2.PL != 0,
 		args: []any{bufW2, bufAct, bufY, bufWts, sorted2, blockExpert2, total2, int32(s.H), int32(s.I), topk, pad}}
 	if c2.fusedCombine() {
 		gemm2.args = append(gemm2.args, bufIDs, bufOut, bufCombineCount, int32(m))
 		b[bufCombineCount] = int64(grid2.X) * 4
 	}
-	gemm1 := launchSpec{kernel: g1, gemm: 1, grid: grid1, block: cuda.Dim3{X: c1.Threads(1)}, smem: c1.SharedBytes(),
+	gemm1 := launchSpec{kernel: g1, gemm: 1, grid: grid1, block: cuda.Dim3{X: c1.Threads(1)}, smem: c1.SharedBytes(), programmatic: c1.PL != 0,
 		args: []any{bufW1, bufX, bufAct, bufWts, bufSorted, bufBlockExpert, bufTotal, int32(s.I), int32(s.H), topk, pad}}
 	if c1.selfAligns() {
 		gemm1.args = append(gemm1.args, bufIDs)
@@ -114,7 +116,7 @@ func newPlanLayout(s Shape, m int, c Config, resident [2]int) planLayout {
 	l.launches = append(l.launches, gemm1, gemm2)
 	if !c2.fusedCombine() {
 		l.launches = append(l.launches, launchSpec{kernel: "moe_combine", grid: cuda.Dim3{X: (m*s.H/8 + 255) / 256}, block: cuda.Dim3{X: 256},
-			args: []any{bufY, bufIDs, bufOut, int32(m), int32(s.H), topk}})
+			args: []any{bufY, bufIDs, bufOut, int32(m), int32(s.H), topk}, programmatic: c2.PL != 0})
 	}
 	return l
 }

@@ -150,6 +150,20 @@ __device__ __forceinline__ uint4 ld_act(const bf16_t* p) {
                  : "l"(p));
     return v;
 }
+
+// grid_dep_sync: under programmatic dependent launch (sm_90, the host's
+// LaunchProgrammatic) a kernel's blocks may start while the previous kernel
+// of the pass still runs, so each kernel waits here, before it touches
+// global memory, for the previous one to finish and its writes to be
+// visible; then lets the next kernel's blocks be scheduled. Because every
+// kernel waits before it triggers, a kernel that starts knows that all but
+// its immediate predecessor have finished. Launched plainly, both are no-ops.
+__device__ __forceinline__ void grid_dep_sync() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
 #endif  // !MOE_EMU
 
 // ---------------------------------------------------------------- alignment
@@ -213,6 +227,7 @@ moe_align(const int* __restrict__ ids, int slots, int E, int block, int* __restr
     __shared__ int offs[1025];
     __shared__ int cursor[1024];
     __shared__ int warp_sum[32];
+    grid_dep_sync();
     const int t = threadIdx.x;
     if (t < E) cnt[t] = 0;
     __syncthreads();
@@ -252,6 +267,7 @@ moe_align(const int* __restrict__ ids, int slots, int E, int block, int* __restr
 extern "C" __global__ void __launch_bounds__(1024)
 moe_align_count(const int* __restrict__ ids, int slots, int E, int* __restrict__ counts) {
     __shared__ int cnt[1024];
+    grid_dep_sync();
     const int t = threadIdx.x;
     for (int e = t; e < E; e += 1024) cnt[e] = 0;
     __syncthreads();
@@ -274,6 +290,7 @@ moe_align_scan(int G, int slots, int E, int block, int* __restrict__ counts, int
     __shared__ int offs[1025];
     __shared__ int cnt[1024];
     __shared__ int warp_sum[32];
+    grid_dep_sync();
     const int t = threadIdx.x, lane = t & 31, w = t >> 5;
     int c = 0;
     if (t < E)
@@ -309,6 +326,7 @@ extern "C" __global__ void __launch_bounds__(1024)
 moe_align_scatter(const int* __restrict__ ids, int slots, int E, const int* __restrict__ counts,
                   int* __restrict__ sorted) {
     __shared__ int cursor[1024];
+    grid_dep_sync();
     const int t = threadIdx.x;
     for (int e = t; e < E; e += 1024) cursor[e] = counts[blockIdx.x * E + e];
     __syncthreads();
@@ -545,6 +563,7 @@ __device__ __forceinline__ void skinny(const bf16_t* __restrict__ W, const bf16_
     NAME(const bf16_t* __restrict__ W, const bf16_t* __restrict__ src, bf16_t* __restrict__ dst,          \
          const float* __restrict__ wts, const int* __restrict__ sorted, const int* __restrict__ bexp,     \
          const int* __restrict__ total, int N, int K, int topk, int pad) {                                \
+        grid_dep_sync();                                                                                  \
         skinny<MODE, NT, WARPS>(W, src, dst, wts, sorted, bexp, total, N, K, topk, pad);                  \
     }                                                                                                    \
     MOE_EMU_GEMM(NAME)
@@ -556,6 +575,7 @@ __device__ __forceinline__ void skinny(const bf16_t* __restrict__ W, const bf16_
          const float* __restrict__ wts, const int* __restrict__ sorted, const int* __restrict__ bexp,     \
          const int* __restrict__ total, int N, int K, int topk, int pad, const int* __restrict__ ids,      \
          bf16_t* __restrict__ out, int* cnt, int M) {                                                     \
+        grid_dep_sync();                                                                                  \
         skinny<2, NT, WARPS, 1>(W, src, dst, wts, sorted, bexp, total, N, K, topk, pad, ids, out, cnt, M);  \
     }                                                                                                    \
     MOE_EMU_GEMM_FC(NAME)
@@ -566,6 +586,7 @@ __device__ __forceinline__ void skinny(const bf16_t* __restrict__ W, const bf16_
     NAME(const bf16_t* __restrict__ W, const bf16_t* __restrict__ src, bf16_t* __restrict__ dst,          \
          const float* __restrict__ wts, int* sorted, int* bexp, int* total, int N, int K, int topk,      \
          int pad, const int* __restrict__ ids) {                                                          \
+        grid_dep_sync();                                                                                  \
         skinny<1, NT, WARPS, 0, 1>(W, src, dst, wts, sorted, bexp, total, N, K, topk, pad, ids);          \
     }                                                                                                    \
     MOE_EMU_GEMM_SA(NAME)
@@ -762,6 +783,7 @@ __device__ __forceinline__ void tiled(const bf16_t* __restrict__ W, const bf16_t
     NAME(const bf16_t* __restrict__ W, const bf16_t* __restrict__ src, bf16_t* __restrict__ dst,          \
          const float* __restrict__ wts, const int* __restrict__ sorted, const int* __restrict__ bexp,     \
          const int* __restrict__ total, int N, int K, int topk, int pad) {                                \
+        grid_dep_sync();                                                                                  \
         tiled<MODE, BM, BN, BK, WM, WN, ST>(W, src, dst, wts, sorted, bexp, total, N, K, topk, pad);      \
     }                                                                                                    \
     MOE_EMU_GEMM(NAME)
@@ -1114,6 +1136,7 @@ __device__ __forceinline__ void tc(const bf16_t* __restrict__ W, const bf16_t* _
     NAME(const bf16_t* __restrict__ W, const bf16_t* __restrict__ src, bf16_t* __restrict__ dst,          \
          const float* __restrict__ wts, const int* __restrict__ sorted, const int* __restrict__ bexp,     \
          const int* __restrict__ total, int N, int K, int topk, int pad) {                                \
+        grid_dep_sync();                                                                                  \
         tc<MODE, BM, BN, BK, WM, WN, ST, GM, OV>(W, src, dst, wts, sorted, bexp, total, N, K, topk, pad); \
     }                                                                                                    \
     MOE_EMU_GEMM(NAME)
@@ -1401,6 +1424,7 @@ __device__ __forceinline__ void wg(const bf16_t* __restrict__ W, const bf16_t* _
     NAME(const bf16_t* __restrict__ W, const bf16_t* __restrict__ src, bf16_t* __restrict__ dst,          \
          const float* __restrict__ wts, const int* __restrict__ sorted, const int* __restrict__ bexp,     \
          const int* __restrict__ total, int N, int K, int topk, int pad) {                                \
+        grid_dep_sync();                                                                                  \
         wg<MODE, NC, BN, ST, GM, PP>(W, src, dst, wts, sorted, bexp, total, N, K, topk, pad);             \
     }                                                                                                    \
     MOE_EMU_GEMM(NAME)
@@ -1419,6 +1443,7 @@ MOE_WG_LIST
 // One thread per 8 outputs (H % 8 == 0).
 extern "C" __global__ void moe_combine(const bf16_t* __restrict__ y, const int* __restrict__ ids,
                                        bf16_t* __restrict__ out, int M, int H, int topk) {
+    grid_dep_sync();
     const int per_row = H / 8;
     const int idx = blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= M * per_row) return;

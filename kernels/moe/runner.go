@@ -79,6 +79,9 @@ func NewRunner(dev gpu.Device, l *Layer, defines []string) (*Runner, error) {
 	return g, nil
 }
 
+// ProgrammaticLaunch says whether configurations with pl=1 can run here.
+func (g *Runner) ProgrammaticLaunch() bool { return g.ctx != nil && g.ctx.ProgrammaticLaunch() }
+
 // OnGPU reports whether the runner runs the CUDA path.
 func (g *Runner) OnGPU() bool { return g.k != nil }
 
