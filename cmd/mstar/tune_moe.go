@@ -62,7 +62,11 @@ tiles of the tiled and tc families) runs once on NaN-poisoned buffers and is
 checked against the float64 reference (rel L2 ≤ 1e-2, every element
 written) — a wrong candidate is rejected with the reason and never chosen —
 and the others are timed (--tune-samples each, CUDA-graph replays with the
-weights rotated past L2, as bench moe times them). The fastest is written to
+weights rotated past L2, as bench moe times them). On CUDA two more steps
+follow, each candidate checked the same way: the split of the fastest gemm1
+and the fastest gemm2 (GEMM1+GEMM2), and, on sm_90 and newer, the fastest so
+far with gemm1, gemm2 and both launched programmatically (pl=1: a kernel's
+blocks start while the one before it finishes). The fastest is written to
 a JSON file for (E, N = local intermediate size, K = hidden size, top-k,
 dtype, device name), holding per batch the configuration, its timings, the
 static table's, what was rejected, the date and the mstar commit; the file

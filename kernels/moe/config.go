@@ -226,11 +226,12 @@ func (c Config) String() string {
 		if warpsOr4(c.W1) != 4 || warpsOr4(c.W2) != 4 {
 			s = fmt.Sprintf("skinny:nt=%d,w1=%d,w2=%d", c.NT, warpsOr4(c.W1), warpsOr4(c.W2))
 		}
+		// The values as set, so that an error about a bad one shows it.
 		if c.FC != 0 {
-			s += ",fc=1"
+			s += fmt.Sprintf(",fc=%d", c.FC)
 		}
 		if c.SA != 0 {
-			s += ",sa=1"
+			s += fmt.Sprintf(",sa=%d", c.SA)
 		}
 		return s + c.plSuffix()
 	case "tc":
@@ -256,7 +257,7 @@ func (c Config) String() string {
 
 func (c Config) plSuffix() string {
 	if c.PL != 0 {
-		return ",pl=1"
+		return fmt.Sprintf(",pl=%d", c.PL)
 	}
 	return ""
 }

@@ -310,8 +310,11 @@ func TestProgrammaticConfig(t *testing.T) {
 		t.Errorf("pl on gemm2 alone: %v, want a split whose gemm2 has pl=1", one)
 	}
 	for _, bad := range []string{"skinny:nt=1,pl=2", "tc:bm=16,bn=256,bk=128,wm=1,wn=8,stages=3,gm=8,minb=1,pl=2", "tiled:bm=64,bn=128,bk=32,wm=2,wn=2,stages=4,pl=1"} {
-		if c, err := ParseConfig(bad); err == nil {
+		c, err := ParseConfig(bad)
+		if err == nil {
 			t.Errorf("ParseConfig(%q) = %v, want an error", bad, c)
+		} else if strings.HasSuffix(bad, "pl=2") && !strings.Contains(err.Error(), "pl=2") {
+			t.Errorf("ParseConfig(%q): %v does not show the bad value", bad, err)
 		}
 	}
 	s := Shape{E: 8, K: 2, H: 256, I: 128}
