@@ -123,6 +123,16 @@ func poisonedPass(t *testing.T, p *Plan, st *cuda.Stream, w *DeviceWeights) []fl
 	return out
 }
 
+// median of the samples (the mean of the middle two for an even count).
+func median(v []float64) float64 {
+	v = slices.Clone(v)
+	slices.Sort(v)
+	if len(v)%2 == 1 {
+		return v[len(v)/2]
+	}
+	return (v[len(v)/2-1] + v[len(v)/2]) / 2
+}
+
 // replayPoisoned poisons p's output, then times p's pass as a graph
 // (several passes per replay): what a bench run does to a plan.
 func replayPoisoned(p *Plan, w *DeviceWeights) error {
@@ -500,8 +510,7 @@ func TestCUDASpeedProbe(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				slices.Sort(us)
-				med := us[len(us)/2]
+				med := median(us)
 				line := fmt.Sprintf("%-16s M=%-5d %-22s %9.1f us  floor %7.1f  %5.1f%%  err %.2g  calls %d", sh.name, m, c, med, floor, 100*floor/med, rel, calls)
 				t.Log(line)
 				fmt.Fprintln(sink, line)

@@ -79,9 +79,7 @@ func TestCUDAProgrammaticSpeedProbe(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					us = slices.Clone(us)
-					slices.Sort(us)
-					times[i] = append(times[i], us[len(us)/2])
+					times[i] = append(times[i], median(us))
 				}
 			}
 			for _, p := range plans {
@@ -99,13 +97,4 @@ func TestCUDAProgrammaticSpeedProbe(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-}
-
-func median(v []float64) float64 {
-	v = slices.Clone(v)
-	slices.Sort(v)
-	if len(v)%2 == 1 {
-		return v[len(v)/2]
-	}
-	return (v[len(v)/2-1] + v[len(v)/2]) / 2
 }

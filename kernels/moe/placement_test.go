@@ -77,9 +77,7 @@ func TestCUDAPlacementSpeedProbe(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			us = slices.Clone(us)
-			slices.Sort(us)
-			return us[len(us)/2]
+			return median(us)
 		}
 		levels := map[string][]float64{}
 		p := newPlan()
