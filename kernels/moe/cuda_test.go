@@ -13,6 +13,7 @@ import (
 
 	"github.com/mstar-dev/mstar/internal/gpu/cuda"
 	"github.com/mstar-dev/mstar/kernels/routing"
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 var (
@@ -121,16 +122,6 @@ func poisonedPass(t *testing.T, p *Plan, st *cuda.Stream, w *DeviceWeights) []fl
 		t.Fatal(err)
 	}
 	return out
-}
-
-// median of the samples (the mean of the middle two for an even count).
-func median(v []float64) float64 {
-	v = slices.Clone(v)
-	slices.Sort(v)
-	if len(v)%2 == 1 {
-		return v[len(v)/2]
-	}
-	return (v[len(v)/2-1] + v[len(v)/2]) / 2
 }
 
 // replayPoisoned poisons p's output, then times p's pass as a graph
@@ -510,7 +501,7 @@ func TestCUDASpeedProbe(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				med := median(us)
+				med := results.Median(us)
 				line := fmt.Sprintf("%-16s M=%-5d %-22s %9.1f us  floor %7.1f  %5.1f%%  err %.2g  calls %d", sh.name, m, c, med, floor, 100*floor/med, rel, calls)
 				t.Log(line)
 				fmt.Fprintln(sink, line)

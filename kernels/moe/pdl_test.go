@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/mstar-dev/mstar/internal/gpu/gputest"
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 // TestCUDAProgrammaticSpeedProbe measures what programmatic dependent
@@ -51,7 +52,7 @@ func TestCUDAProgrammaticSpeedProbe(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !g.ctx.ProgrammaticLaunch() {
+		if !g.ProgrammaticLaunch() {
 			g.Close()
 			t.Skip("this GPU or driver has no programmatic dependent launch")
 		}
@@ -79,7 +80,7 @@ func TestCUDAProgrammaticSpeedProbe(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					times[i] = append(times[i], median(us))
+					times[i] = append(times[i], results.Median(us))
 				}
 			}
 			for _, p := range plans {
@@ -87,7 +88,7 @@ func TestCUDAProgrammaticSpeedProbe(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			plain, pdl := median(times[0]), median(times[1])
+			plain, pdl := results.Median(times[0]), results.Median(times[1])
 			sumPlain, sumPDL = sumPlain+plain, sumPDL+pdl
 			t.Logf("pdl %-18s M=%-4d plain %8.1f µs (%s)  programmatic %8.1f µs (%s)  %+6.2f µs %+5.1f%%  %v",
 				s.name, m, plain, formatLevels(times[0]), pdl, formatLevels(times[1]), pdl-plain, 100*(pdl-plain)/plain, modes[0])

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/mstar-dev/mstar/internal/gpu/cuda"
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 // TestCUDAPlacementSpeedProbe asks where the small-M placement levels come
@@ -77,7 +78,7 @@ func TestCUDAPlacementSpeedProbe(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			return median(us)
+			return results.Median(us)
 		}
 		levels := map[string][]float64{}
 		p := newPlan()

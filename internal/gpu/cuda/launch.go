@@ -1,11 +1,5 @@
 package cuda
 
-import (
-	"fmt"
-	"runtime"
-	"unsafe"
-)
-
 // launchEx says whether the driver has cuLaunchKernelEx.
 var launchEx bool
 
@@ -46,34 +40,5 @@ func (c *Context) ProgrammaticLaunch() bool { return launchEx && c.props.CCMajor
 // what any earlier kernel still reads. Stream capture keeps the relation as
 // a programmatic edge of the graph.
 func (f *Function) LaunchProgrammatic(s *Stream, grid, block Dim3, dynSmem int, args ...any) error {
-	if !f.c.ProgrammaticLaunch() {
-		return f.Launch(s, grid, block, dynSmem, args...)
-	}
-	params, pin, err := marshalParams(args)
-	if err != nil {
-		return fmt.Errorf("launching %s: %w", f.name, err)
-	}
-	defer pin.Unpin()
-	var cfg launchConfig
-	cfg.gridX, cfg.gridY, cfg.gridZ = grid.dims()
-	cfg.blockX, cfg.blockY, cfg.blockZ = block.dims()
-	cfg.sharedMemBytes = uint32(dynSmem)
-	cfg.stream = s.h
-	attr := launchAttr{id: attrProgrammaticStreamSerialization}
-	attr.val[0] = 1 // programmaticStreamSerializationAllowed (int, little-endian)
-	cfg.attrs, cfg.numAttrs = &attr, 1
-	// cfg holds a Go pointer and goes to C: pin what it points to.
-	pin.Pin(&attr)
-	var pp unsafe.Pointer
-	if len(params) > 0 {
-		pp = unsafe.Pointer(&params[0])
-	}
-	err = f.c.Do(func() error {
-		return checkf(drv.cuLaunchKernelEx(&cfg, f.h, pp, nil),
-			"cuLaunchKernelEx(%s, grid %dx%dx%d, block %dx%dx%d, smem %d, programmatic)",
-			f.name, cfg.gridX, cfg.gridY, cfg.gridZ, cfg.blockX, cfg.blockY, cfg.blockZ, dynSmem)
-	})
-	runtime.KeepAlive(params)
-	runtime.KeepAlive(&attr)
-	return err
+	return f.launch(s, grid, block, dynSmem, f.c.ProgrammaticLaunch(), args)
 }

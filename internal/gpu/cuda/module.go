@@ -120,6 +120,12 @@ func (d Dim3) dims() (x, y, z uint32) {
 // by-value struct laid out by the caller. Go's int is refused: its C width
 // is ambiguous.
 func (f *Function) Launch(s *Stream, grid, block Dim3, dynSmem int, args ...any) error {
+	return f.launch(s, grid, block, dynSmem, false, args)
+}
+
+// launch is Launch, through cuLaunchKernelEx with programmatic stream
+// serialization when programmatic is set (LaunchProgrammatic).
+func (f *Function) launch(s *Stream, grid, block Dim3, dynSmem int, programmatic bool, args []any) error {
 	params, pin, err := marshalParams(args)
 	if err != nil {
 		return fmt.Errorf("launching %s: %w", f.name, err)
@@ -131,9 +137,19 @@ func (f *Function) Launch(s *Stream, grid, block Dim3, dynSmem int, args ...any)
 	if len(params) > 0 {
 		pp = unsafe.Pointer(&params[0])
 	}
+	call, mode := "cuLaunchKernel", ""
+	launch := func() Result { return drv.cuLaunchKernel(f.h, gx, gy, gz, bx, by, bz, uint32(dynSmem), s.h, pp, nil) }
+	if programmatic {
+		attr := &launchAttr{id: attrProgrammaticStreamSerialization}
+		attr.val[0] = 1 // programmaticStreamSerializationAllowed (int, little-endian)
+		pin.Pin(attr)   // cfg holds this Go pointer and goes to C
+		cfg := &launchConfig{gridX: gx, gridY: gy, gridZ: gz, blockX: bx, blockY: by, blockZ: bz,
+			sharedMemBytes: uint32(dynSmem), stream: s.h, attrs: attr, numAttrs: 1}
+		call, mode = "cuLaunchKernelEx", ", programmatic"
+		launch = func() Result { return drv.cuLaunchKernelEx(cfg, f.h, pp, nil) }
+	}
 	err = f.c.Do(func() error {
-		return checkf(drv.cuLaunchKernel(f.h, gx, gy, gz, bx, by, bz, uint32(dynSmem), s.h, pp, nil),
-			"cuLaunchKernel(%s, grid %dx%dx%d, block %dx%dx%d, smem %d)", f.name, gx, gy, gz, bx, by, bz, dynSmem)
+		return checkf(launch(), "%s(%s, grid %dx%dx%d, block %dx%dx%d, smem %d%s)", call, f.name, gx, gy, gz, bx, by, bz, dynSmem, mode)
 	})
 	runtime.KeepAlive(params)
 	return err
