@@ -549,6 +549,12 @@ func RunMoETune(ctx context.Context, dev gpu.Device, opt MoETuneOptions) (*MoETu
 			if gk, err = moe.NewRunner(dev, layer, nil); err != nil {
 				return nil, err
 			}
+			// Candidates are timed as bench moe times a pass, after the
+			// settled warm-up: timed cool (one warm replay, after a
+			// compile), large-M candidates ran up to 12% faster than bench
+			// then measured them, and the pick went by the cool time
+			// (qwen3-30b-a3b M=4096 on the H200, 2026-12-03).
+			gk.WarmUp = settleWarmUp(true)
 		} else if err := checkFits(dev, local, mo, slices.Max(todo)); err != nil {
 			return nil, err
 		}

@@ -266,11 +266,32 @@ func TestCUDAForward(t *testing.T) {
 		row{name: "qwen3-30b split tc16+fc M=16", shape: qwen, m: 16, c: Split(tcTable["16x256k128s3w8"], fc)},
 		row{name: "qwen3-30b split sa+tc M=4", shape: qwen, m: 4, c: Split(sa, tcTable["16x256k128s3w8"])},
 	)
+	// Programmatic launches (pl=1, as most shipped H200 picks have): each
+	// kernel starts while its predecessor drains, so a missing wait shows
+	// as poison or stale rows here.
+	for _, r := range []row{
+		{name: "odd", shape: odd, m: 77, c: tcTable["16x256k128s3w8ov"]},
+		{name: "qwen3-30b", shape: qwen, m: 3000, c: tcTable["64x128k64s4b2"]},
+		{name: "qwen3-30b", shape: qwen, m: 3000, c: wgTable["64x256s4pp"]},
+		{name: "odd zipf", shape: odd, m: 2000, c: wgTable["64x128s4"], routing: "zipf:1.2"},
+		{name: "qwen3-30b", shape: qwen, m: 8, c: both},
+		{name: "qwen3-30b ep4", shape: qwen, m: 32, c: fc, ep: 4},
+		{name: "qwen3-30b split", shape: qwen, m: 4, c: Split(sa, tcTable["16x256k128s3w8"])},
+	} {
+		for _, pl := range [][2]bool{{true, true}, {true, false}, {false, true}} {
+			r.c = r.c.WithProgrammatic(pl[0], pl[1])
+			tests = append(tests, row{name: fmt.Sprintf("%s %v M=%d", r.name, r.c, r.m), shape: r.shape, m: r.m, c: r.c, routing: r.routing, ep: r.ep})
+			r.c = r.c.WithProgrammatic(false, false)
+		}
+	}
 	cache := newLayerCache(t, k)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if tt.c.Kernel == "wg" && cudaCtx.Props().CCMajor != 9 {
+			if (tt.c.Kernel == "wg" || tt.c.Gemm(2).Kernel == "wg") && cudaCtx.Props().CCMajor != 9 {
 				t.Skipf("the wg kernels need a Hopper GPU; this one is sm_%d%d", cudaCtx.Props().CCMajor, cudaCtx.Props().CCMinor)
+			}
+			if tt.c.Programmatic() && !cudaCtx.ProgrammaticLaunch() {
+				t.Skip("this GPU or driver has no programmatic dependent launch")
 			}
 			shape := tt.shape
 			ep := max(tt.ep, 1)

@@ -21,7 +21,11 @@ import (
 //	nothing   the same plan and weights, a new graph each draw
 //	plan      a new plan each draw, behind a spacer of another size
 //	weights   a new copy of the weights each draw (the old one freed)
+//	upload    a new upload of the weights from the host each draw
 //
+// A device-to-device copy drew slower levels than the first upload
+// (NOTES, 2026-12-02); upload tells the copy from the allocation's place,
+// and the logged addresses say where each draw landed.
 // The level spread of each says which allocation moves the time. It logs
 // the numbers and asserts only that every draw computes the same output.
 // MSTAR_MOE_PLACEMENT=1 runs it (~1 minute on the H200); skipped without a
@@ -81,6 +85,7 @@ func TestCUDAPlacementSpeedProbe(t *testing.T) {
 			return results.Median(us)
 		}
 		levels := map[string][]float64{}
+		addrs := map[string][]string{"nothing": {fmt.Sprintf("%#x/%#x", w.W1, w.W2)}}
 		p := newPlan()
 		for range draws {
 			levels["nothing"] = append(levels["nothing"], draw(p, w))
@@ -111,6 +116,27 @@ func TestCUDAPlacementSpeedProbe(t *testing.T) {
 			}
 			cur = nw
 			levels["weights"] = append(levels["weights"], draw(p, cur))
+			addrs["weights"] = append(addrs["weights"], fmt.Sprintf("%#x/%#x", cur.W1, cur.W2))
+		}
+		if cur != w { // the last copy: the uploads may land where it was
+			if err := cur.Free(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cur = w
+		for range draws {
+			nw, err := UploadWeights(ctx, l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cur != w {
+				if err := cur.Free(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cur = nw
+			levels["upload"] = append(levels["upload"], draw(p, cur))
+			addrs["upload"] = append(addrs["upload"], fmt.Sprintf("%#x/%#x", cur.W1, cur.W2))
 		}
 		for _, f := range []func() error{p.Free, w.Free} {
 			if err := f(); err != nil {
@@ -127,8 +153,11 @@ func TestCUDAPlacementSpeedProbe(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		for _, what := range []string{"nothing", "plan", "weights"} {
+		for _, what := range []string{"nothing", "plan", "weights", "upload"} {
 			t.Logf("%s M=%d %v, new %-7s: %s µs (spread %.1f%%)", cell.name, cell.m, c, what, formatLevels(levels[what]), spreadPct(levels[what]))
+			if a := addrs[what]; a != nil {
+				t.Logf("    W1/W2 at %s", strings.Join(a, " "))
+			}
 		}
 	}
 }

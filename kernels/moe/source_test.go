@@ -41,3 +41,12 @@ func TestEveryKernelWaitsFirst(t *testing.T) {
 		}
 	}
 }
+
+// The dependents of a kernel launch as its blocks exit, never earlier: an
+// early griddepcontrol.launch_dependents put the next kernel's blocks beside
+// running GEMM blocks and cost up to 22% on the H200 (NOTES, v18).
+func TestNoEarlyTrigger(t *testing.T) {
+	if strings.Contains(Source, "griddepcontrol.launch_dependents;") {
+		t.Error("moe.cu triggers its dependents early (griddepcontrol.launch_dependents); the H200 measured that as a loss")
+	}
+}

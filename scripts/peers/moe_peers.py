@@ -28,8 +28,10 @@ its first M tokens; --ep keeps rank 0's experts, as mstar does).
 
 Timing: per batch, the implementation's calls are captured into a CUDA graph
 (enough calls to run >= ~3 ms, weight copies rotated as mstar rotates them
-when the touched experts would fit in L2), replayed once to warm up, then
---samples replays between CUDA events; a sample is µs per call. Routing
+when the touched experts would fit in L2), replayed until its timing settles
+(the rule of mstar's own warm-up: >= 0.1 s, until the last 3 replays are
+within 5% of the 3 before, <= 3 s), then --samples replays between CUDA
+events; a sample is µs per call. Routing
 bookkeeping that depends only on the routing (which tokens go to which
 expert, the sort order) is done once, outside the timed region: the peers'
 times exclude token alignment, mstar's include it.
@@ -111,6 +113,13 @@ def selftest_py():
         b = bf16_bits_py(f32(n * scale_for(fan)))
         if r != want_r or b != want_b:
             raise SystemExit(f"generator mismatch at {seed, stream, idx}: {r:#x} {b:#06x}, want {want_r:#x} {want_b:#06x}")
+    # The warm-up rule: a series still climbing (a GPU reaching its power
+    # cap) is not settled; a flat one is, once the minimum time has passed.
+    climbing = [768, 769, 790, 835, 838, 850, 900, 960]
+    if settled(climbing, 0.5)[0] or settled([800] * 6, 0.05)[0] or not settled([800] * 6, 0.2)[0]:
+        raise SystemExit("warm-up rule: settled() disagrees with bench.Settle")
+    if not settled(climbing, SETTLE_MAX_S)[0]:
+        raise SystemExit("warm-up rule: the time limit does not end a warm-up")
 
 
 # ---------------------------------------------------------------- generator (torch)
@@ -358,9 +367,33 @@ def rotation_copies(touched_bytes, l2_bytes, max_copies=8):
     return max(1, min(int((2 * l2_bytes) // touched_bytes) + 1, max_copies))
 
 
+# The warm-up rule of mstar's own GPU timing (bench.Settle, as bench moe sets
+# it): replay for at least 0.1 s and 6 replays, until the median of the last
+# 3 replays is within 5% of the 3 before, at most 3 s. One warm replay was
+# not enough: on the H200 a peer's 20 samples climbed from 768 to 856 µs as
+# the GPU reached its power cap (qwen3-30b-a3b M=4096, 2026-12-03), while
+# mstar's, taken after this warm-up, held one level.
+SETTLE_MIN_S, SETTLE_MAX_S, SETTLE_MIN_CALLS, SETTLE_WINDOW, SETTLE_TOL = 0.1, 3.0, 6, 3, 0.05
+
+
+def settled(times, elapsed):
+    """The warm-up is over: (done, why), as bench.Settler.Add says it."""
+    n, w = len(times), SETTLE_WINDOW
+    if elapsed >= SETTLE_MAX_S:
+        return True, f"not settled after {n} replays in {elapsed:.2f} s"
+    if n < SETTLE_MIN_CALLS or elapsed < SETTLE_MIN_S:
+        return False, ""
+    last, before = sorted(times[n - w:])[w // 2], sorted(times[n - 2 * w:n - w])[w // 2]
+    if before * (1 - SETTLE_TOL) <= last <= before * (1 + SETTLE_TOL):
+        return True, f"settled after {n} replays in {elapsed:.2f} s"
+    return False, ""
+
+
 def time_graph(torch, fn, copies, samples):
     """µs per call: eager warm-up, a graph of >= ~3 ms of calls rotating
-    through the weight copies, one warm replay, then `samples` replays."""
+    through the weight copies, replays until the timing settles (above),
+    then `samples` replays. Returns the samples, calls per graph and how
+    the warm-up ended."""
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
@@ -379,16 +412,22 @@ def time_graph(torch, fn, copies, samples):
     with torch.cuda.graph(g):
         for i in range(calls):
             fn(*copies[i % len(copies)])
-    g.replay()
     torch.cuda.synchronize()
-    out = []
-    for _ in range(samples):
+
+    def replay():
         start.record()
         g.replay()
         stop.record()
         stop.synchronize()
-        out.append(start.elapsed_time(stop) * 1000 / calls)
-    return out, calls
+        return start.elapsed_time(stop) * 1000 / calls
+
+    warm, t0 = [], time.perf_counter()
+    while True:
+        warm.append(replay())
+        done, why = settled(warm, time.perf_counter() - t0)
+        if done:
+            break
+    return [replay() for _ in range(samples)], calls, why
 
 
 def reference_rows(torch, x, w1, w2, r, tokens):
@@ -612,10 +651,10 @@ def main():
                     rel_m = rel_l2(out, mstar_out.double()) if mstar_out is not None else None
                 outs = [torch.empty_like(out) for _ in range(n)]
                 calls_args = [(x, copies_cache[i][0], copies_cache[i][1], rt, outs[i]) for i in range(n)]
-                us, calls = time_graph(torch, fn, calls_args, args.samples)
-                note = f"{impl}, {calls} calls per graph, {n} weight copies"
+                us, calls, warm = time_graph(torch, fn, calls_args, args.samples)
+                note = f"{impl}, {calls} calls per graph, {n} weight copies, warm-up {warm}"
                 if impl == "cublas-bmm":
-                    note = f"{bmm.note}, {calls} calls per graph, {n} weight copies"
+                    note = f"{bmm.note}, {calls} calls per graph, {n} weight copies, warm-up {warm}"
                 results.append(result_for(r["params"], impl, us, H, I, M, rt.touched, rt.slots, ceil, rel, rel_m, note))
                 su = sorted(us)  # the document keeps the samples in the order measured
                 print(f"{p0['model']:16s} M={M:<5d} {impl:28s} {su[len(su)//2]:10.1f} us  rel_l2 {rel:.2g}"
