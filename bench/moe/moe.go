@@ -45,6 +45,9 @@ const (
 	// MoETuneResult is the result of one candidate configuration of a
 	// --tune sweep (params: the batch's, plus "config").
 	MoETuneResult = "moe_tune"
+	// EnvKernelsVersion: the env key naming moe.KernelVersion in tune
+	// and bench documents.
+	EnvKernelsVersion = "moe_kernels_version"
 	// MoEConfigParam names the kernel configuration in tuned results.
 	MoEConfigParam = "config"
 	// MoETuneLatency is a candidate's latency (µs) in its MoETuneResult: a

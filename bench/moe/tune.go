@@ -429,6 +429,10 @@ type MoETuneOptions struct {
 	// Runner, when set, replaces the device's own candidates for batch m
 	// (tests: a candidate that returns wrong numbers must be rejected).
 	Runner func(m int, l *moe.Layer, x []float32, r routing.Routing) (CandidateRunner, []moe.Config)
+	// Earlier is the document an earlier, interrupted run wrote to the same
+	// --out: the candidates of the batches this run skips are carried from
+	// it, so a resumed tune's document still holds every batch's candidates.
+	Earlier *results.Document
 }
 
 // MoETuneReport is what a tune produced.
@@ -525,6 +529,10 @@ func RunMoETune(ctx context.Context, dev gpu.Device, opt MoETuneOptions) (*MoETu
 	}
 	if len(rep.Skipped) > 0 {
 		rep.Warnings = append(rep.Warnings, "already in the file, not re-tuned (--force re-tunes): M="+joinBatches(rep.Skipped))
+		if carried, from := earlierCandidates(opt.Earlier, mo, local, rep.Skipped); len(carried) > 0 {
+			rep.Results = append(rep.Results, carried...)
+			rep.Warnings = append(rep.Warnings, fmt.Sprintf("%d candidate record(s) of M=%s carried from the earlier run's document", len(carried), joinBatches(from)))
+		}
 	}
 
 	var gk, cpuRun *moe.Runner
@@ -746,4 +754,44 @@ func joinBatches(ms []int) string {
 		s[i] = fmt.Sprint(m)
 	}
 	return strings.Join(s, ",")
+}
+
+// earlierCandidates picks from an earlier tune document the candidate
+// records of the skipped batches: same kernels, same parameters (shape,
+// sharding, routing, seed) but for the configuration. It returns them and
+// the batches they cover.
+func earlierCandidates(doc *results.Document, mo MoEOptions, local moe.Shape, skipped []int) ([]results.Result, []int) {
+	if doc == nil || doc.Suite != "tune moe" || doc.Env[EnvKernelsVersion] != moe.KernelVersion {
+		return nil, nil
+	}
+	var out []results.Result
+	var from []int
+	for _, m := range skipped {
+		want := MoEParams(mo, local, m, "mstar")
+		n := len(out)
+		for _, r := range doc.Results {
+			if r.Name == MoETuneResult && sameExcept(r.Params, want, MoEConfigParam) {
+				out = append(out, r)
+			}
+		}
+		if len(out) > n {
+			from = append(from, m)
+		}
+	}
+	return out, from
+}
+
+// sameExcept: a and b agree on every key but skip.
+func sameExcept(a, b results.Params, skip string) bool {
+	for k, v := range b {
+		if k != skip && a[k] != v {
+			return false
+		}
+	}
+	for k := range a {
+		if _, ok := b[k]; !ok && k != skip {
+			return false
+		}
+	}
+	return true
 }

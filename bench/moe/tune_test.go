@@ -514,3 +514,28 @@ func TestTuneTriesLaunchModes(t *testing.T) {
 		}
 	}
 }
+
+// A resumed tune carries an earlier document's candidates only for the
+// batches it skips, and only from the same kernels and parameters.
+func TestEarlierCandidates(t *testing.T) {
+	mo := MoEOptions{Model: "m", Shape: moe.Shape{E: 8, K: 2, H: 32, I: 16}, Seed: 3}
+	local := mo.Shape
+	cand := func(m int, cfg string) results.Result {
+		p := MoEParams(mo, local, m, "mstar")
+		p[MoEConfigParam] = cfg
+		return results.Result{Name: MoETuneResult, Params: p}
+	}
+	other := cand(2, "auto")
+	other.Params["seed"] = "9"
+	doc := &results.Document{Suite: "tune moe", Env: results.Env{EnvKernelsVersion: moe.KernelVersion},
+		Results: []results.Result{cand(1, "auto"), cand(1, "skinny:nt=2"), cand(2, "auto"), other, cand(4, "auto"),
+			{Name: MoELatency, Params: MoEParams(mo, local, 1, "mstar")}}}
+	got, from := earlierCandidates(doc, mo, local, []int{1, 2})
+	if len(got) != 3 || !slices.Equal(from, []int{1, 2}) {
+		t.Errorf("carried %d records of batches %v, want 3 of [1 2]", len(got), from)
+	}
+	doc.Env[EnvKernelsVersion] = "moe.cu-other"
+	if got, _ := earlierCandidates(doc, mo, local, []int{1, 2}); len(got) != 0 {
+		t.Errorf("carried %d records from another moe.cu", len(got))
+	}
+}

@@ -166,6 +166,10 @@ Exit 1 when every candidate of some batch was rejected.`,
 				}
 				return moebench.DefaultCPUBatches
 			}
+			// Read before the run replaces it: an interrupted run's document
+			// (or its partial stream, after a kill) holds the candidates of
+			// the batches this run will skip.
+			earlier, earlierFrom, earlierErr := earlierDocument(out)
 			var noCandidate error
 			return a.measure(measurement{suite: "tune moe", device: device, out: out, shard: sh,
 				steps: func(dev gpu.Device) int { return len(shard.Pick(sh, batchesOn(dev))) + 1 + 2*rounds },
@@ -193,8 +197,11 @@ Exit 1 when every candidate of some batch was rejected.`,
 							m.bar.Add(1)
 						}
 					}
+					if earlierErr != nil {
+						fmt.Fprintf(m.note, "mstar: warning: %s is not an earlier tune document (%v): its candidates are not carried over\n", earlierFrom, earlierErr)
+					}
 					rep, err := moebench.RunMoETune(ctx, m.dev, moebench.MoETuneOptions{MoE: mo, Dir: dir, Force: force,
-						Commit: version.Get().Commit, Rounds: rounds})
+						Commit: version.Get().Commit, Rounds: rounds, Earlier: earlier})
 					stopped := err != nil && ctx.Err() != nil && rep != nil
 					if errors.Is(err, moebench.ErrNoCandidate) {
 						noCandidate, err = err, nil
@@ -206,7 +213,7 @@ Exit 1 when every candidate of some batch was rejected.`,
 						return nil, err
 					}
 					o := &outcome{results: rep.Results, warnings: rep.Warnings, env: results.Env{
-						"moe_kernels_version": moe.KernelVersion,
+						moebench.EnvKernelsVersion: moe.KernelVersion,
 						// What the run table says beside the results: the tuned
 						// file and the comparison's threshold.
 						reports.EnvTunedKey:      rep.Key.String(),
@@ -254,4 +261,20 @@ Exit 1 when every candidate of some batch was rejected.`,
 	fo.add(cmd)
 	f.Float64Var(&threshold, "threshold", 5, "the comparison: smallest change, in percent, that counts (as in report diff)")
 	return cmd
+}
+
+// earlierDocument reads what an earlier run left at out: the document, or
+// when a kill left none, its partial stream. Nothing there is no error.
+func earlierDocument(out string) (*results.Document, string, error) {
+	if out == "" {
+		return nil, "", nil
+	}
+	for _, p := range []string{out, out + partialSuffix} {
+		if _, err := os.Stat(p); err != nil {
+			continue
+		}
+		d, err := results.ReadFile(p)
+		return d, p, err
+	}
+	return nil, "", nil
 }

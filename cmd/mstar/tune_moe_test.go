@@ -48,6 +48,33 @@ func TestTuneMoECPU(t *testing.T) {
 	if code != exitOK || !strings.Contains(stdout, "already in the file, not re-tuned (--force re-tunes): M=1,5") {
 		t.Errorf("second run: exit %d, stdout:\n%s\nstderr: %s", code, stdout, stderr)
 	}
+
+	// A run that skips every batch, writing to the same --out, keeps the
+	// candidates the earlier run recorded there.
+	stdout, stderr, code = runMstar(t, append(args, "--out", out)...)
+	if code != exitOK || !strings.Contains(stdout, "candidate record(s) of M=1,5 carried from the earlier run's document") {
+		t.Errorf("run into the same --out: exit %d, stdout:\n%s\nstderr: %s", code, stdout, stderr)
+	}
+	if d, err = results.ReadFile(out); err != nil {
+		t.Fatal(err)
+	}
+	cands := map[string]int{}
+	for _, r := range d.Results {
+		if r.Name == "moe_tune" {
+			cands[r.Params["batch"]]++
+		}
+	}
+	if cands["1"] == 0 || cands["5"] == 0 {
+		t.Errorf("candidates per batch in the rewritten document: %v, want batches 1 and 5", cands)
+	}
+
+	// Something else at --out is said, not carried, and the run goes on.
+	junk := filepath.Join(dir, "junk.json")
+	os.WriteFile(junk, []byte("not json"), 0o644)
+	stdout, stderr, code = runMstar(t, append(args, "--out", junk)...)
+	if code != exitOK || !strings.Contains(stdout+stderr, "is not an earlier tune document") {
+		t.Errorf("run into a junk --out: exit %d, stdout:\n%s\nstderr: %s", code, stdout, stderr)
+	}
 }
 
 func TestTuneMoEBadInput(t *testing.T) {
