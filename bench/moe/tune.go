@@ -718,21 +718,13 @@ func (rep *MoETuneReport) compareSide(name string, round int, r *MoEReport, doc 
 			continue
 		}
 		kept := res
-		kept.Params = results.Params{}
-		for k, v := range res.Params {
-			kept.Params[k] = v
-		}
+		kept.Params = paramsWithout(res.Params)
 		kept.Params["configs"] = name
 		kept.Params["round"] = strconv.Itoa(round + 1)
 		rep.Results = append(rep.Results, kept)
 		// The two sides pair by batch: their configurations differ by
 		// design, and only latency gets a verdict.
-		cmp := results.Result{Name: res.Name, Params: results.Params{}}
-		for k, v := range res.Params {
-			if k != MoEConfigParam && k != MoEConfigSourceParam {
-				cmp.Params[k] = v
-			}
-		}
+		cmp := results.Result{Name: res.Name, Params: paramsWithout(res.Params, MoEConfigParam, MoEConfigSourceParam)}
 		if lat := res.Metric(MoELatency); lat != nil {
 			cmp.Metrics = []results.Metric{*lat}
 		}
@@ -764,34 +756,31 @@ func earlierCandidates(doc *results.Document, mo MoEOptions, local moe.Shape, sk
 	if doc == nil || doc.Suite != "tune moe" || doc.Env[EnvKernelsVersion] != moe.KernelVersion {
 		return nil, nil
 	}
+	byKey := map[string][]results.Result{}
+	for _, r := range doc.Results {
+		if r.Name == MoETuneResult {
+			k := results.Result{Name: r.Name, Params: paramsWithout(r.Params, MoEConfigParam)}.Key()
+			byKey[k] = append(byKey[k], r)
+		}
+	}
 	var out []results.Result
 	var from []int
 	for _, m := range skipped {
-		want := MoEParams(mo, local, m, "mstar")
-		n := len(out)
-		for _, r := range doc.Results {
-			if r.Name == MoETuneResult && sameExcept(r.Params, want, MoEConfigParam) {
-				out = append(out, r)
-			}
-		}
-		if len(out) > n {
+		if rs := byKey[results.Result{Name: MoETuneResult, Params: MoEParams(mo, local, m, "mstar")}.Key()]; len(rs) > 0 {
+			out = append(out, rs...)
 			from = append(from, m)
 		}
 	}
 	return out, from
 }
 
-// sameExcept: a and b agree on every key but skip.
-func sameExcept(a, b results.Params, skip string) bool {
-	for k, v := range b {
-		if k != skip && a[k] != v {
-			return false
+// paramsWithout is a copy of p without the given keys.
+func paramsWithout(p results.Params, drop ...string) results.Params {
+	out := make(results.Params, len(p))
+	for k, v := range p {
+		if !slices.Contains(drop, k) {
+			out[k] = v
 		}
 	}
-	for k := range a {
-		if _, ok := b[k]; !ok && k != skip {
-			return false
-		}
-	}
-	return true
+	return out
 }
