@@ -102,7 +102,10 @@ moe-table)
 	mstar=${MSTAR:-$BIN/mstar}
 	ceil=()
 	[ -n "${CEILINGS:-}" ] && ceil=(--ceilings "$CEILINGS")
-	for mdl in "qwen3-30b-a3b" "deepseek-v3 --tp 8" "qwen3-235b-a22b" "mixtral-8x7b"; do
+	# SHAPES (default the four) picks shapes: deepseek-v3-tp8 is deepseek-v3 --tp 8.
+	for s in ${SHAPES:-qwen3-30b-a3b deepseek-v3-tp8 qwen3-235b-a22b mixtral-8x7b}; do
+		mdl=$s
+		[ "$s" = deepseek-v3-tp8 ] && mdl="deepseek-v3 --tp 8"
 		n=${mdl%% *}
 		[ -s "$dir/peers-$n.json" ] && continue
 		left=$((${DEADLINE:-570} - SECONDS))

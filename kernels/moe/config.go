@@ -40,6 +40,12 @@ type Config struct {
 	// gives each consumer whole 64-row tiles in turn (BM = 64), so one
 	// warpgroup's epilogue overlaps the other's MMAs.
 	NC, PP int
+	// TMA (wg): 1 loads each stage's weight tile with the tensor memory
+	// accelerator (one cp.async.bulk.tensor per 128-byte-wide box, issued by
+	// one producer thread, completing on the stage's mbarrier) instead of
+	// 16-byte cp.async from every producer thread; the gathered token rows
+	// stay on cp.async. Needs K a multiple of 8 (16-byte row pitch).
+	TMA int
 	// PL (skinny, tc, wg): 1 launches this GEMM's kernel with programmatic
 	// dependent launch (sm_90+; for gemm2 the combine after it too): its
 	// blocks are scheduled while the kernel before it finishes. It saves
@@ -113,12 +119,21 @@ var wgTable = map[string]Config{
 	"64x256s4pp": pp(wg(2, 256, 4, 8)),
 	"64x256s5pp": pp(wg(2, 256, 5, 8)),
 	"64x128s6pp": pp(wg(2, 128, 6, 8)),
+	// tma=1 twins of the tuned files' winners: the weight tiles through
+	// tensor maps (kernels/moe/NOTES.md v19).
+	"128x256s4tma":  tma(wg(2, 256, 4, 8)),
+	"128x256s3tma":  tma(wg(2, 256, 3, 8)),
+	"64x256s4tma":   tma(wg(1, 256, 4, 8)),
+	"64x256s4pptma": tma(pp(wg(2, 256, 4, 8))),
+	"64x256s5pptma": tma(pp(wg(2, 256, 5, 8))),
 }
 
 func pp(c Config) Config {
 	c.PP, c.BM = 1, 64
 	return c
 }
+
+func tma(c Config) Config { c.TMA = 1; return c }
 
 func wg(nc, bn, st, gm int) Config {
 	return Config{Kernel: "wg", NC: nc, BM: 64 * nc, BN: bn, BK: 64, Stages: st, GM: gm}
@@ -247,6 +262,9 @@ func (c Config) String() string {
 		if c.PP != 0 {
 			s += ",pp=1"
 		}
+		if c.TMA != 0 {
+			s += ",tma=1"
+		}
 		return s + c.plSuffix()
 	}
 	if c.Tile == "custom" {
@@ -365,12 +383,15 @@ func (c Config) wgID() string {
 	if c.PP != 0 {
 		id += "_pp"
 	}
+	if c.TMA != 0 {
+		id += "_tma"
+	}
 	return id
 }
 
 // wgEntry is the configuration as one WG(...) entry of MOE_WG_LIST.
 func (c Config) wgEntry() string {
-	return fmt.Sprintf("WG(%s,%d,%d,%d,%d,%d)", c.wgID(), c.NC, c.BN, c.Stages, c.GM, c.PP)
+	return fmt.Sprintf("WG(%s,%d,%d,%d,%d,%d,%d)", c.wgID(), c.NC, c.BN, c.Stages, c.GM, c.PP, c.TMA)
 }
 
 // tcEntry is the configuration as one TC(...) entry of MOE_TC_LIST.
@@ -424,6 +445,9 @@ func (c Config) Validate() error {
 	if c.PL != 0 && c.PL != 1 {
 		return fmt.Errorf("config %v: pl must be 0 or 1", c)
 	}
+	if c.TMA != 0 && c.Kernel != "wg" {
+		return fmt.Errorf("config %v: tma (tensor-map weight loads) is for wg kernels", c)
+	}
 	if c.PL != 0 && c.Kernel == "tiled" {
 		return fmt.Errorf("config %v: pl (programmatic launch) is for skinny, tc and wg kernels", c)
 	}
@@ -464,8 +488,8 @@ func (c Config) Validate() error {
 		if c.BN != 64 && c.BN != 128 && c.BN != 256 {
 			return fmt.Errorf("config %v: bn must be 64, 128 or 256 (a wgmma N)", c)
 		}
-		if c.Stages < 3 || c.GM < 1 || c.PP < 0 || c.PP > 1 || (c.PP == 1 && c.NC != 2) {
-			return fmt.Errorf("config %v: want stages ≥ 3, gm ≥ 1, pp 0 or 1 (pp=1 with nc=2)", c)
+		if c.Stages < 3 || c.GM < 1 || c.PP < 0 || c.PP > 1 || (c.PP == 1 && c.NC != 2) || c.TMA < 0 || c.TMA > 1 {
+			return fmt.Errorf("config %v: want stages ≥ 3, gm ≥ 1, pp 0 or 1 (pp=1 with nc=2), tma 0 or 1", c)
 		}
 		if want := 64 * c.NC; c.PP == 1 {
 			want = 64
@@ -526,6 +550,9 @@ func CheckConfigShape(c Config, s Shape, m int) error {
 	}
 	if c.Kernel != "tc" && c.Kernel != "wg" {
 		return nil
+	}
+	if c.TMA != 0 && (s.H%8 != 0 || s.I%8 != 0) {
+		return fmt.Errorf("config %v: tma=1 needs the hidden and intermediate sizes to be multiples of 8 (a tensor map's row pitch is a multiple of 16 bytes); shape %v", c, s)
 	}
 	const lim = 1 << 32
 	slots := int64(m) * int64(s.K)
@@ -627,7 +654,7 @@ func parseOne(s string) (Config, error) {
 			return c, nil
 		}
 		c := wgTable["128x256s4"]
-		if err := parseKeys(s, rest, &c, []string{"nc", "bn", "stages", "gm", "pp", "pl"}); err != nil {
+		if err := parseKeys(s, rest, &c, []string{"nc", "bn", "stages", "gm", "pp", "tma", "pl"}); err != nil {
 			return Config{}, err
 		}
 		c.BM = 64 * c.NC
@@ -641,12 +668,12 @@ func parseOne(s string) (Config, error) {
 }
 
 func parseKeys(s, rest string, c *Config, keys []string) error {
-	fields := map[string]*int{"nc": &c.NC, "pp": &c.PP, "bm": &c.BM, "bn": &c.BN, "bk": &c.BK, "wm": &c.WM, "wn": &c.WN, "stages": &c.Stages, "gm": &c.GM, "minb": &c.MinBlocks, "ov": &c.OV, "pl": &c.PL}
+	fields := map[string]*int{"nc": &c.NC, "pp": &c.PP, "bm": &c.BM, "bn": &c.BN, "bk": &c.BK, "wm": &c.WM, "wn": &c.WN, "stages": &c.Stages, "gm": &c.GM, "minb": &c.MinBlocks, "ov": &c.OV, "pl": &c.PL, "tma": &c.TMA}
 	for _, kv := range strings.Split(rest, ",") {
 		k, v, ok := strings.Cut(kv, "=")
 		n, err := strconv.Atoi(v)
-		if !ok || err != nil || n < 0 || (n == 0 && k != "ov" && k != "pp" && k != "pl") {
-			return fmt.Errorf("bad config %q: %q is not key=positive integer (ov, pp, pl: 0 or 1)", s, kv)
+		if !ok || err != nil || n < 0 || (n == 0 && k != "ov" && k != "pp" && k != "pl" && k != "tma") {
+			return fmt.Errorf("bad config %q: %q is not key=positive integer (ov, pp, pl, tma: 0 or 1)", s, kv)
 		}
 		known := false
 		for _, name := range keys {
@@ -872,10 +899,11 @@ func candidates(first Config, s Shape, m int) []Config {
 	// The Hopper wg kernels (refused on other GPUs, so a tuner there
 	// rejects them with the reason).
 	if per >= 12 {
-		add(wgTable["64x128s4"], wgTable["64x256s4"], wgTable["64x256s4pp"], wgTable["64x256s5pp"], wgTable["64x128s6pp"])
+		add(wgTable["64x128s4"], wgTable["64x256s4"], wgTable["64x256s4pp"], wgTable["64x256s5pp"], wgTable["64x128s6pp"],
+			wgTable["64x256s4tma"], wgTable["64x256s4pptma"], wgTable["64x256s5pptma"])
 	}
 	if per >= 40 {
-		add(wgTable["128x128s6"], wgTable["128x256s3"], wgTable["128x256s4"])
+		add(wgTable["128x128s6"], wgTable["128x256s3"], wgTable["128x256s4"], wgTable["128x256s3tma"], wgTable["128x256s4tma"])
 	}
 	return out
 }

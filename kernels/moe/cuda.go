@@ -206,6 +206,14 @@ type Plan struct {
 	fns    []*cuda.Function // per launch
 	bufs   [numPlanBufs]cuda.DevicePtr
 	allocs []cuda.DevicePtr
+	// tmaps: the tensor maps of tma=1 launches, per weight address (a
+	// pass may run on any copy of the weights).
+	tmaps map[tmapKey]*cuda.TensorMap
+}
+
+type tmapKey struct {
+	addr cuda.DevicePtr
+	arg  tensorMapArg
 }
 
 // NewPlan allocates a plan's buffers for m tokens with configuration c (the
@@ -356,6 +364,12 @@ func (p *Plan) enqueueLaunch(st *cuda.Stream, i int, w *DeviceWeights) error {
 			default:
 				args[j] = p.bufs[b]
 			}
+		case tensorMapArg:
+			m, err := p.tensorMap(b, w)
+			if err != nil {
+				return fmt.Errorf("%s: %w", l.kernel, err)
+			}
+			args[j] = m.Bytes()
 		default:
 			args[j] = a
 		}
@@ -364,6 +378,28 @@ func (p *Plan) enqueueLaunch(st *cuda.Stream, i int, w *DeviceWeights) error {
 		return p.fns[i].LaunchProgrammatic(st, l.grid, l.block, l.smem, args...)
 	}
 	return p.fns[i].Launch(st, l.grid, l.block, l.smem, args...)
+}
+
+// tensorMap is the map of a's weight buffer in w, encoded once per copy.
+func (p *Plan) tensorMap(a tensorMapArg, w *DeviceWeights) (*cuda.TensorMap, error) {
+	addr := w.W1
+	if a.buf == bufW2 {
+		addr = w.W2
+	}
+	key := tmapKey{addr, a}
+	if m, ok := p.tmaps[key]; ok {
+		return m, nil
+	}
+	m, err := cuda.EncodeTensorMap2D(cuda.TensorMap2D{Addr: addr, Inner: uint64(a.inner), Rows: uint64(a.rows),
+		BoxInner: uint32(a.boxInner), BoxRows: uint32(a.boxRows)})
+	if err != nil {
+		return nil, err
+	}
+	if p.tmaps == nil {
+		p.tmaps = map[tmapKey]*cuda.TensorMap{}
+	}
+	p.tmaps[key] = m
+	return m, nil
 }
 
 // Output downloads out[M,H] as float32.

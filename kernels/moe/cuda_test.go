@@ -242,6 +242,12 @@ func TestCUDAForward(t *testing.T) {
 		// Split configurations: gemm2 on its own alignment (blocks 8 and 32, 16 and 64).
 		row{name: "odd split skinny+tc M=77", shape: odd, m: 77, c: Split(Config{Kernel: "skinny", NT: 1}, tcTable["32x128k64s3b3"])},
 		row{name: "qwen3-30b split tc16+wg M=3000", shape: qwen, m: 3000, c: Split(tcTable["16x256k128s3w8"], wgTable["64x256s4pp"])},
+		// tma=1: the weight tiles through tensor maps (v19).
+		row{name: "qwen3-30b wg:128x256s4tma M=3000", shape: qwen, m: 3000, c: wgTable["128x256s4tma"]},
+		row{name: "qwen3-30b wg:64x256s4pptma M=3000", shape: qwen, m: 3000, c: wgTable["64x256s4pptma"]},
+		row{name: "odd wg:64x256s4tma zipf M=2000", shape: odd, m: 2000, c: wgTable["64x256s4tma"], routing: "zipf:1.2"},
+		row{name: "qwen3-30b wg:128x256s3tma ep4 M=1500", shape: qwen, m: 1500, c: wgTable["128x256s3tma"], ep: 4},
+		row{name: "qwen3-30b split tc16+wg tma M=3000", shape: qwen, m: 3000, c: Split(tcTable["16x256k128s3w8"], wgTable["64x256s5pptma"])},
 	)
 	tests = append(tests,
 		row{name: "qwen3-30b zipf M=512", shape: qwen, m: 512, routing: "zipf:1.2"},
@@ -274,6 +280,7 @@ func TestCUDAForward(t *testing.T) {
 		{name: "qwen3-30b", shape: qwen, m: 3000, c: tcTable["64x128k64s4b2"]},
 		{name: "qwen3-30b", shape: qwen, m: 3000, c: wgTable["64x256s4pp"]},
 		{name: "odd zipf", shape: odd, m: 2000, c: wgTable["64x128s4"], routing: "zipf:1.2"},
+		{name: "odd zipf tma", shape: odd, m: 2000, c: wgTable["64x256s4pptma"], routing: "zipf:1.2"},
 		{name: "qwen3-30b", shape: qwen, m: 8, c: both},
 		{name: "qwen3-30b ep4", shape: qwen, m: 32, c: fc, ep: 4},
 		{name: "qwen3-30b split", shape: qwen, m: 4, c: Split(sa, tcTable["16x256k128s3w8"])},

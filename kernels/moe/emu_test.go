@@ -57,7 +57,9 @@ var emuTestConfigs = []Config{
 
 // emuWGTestConfigs are wg configurations built into the emulator besides
 // the named ones: the fewest stages, no grouping, 64-wide n tiles.
-var emuWGTestConfigs = []Config{wg(1, 64, 3, 1), wg(2, 64, 3, 2), pp(wg(2, 64, 3, 1))}
+// Their tma=1 twins load the weight tiles through a tensor map.
+var emuWGTestConfigs = []Config{wg(1, 64, 3, 1), wg(2, 64, 3, 2), pp(wg(2, 64, 3, 1)),
+	tma(wg(1, 64, 3, 1)), tma(wg(2, 64, 3, 2)), tma(pp(wg(2, 64, 3, 1)))}
 
 func emuConfigs() []Config {
 	return append(append(append(TCConfigs(), emuTestConfigs...), WGConfigs()...), emuWGTestConfigs...)
@@ -181,6 +183,8 @@ func emuRun(t *testing.T, bin string, l *Layer, x []float32, r routing.Routing, 
 				fmt.Fprintf(&script, " b%d", v)
 			case int32:
 				fmt.Fprintf(&script, " i%d", v)
+			case tensorMapArg:
+				fmt.Fprintf(&script, " t%d:%d:%d:%d:%d", v.buf, v.inner, v.rows, v.boxInner, v.boxRows)
 			default:
 				t.Fatalf("launch %s: argument %T", ln.kernel, a)
 			}
@@ -267,8 +271,8 @@ func TestEmulatedKernels(t *testing.T) {
 			// The wgmma reads at issue (EMU_WG=early) with copies landing
 			// late, and at the retiring wait (late) with copies landing early.
 			rows = append(rows,
-				row{name: "wg " + c.wgID() + " early", shape: small, m: 40, c: c, resident: 3, env: append([]string{"EMU_WG=early"}, late...)},
-				row{name: "wg " + c.wgID() + " late", shape: long, m: 50, c: c, resident: 2, env: append([]string{"EMU_WG=late"}, random...)},
+				row{name: "wg " + c.wgID() + " early", shape: small, m: 40, c: c, resident: 3, env: append([]string{"EMU_WG=early", "EMU_TMA=late"}, late...)},
+				row{name: "wg " + c.wgID() + " late", shape: long, m: 50, c: c, resident: 2, env: append([]string{"EMU_WG=late", "EMU_TMA=early"}, random...)},
 			)
 			continue
 		}
@@ -357,6 +361,7 @@ func TestEmulatorCatchesBugs(t *testing.T) {
 	r := UniformRouting(40, s.E, s.K, 43)
 	tcs := []Config{tcTable["128x128k64s4"], tcTable["64x128k64s4b2"], tcTable["64x128k64s4b2ov"]}
 	wgs := []Config{wgTable["128x256s4"], wgTable["64x128s4"], wgTable["64x256s4pp"]}
+	tmas := []Config{wgTable["128x256s4tma"], wgTable["64x256s4pptma"]}
 	tests := []struct {
 		name, define string
 		env          []string
@@ -369,6 +374,11 @@ func TestEmulatorCatchesBugs(t *testing.T) {
 		{"wg: producer waits one cp.async group short", "-DEMU_BUG_WAIT_ONE_LESS", []string{"EMU_CP=late", "EMU_WG=early", "EMU_SCHED=random:3"}, wgs},
 		// wg: a stage handed back while its MMAs are in flight, read at retirement.
 		{"wg: consumers retire one wgmma group short", "-DEMU_BUG_WG_WAIT_ONE_LESS", []string{"EMU_CP=early", "EMU_WG=late", "EMU_SCHED=random:5"}, wgs},
+		// wg tma=1: the weight bytes not announced on the "full" barrier, so
+		// the stage reads as full before its tile lands.
+		{"wg tma: no expect_tx, tiles land late", "-DEMU_BUG_TMA_NO_EXPECT", []string{"EMU_CP=early", "EMU_WG=early", "EMU_TMA=late", "EMU_SCHED=random:3"}, tmas},
+		// wg tma=1: the up half loaded from the gate rows.
+		{"wg tma: gemm1's up box at the gate rows", "-DEMU_BUG_TMA_UP_AT_GATE", []string{"EMU_CP=early", "EMU_WG=early", "EMU_SCHED=lowest"}, tmas},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -514,5 +524,40 @@ func TestPlanLayoutFused(t *testing.T) {
 	}
 	if err := CheckConfigShape(Config{Kernel: "skinny", NT: 1, SA: 1}, s, 33); err == nil {
 		t.Errorf("a self-aligning gemm1 over 66 slots was accepted")
+	}
+}
+
+// A tma=1 wg GEMM gets its weights' tensor map as its last argument:
+// gemm1's in boxes of half a tile's columns (gate and up apart), gemm2's
+// in whole tiles; a plain wg GEMM gets none.
+func TestPlanLayoutTensorMaps(t *testing.T) {
+	s := Shape{E: 8, K: 2, H: 256, I: 200}
+	l := newPlanLayout(s, 1000, wgTable["128x256s4tma"], [2]int{132, 132})
+	g1, g2 := l.launches[len(l.launches)-3], l.launches[len(l.launches)-2]
+	want1 := tensorMapArg{buf: bufW1, inner: 256, rows: 8 * 2 * 200, boxInner: 64, boxRows: 128}
+	want2 := tensorMapArg{buf: bufW2, inner: 200, rows: 8 * 256, boxInner: 64, boxRows: 256}
+	if got := g1.args[len(g1.args)-1]; got != want1 {
+		t.Errorf("gemm1's last argument %+v, want %+v", got, want1)
+	}
+	if got := g2.args[len(g2.args)-1]; got != want2 {
+		t.Errorf("gemm2's last argument %+v, want %+v", got, want2)
+	}
+	plain := newPlanLayout(s, 1000, wgTable["128x256s4"], [2]int{132, 132})
+	for _, ln := range plain.launches {
+		for _, a := range ln.args {
+			if _, ok := a.(tensorMapArg); ok {
+				t.Errorf("%s of a plain wg configuration has a tensor map", ln.kernel)
+			}
+		}
+	}
+	c, err := ParseConfig("wg:nc=2,bn=256,stages=4,gm=8,pp=1,tma=1")
+	if err != nil || c != wgTable["64x256s4pptma"] || c.String() != "wg:nc=2,bn=256,stages=4,gm=8,pp=1,tma=1" {
+		t.Errorf("parse: %v, %v", c, err)
+	}
+	if _, err := ParseConfig("tc:bm=16,bn=256,bk=128,wm=1,wn=8,stages=3,gm=8,minb=1,tma=1"); err == nil {
+		t.Error("tma=1 on a tc configuration parsed")
+	}
+	if err := CheckConfigShape(c, Shape{E: 8, K: 2, H: 260, I: 200}, 100); err == nil {
+		t.Error("tma=1 with a hidden size of 260 (a 520-byte row) passed the shape check")
 	}
 }

@@ -34,7 +34,7 @@ const (
 )
 
 // launchSpec is one kernel launch of a forward pass; args are planBuf
-// (the buffer's device address) or int32 values.
+// (the buffer's device address), tensorMapArg or int32 values.
 type launchSpec struct {
 	kernel      string
 	gemm        int // 1 or 2: the GEMM whose configuration's module holds the kernel; 0: the base module
@@ -43,6 +43,15 @@ type launchSpec struct {
 	args        []any
 	// programmatic: launched with programmatic dependent launch (Config.PL).
 	programmatic bool
+}
+
+// tensorMapArg is a kernel argument passed by value: the tensor map of a
+// weight buffer (rows × inner bf16, row-major) read in boxes of boxRows ×
+// boxInner with the 128-byte swizzle (the wg kernels' tma=1).
+type tensorMapArg struct {
+	buf               planBuf
+	inner, rows       int64
+	boxInner, boxRows int
 }
 
 // planLayout is a forward pass's geometry, from the shape, batch and
@@ -108,10 +117,17 @@ func newPlanLayout(s Shape, m int, c Config, resident [2]int) planLayout {
 		gemm2.args = append(gemm2.args, bufIDs, bufOut, bufCombineCount, int32(m))
 		b[bufCombineCount] = int64(grid2.X) * 4
 	}
+	if c2.Kernel == "wg" && c2.TMA != 0 {
+		gemm2.args = append(gemm2.args, tensorMapArg{buf: bufW2, inner: int64(s.I), rows: int64(s.E) * int64(s.H), boxInner: 64, boxRows: c2.BN})
+	}
 	gemm1 := launchSpec{kernel: g1, gemm: 1, grid: grid1, block: cuda.Dim3{X: c1.Threads(1)}, smem: c1.SharedBytes(), programmatic: c1.PL != 0,
 		args: []any{bufW1, bufX, bufAct, bufWts, bufSorted, bufBlockExpert, bufTotal, int32(s.I), int32(s.H), topk, pad}}
 	if c1.selfAligns() {
 		gemm1.args = append(gemm1.args, bufIDs)
+	}
+	if c1.Kernel == "wg" && c1.TMA != 0 {
+		// gemm1 loads its gate and up halves as two boxes of BN/2 rows.
+		gemm1.args = append(gemm1.args, tensorMapArg{buf: bufW1, inner: int64(s.H), rows: int64(s.E) * 2 * int64(s.I), boxInner: 64, boxRows: c1.BN / 2})
 	}
 	l.launches = append(l.launches, gemm1, gemm2)
 	if !c2.fusedCombine() {

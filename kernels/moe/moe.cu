@@ -64,6 +64,7 @@ typedef unsigned int u32;
 #define MOE_EMU_GEMM(NAME)
 #define MOE_EMU_GEMM_FC(NAME)
 #define MOE_EMU_GEMM_SA(NAME)
+#define MOE_EMU_GEMM_TMA(NAME)
 #endif
 
 __device__ __forceinline__ float bf2f(u32 bits16) { return __uint_as_float(bits16 << 16); }
@@ -1200,6 +1201,26 @@ __device__ __forceinline__ void mbar_wait(saddr_t bar, int parity) {
                      : "memory");
 }
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// TmaDesc is a CUtensorMap (cuTensorMapEncodeTiled on the host), passed by
+// value as a __grid_constant__ parameter so its address may be given to
+// the tensor memory accelerator.
+struct __align__(64) TmaDesc {
+    unsigned long long v[16];
+};
+// mbar_expect_tx: the barrier's current phase also waits for bytes more
+// bytes of asynchronous copies (complete_tx) before it completes.
+__device__ __forceinline__ void mbar_expect_tx(saddr_t bar, u32 bytes) {
+    asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+// tma_load_2d copies the box at element (x, y) of d's matrix into shared
+// memory at dst (1024-byte aligned for the 128-byte swizzle), counting its
+// bytes against bar's transaction count as they land.
+__device__ __forceinline__ void tma_load_2d(saddr_t dst, const TmaDesc* d, int x, int y, saddr_t bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+        "l"((unsigned long long)d), "r"(x), "r"(y), "r"(bar)
+        : "memory");
+}
 __device__ __forceinline__ void wg_arrive() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N>
@@ -1255,11 +1276,15 @@ __device__ __forceinline__ void wgmma_bn(float (&d)[BN / 2], u64 da, u64 db, int
     if constexpr (BN == 256) wgmma_n256(d, da, db, scale_d);
 }
 
-template <int MODE, int NC, int BN, int ST, int GM, int PP>
+// TMA: the weight tile of each stage comes from the tensor map tmw (rows
+// of W, gemm1's gate and up halves as two boxes), issued by producer
+// thread 0, which adds its bytes to the stage's "full" barrier.
+template <int MODE, int NC, int BN, int ST, int GM, int PP, int TMA>
 __device__ __forceinline__ void wg(const bf16_t* __restrict__ W, const bf16_t* __restrict__ src,
                                    bf16_t* __restrict__ dst, const float* __restrict__ wts,
                                    const int* __restrict__ sorted, const int* __restrict__ block_expert,
-                                   const int* __restrict__ total_ptr, int N, int K, int topk, int pad) {
+                                   const int* __restrict__ total_ptr, int N, int K, int topk, int pad,
+                                   const TmaDesc* tmw) {
     // PP (ping-pong): each consumer warpgroup takes whole 64-row tiles in
     // turn, so one's epilogue runs while the other's MMAs do; otherwise
     // (cooperative) they split each 64·NC-row tile.
@@ -1332,6 +1357,24 @@ __device__ __forceinline__ void wg(const bf16_t* __restrict__ W, const bf16_t* _
                 const int bytes = k < K ? 16 : 0, kc = k < K ? k : 0;
 #pragma unroll
                 for (int i = 0; i < BM / 16; ++i) cp_async16_s(sa + sw + i * 16 * ROWB, src + a_off[i] + kc, bytes);
+                if constexpr (TMA) {
+                    // Rows past N (and past the last expert: zeros) land
+                    // like the clamped ones: their results are never stored.
+                    if (tid == 0) {
+                        const saddr_t full = bars + 8 * s;
+                        mbar_expect_tx(full, BN * ROWB);
+                        if (MODE == 1) {
+                            tma_load_2d(sa + A_BYTES, tmw, kt * BK, e * 2 * N + c0, full);
+#ifdef EMU_BUG_TMA_UP_AT_GATE
+                            tma_load_2d(sa + A_BYTES + (BN / 2) * ROWB, tmw, kt * BK, e * 2 * N + c0, full);
+#else
+                            tma_load_2d(sa + A_BYTES + (BN / 2) * ROWB, tmw, kt * BK, e * 2 * N + N + c0, full);
+#endif
+                        } else {
+                            tma_load_2d(sa + A_BYTES, tmw, kt * BK, e * N + c0, full);
+                        }
+                    }
+                } else {
 #pragma unroll
                 for (int j = 0; j < BN / 16; ++j) {
                     int row;
@@ -1342,6 +1385,7 @@ __device__ __forceinline__ void wg(const bf16_t* __restrict__ W, const bf16_t* _
                         row = min(c0 + lr + 16 * j, N - 1);
                     }
                     cp_async16_s(sa + A_BYTES + sw + j * 16 * ROWB, We + (u32)row * (u32)K + kc, bytes);
+                }
                 }
                 cp_async_commit();
                 if (it >= LAG) {
@@ -1420,21 +1464,32 @@ __device__ __forceinline__ void wg(const bf16_t* __restrict__ W, const bf16_t* _
     }
 }
 
-#define WG_KERNEL(NAME, MODE, NC, BN, ST, GM, PP)                                                         \
+#define WG_KERNEL_0(NAME, MODE, NC, BN, ST, GM, PP)                                                       \
     extern "C" __global__ void __launch_bounds__(128 * (NC + 1), 1)                                     \
     NAME(const bf16_t* __restrict__ W, const bf16_t* __restrict__ src, bf16_t* __restrict__ dst,          \
          const float* __restrict__ wts, const int* __restrict__ sorted, const int* __restrict__ bexp,     \
          const int* __restrict__ total, int N, int K, int topk, int pad) {                                \
         grid_dep_sync();                                                                                  \
-        wg<MODE, NC, BN, ST, GM, PP>(W, src, dst, wts, sorted, bexp, total, N, K, topk, pad);             \
+        wg<MODE, NC, BN, ST, GM, PP, 0>(W, src, dst, wts, sorted, bexp, total, N, K, topk, pad, nullptr); \
     }                                                                                                    \
     MOE_EMU_GEMM(NAME)
+// tma=1: the weights' tensor map as a last, by-value parameter.
+#define WG_KERNEL_1(NAME, MODE, NC, BN, ST, GM, PP)                                                       \
+    extern "C" __global__ void __launch_bounds__(128 * (NC + 1), 1)                                     \
+    NAME(const bf16_t* __restrict__ W, const bf16_t* __restrict__ src, bf16_t* __restrict__ dst,          \
+         const float* __restrict__ wts, const int* __restrict__ sorted, const int* __restrict__ bexp,     \
+         const int* __restrict__ total, int N, int K, int topk, int pad, const __grid_constant__ TmaDesc tmw) { \
+        grid_dep_sync();                                                                                  \
+        wg<MODE, NC, BN, ST, GM, PP, 1>(W, src, dst, wts, sorted, bexp, total, N, K, topk, pad, &tmw);    \
+    }                                                                                                    \
+    MOE_EMU_GEMM_TMA(NAME)
+#define WG_KERNEL_SEL(tma) WG_KERNEL_##tma
 
-// wg configurations come from the host as -DMOE_WG_LIST="WG(name,nc,bn,st,gm,pp) ...":
+// wg configurations come from the host as -DMOE_WG_LIST="WG(name,nc,bn,st,gm,pp,tma) ...":
 // kernels moe_gemm1_wg_<name> and moe_gemm2_wg_<name>.
-#define WG(name, NC, BN, ST, GM, PP)                            \
-    WG_KERNEL(moe_gemm1_wg_##name, 1, NC, BN, ST, GM, PP)       \
-    WG_KERNEL(moe_gemm2_wg_##name, 2, NC, BN, ST, GM, PP)
+#define WG(name, NC, BN, ST, GM, PP, TMA)                                  \
+    WG_KERNEL_SEL(TMA)(moe_gemm1_wg_##name, 1, NC, BN, ST, GM, PP)         \
+    WG_KERNEL_SEL(TMA)(moe_gemm2_wg_##name, 2, NC, BN, ST, GM, PP)
 MOE_WG_LIST
 #endif  // MOE_WG_LIST
 

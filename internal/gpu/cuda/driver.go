@@ -172,6 +172,10 @@ type driverAPI struct {
 
 	// Launch with attributes (optional: CUDA 12.0+ drivers).
 	cuLaunchKernelEx func(cfg *launchConfig, f uintptr, params unsafe.Pointer, extra unsafe.Pointer) Result
+
+	// Tensor maps for the tensor memory accelerator (optional: CUDA 12.0+).
+	cuTensorMapEncodeTiled func(tm unsafe.Pointer, dtype uint32, rank uint32, addr uint64, dims, strides unsafe.Pointer,
+		box, elemStrides unsafe.Pointer, interleave, swizzle, l2promo, oobFill uint32) Result
 }
 
 var (
@@ -249,6 +253,7 @@ func loadDriver() error {
 		}
 		streamMemOps = b.try(&d.cuStreamWaitValue32, "cuStreamWaitValue32_v2") && b.try(&d.cuStreamWriteValue32, "cuStreamWriteValue32_v2")
 		launchEx = b.try(&d.cuLaunchKernelEx, "cuLaunchKernelEx")
+		tensorMaps = b.try(&d.cuTensorMapEncodeTiled, "cuTensorMapEncodeTiled")
 		if err := b.err(); err != nil {
 			driverErr = fmt.Errorf("CUDA driver %s: %w", driverLib.comp.Path, err)
 			return

@@ -461,6 +461,14 @@ struct Reg {
              *(int*)a[10], *(const int**)a[11], *(bf16_t**)a[12], *(int**)a[13], *(int*)a[14]);                  \
     });
 
+// The tma=1 wg GEMMs: the GEMM arguments, then the weights' tensor map.
+#define MOE_EMU_GEMM_TMA(NAME)                                                                                  \
+    static emu::Reg emu_reg_##NAME(#NAME, [](void** a) {                                                         \
+        NAME(*(const bf16_t**)a[0], *(const bf16_t**)a[1], *(bf16_t**)a[2], *(const float**)a[3],                \
+             *(const int**)a[4], *(const int**)a[5], *(const int**)a[6], *(int*)a[7], *(int*)a[8], *(int*)a[9],    \
+             *(int*)a[10], *(const TmaDesc*)a[11]);                                                             \
+    });
+
 // The self-aligning gemm1: the GEMM arguments, then ids.
 #define MOE_EMU_GEMM_SA(NAME)                                                                                   \
     static emu::Reg emu_reg_##NAME(#NAME, [](void** a) {                                                         \
@@ -482,9 +490,12 @@ struct Reg {
 typedef unsigned long long u64;
 
 namespace emu {
+struct TmaCopy;
 struct Mbar {
     int expected = 0, pending = 0;
     unsigned phase = 0;  // completed phases
+    long long tx = 0;    // transaction bytes expected and not yet landed
+    std::vector<TmaCopy> inflight;  // EMU_TMA=late: copies that land when the arrivals are in
 };
 struct WGOp {
     u64 da, db;
@@ -598,6 +609,87 @@ inline u64 wg_desc(saddr_t a) {
     return (u64)((off & 0x3FFFFu) >> 4) | ((u64)1 << 16) | ((u64)(1024 >> 4) << 32) | ((u64)1 << 62);
 }
 inline saddr_t align1024(saddr_t a) { return emu::dyn_smem + (((size_t)(a - emu::dyn_smem) + 1023) & ~(size_t)1023); }
+// Tensor maps and the tensor memory accelerator (the wg kernels' tma=1). On
+// the device TmaDesc is the driver's opaque CUtensorMap; here it says what
+// the map describes: a row-major bf16 matrix and the box it is read in.
+// EMU_TMA=early lands a copy at issue; late only when the barrier's
+// arrivals are all in, the last moment the phase can wait for it (catches
+// a stage read before its "full" wait, and a missing expect_tx: the phase
+// then completes first and the bytes land on a later one).
+struct TmaDesc {
+    char* base;
+    long long inner, rows;
+    int box_inner, box_rows;
+};
+#define __grid_constant__
+namespace emu {
+struct TmaCopy {
+    char* dst;
+    TmaDesc d;
+    int x, y;
+};
+inline bool tma_late = false;
+inline void tma_land(const TmaCopy& c) {
+    const TmaDesc& d = c.d;
+    const size_t off0 = (size_t)(c.dst - dyn_smem);
+    for (int r = 0; r < d.box_rows; ++r)
+        for (int k = 0; k < d.box_inner; ++k) {
+            const long long gy = (long long)c.y + r, gx = (long long)c.x + k;
+            unsigned short v = 0;  // outside the matrix: zeros
+            if (gy >= 0 && gy < d.rows && gx >= 0 && gx < d.inner) std::memcpy(&v, d.base + 2 * (gy * d.inner + gx), 2);
+            size_t off = off0 + (size_t)r * 128 + (size_t)k * 2;
+            off ^= ((off >> 7) & 7) << 4;  // the 128-byte swizzle, from the address as the hardware does
+            std::memcpy(dyn_smem + off, &v, 2);
+        }
+}
+// mbar_complete ends the phase once every arrival is in and every expected
+// byte has landed.
+inline void mbar_complete(Mbar& m) {
+    if (m.pending != 0) return;
+    if (tma_late) {
+        for (const TmaCopy& c : m.inflight) {
+            tma_land(c);
+            m.tx -= 2LL * c.d.box_inner * c.d.box_rows;
+        }
+        m.inflight.clear();
+    }
+    if (m.tx < 0) fail("mbarrier: more bytes landed than expect_tx announced%s");
+    if (m.tx != 0) return;  // announced bytes never issued: the waiters deadlock
+    m.pending = m.expected;
+    ++m.phase;
+    for (Fiber& f : fibers)
+        if (f.state == WaitMbar) {
+            f.state = Ready;
+            ready.set(f.flat);
+        }
+}
+}  // namespace emu
+// EMU_BUG_TMA_NO_EXPECT: expect_tx does nothing (for the test that the
+// emulator catches a stage reported full before its tile lands).
+inline void mbar_expect_tx(saddr_t bar, u32 bytes) {
+#ifndef EMU_BUG_TMA_NO_EXPECT
+    emu::mbar_at(bar).tx += bytes;
+#else
+    (void)emu::mbar_at(bar), (void)bytes;
+#endif
+}
+inline void tma_load_2d(saddr_t dst, const TmaDesc* d, int x, int y, saddr_t bar) {
+    emu::Mbar& m = emu::mbar_at(bar);
+    if (((size_t)(dst - emu::dyn_smem) & 1023) != 0) emu::fail("TMA destination not 1024-byte aligned (128-byte swizzle)%s");
+    if (d->box_inner * 2 != 128) emu::fail("TMA box: only rows of 128 bytes (the 128-byte swizzle's span) are modelled%s");
+    if (d->box_rows < 1 || d->box_rows > 256) emu::fail("TMA box rows out of 1..256%s");
+    if (!emu::in_smem(dst, (size_t)d->box_rows * 128)) emu::fail("TMA destination box outside shared memory%s");
+    if ((x % 8) != 0) emu::fail("TMA x not 16-byte aligned%s");
+    emu::TmaCopy c{dst, *d, x, y};
+    if (emu::tma_late) {
+        m.inflight.push_back(c);
+        emu::mbar_complete(m);
+        return;
+    }
+    emu::tma_land(c);
+    m.tx -= 2LL * d->box_inner * d->box_rows;
+    emu::mbar_complete(m);
+}
 inline void mbar_init(saddr_t bar, int count) {
     if (((uintptr_t)(bar - emu::dyn_smem) & 7) != 0 || !emu::in_smem(bar, 8)) emu::fail("mbarrier.init outside shared memory%s");
     emu::Mbar m;
@@ -607,15 +699,9 @@ inline void mbar_init(saddr_t bar, int count) {
 inline void mbar_init_fence() {}
 inline void mbar_arrive(saddr_t bar) {
     emu::Mbar& m = emu::mbar_at(bar);
-    if (--m.pending == 0) {
-        m.pending = m.expected;
-        ++m.phase;
-        for (emu::Fiber& f : emu::fibers)
-            if (f.state == emu::WaitMbar) {
-                f.state = emu::Ready;
-                emu::ready.set(f.flat);
-            }
-    }
+    if (m.pending == 0) emu::fail("mbarrier: an arrival beyond the expected count%s");
+    --m.pending;
+    emu::mbar_complete(m);
 }
 // try_wait.parity P succeeds once the phase of parity P has completed: the
 // current (incomplete) phase's parity differs from P.

@@ -3,18 +3,21 @@
 // runs each launch block by block, and saves the buffers asked for.
 //
 //   buf ID BYTES [FILE]     allocate (from FILE, else filled with 0xff)
-//   launch NAME GX GY GZ BX BY BZ SMEM ARG...   ARG: bID (buffer) or iN (int)
+//   launch NAME GX GY GZ BX BY BZ SMEM ARG...   ARG: bID (buffer), iN (int) or
+//          tID:INNER:ROWS:BOXINNER:BOXROWS (a 2-D bf16 tensor map of buffer ID)
 //   save ID FILE
 //
 // EMU_SCHED=lowest|highest|random:SEED, EMU_CP=early|late and
-// EMU_WG=early|late choose the fiber order, when cp.async copies land and
-// when wgmma operations read shared memory (emu.h). Exit 3: the kernel did
+// EMU_WG=early|late and EMU_TMA=early|late choose the fiber order, when
+// cp.async copies land, when wgmma operations read shared memory and when
+// tensor-map copies land (emu.h). Exit 3: the kernel did
 // something the hardware would not allow or that cannot finish.
 #include "emu.h"
 
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <deque>
 #include <fstream>
 #include <sstream>
 
@@ -66,6 +69,7 @@ int main(int argc, char** argv) {
     }
     if (const char* s = std::getenv("EMU_CP")) emu::cp_late = std::string(s) == "late";
     if (const char* s = std::getenv("EMU_WG")) emu::wg_late = std::string(s) == "late";
+    if (const char* s = std::getenv("EMU_TMA")) emu::tma_late = std::string(s) == "late";
 
     std::ifstream in(argv[1]);
     if (!in) {
@@ -108,6 +112,7 @@ int main(int argc, char** argv) {
             }
             std::vector<char*> ptrs;
             std::vector<int> ints;
+            std::deque<TmaDesc> tmaps;  // stable addresses for the arguments
             std::vector<std::pair<char, int>> order;
             std::string a;
             while (ls >> a) {
@@ -119,13 +124,28 @@ int main(int argc, char** argv) {
                     }
                     ptrs.push_back(bufs[id].p);
                     order.push_back({'b', (int)ptrs.size() - 1});
+                } else if (a[0] == 't') {
+                    int id = 0;
+                    long long inner = 0, rows = 0;
+                    int bi = 0, br = 0;
+                    if (std::sscanf(a.c_str() + 1, "%d:%lld:%lld:%d:%d", &id, &inner, &rows, &bi, &br) != 5 || !bufs.count(id)) {
+                        std::fprintf(stderr, "emu: line %d: bad tensor map %s\n", lineno, a.c_str());
+                        return 2;
+                    }
+                    if ((size_t)(inner * rows * 2) > bufs[id].n) {
+                        std::fprintf(stderr, "emu: line %d: tensor map %s larger than buffer %d\n", lineno, a.c_str(), id);
+                        return 2;
+                    }
+                    tmaps.push_back(TmaDesc{bufs[id].p, inner, rows, bi, br});
+                    order.push_back({'t', (int)tmaps.size() - 1});
                 } else {
                     ints.push_back(std::atoi(a.c_str() + 1));
                     order.push_back({'i', (int)ints.size() - 1});
                 }
             }
             std::vector<void*> args;
-            for (auto& o : order) args.push_back(o.first == 'b' ? (void*)&ptrs[o.second] : (void*)&ints[o.second]);
+            for (auto& o : order)
+                args.push_back(o.first == 'b' ? (void*)&ptrs[o.second] : o.first == 't' ? (void*)&tmaps[o.second] : (void*)&ints[o.second]);
             emu::dyn_bytes = std::max<size_t>(smem, 16);
             emu::dyn_smem = guarded(emu::dyn_bytes);
             emu::grid_dim = grid;
