@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# moe-ncu-h200.sh — on the GPU machine: Nsight Compute's counters for the
+# fused-MoE GEMMs where mstar trails, and for cuBLAS's batched GEMM of the same
+# sizes (the bound), so the next kernel change aims at what the counters say
+# limits (tensor pipes, L2, DRAM, stalls) instead of at a guess.
+#
+# Each case profiles the first launch of each GEMM kernel of one bench moe
+# batch (the run on poisoned buffers: the same work as the timed replays) with
+# the clocks left alone (--clock-control none), and writes
+#   $OUT/ncu/<case>.txt      the details page (speed of light, memory and
+#                            compute workload, warp states, occupancy)
+#   $OUT/ncu/<case>.csv      every metric, one row per kernel (--page raw)
+#   $OUT/ncu/<case>.ncu-rep  the report, for the Nsight Compute GUI
+# Cases (CASES, default all): the wgmma GEMMs at M=4096 (qwen3-30b-a3b,
+# mixtral-8x7b), the tc streaming GEMMs at M=8 (qwen3-30b-a3b) and M=256
+# (mixtral-8x7b), and bmm-qwen3-30b-4096: torch.bmm over balanced slots, as
+# the cublas-bmm peer times it.
+#   OUT=/dir scripts/moe-ncu-h200.sh      (~2-4 min; MSTAR default bin/mstar)
+set -u
+OUT=${OUT:?set OUT}
+MSTAR=${MSTAR:-bin/mstar}
+NCU=${NCU:-ncu}
+CASES=${CASES:-"wg-qwen3-30b-4096 wg-mixtral-4096 tc-qwen3-30b-8 tc-mixtral-256 bmm-qwen3-30b-4096"}
+SECTIONS=(--section SpeedOfLight --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables
+	--section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats
+	--section Occupancy --section LaunchStats)
+d=$OUT/ncu
+mkdir -p "$d"
+command -v "$NCU" >/dev/null || { echo "$0: no $NCU on PATH" | tee "$d/summary.txt"; exit 2; }
+"$NCU" --version >"$d/ncu-version.txt" 2>&1
+# Metric names differ between versions: keep the tensor-pipe ones for later queries.
+"$NCU" --query-metrics --chip gh100 2>/dev/null | grep -i -E "tensor|gmma|hmma" >"$d/tensor-metrics.txt"
+report() { # case: the text and csv pages of its report
+	"$NCU" --import "$d/$1.ncu-rep" --page details >"$d/$1.txt" 2>&1
+	"$NCU" --import "$d/$1.ncu-rep" --page raw --csv >"$d/$1.csv" 2>&1
+}
+status=0
+for c in $CASES; do
+	echo "== [$SECONDS s] $c" | tee -a "$d/summary.txt"
+	case $c in
+	wg-qwen3-30b-4096) args=(--model qwen3-30b-a3b --batch 4096) ;;
+	wg-mixtral-4096) args=(--model mixtral-8x7b --batch 4096) ;;
+	tc-qwen3-30b-8) args=(--model qwen3-30b-a3b --batch 8) ;;
+	tc-mixtral-256) args=(--model mixtral-8x7b --batch 256) ;;
+	bmm-*) args=() ;;
+	*)
+		echo "$0: unknown case $c" | tee -a "$d/summary.txt"
+		status=2
+		continue
+		;;
+	esac
+	if [ ${#args[@]} -gt 0 ]; then
+		timeout 300 "$NCU" --clock-control none -k regex:moe_gemm --launch-count 2 "${SECTIONS[@]}" \
+			-f -o "$d/$c" "$MSTAR" bench moe "${args[@]}" --rounds 1 --device cuda:0 >"$d/$c.log" 2>&1
+	else
+		# torch.bmm of qwen3-30b-a3b at M=4096: 128 experts × 256 slots each,
+		# gemm1 [256×2048]·[2048×1536], gemm2 [256×768]·[768×2048], bf16;
+		# profiled between cudaProfilerStart and Stop, after a warm-up.
+		cat >"$d/bmm.py" <<'EOF'
+import torch
+E, S, H, I = 128, 256, 2048, 768
+x = torch.randn(E, S, H, device="cuda", dtype=torch.bfloat16)
+w1 = torch.randn(E, H, 2 * I, device="cuda", dtype=torch.bfloat16) * 0.02
+a = torch.randn(E, S, I, device="cuda", dtype=torch.bfloat16)
+w2 = torch.randn(E, I, H, device="cuda", dtype=torch.bfloat16) * 0.02
+for _ in range(3):
+    torch.bmm(x, w1); torch.bmm(a, w2)
+torch.cuda.synchronize()
+torch.cuda.profiler.start()
+torch.bmm(x, w1); torch.bmm(a, w2)
+torch.cuda.synchronize()
+torch.cuda.profiler.stop()
+EOF
+		timeout 300 "$NCU" --clock-control none --profile-from-start off "${SECTIONS[@]}" -f -o "$d/$c" \
+			python3 "$d/bmm.py" >"$d/$c.log" 2>&1
+	fi
+	rc=$?
+	echo "ncu $c: exit $rc" | tee -a "$d/summary.txt"
+	if [ -s "$d/$c.ncu-rep" ]; then report "$c"; else status=1; tail -5 "$d/$c.log"; fi
+done
+exit $status
