@@ -12,8 +12,12 @@
 # Writes $OUT/configs/*.json (the tuned files), $OUT/docs/tune-<shape>.json
 # (every candidate, both comparison sweeps) and $OUT/run.log (per shape the
 # chosen configurations and the tuned-versus-static diff).
+# A shape whose tune finished (its comparison included) is marked
+# $OUT/docs/tune-<shape>.done and skipped when the script runs again, so a
+# resumed call spends its time on the shapes left (FORCE=1 re-runs them).
 # Environment: SHAPES (default the four), BATCH (default bench moe's 13),
-# MSTAR (default bin/mstar), DEADLINE (seconds, default 560).
+# MSTAR (default bin/mstar), DEADLINE (seconds, default 560), ROUNDS (of the
+# tuned-versus-static comparison, default 2; 1 halves its time).
 set -u
 OUT=${OUT:-out}
 MSTAR=${MSTAR:-bin/mstar}
@@ -33,15 +37,20 @@ for s in $SHAPES; do
     status=1
     continue
   fi
+  done_mark="$OUT/docs/tune-$s.done"
+  if [ -e "$done_mark" ] && [ -z "${FORCE:-}" ]; then
+    echo "== $s: done in an earlier call ($done_mark)" | tee -a "$log"
+    continue
+  fi
   args=(--model "$s")
   [ "$s" = deepseek-v3-tp8 ] && args=(--model deepseek-v3 --tp 8)
   echo "== [${SECONDS} s] tune moe $s (timeout ${left} s)" | tee -a "$log"
   # SIGINT: tune moe stops between candidates and keeps the batches done.
   timeout -s INT -k 20 "$left" "$MSTAR" tune moe "${args[@]}" "${batch[@]}" --device cuda:0 \
-    --ceilings "$OUT/ceilings.json" --out "$OUT/docs/tune-$s.json" 2>&1 | tee -a "$log"
+    --rounds "${ROUNDS:-2}" --ceilings "$OUT/ceilings.json" --out "$OUT/docs/tune-$s.json" 2>&1 | tee -a "$log"
   rc=${PIPESTATUS[0]}
   echo "== tune moe $s: exit $rc" | tee -a "$log"
-  [ "$rc" -ne 0 ] && status=1
+  if [ "$rc" -eq 0 ]; then touch "$done_mark"; else status=1; fi
 done
 ls -l "$OUT/configs" | tee -a "$log"
 exit $status

@@ -7,8 +7,10 @@
 #   tests  every MoE CUDA test of the variant (its forward rows on poisoned
 #          outputs, and TCResources: registers and local memory per tc
 #          configuration, as NVRTC 13 compiles them for sm_90a)
-#   tune   scripts/moe-tune-configs-h200.sh with the variant (~5 min for the
-#          four shapes on the H200)
+#   tune   scripts/moe-tune-configs-h200.sh with the variant (~14 min for
+#          the four shapes on the H200 with v19's candidates, so two calls:
+#          finished shapes are skipped on resume; ROUNDS=1 halves the
+#          tuned-versus-static comparison, ~100 s of it)
 #   table  accept-h200.sh moe-table with the variant and its tuned files
 #          (the 52-cell table, triton-ref in the same call; ~6.5 min;
 #          shapes already done skipped)

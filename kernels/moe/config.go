@@ -816,12 +816,16 @@ const EnvTuneAll = "MSTAR_MOE_TUNE_ALL"
 // and moe-next/tune (91 batches, 2168 timed candidates): on sm_90 the wg
 // kernels and the 16/32-row tc tiles beat them everywhere; the tiled kernel
 // is tc's predecessor, the bn=128 wg tiles lose to bn=256, and the 128-row
-// tc tiles spill there (ptxas: 28–104 bytes).
+// tc tiles spill there (ptxas: 28–104 bytes). From moe-v18b/tune and
+// moe-v19/tune (52 batches each): 64x256k64s4w8 and its ov twin never came
+// within 2% of the batch's best pass or GEMM, and 128x256s3 not within 2%
+// of its tma twin.
 var hopperDominated = map[string][]string{
 	"tiled": {"m16", "m32", "m64", "w128x128"},
 	"tc": {"32x128k64s4b2", "32x128k64s3b3", "64x128k64s4b2", "64x256k64s3", "64x128k64s4w8b2", "64x128k128s3w8",
-		"128x128k64s4", "128x128k64s3b2", "128x128k32s4b2", "128x128k64s4w8", "128x256k64s3", "128x256k32s4", "256x128k64s3"},
-	"wg": {"64x128s4", "64x128s6pp", "128x128s6"},
+		"128x128k64s4", "128x128k64s3b2", "128x128k32s4b2", "128x128k64s4w8", "128x256k64s3", "128x256k32s4", "256x128k64s3",
+		"64x256k64s4w8"},
+	"wg": {"64x128s4", "64x128s6pp", "128x128s6", "128x256s3"},
 }
 
 func dominatedOnHopper(c Config) bool {
