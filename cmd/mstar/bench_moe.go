@@ -50,9 +50,10 @@ fp32 accumulation, for each batch size M of --batch, on --device.
 On CUDA the layer is mstar's own kernels (kernels/moe/moe.cu, compiled by NVRTC
 for the device): token-to-expert alignment, a grouped GEMM for W1 with SiLU·mul
 fused, a grouped GEMM for W2 with the routing weight fused, and a
-deterministic top-k combine, on bf16 tensor cores (mma.sync); a decode kernel
-streams the touched experts' weights through registers for small M, tiled
-kernels with a cp.async pipeline serve larger M. --config picks the
+deterministic top-k combine, on bf16 tensor cores: a decode kernel streams the
+touched experts' weights through registers for small M, mma.sync tiles with a
+cp.async pipeline serve the middle, and on Hopper (sm_90a) wgmma tiles fed by
+a producer warpgroup (weight tiles by TMA) serve large M. --config picks the
 kernels for every batch; without it each batch takes its configuration from
 the tuned file for the local shape and the device ('mstar tune moe' writes
 them to $MSTAR_MOE_CONFIG_DIR, else $XDG_CACHE_HOME/mstar/moe-configs; the
