@@ -11,16 +11,18 @@
 #                            compute workload, warp states, occupancy)
 #   $OUT/ncu/<case>.csv      every metric, one row per kernel (--page raw)
 #   $OUT/ncu/<case>.ncu-rep  the report, for the Nsight Compute GUI
-# Cases (CASES, default all): the wgmma GEMMs at M=4096 (qwen3-30b-a3b,
-# mixtral-8x7b), the tc streaming GEMMs at M=8 (qwen3-30b-a3b) and M=256
-# (mixtral-8x7b), and bmm-qwen3-30b-4096: torch.bmm over balanced slots, as
-# the cublas-bmm peer times it.
-#   OUT=/dir scripts/moe-ncu-h200.sh      (~2-4 min; MSTAR default bin/mstar)
+# Cases (CASES, default all), each the GEMMs bench moe picks for that shape
+# and batch (the shipped tuned files; <case>.log names the configuration):
+# qwen3-30b-4096 and mixtral-4096 (wgmma), qwen3-30b-8 (streaming tc),
+# mixtral-256 (where tc and wg meet), and bmm-qwen3-30b-4096: torch.bmm over
+# balanced slots, as the cublas-bmm peer times it. Also $OUT/ncu.tgz, the
+# folder in one file (the GPU machine returns a limited number of files).
+#   OUT=/dir scripts/moe-ncu-h200.sh      (~1 min on the H200; MSTAR default bin/mstar)
 set -u
 OUT=${OUT:?set OUT}
 MSTAR=${MSTAR:-bin/mstar}
 NCU=${NCU:-ncu}
-CASES=${CASES:-"wg-qwen3-30b-4096 wg-mixtral-4096 tc-qwen3-30b-8 tc-mixtral-256 bmm-qwen3-30b-4096"}
+CASES=${CASES:-"qwen3-30b-4096 mixtral-4096 qwen3-30b-8 mixtral-256 bmm-qwen3-30b-4096"}
 SECTIONS=(--section SpeedOfLight --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables
 	--section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats
 	--section Occupancy --section LaunchStats)
@@ -38,10 +40,10 @@ status=0
 for c in $CASES; do
 	echo "== [$SECONDS s] $c" | tee -a "$d/summary.txt"
 	case $c in
-	wg-qwen3-30b-4096) args=(--model qwen3-30b-a3b --batch 4096) ;;
-	wg-mixtral-4096) args=(--model mixtral-8x7b --batch 4096) ;;
-	tc-qwen3-30b-8) args=(--model qwen3-30b-a3b --batch 8) ;;
-	tc-mixtral-256) args=(--model mixtral-8x7b --batch 256) ;;
+	qwen3-30b-4096) args=(--model qwen3-30b-a3b --batch 4096) ;;
+	mixtral-4096) args=(--model mixtral-8x7b --batch 4096) ;;
+	qwen3-30b-8) args=(--model qwen3-30b-a3b --batch 8) ;;
+	mixtral-256) args=(--model mixtral-8x7b --batch 256) ;;
 	bmm-*) args=() ;;
 	*)
 		echo "$0: unknown case $c" | tee -a "$d/summary.txt"
@@ -78,4 +80,5 @@ EOF
 	echo "ncu $c: exit $rc" | tee -a "$d/summary.txt"
 	if [ -s "$d/$c.ncu-rep" ]; then report "$c"; else status=1; tail -5 "$d/$c.log"; fi
 done
+tar czf "$OUT/ncu.tgz" -C "$OUT" ncu
 exit $status
