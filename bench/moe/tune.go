@@ -628,7 +628,7 @@ func RunMoETune(ctx context.Context, dev gpu.Device, opt MoETuneOptions) (*MoETu
 			continue
 		}
 		b := moe.TunedBatch{Config: outs[best].Config.String(), LatencyUS: round3(outs[best].Median()), Candidates: len(outs),
-			Date: now().UTC().Truncate(time.Second), Commit: opt.Commit, Routing: mo.routingName()}
+			Date: now().UTC().Truncate(time.Second), Commit: opt.Commit, Routing: mo.routingName(), Kernels: moe.BatchKernels(cands)}
 		for _, v := range outs[best].Latency {
 			b.Samples = append(b.Samples, round3(v))
 		}
@@ -642,6 +642,7 @@ func RunMoETune(ctx context.Context, dev gpu.Device, opt MoETuneOptions) (*MoETu
 			}
 		}
 		f.Set(m, b)
+		f.KernelVersion = moe.KernelVersion // every batch kept names its own
 		if rep.Path, err = moe.WriteTunedFile(opt.Dir, f); err != nil {
 			return rep, err
 		}

@@ -247,6 +247,37 @@ func TestTuneIgnoresStaleFile(t *testing.T) {
 	}
 }
 
+// A file whose batches name the kernels they were tuned on: a batch on
+// kernels this build still has (the base source: no wg candidate) is kept,
+// one on kernels that changed is tuned again, and the file then names this
+// build's kernels.
+func TestTuneKeepsBatchesOfUnchangedKernels(t *testing.T) {
+	dir := t.TempDir()
+	opt := tuneOpts(dir, []int{2, 3}, []moe.Config{{}}, nil)
+	key := moe.KeyFor(opt.MoE.Shape, gpu.NewCPU().Info().Name)
+	old := moe.NewTunedFile(key, fixedNow)
+	old.KernelVersion = "moe.cu-0123456789ab" // the wg section differed
+	old.Set(2, moe.TunedBatch{Config: "auto", Date: fixedNow, Kernels: moe.BaseKernelVersion})
+	old.Set(3, moe.TunedBatch{Config: "auto", Date: fixedNow, Kernels: "moe.cu-0123456789ab"})
+	if _, err := moe.WriteTunedFile(dir, old); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := RunMoETune(t.Context(), gpu.NewCPU(), opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(rep.Skipped, []int{2}) || !slices.Equal(rep.Tuned, []int{3}) {
+		t.Errorf("skipped %v, tuned %v; want 2 kept and 3 re-tuned", rep.Skipped, rep.Tuned)
+	}
+	if rep.File.KernelVersion != moe.KernelVersion || rep.File.Batches["3"].Kernels != moe.BaseKernelVersion ||
+		rep.File.Batches["2"].Kernels != moe.BaseKernelVersion {
+		t.Errorf("file kernels %s, batches %+v", rep.File.KernelVersion, rep.File.Batches)
+	}
+	if !slices.ContainsFunc(rep.Warnings, func(w string) bool { return strings.Contains(w, "ignored M=3 of tuned config file") }) {
+		t.Errorf("warnings %q do not name the stale batch", rep.Warnings)
+	}
+}
+
 // bench moe on an H200 takes the shipped file for a reference shape, and
 // its results name the configuration and the file.
 func TestBenchPicksShippedFile(t *testing.T) {

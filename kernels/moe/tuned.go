@@ -24,6 +24,9 @@ import (
 // hidden size (what it reduces over), as in vLLM's and sglang's tuned
 // fused-MoE files. The kernel version is inside the file, not in its name:
 // a file from another moe.cu is found, then ignored with a warning saying so.
+// Each batch names the source its candidates compiled from (BatchKernels), so
+// a change to the wgmma kernels alone invalidates only the batches where a wg
+// configuration was a candidate: the tc, skinny and tiled picks stay.
 
 // TunedFormat names the files' format.
 const TunedFormat = "mstar.moe-configs"
@@ -38,6 +41,43 @@ var KernelVersion = kernelVersion(Source)
 func kernelVersion(src string) string {
 	sum := sha256.Sum256([]byte(src))
 	return fmt.Sprintf("moe.cu-%x", sum[:6])
+}
+
+// BaseKernelVersion identifies moe.cu less its wgmma section (the
+// MOE_WG_LIST block, which only wg modules compile): the source of the tc,
+// skinny and tiled kernels.
+var BaseKernelVersion = baseKernelVersion(Source)
+
+func baseKernelVersion(src string) string {
+	sum := sha256.Sum256([]byte(withoutWGSection(src)))
+	return fmt.Sprintf("moe.cu-base-%x", sum[:6])
+}
+
+// The wgmma section's first and last lines in moe.cu.
+const wgSectionBegin, wgSectionEnd = "\n#ifdef MOE_WG_LIST\n", "\n#endif  // MOE_WG_LIST\n"
+
+// withoutWGSection is src less the wgmma section; src itself when the
+// section's markers are not found (then the base version changes with any
+// edit, as the full one does).
+func withoutWGSection(src string) string {
+	i := strings.Index(src, wgSectionBegin)
+	j := strings.Index(src, wgSectionEnd)
+	if i < 0 || j < i {
+		return src
+	}
+	return src[:i+1] + src[j+len(wgSectionEnd):]
+}
+
+// BatchKernels is the version a batch tuned over cands depends on: the
+// whole of moe.cu when a wg configuration (or half of a split) was among
+// them, else BaseKernelVersion.
+func BatchKernels(cands []Config) string {
+	for _, c := range cands {
+		if c.Gemm(1).Kernel == "wg" || c.Gemm(2).Kernel == "wg" {
+			return KernelVersion
+		}
+	}
+	return BaseKernelVersion
 }
 
 //go:embed configs/*.json
@@ -107,6 +147,10 @@ type TunedBatch struct {
 	Date       time.Time `json:"date"`
 	Commit     string    `json:"mstar_commit,omitempty"`
 	Routing    string    `json:"routing,omitempty"`
+	// Kernels is the source version the batch's candidates compiled from
+	// (BatchKernels); absent in older files, where the file's
+	// kernel_version stands for it.
+	Kernels string `json:"kernels,omitempty"`
 }
 
 // NewTunedFile is an empty file for key, for this build's kernels.
@@ -285,10 +329,20 @@ func (l TunedLookup) Find(key TunedKey) (*TunedFile, string, []string, error) {
 			warns = append(warns, fmt.Sprintf("ignored %v", err))
 		case f.Key() != key:
 			warns = append(warns, fmt.Sprintf("ignored tuned config file %s: it is for %v, not %v", where, f.Key(), key))
-		case f.KernelVersion != KernelVersion:
-			warns = append(warns, fmt.Sprintf("ignored tuned config file %s: tuned for kernels %s, this build's are %s (moe.cu changed): run 'mstar tune moe' again",
-				where, f.KernelVersion, KernelVersion))
 		default:
+			stale, was := f.dropStale()
+			switch {
+			case len(f.Batches) == 0 && (len(stale) > 0 || f.KernelVersion != KernelVersion):
+				if was == "" {
+					was = f.KernelVersion
+				}
+				warns = append(warns, fmt.Sprintf("ignored tuned config file %s: tuned for kernels %s, this build's are %s (moe.cu changed): run 'mstar tune moe' again",
+					where, was, KernelVersion))
+				return nil
+			case len(stale) > 0:
+				warns = append(warns, fmt.Sprintf("ignored M=%s of tuned config file %s: tuned for kernels %s, this build's are %s (moe.cu's wgmma kernels changed): run 'mstar tune moe' again",
+					joinInts(stale), where, was, KernelVersion))
+			}
 			return f
 		}
 		return nil
@@ -316,6 +370,36 @@ func (l TunedLookup) Find(key TunedKey) (*TunedFile, string, []string, error) {
 		}
 	}
 	return nil, "", warns, nil
+}
+
+// dropStale removes the batches tuned on other kernels than this build's and
+// returns their sizes and the first one's version. A batch without its own
+// version gets the file's.
+func (f *TunedFile) dropStale() (stale []int, was string) {
+	for _, m := range f.TunedBatchSizes() {
+		k := strconv.Itoa(m)
+		b := f.Batches[k]
+		if b.Kernels == "" {
+			b.Kernels = f.KernelVersion
+			f.Batches[k] = b
+		}
+		if b.Kernels != KernelVersion && b.Kernels != BaseKernelVersion {
+			if was == "" {
+				was = b.Kernels
+			}
+			stale = append(stale, m)
+			delete(f.Batches, k)
+		}
+	}
+	return stale, was
+}
+
+func joinInts(ms []int) string {
+	s := make([]string, len(ms))
+	for i, m := range ms {
+		s[i] = strconv.Itoa(m)
+	}
+	return strings.Join(s, ",")
 }
 
 // Pick is the configuration for batch m: the file's own when it has m,

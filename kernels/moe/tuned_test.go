@@ -82,6 +82,12 @@ func TestShippedConfigs(t *testing.T) {
 			if got := f.Batches[strconv.Itoa(m)].Config; got != c.String() {
 				t.Errorf("%s M=%d: the file says %q, which runs as %q", s.name, m, got, c.String())
 			}
+			// Each batch names the kernels its candidates compiled from; a
+			// base-tagged batch with a wg candidate today would outlive a
+			// wg change it should be re-tuned for.
+			if got, want := f.Batches[strconv.Itoa(m)].Kernels, BatchKernels(CandidatesOn(Hopper, s.shape, m)); got != want {
+				t.Errorf("%s M=%d: tuned for kernels %q, its candidates compile from %q", s.name, m, got, want)
+			}
 		}
 	}
 }
@@ -179,5 +185,75 @@ func TestTunedPickNearest(t *testing.T) {
 	// A file with a configuration this build cannot read is refused.
 	if _, err := ParseTunedFile([]byte(strings.Replace(string(b), "tc:32x256k64s3", "tc:bk=48", 1)), "bad.json"); err == nil || !strings.Contains(err.Error(), "batch 64") {
 		t.Errorf("bad config: %v", err)
+	}
+}
+
+// The base version covers moe.cu less its wgmma section: an edit inside the
+// section changes only the full version, one outside changes both.
+func TestBaseKernelVersion(t *testing.T) {
+	if withoutWGSection(Source) == Source {
+		t.Fatalf("moe.cu has no %q … %q section: BaseKernelVersion would equal the whole file's", wgSectionBegin, wgSectionEnd)
+	}
+	if base := withoutWGSection(Source); strings.Contains(base, "wgmma.mma_async") || !strings.Contains(base, "moe_combine") {
+		t.Errorf("the base source keeps wgmma code or lost the rest")
+	}
+	i := strings.Index(Source, wgSectionBegin) + len(wgSectionBegin)
+	inside := Source[:i] + "// edit\n" + Source[i:]
+	if kernelVersion(inside) == KernelVersion || baseKernelVersion(inside) != BaseKernelVersion {
+		t.Errorf("an edit inside the wg section: full %s, base %s", kernelVersion(inside), baseKernelVersion(inside))
+	}
+	outside := "// edit\n" + Source
+	if kernelVersion(outside) == KernelVersion || baseKernelVersion(outside) == BaseKernelVersion {
+		t.Errorf("an edit outside it: full %s, base %s", kernelVersion(outside), baseKernelVersion(outside))
+	}
+	if noMarks := "x"; baseKernelVersion(noMarks) == baseKernelVersion("y") {
+		t.Errorf("without the markers the base version ignores edits")
+	}
+	s := Shape{E: 128, K: 8, H: 2048, I: 768}
+	if got := BatchKernels(CandidatesOn(Hopper, s, 1)); got != BaseKernelVersion {
+		t.Errorf("M=1 on Hopper: %s, want the base version (no wg candidate)", got)
+	}
+	if got := BatchKernels(CandidatesOn(Hopper, s, 4096)); got != KernelVersion {
+		t.Errorf("M=4096 on Hopper: %s, want the full version", got)
+	}
+	if got := BatchKernels([]Config{Split(tcTable["16x256k64s4"], wgTable["128x256s4"])}); got != KernelVersion {
+		t.Errorf("a tc+wg split: %s", got)
+	}
+}
+
+// A file whose wgmma kernels changed keeps the batches that had no wg
+// candidate and drops the others, saying which.
+func TestTunedLookupDropsStaleBatches(t *testing.T) {
+	s := Shape{E: 8, K: 2, H: 64, I: 32}
+	key := KeyFor(s, "Fake GPU 9000")
+	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	f := NewTunedFile(key, now)
+	f.KernelVersion = "moe.cu-000000000000" // the build that wrote it
+	f.Set(1, TunedBatch{Config: "skinny:nt=1", Date: now, Kernels: BaseKernelVersion})
+	f.Set(2, TunedBatch{Config: "skinny:nt=2", Date: now, Kernels: KernelVersion})
+	f.Set(512, TunedBatch{Config: "wg:128x256s4", Date: now, Kernels: "moe.cu-000000000000"})
+	f.Set(1024, TunedBatch{Config: "wg:128x256s4", Date: now}) // older files: the file's version
+	b, err := f.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _, warns, _ := TunedLookup{Embedded: fstest.MapFS{"configs/" + key.FileName(): {Data: b}}}.Find(key)
+	if got == nil {
+		t.Fatalf("file dropped whole: %q", warns)
+	}
+	if sizes := got.TunedBatchSizes(); len(sizes) != 2 || sizes[0] != 1 || sizes[1] != 2 {
+		t.Errorf("kept batches %v, want [1 2]", sizes)
+	}
+	if len(warns) != 1 || !strings.Contains(warns[0], "ignored M=512,1024 of tuned config file") ||
+		!strings.Contains(warns[0], "moe.cu-000000000000") {
+		t.Errorf("warnings %q", warns)
+	}
+	// Every batch stale: the file is ignored as a whole, as before.
+	f.Batches = nil
+	f.Set(512, TunedBatch{Config: "wg:128x256s4", Date: now})
+	b, _ = f.Marshal()
+	if got, _, warns, _ = (TunedLookup{Embedded: fstest.MapFS{"configs/" + key.FileName(): {Data: b}}}).Find(key); got != nil ||
+		len(warns) != 1 || !strings.Contains(warns[0], "ignored tuned config file") {
+		t.Errorf("all stale: %v, %q", got, warns)
 	}
 }
