@@ -17,7 +17,11 @@
 # resumed call spends its time on the shapes left (FORCE=1 re-runs them).
 # Environment: SHAPES (default the four), BATCH (default bench moe's 13),
 # MSTAR (default bin/mstar), DEADLINE (seconds, default 560), ROUNDS (of the
-# tuned-versus-static comparison, default 2; 1 halves its time).
+# tuned-versus-static comparison, default 2; 1 halves its time), SAMPLES (its
+# samples per batch, default tune moe's 20).
+# To re-tune after a change to moe.cu's wgmma section only, copy the shipped
+# files into $OUT/configs first: their batches without a wg candidate stay
+# valid (each names the kernels it was tuned on) and are skipped.
 set -u
 OUT=${OUT:-out}
 MSTAR=${MSTAR:-bin/mstar}
@@ -47,7 +51,7 @@ for s in $SHAPES; do
   echo "== [${SECONDS} s] tune moe $s (timeout ${left} s)" | tee -a "$log"
   # SIGINT: tune moe stops between candidates and keeps the batches done.
   timeout -s INT -k 20 "$left" "$MSTAR" tune moe "${args[@]}" "${batch[@]}" --device cuda:0 \
-    --rounds "${ROUNDS:-2}" --ceilings "$OUT/ceilings.json" --out "$OUT/docs/tune-$s.json" 2>&1 | tee -a "$log"
+    --rounds "${ROUNDS:-2}" --samples "${SAMPLES:-0}" --ceilings "$OUT/ceilings.json" --out "$OUT/docs/tune-$s.json" 2>&1 | tee -a "$log"
   rc=${PIPESTATUS[0]}
   echo "== tune moe $s: exit $rc" | tee -a "$log"
   if [ "$rc" -eq 0 ]; then touch "$done_mark"; else status=1; fi
