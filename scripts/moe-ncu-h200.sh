@@ -11,6 +11,8 @@
 #                            compute workload, warp states, occupancy)
 #   $OUT/ncu/<case>.csv      every metric, one row per kernel (--page raw)
 #   $OUT/ncu/<case>.ncu-rep  the report, for the Nsight Compute GUI
+#   $OUT/ncu/<case>-sass.csv, <case>-stalls.txt  warp-stall samples per SASS
+#                            instruction, and the top ones (ncu-sass-top.py)
 # Cases (CASES, default all), each the GEMMs bench moe picks for that shape
 # and batch (the shipped tuned files; <case>.log names the configuration):
 # qwen3-30b-4096 and mixtral-4096 (wgmma), qwen3-30b-8 (streaming tc),
@@ -22,19 +24,22 @@ set -u
 OUT=${OUT:?set OUT}
 MSTAR=${MSTAR:-bin/mstar}
 NCU=${NCU:-ncu}
+HERE=$(cd "$(dirname "$0")" && pwd)
 CASES=${CASES:-"qwen3-30b-4096 mixtral-4096 qwen3-30b-8 mixtral-256 bmm-qwen3-30b-4096"}
 SECTIONS=(--section SpeedOfLight --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables
 	--section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats
-	--section Occupancy --section LaunchStats)
+	--section Occupancy --section LaunchStats --section SourceCounters)
 d=$OUT/ncu
 mkdir -p "$d"
 command -v "$NCU" >/dev/null || { echo "$0: no $NCU on PATH" | tee "$d/summary.txt"; exit 2; }
 "$NCU" --version >"$d/ncu-version.txt" 2>&1
 # Metric names differ between versions: keep the tensor-pipe ones for later queries.
 "$NCU" --query-metrics --chip gh100 2>/dev/null | grep -i -E "tensor|gmma|hmma" >"$d/tensor-metrics.txt"
-report() { # case: the text and csv pages of its report
+report() { # case: the text and csv pages of its report, and the stall samples per SASS instruction
 	"$NCU" --import "$d/$1.ncu-rep" --page details >"$d/$1.txt" 2>&1
 	"$NCU" --import "$d/$1.ncu-rep" --page raw --csv >"$d/$1.csv" 2>&1
+	"$NCU" --import "$d/$1.ncu-rep" --page source --csv --print-source sass >"$d/$1-sass.csv" 2>&1 &&
+		python3 "$HERE/ncu-sass-top.py" "$d/$1-sass.csv" 12 >"$d/$1-stalls.txt" 2>&1
 }
 status=0
 for c in $CASES; do
