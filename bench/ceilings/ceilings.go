@@ -4,6 +4,7 @@
 package ceilings
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -94,16 +95,34 @@ type CeilingOptions struct {
 	Sink results.Sink
 }
 
+// sizesFor is the default buffer and GEMM sizes. Quick on CUDA shrinks
+// the host copies only: a device pass over 256 MiB is short enough (~60 µs
+// on an H200) that each launch's start and drain show, and the quick read
+// ceiling came out 7–8% under the full one on the same H200 (4230–4257
+// against 4498–4595 GB/s, 2026-12-03), so % of floor read up to 102%. The
+// device passes cost milliseconds at 1 GiB either way.
+func sizesFor(onGPU, quick bool, l2 int64) CeilingOptions {
+	switch {
+	case onGPU && quick:
+		return CeilingOptions{CopyBytes: 1 << 30, ReadBytes: max(1<<30, 4*l2), HostBytes: 64 << 20, GEMMSize: 8192}
+	case onGPU:
+		return CeilingOptions{CopyBytes: 1 << 30, ReadBytes: max(1<<30, 4*l2), HostBytes: 256 << 20, GEMMSize: 8192}
+	case quick:
+		return CeilingOptions{CopyBytes: 32 << 20, ReadBytes: max(256<<20, 4*l2), HostBytes: 32 << 20, GEMMSize: 256}
+	}
+	return CeilingOptions{CopyBytes: 256 << 20, ReadBytes: max(256<<20, 4*l2), HostBytes: 256 << 20, GEMMSize: 512}
+}
+
 // MeasureCeilings measures dev's copy bandwidths and GEMM rate.
 //
 // Read is a read-only pass over a buffer of at least 4× the device's L2
-// (the CPU's last-level cache), 1 GiB at least on CUDA (256 MiB when
-// Quick) and 256 MiB on the CPU: on CUDA a grid-stride kernel of 16-byte
+// (the CPU's last-level cache), 1 GiB at least on CUDA (Quick too: see
+// sizesFor) and 256 MiB on the CPU: on CUDA a grid-stride kernel of 16-byte
 // loads (read.cu), on the CPU a vector load loop on every core. It bounds
 // work that streams memory in (MoE weights); a copy, which also writes,
 // does not: on an H200 weight streaming beats the copy ceiling by 7%.
 //
-// On CUDA: D2D is cuMemcpyDtoDAsync of a 1 GiB buffer (256 MiB when Quick),
+// On CUDA: D2D is cuMemcpyDtoDAsync of a 1 GiB buffer (Quick too),
 // counted as bytes read plus written; H2D and D2H copy 256 MiB (64 MiB) to
 // and from cuMemHostAlloc'd memory; GEMM is cuBLAS bf16 × bf16 → bf16 with
 // fp32 accumulation at 8192³ on random data (zeros run faster and would
@@ -134,28 +153,15 @@ func MeasureCeilings(ctx context.Context, dev gpu.Device, opt CeilingOptions) (*
 			opt.Samples = 10
 		}
 	}
-	pick := func(v, gpuFull, gpuQuick, cpuFull, cpuQuick int64) int64 {
-		if v > 0 {
-			return v
-		}
-		switch {
-		case onGPU && opt.Quick:
-			return gpuQuick
-		case onGPU:
-			return gpuFull
-		case opt.Quick:
-			return cpuQuick
-		}
-		return cpuFull
-	}
-	opt.CopyBytes = pick(opt.CopyBytes, 1<<30, 256<<20, 256<<20, 32<<20)
 	l2 := info.L2Bytes
 	if !onGPU {
 		l2 = gpu.HostLastLevelCache()
 	}
-	opt.ReadBytes = pick(opt.ReadBytes, max(1<<30, 4*l2), max(256<<20, 4*l2), max(256<<20, 4*l2), max(256<<20, 4*l2))
-	opt.HostBytes = pick(opt.HostBytes, 256<<20, 64<<20, 256<<20, 32<<20)
-	opt.GEMMSize = int(pick(int64(opt.GEMMSize), 8192, 8192, 512, 256))
+	def := sizesFor(onGPU, opt.Quick, l2)
+	opt.CopyBytes = cmp.Or(opt.CopyBytes, def.CopyBytes)
+	opt.ReadBytes = cmp.Or(opt.ReadBytes, def.ReadBytes)
+	opt.HostBytes = cmp.Or(opt.HostBytes, def.HostBytes)
+	opt.GEMMSize = cmp.Or(opt.GEMMSize, def.GEMMSize)
 	progress := func(s string) {
 		if opt.Progress != nil {
 			opt.Progress(s)

@@ -42,7 +42,9 @@ stable. On a GPU each also records the GPU's clocks, power, temperature and
 throttle reasons while it ran, and says when it was power- or thermally-
 throttled. A ceiling that cannot be measured (no cuBLAS, too little memory)
 is reported as unmeasured with the reason, never as zero.
---quick uses smaller buffers and 6 samples. With --out the results document
+--quick uses 6 samples and smaller host copies (on the CPU smaller copies
+too); a GPU's device passes stay at 1 GiB, since shorter ones read up to 8%
+low. With --out the results document
 (every sample, the environment) is written atomically; other suites read it
 with --ceilings FILE.`,
 			Example: `  mstar bench ceilings --device cuda:0 --out ceilings.json
