@@ -7,7 +7,9 @@
 #   tests  every MoE CUDA test of the variant (its forward rows on poisoned
 #          outputs, and TCResources: registers and local memory per tc
 #          configuration, as NVRTC 13 compiles them for sm_90a)
-#   tune   scripts/moe-tune-configs-h200.sh with the variant (~14 min for
+#   tune   scripts/moe-tune-configs-h200.sh with the variant, seeded with
+#          the shipped files (batches on kernels the variant did not change
+#          are kept; SEED=0 re-tunes them too) (~14 min for
 #          the four shapes on the H200 with v19's candidates, so two calls:
 #          finished shapes are skipped on resume; ROUNDS=1 halves the
 #          tuned-versus-static comparison, ~100 s of it)
@@ -24,7 +26,7 @@
 #   git worktree add /tmp/base main && (cd /tmp/base && go build -buildvcs=auto -ldflags='-s -w' -o "$OLDPWD/bin/mstar-base" ./cmd/mstar)
 # There:  OUT=/dir scripts/moe-variant-h200.sh tests tune ...   (outputs under $OUT/variant)
 # Environment: VARIANT (bin/mstar), BASE (bin/mstar-base), MOE_TEST (bin/moe.test),
-# WORK, PEER (.dev/peers/triton_moe_ref.py), DEADLINE (seconds for this call, 570),
+# WORK, PEER (.dev/peers/triton_moe_ref.py), DEADLINE (seconds for this call, 570), SEED (1),
 # AB_RUNS (3 a side), AB_BATCH, SHAPES (the four).
 set -u
 OUT=${OUT:?set OUT}
@@ -60,6 +62,11 @@ for step in "$@"; do
 		[ $rc -ne 0 ] && status=1
 		;;
 	tune)
+		# Seeded with the shipped files: the batches whose kernels the
+		# variant left alone stay (each names what it was tuned on), the
+		# rest are tuned; SEED=0 tunes every batch.
+		mkdir -p "$WORK/tune/configs"
+		[ "${SEED:-1}" = 1 ] && cp -n kernels/moe/configs/*.json "$WORK/tune/configs/"
 		MSTAR=$VARIANT OUT=$WORK/tune DEADLINE=$left SHAPES=$SHAPES "$HERE/moe-tune-configs-h200.sh" >>"$o/tune.out" 2>&1
 		rc=$?
 		echo "tune: exit $rc" | tee -a "$o/summary.txt"
