@@ -528,10 +528,10 @@ func RunMoETune(ctx context.Context, dev gpu.Device, opt MoETuneOptions) (*MoETu
 		}
 	}
 	if len(rep.Skipped) > 0 {
-		rep.Warnings = append(rep.Warnings, "already in the file, not re-tuned (--force re-tunes): M="+joinBatches(rep.Skipped))
+		rep.Warnings = append(rep.Warnings, "already in the file, not re-tuned (--force re-tunes): M="+moe.JoinBatches(rep.Skipped))
 		if carried, from := earlierCandidates(opt.Earlier, mo, local, rep.Skipped); len(carried) > 0 {
 			rep.Results = append(rep.Results, carried...)
-			rep.Warnings = append(rep.Warnings, fmt.Sprintf("%d candidate record(s) of M=%s carried from the earlier run's document", len(carried), joinBatches(from)))
+			rep.Warnings = append(rep.Warnings, fmt.Sprintf("%d candidate record(s) of M=%s carried from the earlier run's document", len(carried), moe.JoinBatches(from)))
 		}
 	}
 
@@ -705,7 +705,7 @@ func RunMoETune(ctx context.Context, dev gpu.Device, opt MoETuneOptions) (*MoETu
 	}
 	rep.StaticDocs, rep.TunedDocs = docs[0], docs[1]
 	if len(rep.NoCandidate) > 0 {
-		return rep, fmt.Errorf("%w at M=%s", ErrNoCandidate, joinBatches(rep.NoCandidate))
+		return rep, fmt.Errorf("%w at M=%s", ErrNoCandidate, moe.JoinBatches(rep.NoCandidate))
 	}
 	return rep, nil
 }
@@ -740,14 +740,6 @@ func (rep *MoETuneReport) compareSide(name string, round int, r *MoEReport, doc 
 
 // round3 keeps a timing's nanoseconds: the file is read by people too.
 func round3(v float64) float64 { return math.Round(v*1000) / 1000 }
-
-func joinBatches(ms []int) string {
-	s := make([]string, len(ms))
-	for i, m := range ms {
-		s[i] = fmt.Sprint(m)
-	}
-	return strings.Join(s, ",")
-}
 
 // earlierCandidates picks from an earlier tune document the candidate
 // records of the skipped batches: same kernels, same parameters (shape,

@@ -275,7 +275,7 @@ Models:
 						}
 					}
 					if len(opt.Batches) == 0 && m.dev.Info().Backend != gpu.CUDA {
-						fmt.Fprintf(a.stderr, "mstar: on the CPU the default sweep is --batch %s (the GPU's goes to 4096)\n", joinInts(moebench.DefaultCPUBatches))
+						fmt.Fprintf(a.stderr, "mstar: on the CPU the default sweep is --batch %s (the GPU's goes to 4096)\n", moe.JoinBatches(moebench.DefaultCPUBatches))
 					}
 					total := batches(m.dev)
 					opt.Sink = m.sink
@@ -374,14 +374,6 @@ func parseBatches(s string) ([]int, error) {
 		out = append(out, n)
 	}
 	return out, nil
-}
-
-func joinInts(v []int) string {
-	s := make([]string, len(v))
-	for i, n := range v {
-		s[i] = strconv.Itoa(n)
-	}
-	return strings.Join(s, ",")
 }
 
 // writeRoutingFile writes a routing over e experts as a one-layer routing file.

@@ -341,7 +341,7 @@ func (l TunedLookup) Find(key TunedKey) (*TunedFile, string, []string, error) {
 				return nil
 			case len(stale) > 0:
 				warns = append(warns, fmt.Sprintf("ignored M=%s of tuned config file %s: tuned for kernels %s, this build's are %s (moe.cu's wgmma kernels changed): run 'mstar tune moe' again",
-					joinInts(stale), where, was, KernelVersion))
+					JoinBatches(stale), where, was, KernelVersion))
 			}
 			return f
 		}
@@ -394,7 +394,8 @@ func (f *TunedFile) dropStale() (stale []int, was string) {
 	return stale, was
 }
 
-func joinInts(ms []int) string {
+// JoinBatches writes batch sizes as the --batch flag takes them: "1,4,16".
+func JoinBatches(ms []int) string {
 	s := make([]string, len(ms))
 	for i, m := range ms {
 		s[i] = strconv.Itoa(m)
