@@ -46,6 +46,12 @@ type Config struct {
 	// 16-byte cp.async from every producer thread; the gathered token rows
 	// stay on cp.async. Needs K a multiple of 8 (16-byte row pitch).
 	TMA int
+	// MC (wg, with tma=1 and no pp): 1 runs blocks in clusters of two that
+	// take two m-tiles of the same n-tile; where both are the same expert's,
+	// each block loads half of the weight tile and TMA multicasts it into
+	// both (half the weight traffic per block). Consumers hand a stage back
+	// to both blocks' producers.
+	MC int
 	// PL (skinny, tc, wg): 1 launches this GEMM's kernel with programmatic
 	// dependent launch (sm_90+; for gemm2 the combine after it too): its
 	// blocks are scheduled while the kernel before it finishes. It saves
@@ -126,6 +132,10 @@ var wgTable = map[string]Config{
 	"64x256s4tma":   tma(wg(1, 256, 4, 8)),
 	"64x256s4pptma": tma(pp(wg(2, 256, 4, 8))),
 	"64x256s5pptma": tma(pp(wg(2, 256, 5, 8))),
+	// Clusters of two sharing each weight tile by multicast (NOTES v20).
+	"128x256s4mc": mc(tma(wg(2, 256, 4, 8))),
+	"128x256s3mc": mc(tma(wg(2, 256, 3, 8))),
+	"64x256s4mc":  mc(tma(wg(1, 256, 4, 8))),
 }
 
 func pp(c Config) Config {
@@ -134,6 +144,8 @@ func pp(c Config) Config {
 }
 
 func tma(c Config) Config { c.TMA = 1; return c }
+
+func mc(c Config) Config { c.MC = 1; return c }
 
 func wg(nc, bn, st, gm int) Config {
 	return Config{Kernel: "wg", NC: nc, BM: 64 * nc, BN: bn, BK: 64, Stages: st, GM: gm}
@@ -265,6 +277,9 @@ func (c Config) String() string {
 		if c.TMA != 0 {
 			s += ",tma=1"
 		}
+		if c.MC != 0 {
+			s += ",mc=1"
+		}
 		return s + c.plSuffix()
 	}
 	if c.Tile == "custom" {
@@ -386,12 +401,15 @@ func (c Config) wgID() string {
 	if c.TMA != 0 {
 		id += "_tma"
 	}
+	if c.MC != 0 {
+		id += "_mc"
+	}
 	return id
 }
 
 // wgEntry is the configuration as one WG(...) entry of MOE_WG_LIST.
 func (c Config) wgEntry() string {
-	return fmt.Sprintf("WG(%s,%d,%d,%d,%d,%d,%d)", c.wgID(), c.NC, c.BN, c.Stages, c.GM, c.PP, c.TMA)
+	return fmt.Sprintf("WG(%s,%d,%d,%d,%d,%d,%d,%d)", c.wgID(), c.NC, c.BN, c.Stages, c.GM, c.PP, c.TMA, c.MC)
 }
 
 // tcEntry is the configuration as one TC(...) entry of MOE_TC_LIST.
@@ -447,6 +465,9 @@ func (c Config) Validate() error {
 	}
 	if c.TMA != 0 && c.Kernel != "wg" {
 		return fmt.Errorf("config %v: tma (tensor-map weight loads) is for wg kernels", c)
+	}
+	if c.MC != 0 && (c.Kernel != "wg" || c.MC != 1 || c.TMA != 1 || c.PP != 0) {
+		return fmt.Errorf("config %v: mc=1 (multicast clusters) is for wg kernels with tma=1 and no pp", c)
 	}
 	if c.PL != 0 && c.Kernel == "tiled" {
 		return fmt.Errorf("config %v: pl (programmatic launch) is for skinny, tc and wg kernels", c)
@@ -654,7 +675,7 @@ func parseOne(s string) (Config, error) {
 			return c, nil
 		}
 		c := wgTable["128x256s4"]
-		if err := parseKeys(s, rest, &c, []string{"nc", "bn", "stages", "gm", "pp", "tma", "pl"}); err != nil {
+		if err := parseKeys(s, rest, &c, []string{"nc", "bn", "stages", "gm", "pp", "tma", "mc", "pl"}); err != nil {
 			return Config{}, err
 		}
 		c.BM = 64 * c.NC
@@ -668,12 +689,12 @@ func parseOne(s string) (Config, error) {
 }
 
 func parseKeys(s, rest string, c *Config, keys []string) error {
-	fields := map[string]*int{"nc": &c.NC, "pp": &c.PP, "bm": &c.BM, "bn": &c.BN, "bk": &c.BK, "wm": &c.WM, "wn": &c.WN, "stages": &c.Stages, "gm": &c.GM, "minb": &c.MinBlocks, "ov": &c.OV, "pl": &c.PL, "tma": &c.TMA}
+	fields := map[string]*int{"nc": &c.NC, "pp": &c.PP, "bm": &c.BM, "bn": &c.BN, "bk": &c.BK, "wm": &c.WM, "wn": &c.WN, "stages": &c.Stages, "gm": &c.GM, "minb": &c.MinBlocks, "ov": &c.OV, "pl": &c.PL, "tma": &c.TMA, "mc": &c.MC}
 	for _, kv := range strings.Split(rest, ",") {
 		k, v, ok := strings.Cut(kv, "=")
 		n, err := strconv.Atoi(v)
-		if !ok || err != nil || n < 0 || (n == 0 && k != "ov" && k != "pp" && k != "pl" && k != "tma") {
-			return fmt.Errorf("bad config %q: %q is not key=positive integer (ov, pp, pl, tma: 0 or 1)", s, kv)
+		if !ok || err != nil || n < 0 || (n == 0 && k != "ov" && k != "pp" && k != "pl" && k != "tma" && k != "mc") {
+			return fmt.Errorf("bad config %q: %q is not key=positive integer (ov, pp, pl, tma, mc: 0 or 1)", s, kv)
 		}
 		known := false
 		for _, name := range keys {
@@ -904,10 +925,11 @@ func candidates(first Config, s Shape, m int) []Config {
 	// rejects them with the reason).
 	if per >= 12 {
 		add(wgTable["64x128s4"], wgTable["64x256s4"], wgTable["64x256s4pp"], wgTable["64x256s5pp"], wgTable["64x128s6pp"],
-			wgTable["64x256s4tma"], wgTable["64x256s4pptma"], wgTable["64x256s5pptma"])
+			wgTable["64x256s4tma"], wgTable["64x256s4pptma"], wgTable["64x256s5pptma"], wgTable["64x256s4mc"])
 	}
 	if per >= 40 {
-		add(wgTable["128x128s6"], wgTable["128x256s3"], wgTable["128x256s4"], wgTable["128x256s3tma"], wgTable["128x256s4tma"])
+		add(wgTable["128x128s6"], wgTable["128x256s3"], wgTable["128x256s4"], wgTable["128x256s3tma"], wgTable["128x256s4tma"],
+			wgTable["128x256s3mc"], wgTable["128x256s4mc"])
 	}
 	return out
 }

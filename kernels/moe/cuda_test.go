@@ -248,6 +248,11 @@ func TestCUDAForward(t *testing.T) {
 		row{name: "odd wg:64x256s4tma zipf M=2000", shape: odd, m: 2000, c: wgTable["64x256s4tma"], routing: "zipf:1.2"},
 		row{name: "qwen3-30b wg:128x256s3tma ep4 M=1500", shape: qwen, m: 1500, c: wgTable["128x256s3tma"], ep: 4},
 		row{name: "qwen3-30b split tc16+wg tma M=3000", shape: qwen, m: 3000, c: Split(tcTable["16x256k128s3w8"], wgTable["64x256s5pptma"])},
+		// mc=1: clusters of two sharing the weight tile by multicast (v20).
+		row{name: "qwen3-30b wg:128x256s4mc M=3000", shape: qwen, m: 3000, c: wgTable["128x256s4mc"]},
+		row{name: "odd wg:64x256s4mc zipf M=2000", shape: odd, m: 2000, c: wgTable["64x256s4mc"], routing: "zipf:1.2"},
+		row{name: "qwen3-30b wg:128x256s3mc ep4 M=1500", shape: qwen, m: 1500, c: wgTable["128x256s3mc"], ep: 4},
+		row{name: "qwen3-30b split tc16+wg mc M=3000", shape: qwen, m: 3000, c: Split(tcTable["16x256k128s3w8"], wgTable["128x256s4mc"])},
 	)
 	tests = append(tests,
 		row{name: "qwen3-30b zipf M=512", shape: qwen, m: 512, routing: "zipf:1.2"},

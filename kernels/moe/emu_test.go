@@ -57,9 +57,11 @@ var emuTestConfigs = []Config{
 
 // emuWGTestConfigs are wg configurations built into the emulator besides
 // the named ones: the fewest stages, no grouping, 64-wide n tiles.
-// Their tma=1 twins load the weight tiles through a tensor map.
+// Their tma=1 twins load the weight tiles through a tensor map, and the
+// mc=1 ones run in clusters of two sharing them.
 var emuWGTestConfigs = []Config{wg(1, 64, 3, 1), wg(2, 64, 3, 2), pp(wg(2, 64, 3, 1)),
-	tma(wg(1, 64, 3, 1)), tma(wg(2, 64, 3, 2)), tma(pp(wg(2, 64, 3, 1)))}
+	tma(wg(1, 64, 3, 1)), tma(wg(2, 64, 3, 2)), tma(pp(wg(2, 64, 3, 1))),
+	mc(tma(wg(1, 64, 3, 1))), mc(tma(wg(2, 64, 3, 2)))}
 
 func emuConfigs() []Config {
 	return append(append(append(TCConfigs(), emuTestConfigs...), WGConfigs()...), emuWGTestConfigs...)
@@ -132,6 +134,14 @@ func emuBinary(t *testing.T, configs []Config, defines ...string) string {
 // returns out[M,H], or the emulator's complaint.
 func emuRun(t *testing.T, bin string, l *Layer, x []float32, r routing.Routing, c Config, resident int, env ...string) ([]float32, error) {
 	t.Helper()
+	out, _, err := emuRunStats(t, bin, l, x, r, c, resident, env...)
+	return out, err
+}
+
+// emuRunStats is emuRun that also returns, per buffer, the bytes its
+// cp.async copies read.
+func emuRunStats(t *testing.T, bin string, l *Layer, x []float32, r routing.Routing, c Config, resident int, env ...string) ([]float32, map[planBuf]int64, error) {
+	t.Helper()
 	s := l.Shape
 	lay := newPlanLayout(s, r.M, c, [2]int{resident, resident})
 	dir := t.TempDir()
@@ -177,6 +187,9 @@ func emuRun(t *testing.T, bin string, l *Layer, x []float32, r routing.Routing, 
 		}
 		fmt.Fprintf(&script, "launch %s %d %d %d %d %d %d %d", ln.kernel, one(ln.grid.X), one(ln.grid.Y), one(ln.grid.Z),
 			one(ln.block.X), one(ln.block.Y), one(ln.block.Z), ln.smem)
+		if ln.cluster > 1 {
+			fmt.Fprintf(&script, " c%d", ln.cluster)
+		}
 		for _, a := range ln.args {
 			switch v := a.(type) {
 			case planBuf:
@@ -191,8 +204,8 @@ func emuRun(t *testing.T, bin string, l *Layer, x []float32, r routing.Routing, 
 		}
 		script.WriteString("\n")
 	}
-	outPath := filepath.Join(dir, "out.bin")
-	fmt.Fprintf(&script, "save %d %s\n", bufOut, outPath)
+	outPath, statsPath := filepath.Join(dir, "out.bin"), filepath.Join(dir, "stats")
+	fmt.Fprintf(&script, "save %d %s\nstats %s\n", bufOut, outPath, statsPath)
 	scriptPath := filepath.Join(dir, "script")
 	if err := os.WriteFile(scriptPath, script.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
@@ -202,7 +215,7 @@ func emuRun(t *testing.T, bin string, l *Layer, x []float32, r routing.Routing, 
 	cmd := exec.CommandContext(ctx, bin, scriptPath)
 	cmd.Env = append(os.Environ(), env...)
 	if msg, err := cmd.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("emulating %v M=%d (%s): %v: %s", c, r.M, strings.Join(env, " "), err, bytes.TrimSpace(msg))
+		return nil, nil, fmt.Errorf("emulating %v M=%d (%s): %v: %s", c, r.M, strings.Join(env, " "), err, bytes.TrimSpace(msg))
 	}
 	raw, err := os.ReadFile(outPath)
 	if err != nil {
@@ -210,7 +223,20 @@ func emuRun(t *testing.T, bin string, l *Layer, x []float32, r routing.Routing, 
 	}
 	out := make([]float32, r.M*s.H)
 	FromBF16(out, unsafe.Slice((*uint16)(unsafe.Pointer(&raw[0])), len(raw)/2)[:len(out)])
-	return out, nil
+	statsText, err := os.ReadFile(statsPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stats := map[planBuf]int64{}
+	for _, line := range strings.Split(strings.TrimSpace(string(statsText)), "\n") {
+		var id int
+		var n int64
+		if _, err := fmt.Sscan(line, &id, &n); err != nil {
+			t.Fatalf("emulator stats line %q: %v", line, err)
+		}
+		stats[planBuf(id)] = n
+	}
+	return out, stats, nil
 }
 
 func int32bytes(v []int32) []byte {
@@ -294,6 +320,12 @@ func TestEmulatedKernels(t *testing.T) {
 		row{name: "wg one token", shape: small, m: 1, c: wgTable["128x256s4"], resident: 4, env: []string{"EMU_WG=early", "EMU_CP=early"}},
 		row{name: "wg pp one block walks every tile", shape: long, m: 70, c: wgTable["64x256s4pp"], resident: 1, env: append([]string{"EMU_WG=late"}, random...)},
 		row{name: "wg pp odd tile count", shape: long, m: 9, c: wgTable["64x128s6pp"], resident: 2, env: append([]string{"EMU_WG=early"}, late...)},
+		// mc=1: pairs of one expert's m-tiles (the weight tile multicast),
+		// pairs across two experts (each block loads its own), one cluster
+		// walking every unit, and an odd m-tile count (a block with none).
+		row{name: "wg mc shared pairs", shape: Shape{E: 2, K: 2, H: 128, I: 96}, m: 150, c: wgTable["128x256s4mc"], resident: 2, env: append([]string{"EMU_WG=late", "EMU_TMA=late"}, random...)},
+		row{name: "wg mc shared and split pairs", shape: Shape{E: 2, K: 2, H: 128, I: 96}, m: 150, c: wgTable["64x256s4mc"], resident: 4, env: append([]string{"EMU_WG=early", "EMU_TMA=early"}, late...)},
+		row{name: "wg mc odd m-tile count", shape: Shape{E: 3, K: 2, H: 384, I: 96}, m: 60, c: wgTable["64x256s4mc"], resident: 3, env: append([]string{"EMU_WG=late", "EMU_TMA=late"}, random...)},
 		// Past 4096 slots the alignment runs over several blocks (count,
 		// scan, scatter); with expert parallelism half the slots are dropped.
 		row{name: "multi-block alignment", shape: Shape{E: 8, K: 4, H: 64, I: 32}, m: 1100, c: tcTable["64x128k64s4b2"], resident: 8, env: random},
@@ -362,36 +394,53 @@ func TestEmulatorCatchesBugs(t *testing.T) {
 	tcs := []Config{tcTable["128x128k64s4"], tcTable["64x128k64s4b2"], tcTable["64x128k64s4b2ov"]}
 	wgs := []Config{wgTable["128x256s4"], wgTable["64x128s4"], wgTable["64x256s4pp"]}
 	tmas := []Config{wgTable["128x256s4tma"], wgTable["64x256s4pptma"]}
+	mcs := []Config{wgTable["128x256s4mc"], wgTable["64x256s4mc"]}
+	// Two experts of 200 slots: every cluster's two m-tiles are one
+	// expert's, so each weight tile is multicast.
+	s2 := Shape{E: 2, K: 2, H: 384, I: 96}
+	shared := &emuData{NewLayer(s2, 51), RandomInput(200, s2.H, 52), UniformRouting(200, s2.E, s2.K, 53)}
 	tests := []struct {
 		name, define string
 		env          []string
 		configs      []Config
+		data         *emuData // nil: the 40 tokens above
 	}{
-		{"waits one cp.async group short, copies land late", "-DEMU_BUG_WAIT_ONE_LESS", []string{"EMU_CP=late", "EMU_SCHED=random:3"}, tcs},
-		{"no __syncthreads, warps drift, copies land early", "-DEMU_BUG_NO_SYNC", []string{"EMU_CP=early", "EMU_SCHED=lowest"}, tcs},
-		{"no __syncthreads, warps drift backwards", "-DEMU_BUG_NO_SYNC", []string{"EMU_CP=early", "EMU_SCHED=highest"}, tcs},
+		{"waits one cp.async group short, copies land late", "-DEMU_BUG_WAIT_ONE_LESS", []string{"EMU_CP=late", "EMU_SCHED=random:3"}, tcs, nil},
+		{"no __syncthreads, warps drift, copies land early", "-DEMU_BUG_NO_SYNC", []string{"EMU_CP=early", "EMU_SCHED=lowest"}, tcs, nil},
+		{"no __syncthreads, warps drift backwards", "-DEMU_BUG_NO_SYNC", []string{"EMU_CP=early", "EMU_SCHED=highest"}, tcs, nil},
 		// wg: a stage reported full one cp.async group early, read at issue.
-		{"wg: producer waits one cp.async group short", "-DEMU_BUG_WAIT_ONE_LESS", []string{"EMU_CP=late", "EMU_WG=early", "EMU_SCHED=random:3"}, wgs},
+		{"wg: producer waits one cp.async group short", "-DEMU_BUG_WAIT_ONE_LESS", []string{"EMU_CP=late", "EMU_WG=early", "EMU_SCHED=random:3"}, wgs, nil},
 		// wg: a stage handed back while its MMAs are in flight, read at retirement.
-		{"wg: consumers retire one wgmma group short", "-DEMU_BUG_WG_WAIT_ONE_LESS", []string{"EMU_CP=early", "EMU_WG=late", "EMU_SCHED=random:5"}, wgs},
+		{"wg: consumers retire one wgmma group short", "-DEMU_BUG_WG_WAIT_ONE_LESS", []string{"EMU_CP=early", "EMU_WG=late", "EMU_SCHED=random:5"}, wgs, nil},
 		// wg tma=1: the weight bytes not announced on the "full" barrier, so
 		// the stage reads as full before its tile lands.
-		{"wg tma: no expect_tx, tiles land late", "-DEMU_BUG_TMA_NO_EXPECT", []string{"EMU_CP=early", "EMU_WG=early", "EMU_TMA=late", "EMU_SCHED=random:3"}, tmas},
+		{"wg tma: no expect_tx, tiles land late", "-DEMU_BUG_TMA_NO_EXPECT", []string{"EMU_CP=early", "EMU_WG=early", "EMU_TMA=late", "EMU_SCHED=random:3"}, tmas, nil},
 		// wg tma=1: the up half loaded from the gate rows.
-		{"wg tma: gemm1's up box at the gate rows", "-DEMU_BUG_TMA_UP_AT_GATE", []string{"EMU_CP=early", "EMU_WG=early", "EMU_SCHED=lowest"}, tmas},
+		{"wg tma: gemm1's up box at the gate rows", "-DEMU_BUG_TMA_UP_AT_GATE", []string{"EMU_CP=early", "EMU_WG=early", "EMU_SCHED=lowest"}, tmas, nil},
+		// wg mc=1: the half multicast to its own block only (the peer's
+		// stage never fills), a stage handed back to this block's producer
+		// only (the peer's never empties), and a weight tile shared between
+		// two experts' m-tiles (here each of the 4 experts has one).
+		{"wg mc: multicast to the own block only", "-DEMU_BUG_MC_OWN_ONLY", []string{"EMU_CP=early", "EMU_WG=early", "EMU_SCHED=random:3"}, mcs, shared},
+		{"wg mc: stage handed back to one producer", "-DEMU_BUG_MC_NO_PEER_RELEASE", []string{"EMU_CP=early", "EMU_WG=early", "EMU_SCHED=random:4"}, mcs, shared},
+		{"wg mc: weight tile shared across experts", "-DEMU_BUG_MC_SHARE_ALWAYS", []string{"EMU_CP=early", "EMU_WG=early", "EMU_SCHED=lowest"}, mcs, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			configs := tt.configs
 			bin := emuBinary(t, configs, tt.define)
 			t.Parallel()
+			d := emuData{l, x, r}
+			if tt.data != nil {
+				d = *tt.data
+			}
 			for _, c := range configs {
-				out, err := emuRun(t, bin, l, x, r, c, 2, tt.env...)
+				out, err := emuRun(t, bin, d.l, d.x, d.r, c, 2, tt.env...)
 				if err != nil {
 					t.Logf("%v: fails as it should: %v", c, err)
 					continue
 				}
-				e, bad := forwardError(l, x, r, out)
+				e, bad := forwardError(d.l, d.x, d.r, out)
 				if bad == "" && e <= 1e-2 {
 					t.Errorf("%v passes (rel L2 %.3g) on an emulator with %s: the emulator would not catch that bug", c, e, tt.define)
 				} else {
@@ -400,6 +449,13 @@ func TestEmulatorCatchesBugs(t *testing.T) {
 			}
 		})
 	}
+}
+
+// emuData is a layer, its input and its routing.
+type emuData struct {
+	l *Layer
+	x []float32
+	r routing.Routing
 }
 
 func TestPlanLayout(t *testing.T) {
@@ -542,6 +598,20 @@ func TestPlanLayoutTensorMaps(t *testing.T) {
 	if got := g2.args[len(g2.args)-1]; got != want2 {
 		t.Errorf("gemm2's last argument %+v, want %+v", got, want2)
 	}
+	// mc=1: gemm2's tile as two boxes of BN/2 rows, clusters of two, even grids.
+	mcl := newPlanLayout(s, 1000, wgTable["128x256s4mc"], [2]int{131, 131})
+	m1, m2 := mcl.launches[len(mcl.launches)-3], mcl.launches[len(mcl.launches)-2]
+	if got := m2.args[len(m2.args)-1].(tensorMapArg); got.boxRows != 128 {
+		t.Errorf("mc gemm2's tensor map boxes of %d rows, want 128", got.boxRows)
+	}
+	for _, ln := range []launchSpec{m1, m2} {
+		if ln.cluster != 2 || ln.grid.X%2 != 0 {
+			t.Errorf("mc %s: cluster %d, grid %d: want clusters of 2 and an even grid", ln.kernel, ln.cluster, ln.grid.X)
+		}
+	}
+	if g1.cluster != 0 || g2.cluster != 0 {
+		t.Errorf("tma without mc: clusters %d, %d", g1.cluster, g2.cluster)
+	}
 	plain := newPlanLayout(s, 1000, wgTable["128x256s4"], [2]int{132, 132})
 	for _, ln := range plain.launches {
 		for _, a := range ln.args {
@@ -554,10 +624,66 @@ func TestPlanLayoutTensorMaps(t *testing.T) {
 	if err != nil || c != wgTable["64x256s4pptma"] || c.String() != "wg:nc=2,bn=256,stages=4,gm=8,pp=1,tma=1" {
 		t.Errorf("parse: %v, %v", c, err)
 	}
+	if c, err := ParseConfig("wg:nc=2,bn=256,stages=4,gm=8,tma=1,mc=1"); err != nil || c != wgTable["128x256s4mc"] || c.wgID() != "2_256_4_8_tma_mc" {
+		t.Errorf("mc=1 parse: %v, %v", c, err)
+	}
+	for _, bad := range []string{"wg:nc=2,bn=256,stages=4,gm=8,mc=1", "wg:nc=2,bn=256,stages=4,gm=8,pp=1,tma=1,mc=1"} {
+		if c, err := ParseConfig(bad); err == nil {
+			if err = c.Validate(); err == nil {
+				t.Errorf("%s (mc=1 without tma=1, or with pp=1) validated", bad)
+			}
+		}
+	}
 	if _, err := ParseConfig("tc:bm=16,bn=256,bk=128,wm=1,wn=8,stages=3,gm=8,minb=1,tma=1"); err == nil {
 		t.Error("tma=1 on a tc configuration parsed")
 	}
 	if err := CheckConfigShape(c, Shape{E: 8, K: 2, H: 260, I: 200}, 100); err == nil {
 		t.Error("tma=1 with a hidden size of 260 (a 520-byte row) passed the shape check")
+	}
+}
+
+// The wg kernels fetch the token rows of real slots only: a padding row of
+// a tile is zero-filled, not read (v21). What the emulated cp.async copies
+// read from x (gemm1's rows) and from the intermediate (gemm2's) is exactly
+// slots × n-tiles × row bytes, with 128-row tiles over ~25 slots an expert
+// (mostly padding) and in ping-pong, tensor-map and multicast tiles.
+func TestEmulatedWGReadsOnlyLiveRows(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the emulated forward rows only")
+	}
+	bin := emuBinary(t, emuConfigs())
+	s := Shape{E: 4, K: 2, H: 128, I: 96}
+	const m = 50
+	l := NewLayer(s, 51)
+	x := RandomInput(m, s.H, 52)
+	r := UniformRouting(m, 2*s.E, s.K, 53).Localize(2*s.E, 2, 0) // half the slots on another rank
+	slots := int64(0)
+	for i := range r.IDs {
+		if r.Live(i) {
+			slots++
+		}
+	}
+	if slots == 0 || slots == int64(m*s.K) {
+		t.Fatalf("%d live slots of %d: want some dropped", slots, m*s.K)
+	}
+	for _, c := range []Config{wgTable["128x256s4"], wgTable["128x256s4tma"], wgTable["64x256s4pptma"], wgTable["128x256s4mc"]} {
+		t.Run(c.String(), func(t *testing.T) {
+			t.Parallel()
+			out, read, err := emuRunStats(t, bin, l, x, r, c, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if e, bad := forwardError(l, x, r, out); bad != "" || !(e <= 1e-2) {
+				t.Fatalf("rel L2 %g %s", e, bad)
+			}
+			n1 := int64((s.I + c.BN/2 - 1) / (c.BN / 2)) // gemm1's n-tiles (gate and up halves)
+			n2 := int64((s.H + c.BN - 1) / c.BN)
+			if want := slots * n1 * int64(s.H) * 2; read[bufX] != want {
+				t.Errorf("gemm1 read %d bytes of token rows, want %d (%d live slots × %d n-tiles × %d)", read[bufX], want, slots, n1, 2*s.H)
+			}
+			if want := slots * n2 * int64(s.I) * 2; read[bufAct] != want {
+				t.Errorf("gemm2 read %d bytes of intermediate rows, want %d (%d live slots × %d n-tiles × %d)", read[bufAct], want, slots, n2, 2*s.I)
+			}
+		})
 	}
 }

@@ -43,6 +43,9 @@ type launchSpec struct {
 	args        []any
 	// programmatic: launched with programmatic dependent launch (Config.PL).
 	programmatic bool
+	// cluster: blocks per cluster (2 for mc=1: the kernel declares it with
+	// __cluster_dims__, so the launch needs no attribute); 0 for none.
+	cluster int
 }
 
 // tensorMapArg is a kernel argument passed by value: the tensor map of a
@@ -111,16 +114,21 @@ func newPlanLayout(s Shape, m int, c Config, resident [2]int) planLayout {
 		sorted2, blockExpert2, total2 = bufSorted2, bufBlockExpert2, bufTotal2
 		l.launches = append(l.launches, alignLaunches(s, l.slots, groups, c2.Block(), l.maxRows2, sorted2, blockExpert2, total2)...)
 	}
-	gemm2 := launchSpec{kernel: g2, gemm: 2, grid: grid2, block: cuda.Dim3{X: c2.Threads(2)}, smem: c2.SharedBytes(), programmatic: c2.PL != 0,
+	gemm2 := launchSpec{kernel: g2, gemm: 2, grid: grid2, block: cuda.Dim3{X: c2.Threads(2)}, smem: c2.SharedBytes(), programmatic: c2.PL != 0, cluster: 2 * c2.MC,
 		args: []any{bufW2, bufAct, bufY, bufWts, sorted2, blockExpert2, total2, int32(s.H), int32(s.I), topk, pad}}
 	if c2.fusedCombine() {
 		gemm2.args = append(gemm2.args, bufIDs, bufOut, bufCombineCount, int32(m))
 		b[bufCombineCount] = int64(grid2.X) * 4
 	}
 	if c2.Kernel == "wg" && c2.TMA != 0 {
-		gemm2.args = append(gemm2.args, tensorMapArg{buf: bufW2, inner: int64(s.I), rows: int64(s.E) * int64(s.H), boxInner: 64, boxRows: c2.BN})
+		// mc=1: the tile as two boxes of BN/2 rows, one per block of a cluster.
+		box := c2.BN
+		if c2.MC != 0 {
+			box = c2.BN / 2
+		}
+		gemm2.args = append(gemm2.args, tensorMapArg{buf: bufW2, inner: int64(s.I), rows: int64(s.E) * int64(s.H), boxInner: 64, boxRows: box})
 	}
-	gemm1 := launchSpec{kernel: g1, gemm: 1, grid: grid1, block: cuda.Dim3{X: c1.Threads(1)}, smem: c1.SharedBytes(), programmatic: c1.PL != 0,
+	gemm1 := launchSpec{kernel: g1, gemm: 1, grid: grid1, block: cuda.Dim3{X: c1.Threads(1)}, smem: c1.SharedBytes(), programmatic: c1.PL != 0, cluster: 2 * c1.MC,
 		args: []any{bufW1, bufX, bufAct, bufWts, bufSorted, bufBlockExpert, bufTotal, int32(s.I), int32(s.H), topk, pad}}
 	if c1.selfAligns() {
 		gemm1.args = append(gemm1.args, bufIDs)
@@ -155,8 +163,13 @@ func gemmGrid(c Config, n int, gemm1 bool, tiles, resident int) cuda.Dim3 {
 	case "skinny":
 		return cuda.Dim3{X: (n + 15) / 16, Y: tiles}
 	case "tc", "wg":
-		// One block per resident slot, at most one per possible tile.
-		return cuda.Dim3{X: max(1, min(tiles*((n+cols-1)/cols), resident))}
+		// One block per resident slot, at most one per possible tile; mc=1
+		// blocks come in clusters of two.
+		x := max(1, min(tiles*((n+cols-1)/cols), resident))
+		if c.MC != 0 {
+			x = (x + 1) / 2 * 2
+		}
+		return cuda.Dim3{X: x}
 	}
 	return cuda.Dim3{X: (n + cols - 1) / cols, Y: tiles}
 }

@@ -1221,6 +1221,29 @@ __device__ __forceinline__ void tma_load_2d(saddr_t dst, const TmaDesc* d, int x
         "l"((unsigned long long)d), "r"(x), "r"(y), "r"(bar)
         : "memory");
 }
+// Clusters (mc=1): the block's rank, the cluster-wide barrier, an arrival
+// on the barrier at the same offset in block rank's shared memory, and a
+// tensor-map copy multicast to the blocks of mask (landing at dst's offset
+// in each, its bytes counted on the barrier at bar's offset in each).
+__device__ __forceinline__ int cluster_rank() {
+    u32 r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return (int)r;
+}
+__device__ __forceinline__ void cluster_sync_all() {
+    asm volatile("barrier.cluster.arrive.aligned;\nbarrier.cluster.wait.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void mbar_arrive_cta(saddr_t bar, int rank) {
+    asm volatile("{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\nmbarrier.arrive.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar),
+                 "r"(rank)
+                 : "memory");
+}
+__device__ __forceinline__ void tma_load_2d_mc(saddr_t dst, const TmaDesc* d, int x, int y, saddr_t bar, unsigned short mask) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
+        "l"((unsigned long long)d), "r"(x), "r"(y), "r"(bar), "h"(mask)
+        : "memory");
+}
 __device__ __forceinline__ void wg_arrive() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N>
@@ -1279,7 +1302,13 @@ __device__ __forceinline__ void wgmma_bn(float (&d)[BN / 2], u64 da, u64 db, int
 // TMA: the weight tile of each stage comes from the tensor map tmw (rows
 // of W, gemm1's gate and up halves as two boxes), issued by producer
 // thread 0, which adds its bytes to the stage's "full" barrier.
-template <int MODE, int NC, int BN, int ST, int GM, int PP, int TMA>
+// MC (with TMA, cooperative): clusters of two blocks walk units of two
+// m-tiles of one n-tile, block r taking m-tile 2u+r. Where both m-tiles
+// are the same expert's, block r loads half r of the weight tile (gemm1:
+// the gate or the up half) and multicasts it into both blocks; otherwise
+// each loads its own. A stage is handed back to both blocks' producers (one
+// arrival per consumer warp on each), since either may write into it.
+template <int MODE, int NC, int BN, int ST, int GM, int PP, int TMA, int MC>
 __device__ __forceinline__ void wg(const bf16_t* __restrict__ W, const bf16_t* __restrict__ src,
                                    bf16_t* __restrict__ dst, const float* __restrict__ wts,
                                    const int* __restrict__ sorted, const int* __restrict__ block_expert,
@@ -1298,6 +1327,10 @@ __device__ __forceinline__ void wg(const bf16_t* __restrict__ W, const bf16_t* _
     static_assert(BN == 64 || BN == 128 || BN == 256, "wgmma N of 64, 128 or 256");
     static_assert(ST >= 3, "at least 3 stages (the producer keeps ST-2 in flight)");
     static_assert(MODE != 1 || (BN / 2) % 16 == 0, "MODE 1: gate and up halves of whole 16-row load passes");
+    static_assert(!MC || (TMA && !PP), "mc=1 needs tma=1 and cooperative consumers");
+    // "empty" arrivals a stage waits for: every consumer thread of the
+    // stage, or (mc=1) lane 0 of every consumer warp of both blocks.
+    constexpr int EMPTY_ARRIVALS = MC ? 2 * 4 * CONSUMERS_PER_STAGE : 128 * CONSUMERS_PER_STAGE;
 
     MOE_DYNAMIC_SMEM(uint4, smem_u4);
     const saddr_t base = align1024(to_saddr(smem_u4));
@@ -1307,25 +1340,32 @@ __device__ __forceinline__ void wg(const bf16_t* __restrict__ W, const bf16_t* _
     if (tid == 0) {
         for (int s = 0; s < ST; ++s) {
             mbar_init(bars + 8 * s, 128);              // full: every producer thread
-            mbar_init(bars + 8 * (ST + s), 128 * CONSUMERS_PER_STAGE);  // empty: every consumer thread of the stage
+            mbar_init(bars + 8 * (ST + s), EMPTY_ARRIVALS);
         }
         for (int k = 0; k < NC; ++k) mbar_init(bars + 8 * (2 * ST + k), 128);
         mbar_init_fence();
     }
     __syncthreads();
+    // mc=1: the peer's barriers are initialized before any arrival on them.
+    if constexpr (MC) cluster_sync_all();
 
     const int total = *total_ptr;
     const int mtiles = total / BM;
     const int ntiles = (N + OUTN - 1) / OUTN;
-    const int tiles = mtiles * ntiles;
     const int KT = (K + BK - 1) / BK;
-    // tc's order: GM m-tiles per group, the group's n-tiles in turn.
-    auto tile_of = [&](int t, int& mt, int& nt) {
-        const int per_group = GM * ntiles;
-        const int grp = t / per_group, first_m = grp * GM;
-        const int gsz = min(mtiles - first_m, GM);
-        const int in = t - grp * per_group;
-        mt = first_m + in % gsz;
+    // Work units: a tile, or (mc=1) a pair of m-tiles for the cluster.
+    const int rank = MC ? cluster_rank() : 0;
+    const int munits = MC ? (mtiles + 1) / 2 : mtiles;
+    const int units = munits * ntiles;
+    const int ustart = MC ? blockIdx.x / 2 : blockIdx.x, ustep = MC ? gridDim.x / 2 : gridDim.x;
+    constexpr int UGM = MC ? (GM + 1) / 2 : GM;
+    // tc's order: UGM m-units per group, the group's n-tiles in turn.
+    auto unit_of = [&](int u, int& mu, int& nt) {
+        const int per_group = UGM * ntiles;
+        const int grp = u / per_group, first_m = grp * UGM;
+        const int gsz = min(munits - first_m, UGM);
+        const int in = u - grp * per_group;
+        mu = first_m + in % gsz;
         nt = in / gsz;
     };
 
@@ -1335,18 +1375,33 @@ __device__ __forceinline__ void wg(const bf16_t* __restrict__ W, const bf16_t* _
         const int lc = tid & 7, lr = tid >> 3;
         const int sw = lr * ROWB + ((lc ^ (lr & 7)) << 4);
         int it = 0;
-        for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-            int mt, nt;
-            tile_of(t, mt, nt);
-            const int row0 = mt * BM, e = block_expert[mt], c0 = nt * OUTN;
-            // Padding rows read token row 0 and weight rows past N read row
-            // N-1: their results are never stored.
-            u32 a_off[BM / 16];
+        for (int u = ustart; u < units; u += ustep) {
+            int mu, nt;
+            unit_of(u, mu, nt);
+            const int mt = MC ? 2 * mu + rank : mu;
+            // mc=1: a block past the last m-tile loads like its peer and
+            // stores nothing.
+            const bool valid = mt < mtiles;
+            const int row0 = mt * BM, e = block_expert[valid ? mt : mt - 1], c0 = nt * OUTN;
+            bool shared = false;
+            if constexpr (MC) {
+#ifdef EMU_BUG_MC_SHARE_ALWAYS
+                shared = 2 * mu + 1 < mtiles;
+#else
+                shared = 2 * mu + 1 < mtiles && block_expert[2 * mu] == block_expert[2 * mu + 1];
+#endif
+            }
+            // Padding rows are zero-filled, not read (a 128-row tile over
+            // 64 slots would otherwise fetch token row 0 64 times a k-step),
+            // and weight rows past N read row N-1: their results are never
+            // stored.
+            u32 a_off[BM / 16], live = 0;
 #pragma unroll
             for (int i = 0; i < BM / 16; ++i) {
-                const int slot = sorted[row0 + lr + 16 * i];
+                const int slot = valid ? sorted[row0 + lr + 16 * i] : pad;
                 const int srow = slot == pad ? 0 : (MODE == 1 ? slot / topk : slot);
                 a_off[i] = (u32)srow * (u32)K;
+                live |= (u32)(slot != pad) << i;
             }
             const bf16_t* We = W + (size_t)e * (size_t)(MODE == 1 ? 2 * N : N) * K;
             for (int kt = 0; kt < KT; ++kt, ++it) {
@@ -1356,36 +1411,47 @@ __device__ __forceinline__ void wg(const bf16_t* __restrict__ W, const bf16_t* _
                 const int k = kt * BK + lc * 8;
                 const int bytes = k < K ? 16 : 0, kc = k < K ? k : 0;
 #pragma unroll
-                for (int i = 0; i < BM / 16; ++i) cp_async16_s(sa + sw + i * 16 * ROWB, src + a_off[i] + kc, bytes);
+                for (int i = 0; i < BM / 16; ++i)
+                    cp_async16_s(sa + sw + i * 16 * ROWB, src + a_off[i] + kc, (live >> i) & 1 ? bytes : 0);
                 if constexpr (TMA) {
                     // Rows past N (and past the last expert: zeros) land
                     // like the clamped ones: their results are never stored.
                     if (tid == 0) {
                         const saddr_t full = bars + 8 * s;
                         mbar_expect_tx(full, BN * ROWB);
-                        if (MODE == 1) {
-                            tma_load_2d(sa + A_BYTES, tmw, kt * BK, e * 2 * N + c0, full);
+                        // Halves: gemm1's gate and up rows; gemm2's (mc=1) two BN/2-row boxes.
+                        const int y0 = MODE == 1 ? e * 2 * N + c0 : e * N + c0;
 #ifdef EMU_BUG_TMA_UP_AT_GATE
-                            tma_load_2d(sa + A_BYTES + (BN / 2) * ROWB, tmw, kt * BK, e * 2 * N + c0, full);
+                        const int y1 = MODE == 1 ? y0 : e * N + c0 + BN / 2;
 #else
-                            tma_load_2d(sa + A_BYTES + (BN / 2) * ROWB, tmw, kt * BK, e * 2 * N + N + c0, full);
+                        const int y1 = MODE == 1 ? e * 2 * N + N + c0 : e * N + c0 + BN / 2;
 #endif
+                        if (MC && shared) {
+#ifdef EMU_BUG_MC_OWN_ONLY
+                            const unsigned short mask = (unsigned short)(1u << rank);
+#else
+                            const unsigned short mask = 3;
+#endif
+                            tma_load_2d_mc(sa + A_BYTES + rank * (BN / 2) * ROWB, tmw, kt * BK, rank ? y1 : y0, full, mask);
+                        } else if (MC || MODE == 1) {
+                            tma_load_2d(sa + A_BYTES, tmw, kt * BK, y0, full);
+                            tma_load_2d(sa + A_BYTES + (BN / 2) * ROWB, tmw, kt * BK, y1, full);
                         } else {
-                            tma_load_2d(sa + A_BYTES, tmw, kt * BK, e * N + c0, full);
+                            tma_load_2d(sa + A_BYTES, tmw, kt * BK, y0, full);
                         }
                     }
                 } else {
 #pragma unroll
-                for (int j = 0; j < BN / 16; ++j) {
-                    int row;
-                    if (MODE == 1) {
-                        const bool up = j * 16 >= BN / 2;  // compile-time per j
-                        row = (up ? N : 0) + min(c0 + lr + 16 * j - (up ? BN / 2 : 0), N - 1);
-                    } else {
-                        row = min(c0 + lr + 16 * j, N - 1);
+                    for (int j = 0; j < BN / 16; ++j) {
+                        int row;
+                        if (MODE == 1) {
+                            const bool up = j * 16 >= BN / 2;  // compile-time per j
+                            row = (up ? N : 0) + min(c0 + lr + 16 * j - (up ? BN / 2 : 0), N - 1);
+                        } else {
+                            row = min(c0 + lr + 16 * j, N - 1);
+                        }
+                        cp_async16_s(sa + A_BYTES + sw + j * 16 * ROWB, We + (u32)row * (u32)K + kc, bytes);
                     }
-                    cp_async16_s(sa + A_BYTES + sw + j * 16 * ROWB, We + (u32)row * (u32)K + kc, bytes);
-                }
                 }
                 cp_async_commit();
                 if (it >= LAG) {
@@ -1398,6 +1464,9 @@ __device__ __forceinline__ void wg(const bf16_t* __restrict__ W, const bf16_t* _
         cp_async_wait<0>();
         fence_proxy_async();
         for (int d = max(0, it - LAG); d < it; ++d) mbar_arrive(bars + 8 * (d % ST));
+        // mc=1: no block leaves while its peer may still arrive on its
+        // barriers or multicast into it.
+        if constexpr (MC) cluster_sync_all();
         return;
     }
 
@@ -1407,15 +1476,32 @@ __device__ __forceinline__ void wg(const bf16_t* __restrict__ W, const bf16_t* _
     const int c = wgi - 1, tw = tid & 127;
     const int w = tw >> 5, lane = tw & 31, g = lane >> 2, q = lane & 3;
     const int first = PP ? c : 0, step = PP ? NC : 1;
-    for (int j = first, t = blockIdx.x + first * gridDim.x; t < tiles; j += step, t += step * gridDim.x) {
+    // release hands stage st back: to this block's producer, or (mc=1) to
+    // both blocks' producers, one arrival per consumer warp on each.
+    auto release = [&](int st) {
+        const saddr_t empty = bars + 8 * (ST + st);
+        if constexpr (MC) {
+            if (lane == 0) {
+                mbar_arrive_cta(empty, 0);
+#ifndef EMU_BUG_MC_NO_PEER_RELEASE
+                mbar_arrive_cta(empty, 1);
+#endif
+            }
+        } else {
+            mbar_arrive(empty);
+        }
+    };
+    for (int j = first, u = ustart + first * ustep; u < units; j += step, u += step * ustep) {
         int it = j * KT;  // the block's stage counter at this tile's first stage
         // PP: a tile's MMAs start once the other consumer has issued all of
         // the previous tile's. Besides taking turns on the tensor cores, this
         // keeps every wait on a "full" barrier at most one phase ahead of it
         // (a parity wait cannot tell its phase from the one two later).
         if (PP && j > 0) mbar_wait(bars + 8 * (2 * ST + c), ((j / NC) - (c == 0 ? 1 : 0)) & 1);
-        int mt, nt;
-        tile_of(t, mt, nt);
+        int mu, nt;
+        unit_of(u, mu, nt);
+        const int mt = MC ? 2 * mu + rank : mu;
+        const bool valid = mt < mtiles;
         const int row0 = mt * BM + (PP ? 0 : 64 * c), c0 = nt * OUTN;
         float acc[ACC];
         for (int kt = 0; kt < KT; ++kt, ++it) {
@@ -1431,13 +1517,14 @@ __device__ __forceinline__ void wg(const bf16_t* __restrict__ W, const bf16_t* _
             wg_hold(acc);
             if (kt > 0) {
                 wg_wait<1>();
-                mbar_arrive(bars + 8 * (ST + (it - 1) % ST));
+                release((it - 1) % ST);
             }
         }
         if (PP) mbar_arrive(bars + 8 * (2 * ST + (c + 1) % NC));
         wg_wait<0>();
         wg_hold(acc);
-        if (KT > 0) mbar_arrive(bars + 8 * (ST + (it - 1) % ST));
+        if (KT > 0) release((it - 1) % ST);
+        if (!valid) continue;
 
         // Accumulator layout: register 4j + 2h + v holds row 16w + g + 8h,
         // column 8j + 2q + v.
@@ -1462,34 +1549,38 @@ __device__ __forceinline__ void wg(const bf16_t* __restrict__ W, const bf16_t* _
             }
         }
     }
+    if constexpr (MC) cluster_sync_all();
 }
 
-#define WG_KERNEL_0(NAME, MODE, NC, BN, ST, GM, PP)                                                       \
+#define WG_KERNEL_0(NAME, MODE, NC, BN, ST, GM, PP, MC)                                                   \
     extern "C" __global__ void __launch_bounds__(128 * (NC + 1), 1)                                     \
     NAME(const bf16_t* __restrict__ W, const bf16_t* __restrict__ src, bf16_t* __restrict__ dst,          \
          const float* __restrict__ wts, const int* __restrict__ sorted, const int* __restrict__ bexp,     \
          const int* __restrict__ total, int N, int K, int topk, int pad) {                                \
         grid_dep_sync();                                                                                  \
-        wg<MODE, NC, BN, ST, GM, PP, 0>(W, src, dst, wts, sorted, bexp, total, N, K, topk, pad, nullptr); \
+        wg<MODE, NC, BN, ST, GM, PP, 0, 0>(W, src, dst, wts, sorted, bexp, total, N, K, topk, pad, nullptr); \
     }                                                                                                    \
     MOE_EMU_GEMM(NAME)
-// tma=1: the weights' tensor map as a last, by-value parameter.
-#define WG_KERNEL_1(NAME, MODE, NC, BN, ST, GM, PP)                                                       \
-    extern "C" __global__ void __launch_bounds__(128 * (NC + 1), 1)                                     \
+// tma=1: the weights' tensor map as a last, by-value parameter; mc=1
+// declares its clusters of two (a plain launch then makes them).
+#define WG_CLUSTER_0
+#define WG_CLUSTER_1 __cluster_dims__(2, 1, 1)
+#define WG_KERNEL_1(NAME, MODE, NC, BN, ST, GM, PP, MC)                                                   \
+    extern "C" __global__ void __launch_bounds__(128 * (NC + 1), 1) WG_CLUSTER_##MC                     \
     NAME(const bf16_t* __restrict__ W, const bf16_t* __restrict__ src, bf16_t* __restrict__ dst,          \
          const float* __restrict__ wts, const int* __restrict__ sorted, const int* __restrict__ bexp,     \
          const int* __restrict__ total, int N, int K, int topk, int pad, const __grid_constant__ TmaDesc tmw) { \
         grid_dep_sync();                                                                                  \
-        wg<MODE, NC, BN, ST, GM, PP, 1>(W, src, dst, wts, sorted, bexp, total, N, K, topk, pad, &tmw);    \
+        wg<MODE, NC, BN, ST, GM, PP, 1, MC>(W, src, dst, wts, sorted, bexp, total, N, K, topk, pad, &tmw); \
     }                                                                                                    \
     MOE_EMU_GEMM_TMA(NAME)
 #define WG_KERNEL_SEL(tma) WG_KERNEL_##tma
 
-// wg configurations come from the host as -DMOE_WG_LIST="WG(name,nc,bn,st,gm,pp,tma) ...":
+// wg configurations come from the host as -DMOE_WG_LIST="WG(name,nc,bn,st,gm,pp,tma,mc) ...":
 // kernels moe_gemm1_wg_<name> and moe_gemm2_wg_<name>.
-#define WG(name, NC, BN, ST, GM, PP, TMA)                                  \
-    WG_KERNEL_SEL(TMA)(moe_gemm1_wg_##name, 1, NC, BN, ST, GM, PP)         \
-    WG_KERNEL_SEL(TMA)(moe_gemm2_wg_##name, 2, NC, BN, ST, GM, PP)
+#define WG(name, NC, BN, ST, GM, PP, TMA, MC)                                  \
+    WG_KERNEL_SEL(TMA)(moe_gemm1_wg_##name, 1, NC, BN, ST, GM, PP, MC)         \
+    WG_KERNEL_SEL(TMA)(moe_gemm2_wg_##name, 2, NC, BN, ST, GM, PP, MC)
 MOE_WG_LIST
 #endif  // MOE_WG_LIST
 

@@ -43,35 +43,5 @@ for s in $shapes; do
 done
 
 # The compact ratio table, from the results documents.
-"$PYTHON" - "$OUT"/docs/moe-*.json <<'PY' | tee "$OUT/ratios.txt" | tee -a "$log"
-import json, sys
-def med(m):
-    s = sorted(m.get("samples") or [])
-    return s[len(s) // 2] if s else None
-print(f"{'shape':18s} {'M':>5s} {'mstar us':>10s} {'triton-ref us':>14s} {'ratio':>6s} {'cublas-bmm us':>14s}")
-cells = wins = 0
-for path in sys.argv[1:]:
-    doc = json.load(open(path))
-    shape = path.rsplit("moe-", 1)[1][:-5]
-    t = {}
-    for r in doc["results"]:
-        if r["name"] != "moe":
-            continue
-        lat = next((m for m in r["metrics"] if m["name"] == "latency"), {})
-        ok = all(g["pass"] for g in r.get("gates", []))
-        t[(int(r["params"]["batch"]), r["params"]["impl"])] = (med(lat), ok, lat.get("unmeasured", ""))
-    for m in sorted({b for b, _ in t}):
-        ms, ok, _ = t.get((m, "mstar"), (None, False, ""))
-        tr, tok, why = t.get((m, "triton-ref"), (None, False, "no row"))
-        bm = t.get((m, "cublas-bmm"), (None, False, ""))[0]
-        f = lambda v: f"{v:.1f}" if v is not None else "-"
-        ratio = f"{tr / ms:.2f}" if ms and tr and ok and tok else "-"
-        if ratio != "-":
-            cells += 1
-            wins += tr / ms >= 1.0
-        note = "" if tr is not None else f"  (triton-ref unmeasured: {why[:60]})"
-        note += "" if ok else "  (mstar FAILED its gate)"
-        print(f"{shape:18s} {m:5d} {f(ms):>10s} {f(tr):>14s} {ratio:>6s} {f(bm):>14s}{note}")
-print(f"mstar at or ahead of triton-ref in {wins} of {cells} measured cells (ratio = triton-ref us / mstar us)")
-PY
+"$PYTHON" "$(dirname "$0")/../moe-ratios.py" "$OUT"/docs/moe-*.json | tee "$OUT/ratios.txt" | tee -a "$log"
 tar -C "$OUT" -czf "$OUT/moe-h200.tgz" docs ratios.txt

@@ -18,7 +18,11 @@
 //   - shared memory: the dynamic buffer is poisoned with 0xff (bf16 NaN)
 //     before each block, every ldmatrix and cp.async address is checked
 //     against it, and every cp.async source against the launch's buffers.
-// Blocks run one after another; static __shared__ arrays are plain statics.
+//   - clusters (the wg kernels' mc=1): a cluster's blocks run together,
+//     each with its own shared memory; mapa, remote mbarrier arrivals,
+//     multicast tensor-map copies and the cluster barrier between them.
+// Clusters (or blocks) run one after another; static __shared__ arrays are
+// plain statics.
 #pragma once
 
 #include <setjmp.h>
@@ -74,13 +78,13 @@ struct Copy {
     int bytes;
 };
 
-enum State { Ready, WaitWarp, WaitBlock, WaitGroup, WaitMbar, Done };
+enum State { Ready, WaitWarp, WaitBlock, WaitGroup, WaitMbar, WaitCluster, Done };
 
 struct Fiber {
     jmp_buf jb;
     bool started = false;
     Dim3 tid;
-    int flat = 0, lane = 0, warp = 0;
+    int flat = 0, lane = 0, warp = 0, cta = 0;  // cta: the block's rank in its cluster
     State state = Ready;
     std::vector<Copy> open;                 // issued, not yet committed
     std::vector<std::vector<Copy>> groups;  // committed, not yet landed
@@ -136,6 +140,14 @@ struct Bits {
     }
 };
 
+// Cta: one block of the running cluster (a lone block is a cluster of one).
+struct Cta {
+    char* smem = nullptr;
+    Dim3 idx;
+    int alive = 0, arrived = 0;  // live threads; threads at __syncthreads
+};
+inline std::vector<Cta> ctas;
+inline int cluster_arrived = 0;
 inline Dim3 block_idx, grid_dim, block_dim;
 inline std::vector<Fiber> fibers;
 inline std::vector<Warp> warps;
@@ -144,10 +156,14 @@ inline Fiber* cur = nullptr;
 inline jmp_buf sched_jb;
 inline ucontext_t sched_uc, start_uc;
 inline Bits ready;
-inline int alive = 0, block_arrived = 0;
+inline int alive = 0;
 inline char* dyn_smem = nullptr;
 inline size_t dyn_bytes = 0;
 inline std::vector<Buffer> buffers;
+// cp_read[i]: bytes cp.async copies read from buffers[i] (the launch
+// script's "stats" command reports them: what a kernel fetches, not only
+// what it computes).
+inline std::vector<unsigned long long> cp_read;
 inline bool cp_late = false;
 inline int sched = 0;  // 0 lowest, 1 highest, 2 random
 inline std::mt19937 rng(1);
@@ -164,6 +180,7 @@ inline void trampoline() {
     body();
     cur->state = Done;
     --alive;
+    --ctas[cur->cta].alive;
     --warps[cur->warp].alive;
     ready.clear(cur->flat);
     _longjmp(sched_jb, 1);
@@ -179,10 +196,19 @@ inline void land(std::vector<Copy>& g) {
     g.clear();
 }
 
-inline void release_block() {
-    block_arrived = 0;
+inline void release_block(int cta) {
+    ctas[cta].arrived = 0;
     for (Fiber& f : fibers)
-        if (f.state == WaitBlock) {
+        if (f.state == WaitBlock && f.cta == cta) {
+            f.state = Ready;
+            ready.set(f.flat);
+        }
+}
+
+inline void release_cluster() {
+    cluster_arrived = 0;
+    for (Fiber& f : fibers)
+        if (f.state == WaitCluster) {
             f.state = Ready;
             ready.set(f.flat);
         }
@@ -191,32 +217,49 @@ inline void release_block() {
 inline void reset_wg_state(int n);
 inline void check_wg_state();
 
-// run_block runs one block of n threads to completion.
-inline void run_block(int n) {
-    fibers.assign(n, Fiber{});
-    warps.assign((n + 31) / 32, Warp{});
-    while ((int)stacks.size() < n) stacks.push_back((char*)std::malloc(kStack));
-    alive = n;
-    block_arrived = 0;
-    ready.reset(n);
-    for (int i = 0; i < n; ++i) {
+// run_cluster runs the blocks idx[0..] (a cluster; one block alone is a
+// cluster of one) of n threads each together to completion, block r in
+// shared memory smem[r] (dyn_bytes each). Threads are numbered across the
+// cluster (block r's from r·n), so warps and warpgroups never straddle two
+// blocks when n is a multiple of 128, or of 32 for a lone block.
+inline void run_cluster(int n, const std::vector<Dim3>& idx, const std::vector<char*>& smem) {
+    const int nc = (int)idx.size(), total = n * nc;
+    if (nc > 1 && n % 128 != 0) fail("cluster blocks of %s threads: want a multiple of 128", std::to_string(n).c_str());
+    ctas.assign(nc, Cta{});
+    for (int r = 0; r < nc; ++r) {
+        ctas[r].smem = smem[r];
+        ctas[r].idx = idx[r];
+        ctas[r].alive = n;
+        std::memset(smem[r], 0xff, dyn_bytes);
+    }
+    cluster_arrived = 0;
+    fibers.assign(total, Fiber{});
+    warps.assign((total + 31) / 32, Warp{});
+    while ((int)stacks.size() < total) stacks.push_back((char*)std::malloc(kStack));
+    alive = total;
+    ready.reset(total);
+    for (int i = 0; i < total; ++i) {
         Fiber& f = fibers[i];
+        const int t = i % n;
         f.flat = i;
-        f.tid.x = i % block_dim.x;
-        f.tid.y = (i / block_dim.x) % block_dim.y;
-        f.tid.z = i / (block_dim.x * block_dim.y);
+        f.cta = i / n;
+        f.tid.x = t % block_dim.x;
+        f.tid.y = (t / block_dim.x) % block_dim.y;
+        f.tid.z = t / (block_dim.x * block_dim.y);
         f.lane = i & 31;
         f.warp = i >> 5;
         ++warps[f.warp].alive;
         ready.set(i);
     }
-    std::memset(dyn_smem, 0xff, dyn_bytes);
-    reset_wg_state(n);
+    reset_wg_state(total);
     while (alive > 0) {
         const int c = ready.count();
         if (c == 0) fail("deadlock: every live thread waits at a barrier that cannot release%s");
         const int pick = sched == 0 ? ready.first() : sched == 1 ? ready.last() : ready.nth((int)(rng() % (unsigned)c));
         cur = &fibers[pick];
+        // The running thread's block: its shared memory and blockIdx.
+        dyn_smem = ctas[cur->cta].smem;
+        block_idx = ctas[cur->cta].idx;
         if (!_setjmp(sched_jb)) {
             if (!cur->started) {
                 cur->started = true;
@@ -230,9 +273,11 @@ inline void run_block(int n) {
                 _longjmp(cur->jb, 1);
             }
         }
-        // A block barrier also releases when the threads that have not
-        // exited are all there.
-        if (block_arrived > 0 && block_arrived == alive) release_block();
+        // A block (cluster) barrier also releases when the threads that
+        // have not exited are all there.
+        for (int r = 0; r < nc; ++r)
+            if (ctas[r].arrived > 0 && ctas[r].arrived == ctas[r].alive) release_block(r);
+        if (cluster_arrived > 0 && cluster_arrived == alive) release_cluster();
     }
     check_wg_state();
     for (Fiber& f : fibers) {
@@ -244,13 +289,33 @@ inline void run_block(int n) {
 }
 
 inline void syncthreads() {
-    if (++block_arrived == alive) {
-        release_block();
+    Cta& c = ctas[cur->cta];
+    if (++c.arrived == c.alive) {
+        release_block(cur->cta);
         return;
     }
     cur->state = WaitBlock;
     ready.clear(cur->flat);
     yield();
+}
+
+// cluster_sync: barrier.cluster.arrive + wait, every thread of the cluster.
+inline void cluster_sync() {
+    if (++cluster_arrived == alive) {
+        release_cluster();
+        return;
+    }
+    cur->state = WaitCluster;
+    ready.clear(cur->flat);
+    yield();
+}
+
+// owner is the rank of the block whose shared memory holds [p, p+n), or -1.
+inline int owner(const void* p, size_t n) {
+    const char* c = (const char*)p;
+    for (size_t r = 0; r < ctas.size(); ++r)
+        if (c >= ctas[r].smem && c + n <= ctas[r].smem + dyn_bytes) return (int)r;
+    return -1;
 }
 
 // warp_sync waits for the warp's 32 lanes; it returns the mailbox parity
@@ -284,11 +349,12 @@ inline bool in_smem(const void* p, size_t n) {
     return c >= dyn_smem && c + n <= dyn_smem + dyn_bytes;
 }
 
-inline bool in_buffers(const void* p, size_t n) {
+// buffer_of is the index of the buffer holding [p, p+n), or -1.
+inline int buffer_of(const void* p, size_t n) {
     const char* c = (const char*)p;
-    for (const Buffer& b : buffers)
-        if (c >= b.p && c + n <= b.p + b.n) return true;
-    return false;
+    for (size_t i = 0; i < buffers.size(); ++i)
+        if (c >= buffers[i].p && c + n <= buffers[i].p + buffers[i].n) return (int)i;
+    return -1;
 }
 
 inline float bf(u32 h) {
@@ -397,7 +463,11 @@ inline void ldsm_x4(u32& r0, u32& r1, u32& r2, u32& r3, const void* p) { ldsm_x4
 inline void cp_async16_s(saddr_t dst, const void* src, int bytes) {
     if (((uintptr_t)dst & 15) != 0 || !emu::in_smem(dst, 16)) emu::fail("cp.async destination outside shared memory or not 16-byte aligned%s");
     if (bytes != 0 && bytes != 16) emu::fail("cp.async src-size must be 0 or 16 here%s");
-    if (bytes && (((uintptr_t)src & 15) != 0 || !emu::in_buffers(src, 16))) emu::fail("cp.async source outside every buffer or not 16-byte aligned%s");
+    if (bytes) {
+        const int b = emu::buffer_of(src, 16);
+        if (((uintptr_t)src & 15) != 0 || b < 0) emu::fail("cp.async source outside every buffer or not 16-byte aligned%s");
+        emu::cp_read[b] += bytes;
+    }
     emu::Copy c{dst, src, bytes};
     if (!emu::cp_late) {
         std::vector<emu::Copy> one{c};
@@ -524,8 +594,11 @@ inline void check_wg_state_impl() {
         if (!g.open.empty() || !g.groups.empty()) fail("block ended with wgmma operations not waited for%s");
 }
 
+// mbar_at: the barrier at a, in any block of the cluster (remote arrivals
+// and multicast copies reach the others').
 inline Mbar& mbar_at(char* a) {
-    if (((uintptr_t)(a - dyn_smem) & 7) != 0 || !in_smem(a, 8)) fail("mbarrier outside shared memory or not 8-byte aligned%s");
+    const int r = owner(a, 8);
+    if (r < 0 || ((uintptr_t)(a - ctas[r].smem) & 7) != 0) fail("mbarrier outside shared memory or not 8-byte aligned%s");
     auto it = mbars.find(a);
     if (it == mbars.end()) fail("mbarrier used before mbarrier.init%s");
     return it->second;
@@ -631,7 +704,8 @@ struct TmaCopy {
 inline bool tma_late = false;
 inline void tma_land(const TmaCopy& c) {
     const TmaDesc& d = c.d;
-    const size_t off0 = (size_t)(c.dst - dyn_smem);
+    char* const base = ctas[owner(c.dst, 1)].smem;  // the destination block's (a multicast lands in several)
+    const size_t off0 = (size_t)(c.dst - base);
     for (int r = 0; r < d.box_rows; ++r)
         for (int k = 0; k < d.box_inner; ++k) {
             const long long gy = (long long)c.y + r, gx = (long long)c.x + k;
@@ -639,7 +713,7 @@ inline void tma_land(const TmaCopy& c) {
             if (gy >= 0 && gy < d.rows && gx >= 0 && gx < d.inner) std::memcpy(&v, d.base + 2 * (gy * d.inner + gx), 2);
             size_t off = off0 + (size_t)r * 128 + (size_t)k * 2;
             off ^= ((off >> 7) & 7) << 4;  // the 128-byte swizzle, from the address as the hardware does
-            std::memcpy(dyn_smem + off, &v, 2);
+            std::memcpy(base + off, &v, 2);
         }
 }
 // mbar_complete ends the phase once every arrival is in and every expected
@@ -675,10 +749,11 @@ inline void mbar_expect_tx(saddr_t bar, u32 bytes) {
 }
 inline void tma_load_2d(saddr_t dst, const TmaDesc* d, int x, int y, saddr_t bar) {
     emu::Mbar& m = emu::mbar_at(bar);
-    if (((size_t)(dst - emu::dyn_smem) & 1023) != 0) emu::fail("TMA destination not 1024-byte aligned (128-byte swizzle)%s");
+    const int r = emu::owner(dst, (size_t)d->box_rows * 128);
+    if (r < 0) emu::fail("TMA destination box outside shared memory%s");
+    if (((size_t)(dst - emu::ctas[r].smem) & 1023) != 0) emu::fail("TMA destination not 1024-byte aligned (128-byte swizzle)%s");
     if (d->box_inner * 2 != 128) emu::fail("TMA box: only rows of 128 bytes (the 128-byte swizzle's span) are modelled%s");
     if (d->box_rows < 1 || d->box_rows > 256) emu::fail("TMA box rows out of 1..256%s");
-    if (!emu::in_smem(dst, (size_t)d->box_rows * 128)) emu::fail("TMA destination box outside shared memory%s");
     if ((x % 8) != 0) emu::fail("TMA x not 16-byte aligned%s");
     emu::TmaCopy c{dst, *d, x, y};
     if (emu::tma_late) {
@@ -690,6 +765,27 @@ inline void tma_load_2d(saddr_t dst, const TmaDesc* d, int x, int y, saddr_t bar
     m.tx -= 2LL * d->box_inner * d->box_rows;
     emu::mbar_complete(m);
 }
+// Clusters. A block's shared::cluster address of a peer's variable is the
+// same offset in the peer's shared memory (mapa).
+inline int cluster_rank() { return emu::cur->cta; }
+inline int cluster_size() { return (int)emu::ctas.size(); }
+inline saddr_t mapa(saddr_t a, int rank) {
+    if (!emu::in_smem(a, 1)) emu::fail("mapa of an address outside this block's shared memory%s");
+    if (rank < 0 || rank >= (int)emu::ctas.size()) emu::fail("mapa: no such block in the cluster%s");
+    return emu::ctas[rank].smem + (a - emu::dyn_smem);
+}
+inline void mbar_arrive(saddr_t bar);
+// mbar_arrive_cta arrives on the barrier at bar's offset in block rank.
+inline void mbar_arrive_cta(saddr_t bar, int rank) { mbar_arrive(mapa(bar, rank)); }
+// tma_load_2d_mc: the box lands at dst's offset in every block of mask,
+// its bytes counted on the barrier at bar's offset in each.
+inline void tma_load_2d_mc(saddr_t dst, const TmaDesc* d, int x, int y, saddr_t bar, unsigned short mask) {
+    if (mask == 0 || (mask >> emu::ctas.size()) != 0) emu::fail("multicast mask names no block or one outside the cluster%s");
+    for (int r = 0; r < (int)emu::ctas.size(); ++r)
+        if (mask & (1u << r)) tma_load_2d(mapa(dst, r), d, x, y, mapa(bar, r));
+}
+inline void cluster_sync_all() { emu::cluster_sync(); }
+#define __cluster_dims__(...)
 inline void mbar_init(saddr_t bar, int count) {
     if (((uintptr_t)(bar - emu::dyn_smem) & 7) != 0 || !emu::in_smem(bar, 8)) emu::fail("mbarrier.init outside shared memory%s");
     emu::Mbar m;

@@ -3,9 +3,11 @@
 // runs each launch block by block, and saves the buffers asked for.
 //
 //   buf ID BYTES [FILE]     allocate (from FILE, else filled with 0xff)
-//   launch NAME GX GY GZ BX BY BZ SMEM ARG...   ARG: bID (buffer), iN (int) or
+//   launch NAME GX GY GZ BX BY BZ SMEM [cN] ARG...   cN: clusters of N blocks
+//          along x; ARG: bID (buffer), iN (int) or
 //          tID:INNER:ROWS:BOXINNER:BOXROWS (a 2-D bf16 tensor map of buffer ID)
 //   save ID FILE
+//   stats FILE              per buffer "ID BYTES": what cp.async copies read from it
 //
 // EMU_SCHED=lowest|highest|random:SEED, EMU_CP=early|late and
 // EMU_WG=early|late and EMU_TMA=early|late choose the fiber order, when
@@ -77,6 +79,7 @@ int main(int argc, char** argv) {
         return 2;
     }
     std::map<int, emu::Buffer> bufs;
+    std::map<int, size_t> index;  // a buffer's place in emu::buffers
     std::string line;
     int lineno = 0;
     while (std::getline(in, line)) {
@@ -99,7 +102,9 @@ int main(int argc, char** argv) {
                 }
             }
             bufs[id] = emu::Buffer{p, n};
+            index[id] = emu::buffers.size();
             emu::buffers.push_back(bufs[id]);
+            emu::cp_read.push_back(0);
         } else if (cmd == "launch") {
             std::string name;
             emu::Dim3 grid, block;
@@ -115,8 +120,15 @@ int main(int argc, char** argv) {
             std::deque<TmaDesc> tmaps;  // stable addresses for the arguments
             std::vector<std::pair<char, int>> order;
             std::string a;
+            int csize = 1;
             while (ls >> a) {
-                if (a[0] == 'b') {
+                if (a[0] == 'c') {
+                    csize = std::atoi(a.c_str() + 1);
+                    if (csize < 1 || csize > 8 || grid.x % (unsigned)csize != 0) {
+                        std::fprintf(stderr, "emu: line %d: cluster of %d blocks for a grid of %u\n", lineno, csize, grid.x);
+                        return 2;
+                    }
+                } else if (a[0] == 'b') {
                     int id = std::atoi(a.c_str() + 1);
                     if (!bufs.count(id)) {
                         std::fprintf(stderr, "emu: line %d: no buffer %d\n", lineno, id);
@@ -147,7 +159,8 @@ int main(int argc, char** argv) {
             for (auto& o : order)
                 args.push_back(o.first == 'b' ? (void*)&ptrs[o.second] : o.first == 't' ? (void*)&tmaps[o.second] : (void*)&ints[o.second]);
             emu::dyn_bytes = std::max<size_t>(smem, 16);
-            emu::dyn_smem = guarded(emu::dyn_bytes);
+            std::vector<char*> smems;
+            for (int r = 0; r < csize; ++r) smems.push_back(guarded(emu::dyn_bytes));
             emu::grid_dim = grid;
             emu::block_dim = block;
             emu::Invoker f = it->second;
@@ -155,9 +168,10 @@ int main(int argc, char** argv) {
             const int threads = (int)(block.x * block.y * block.z);
             for (unsigned z = 0; z < grid.z; ++z)
                 for (unsigned y = 0; y < grid.y; ++y)
-                    for (unsigned x = 0; x < grid.x; ++x) {
-                        emu::block_idx = emu::Dim3{x, y, z};
-                        emu::run_block(threads);
+                    for (unsigned x = 0; x < grid.x; x += (unsigned)csize) {
+                        std::vector<emu::Dim3> idx;
+                        for (int r = 0; r < csize; ++r) idx.push_back(emu::Dim3{x + (unsigned)r, y, z});
+                        emu::run_cluster(threads, idx, smems);
                     }
         } else if (cmd == "poison") {
             // poison ID: NaN bytes over a buffer again (a second pass must
@@ -175,6 +189,15 @@ int main(int argc, char** argv) {
             ls >> id >> file;
             std::ofstream f(file, std::ios::binary);
             f.write(bufs[id].p, (std::streamsize)bufs[id].n);
+            if (!f) {
+                std::fprintf(stderr, "emu: line %d: writing %s failed\n", lineno, file.c_str());
+                return 2;
+            }
+        } else if (cmd == "stats") {
+            std::string file;
+            ls >> file;
+            std::ofstream f(file);
+            for (const auto& [id, i] : index) f << id << " " << emu::cp_read[i] << "\n";
             if (!f) {
                 std::fprintf(stderr, "emu: line %d: writing %s failed\n", lineno, file.c_str());
                 return 2;

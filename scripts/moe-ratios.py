@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""moe-ratios.py: the ratio table of `mstar bench moe --peers` results documents.
+
+    scripts/moe-ratios.py DOC.json[.gz] ...
+
+One row per (shape, batch): mstar's and triton-ref's median latency, their
+ratio (triton-ref us / mstar us, so above 1 is mstar ahead) and cublas-bmm's
+time; then how many cells are at or ahead, the range and the geometric mean.
+A ratio is printed only where both sides passed their correctness gates.
+"""
+import gzip
+import json
+import math
+import sys
+
+
+def load(path):
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt") as f:
+        return json.load(f)
+
+
+def median(metric):
+    s = sorted(metric.get("samples") or [])
+    return s[len(s) // 2] if s else None
+
+
+def shape_of(params):
+    name = params.get("model", "?")
+    if params.get("tp", "1") != "1":
+        name += "-tp" + params["tp"]
+    if params.get("ep", "1") != "1":
+        name += "-ep" + params["ep"]
+    return name
+
+
+def main(paths):
+    if not paths:
+        print(__doc__.strip(), file=sys.stderr)
+        return 2
+    cells = {}  # (shape, batch) -> impl -> (median us, gates passed, why unmeasured)
+    order = []
+    for path in paths:
+        try:
+            doc = load(path)
+        except (OSError, ValueError) as e:
+            print(f"moe-ratios.py: {path}: {e}", file=sys.stderr)
+            return 2
+        for r in doc.get("results", []):
+            if r.get("name") != "moe":
+                continue
+            p = r["params"]
+            key = (shape_of(p), int(p["batch"]))
+            if key not in cells:
+                cells[key] = {}
+                order.append(key)
+            lat = next((m for m in r["metrics"] if m["name"] == "latency"), {})
+            ok = all(g.get("pass") for g in r.get("gates", []))
+            cells[key][p["impl"]] = (median(lat), ok, lat.get("unmeasured", ""))
+    print(f"{'shape':18s} {'M':>5s} {'mstar us':>10s} {'triton-ref us':>14s} {'ratio':>6s} {'cublas-bmm us':>14s}")
+    ratios = []
+    for key in order:
+        impls = cells[key]
+        ms, ok, _ = impls.get("mstar", (None, False, ""))
+        tr, tok, why = impls.get("triton-ref", (None, False, "no row"))
+        bm = impls.get("cublas-bmm", (None, False, ""))[0]
+        fmt = lambda v: f"{v:.1f}" if v is not None else "-"
+        ratio = "-"
+        if ms and tr and ok and tok:
+            ratios.append(tr / ms)
+            ratio = f"{tr / ms:.2f}"
+        note = "" if tr is not None else f"  (triton-ref unmeasured: {why[:60]})"
+        note += "" if ok else "  (mstar FAILED its gate)"
+        print(f"{key[0]:18s} {key[1]:5d} {fmt(ms):>10s} {fmt(tr):>14s} {ratio:>6s} {fmt(bm):>14s}{note}")
+    if ratios:
+        # Counted on the rounded ratio, as printed.
+        at = sum(round(x, 2) >= 1.0 for x in ratios)
+        ahead = sum(round(x, 2) > 1.0 for x in ratios)
+        geo = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
+        print(f"{len(ratios)} cells: {at} at or ahead of triton-ref ({ahead} strictly), "
+              f"ratio {min(ratios):.2f}-{max(ratios):.2f}, geometric mean {geo:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
