@@ -22,7 +22,8 @@
 #              partial cell's 69–77% (reports/measured/h200/spill-gap/)?
 #   moe-table  bench moe --peers --rounds 1 of the four shapes × 13 batches with
 #              the shipped tuned files, triton-ref in the same call (#11's table;
-#              ~7 min: give it a call of its own; needs .dev/peers/triton_moe_ref.py;
+#              ~5.5 min: give it a call of its own; needs .dev/peers/triton_moe_ref.py;
+#              ends with ratios.txt, scripts/moe-ratios.py of the documents;
 #              ROUNDS=2 or 3 pools fresh sweeps, whose medians differ by up to
 #              ~6% at 16–64 tokens where one sweep's samples agree to ±0.3%)
 # Build here: make gpu-bins (strip with -ldflags='-s -w' to carry under 64 MiB).
@@ -120,6 +121,10 @@ moe-table)
 		[ $rc -eq 0 ] && mv "$dir/peers-$n.json.part" "$dir/peers-$n.json"
 		echo "bench moe --peers $mdl: exit $rc" | tee -a "$dir/summary.txt"
 	done
+	# The ratio table of the shapes done so far (the README's cells).
+	docs=("$dir"/peers-*.json)
+	[ -e "${docs[0]}" ] && python3 "$(dirname "$0")/moe-ratios.py" "${docs[@]}" >"$dir/ratios.txt" 2>&1 &&
+		tail -1 "$dir/ratios.txt" | tee -a "$dir/summary.txt"
 	;;
 *)
 	echo "$0: unknown step $step" >&2

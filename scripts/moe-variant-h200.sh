@@ -14,7 +14,7 @@
 #          finished shapes are skipped on resume; ROUNDS=1 halves the
 #          tuned-versus-static comparison, ~100 s of it)
 #   table  accept-h200.sh moe-table with the variant and its tuned files
-#          (the 52-cell table, triton-ref in the same call; ~6.5 min;
+#          (the 52-cell table, triton-ref in the same call, and its ratios.txt; ~5.5 min;
 #          shapes already done skipped)
 #   ab     scripts/ab-builds.sh: main's build with its shipped files (A)
 #          against the variant with its tuned files (B), runs alternated,
