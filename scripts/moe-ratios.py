@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
 """moe-ratios.py: the ratio table of `mstar bench moe --peers` results documents.
 
-    scripts/moe-ratios.py DOC.json[.gz] ...
+    scripts/moe-ratios.py [--markdown] DOC.json[.gz] ...
 
 One row per (shape, batch): mstar's and triton-ref's median latency, their
 ratio (triton-ref us / mstar us, so above 1 is mstar ahead) and cublas-bmm's
 time; then how many cells are at or ahead, the range and the geometric mean.
 A ratio is printed only where both sides passed their correctness gates.
+--markdown prints instead one table per shape as the README quotes it:
+mstar's us with its % of floor, triton-ref's us, and the ratio, bold at 1.00
+or more.
 """
 import gzip
 import json
@@ -34,7 +37,9 @@ def shape_of(params):
     return name
 
 
-def main(paths):
+def main(args):
+    markdown = "--markdown" in args
+    paths = [a for a in args if a != "--markdown"]
     if not paths:
         print(__doc__.strip(), file=sys.stderr)
         return 2
@@ -55,15 +60,18 @@ def main(paths):
                 cells[key] = {}
                 order.append(key)
             lat = next((m for m in r["metrics"] if m["name"] == "latency"), {})
+            floor = next((m for m in r["metrics"] if m["name"] == "pct_floor"), {})
             ok = all(g.get("pass") for g in r.get("gates", []))
-            cells[key][p["impl"]] = (median(lat), ok, lat.get("unmeasured", ""))
+            cells[key][p["impl"]] = (median(lat), ok, lat.get("unmeasured", ""), median(floor))
+    if markdown:
+        return print_markdown(order, cells)
     print(f"{'shape':18s} {'M':>5s} {'mstar us':>10s} {'triton-ref us':>14s} {'ratio':>6s} {'cublas-bmm us':>14s}")
     ratios = []
     for key in order:
         impls = cells[key]
-        ms, ok, _ = impls.get("mstar", (None, False, ""))
-        tr, tok, why = impls.get("triton-ref", (None, False, "no row"))
-        bm = impls.get("cublas-bmm", (None, False, ""))[0]
+        ms, ok, _, _ = impls.get("mstar", (None, False, "", None))
+        tr, tok, why, _ = impls.get("triton-ref", (None, False, "no row", None))
+        bm = impls.get("cublas-bmm", (None, False, "", None))[0]
         fmt = lambda v: f"{v:.1f}" if v is not None else "-"
         ratio = "-"
         if ms and tr and ok and tok:
@@ -79,6 +87,34 @@ def main(paths):
         geo = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
         print(f"{len(ratios)} cells: {at} at or ahead of triton-ref ({ahead} strictly), "
               f"ratio {min(ratios):.2f}-{max(ratios):.2f}, geometric mean {geo:.3f}")
+    return 0
+
+
+def print_markdown(order, cells):
+    shapes = []
+    for shape, _ in order:
+        if shape not in shapes:
+            shapes.append(shape)
+    for shape in shapes:
+        batches = [b for s, b in order if s == shape]
+        row = lambda name, vals: print(f"| {name} | " + " | ".join(vals) + " |")
+        row(f"{shape}, M =", [str(b) for b in batches])
+        print("|---|" + "---|" * len(batches))
+        ms, tr, ratio = [], [], []
+        for b in batches:
+            m = cells[(shape, b)].get("mstar", (None, False, "", None))
+            t = cells[(shape, b)].get("triton-ref", (None, False, "", None))
+            ms.append("-" if m[0] is None else f"{m[0]:.0f}" + ("" if m[3] is None else f" ({m[3]:.0f}%)"))
+            tr.append("-" if t[0] is None else f"{t[0]:.0f}")
+            if m[0] and t[0] and m[1] and t[1]:
+                x = round(t[0] / m[0], 2)
+                ratio.append(f"**{x:.2f}**" if x >= 1.0 else f"{x:.2f}")
+            else:
+                ratio.append("-")
+        row("mstar µs (% floor)", ms)
+        row("triton-ref µs", tr)
+        row("triton-ref / mstar", ratio)
+        print()
     return 0
 
 
