@@ -62,26 +62,9 @@ for c in $CASES; do
 		timeout 300 "$NCU" --clock-control none -k regex:moe_gemm --launch-count 2 "${SECTIONS[@]}" \
 			-f -o "$d/$c" "$MSTAR" bench moe "${args[@]}" --rounds 1 --device cuda:0 >"$d/$c.log" 2>&1
 	else
-		# torch.bmm of qwen3-30b-a3b at M=4096: 128 experts × 256 slots each,
-		# gemm1 [256×2048]·[2048×1536], gemm2 [256×768]·[768×2048], bf16;
-		# profiled between cudaProfilerStart and Stop, after a warm-up.
-		cat >"$d/bmm.py" <<'EOF'
-import torch
-E, S, H, I = 128, 256, 2048, 768
-x = torch.randn(E, S, H, device="cuda", dtype=torch.bfloat16)
-w1 = torch.randn(E, H, 2 * I, device="cuda", dtype=torch.bfloat16) * 0.02
-a = torch.randn(E, S, I, device="cuda", dtype=torch.bfloat16)
-w2 = torch.randn(E, I, H, device="cuda", dtype=torch.bfloat16) * 0.02
-for _ in range(3):
-    torch.bmm(x, w1); torch.bmm(a, w2)
-torch.cuda.synchronize()
-torch.cuda.profiler.start()
-torch.bmm(x, w1); torch.bmm(a, w2)
-torch.cuda.synchronize()
-torch.cuda.profiler.stop()
-EOF
+		# The same flops as cuBLAS batched GEMMs over balanced slots (ncu-bmm.py).
 		timeout 300 "$NCU" --clock-control none --profile-from-start off "${SECTIONS[@]}" -f -o "$d/$c" \
-			python3 "$d/bmm.py" >"$d/$c.log" 2>&1
+			python3 "$HERE/ncu-bmm.py" >"$d/$c.log" 2>&1
 	fi
 	rc=$?
 	echo "ncu $c: exit $rc" | tee -a "$d/summary.txt"

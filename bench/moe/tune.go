@@ -517,6 +517,9 @@ func RunMoETune(ctx context.Context, dev gpu.Device, opt MoETuneOptions) (*MoETu
 	if !onGPU {
 		f.Note = "cpu: one implementation (moe.ForwardCPU); bench moe does not read this file"
 	}
+	// The file is written with this build's version; the batches it keeps
+	// from an earlier one name their own (TunedBatch.Kernels).
+	f.KernelVersion = moe.KernelVersion
 	rep.File = f
 
 	var todo []int
@@ -642,7 +645,6 @@ func RunMoETune(ctx context.Context, dev gpu.Device, opt MoETuneOptions) (*MoETu
 			}
 		}
 		f.Set(m, b)
-		f.KernelVersion = moe.KernelVersion // every batch kept names its own
 		if rep.Path, err = moe.WriteTunedFile(opt.Dir, f); err != nil {
 			return rep, err
 		}
