@@ -33,7 +33,9 @@ type Config struct {
 	// per multiprocessor the compiler must allow (registers ≤ 64K/threads/MinBlocks).
 	GM, MinBlocks int
 	// OV (tc): 1 issues the next tile's first loads before this tile's
-	// epilogue, which then stores from registers (no shared C tile).
+	// epilogue, which then stores from registers (no shared C tile); 2 runs
+	// one ring of stages across the block's tiles, the loads ST-1 stages
+	// ahead of the MMAs through tile boundaries (also storing from registers).
 	OV int
 	// NC (wg): consumer warpgroups per block, each computing 64 token rows
 	// (BM = 64·NC); BN and Stages and GM as for tc, BK is 64. PP (wg): 1
@@ -224,7 +226,18 @@ func tc(bm, bn, bk, wm, wn, st, gm, minb int) Config {
 func init() {
 	for _, n := range tableNames(tcTable) {
 		tcTable[n+"ov"] = ov(tcTable[n])
+		if tcTable[n].BM <= 32 {
+			tcTable[n+"ov2"] = ov2(tcTable[n])
+		}
 	}
+}
+
+// ov2 is c with the stage ring across tiles (OV 2): for the 16- and 32-row
+// tiles of the weight-streaming middle, where a tile has few k-stages
+// (deepseek-v3 tp8's gemm2: 2) and the loads drained at each tile's end.
+func ov2(c Config) Config {
+	c.OV = 2
+	return c
 }
 
 func ov(c Config) Config {
@@ -360,7 +373,11 @@ func (c Config) SharedBytes() int {
 // the tile's slots and routing weights, two sets with OV).
 func (c Config) staticShared() int {
 	if c.Kernel == "tc" {
-		return 8 * c.BM * (1 + c.OV)
+		sets := 1 + c.OV
+		if c.OV == 2 { // a set for this tile and each the loads may be ahead
+			sets = c.Stages + 1
+		}
+		return 8 * c.BM * sets
 	}
 	return 0
 }
@@ -386,8 +403,11 @@ func (c Config) Defines() []string {
 // tcID names a tc instance in kernel names: its parameters.
 func (c Config) tcID() string {
 	id := fmt.Sprintf("%d_%d_%d_%d_%d_%d_%d_%d", c.BM, c.BN, c.BK, c.WM, c.WN, c.Stages, c.GM, c.MinBlocks)
-	if c.OV != 0 {
+	switch c.OV {
+	case 1:
 		id += "_ov"
+	case 2:
+		id += "_ov2"
 	}
 	return id
 }
@@ -529,8 +549,8 @@ func (c Config) Validate() error {
 }
 
 func (c Config) validateTC() error {
-	if c.WM < 1 || c.WN < 1 || c.WM*c.WN > 16 || c.Stages < 2 || c.GM < 1 || c.MinBlocks < 1 || c.MinBlocks > 4 || c.OV < 0 || c.OV > 1 {
-		return fmt.Errorf("config %v: want wm, wn ≥ 1 with wm·wn ≤ 16 warps, stages ≥ 2, gm ≥ 1, minb 1–4, ov 0 or 1", c)
+	if c.WM < 1 || c.WN < 1 || c.WM*c.WN > 16 || c.Stages < 2 || c.GM < 1 || c.MinBlocks < 1 || c.MinBlocks > 4 || c.OV < 0 || c.OV > 2 {
+		return fmt.Errorf("config %v: want wm, wn ≥ 1 with wm·wn ≤ 16 warps, stages ≥ 2, gm ≥ 1, minb 1–4, ov 0, 1 or 2", c)
 	}
 	if c.BK != 32 && c.BK != 64 && c.BK != 128 {
 		return fmt.Errorf("config %v: bk must be 32, 64 or 128 (swizzled rows of 64, 128 or 256 bytes)", c)
@@ -833,7 +853,7 @@ func CandidatesOn(cc int, s Shape, m int) []Config {
 const EnvTuneAll = "MSTAR_MOE_TUNE_ALL"
 
 // hopperDominated names the dominated configurations by their table names
-// (a tc entry with its ov twin). From reports/measured/h200/moe-fused/tune
+// (a tc entry with its ov and ov2 twins). From reports/measured/h200/moe-fused/tune
 // and moe-next/tune (91 batches, 2168 timed candidates): on sm_90 the wg
 // kernels and the 16/32-row tc tiles beat them everywhere; the tiled kernel
 // is tc's predecessor, the bn=128 wg tiles lose to bn=256, and the 128-row
@@ -871,6 +891,9 @@ func candidates(first Config, s Shape, m int) []Config {
 			cs = append(cs, c)
 			if c.Kernel == "tc" && c.OV == 0 {
 				cs = append(cs, ov(c)) // each tc candidate with and without the prologue overlap
+				if c.BM <= 32 {
+					cs = append(cs, ov2(c)) // and the small tiles with the stage ring across tiles
+				}
 			}
 		}
 		for _, c := range cs {

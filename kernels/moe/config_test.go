@@ -177,6 +177,7 @@ func TestCandidatesOnHopperPrunes(t *testing.T) {
 			dominated[c.String()] = true
 			if kernel == "tc" {
 				dominated[ov(c).String()] = true
+				dominated[ov2(c).String()] = true
 			}
 		}
 	}

@@ -314,6 +314,13 @@ func TestEmulatedKernels(t *testing.T) {
 		// tile's epilogue reads its own.
 		row{name: "tc ov one block walks every tile", shape: long, m: 33, c: tcTable["64x128k64s4b2ov"], resident: 1, env: random},
 		row{name: "tc ov dropped slots ep2", shape: Shape{E: 8, K: 2, H: 128, I: 96}, ep: 2, m: 30, c: tcTable["128x128k32s4b2ov"], resident: 1, env: random},
+		// ov2: the stage ring across tiles. With H = 128 and I = 96 every
+		// tile is one 128-wide k-stage, so the loads (and their slot sets)
+		// run ST-1 tiles ahead of the MMAs; one block walking every tile.
+		row{name: "tc ov2 one k-stage a tile", shape: small, m: 40, c: tcTable["16x256k128s3w8ov2"], resident: 1, env: random},
+		row{name: "tc ov2 one k-stage a tile, 2 stages", shape: small, m: 40, c: tcTable["16x256k128s2w8ov2"], resident: 1, env: late},
+		row{name: "tc ov2 one block walks every tile", shape: long, m: 33, c: tcTable["32x256k64s3ov2"], resident: 1, env: random},
+		row{name: "tc ov2 dropped slots ep2", shape: Shape{E: 8, K: 2, H: 128, I: 96}, ep: 2, m: 30, c: tcTable["16x128k64s4b2ov2"], resident: 1, env: random},
 		row{name: "tc one token", shape: small, m: 1, c: tcTable["32x128k64s4b2"], resident: 4, env: early},
 		row{name: "wg one block walks every tile", shape: long, m: 70, c: wgTable["128x128s4"], resident: 1, env: append([]string{"EMU_WG=late"}, random...)},
 		row{name: "wg dropped slots ep2", shape: Shape{E: 8, K: 2, H: 128, I: 96}, ep: 2, m: 30, c: wgTable["64x128s4"], resident: 1, env: append([]string{"EMU_WG=late"}, random...)},
@@ -391,13 +398,15 @@ func TestEmulatorCatchesBugs(t *testing.T) {
 	l := NewLayer(s, 41)
 	x := RandomInput(40, s.H, 42)
 	r := UniformRouting(40, s.E, s.K, 43)
-	tcs := []Config{tcTable["128x128k64s4"], tcTable["64x128k64s4b2"], tcTable["64x128k64s4b2ov"]}
+	tcs := []Config{tcTable["128x128k64s4"], tcTable["64x128k64s4b2"], tcTable["64x128k64s4b2ov"], tcTable["32x256k64s3ov2"]}
+	ov2s := []Config{tcTable["16x256k128s3w8ov2"], tcTable["32x256k128s3w8ov2"]}
 	wgs := []Config{wgTable["128x256s4"], wgTable["64x128s4"], wgTable["64x256s4pp"]}
 	tmas := []Config{wgTable["128x256s4tma"], wgTable["64x256s4pptma"]}
 	mcs := []Config{wgTable["128x256s4mc"], wgTable["64x256s4mc"]}
 	// Two experts of 200 slots: every cluster's two m-tiles are one
 	// expert's, so each weight tile is multicast.
 	s2 := Shape{E: 2, K: 2, H: 384, I: 96}
+	short := Shape{E: 4, K: 2, H: 128, I: 96}
 	shared := &emuData{NewLayer(s2, 51), RandomInput(200, s2.H, 52), UniformRouting(200, s2.E, s2.K, 53)}
 	tests := []struct {
 		name, define string
@@ -408,6 +417,11 @@ func TestEmulatorCatchesBugs(t *testing.T) {
 		{"waits one cp.async group short, copies land late", "-DEMU_BUG_WAIT_ONE_LESS", []string{"EMU_CP=late", "EMU_SCHED=random:3"}, tcs, nil},
 		{"no __syncthreads, warps drift, copies land early", "-DEMU_BUG_NO_SYNC", []string{"EMU_CP=early", "EMU_SCHED=lowest"}, tcs, nil},
 		{"no __syncthreads, warps drift backwards", "-DEMU_BUG_NO_SYNC", []string{"EMU_CP=early", "EMU_SCHED=highest"}, tcs, nil},
+		// tc ov=2: two slot sets where the loads run up to ST tiles ahead
+		// (H = 128: one k-stage a tile; 200 tokens: each of the 2 blocks
+		// walks 8 or more tiles), so a set is rewritten before its tile's
+		// epilogue reads it.
+		{"tc ov2: two slot sets for loads tiles ahead", "-DEMU_BUG_OV2_TWO_SETS", []string{"EMU_CP=early", "EMU_SCHED=lowest"}, ov2s, &emuData{NewLayer(short, 61), RandomInput(200, short.H, 62), UniformRouting(200, short.E, short.K, 63)}},
 		// wg: a stage reported full one cp.async group early, read at issue.
 		{"wg: producer waits one cp.async group short", "-DEMU_BUG_WAIT_ONE_LESS", []string{"EMU_CP=late", "EMU_WG=early", "EMU_SCHED=random:3"}, wgs, nil},
 		// wg: a stage handed back while its MMAs are in flight, read at retirement.
@@ -642,12 +656,14 @@ func TestPlanLayoutTensorMaps(t *testing.T) {
 	}
 }
 
-// The wg kernels fetch the token rows of real slots only: a padding row of
-// a tile is zero-filled, not read (v21). What the emulated cp.async copies
-// read from x (gemm1's rows) and from the intermediate (gemm2's) is exactly
-// slots × n-tiles × row bytes, with 128-row tiles over ~25 slots an expert
-// (mostly padding) and in ping-pong, tensor-map and multicast tiles.
-func TestEmulatedWGReadsOnlyLiveRows(t *testing.T) {
+// The tc and wg kernels fetch the token rows of real slots only: a padding
+// row of a tile is zero-filled, not read (v21, v22). What the emulated
+// cp.async copies read from x (gemm1's rows) and from the intermediate
+// (gemm2's) is exactly slots × n-tiles × row bytes, with tiles over ~7
+// slots an expert (mostly padding), dropped slots, and in 16- and 64-row tc
+// tiles (with the prologue overlap) and cooperative, ping-pong, tensor-map
+// and multicast wg tiles.
+func TestEmulatedReadsOnlyLiveRows(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: the emulated forward rows only")
 	}
@@ -666,7 +682,8 @@ func TestEmulatedWGReadsOnlyLiveRows(t *testing.T) {
 	if slots == 0 || slots == int64(m*s.K) {
 		t.Fatalf("%d live slots of %d: want some dropped", slots, m*s.K)
 	}
-	for _, c := range []Config{wgTable["128x256s4"], wgTable["128x256s4tma"], wgTable["64x256s4pptma"], wgTable["128x256s4mc"]} {
+	for _, c := range []Config{tcTable["16x256k128s3w8"], tcTable["16x256k128s3w8ov"], tcTable["64x128k64s4b2"], tcTable["32x128k64s3b3ov"],
+		wgTable["128x256s4"], wgTable["128x256s4tma"], wgTable["64x256s4pptma"], wgTable["128x256s4mc"]} {
 		t.Run(c.String(), func(t *testing.T) {
 			t.Parallel()
 			out, read, err := emuRunStats(t, bin, l, x, r, c, 2)

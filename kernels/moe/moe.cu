@@ -894,9 +894,17 @@ __device__ __forceinline__ void tc(const bf16_t* __restrict__ W, const bf16_t* _
     MOE_DYNAMIC_SMEM(uint4, smem_u4);
     char* smem = (char*)smem_u4;
     const saddr_t sbase = to_saddr(smem);
-    // OV: two sets, the next tile's written while this tile's epilogue reads.
-    __shared__ int s_slot[OV ? 2 * BM : BM];
-    __shared__ float s_w[MODE == 2 ? (OV ? 2 * BM : BM) : 1];  // MODE 2: the rows' routing weights
+    // Slot sets (s_slot, s_w): OV 1, two, the next tile's written while this
+    // tile's epilogue reads; OV 2, ST + 1, since the loads (and so the
+    // setups) run up to ST stages ahead of the MMAs, which is several tiles
+    // when a tile has fewer k-stages than that.
+#ifndef EMU_BUG_OV2_TWO_SETS
+    constexpr int NSB = OV == 2 ? ST + 1 : OV ? 2 : 1;
+#else
+    constexpr int NSB = OV ? 2 : 1;  // the emulator test's bug: too few slot sets for OV 2
+#endif
+    __shared__ int s_slot[NSB * BM];
+    __shared__ float s_w[MODE == 2 ? NSB * BM : 1];  // MODE 2: the rows' routing weights
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wm = warp / WN, wn = warp % WN;
@@ -926,20 +934,29 @@ __device__ __forceinline__ void tc(const bf16_t* __restrict__ W, const bf16_t* _
     }
 
     // Gathered token rows and weight rows of the current tile, as element
-    // offsets. Padding rows and weight rows past N read row 0 / row N-1:
-    // their results are never stored.
-    u32 a_off[ITA], b_off[ITB];
+    // offsets. Padding rows (bit clear in a_live) are zero-filled, not read:
+    // every tile's padding fetching token row 0 piled onto the same few
+    // lines (a 16-row tile at 1–2 slots an expert is nearly all padding).
+    // Weight rows past N read row N-1. Their results are never stored.
+    u32 a_off[ITA], b_off[ITB], a_live = 0;
+    static_assert(ITA <= 32, "a_live holds one bit per gathered row pass");
     const bf16_t* We = W;
-    // setup makes tile t current for the loads, fills slot set sb (s_slot,
-    // s_w) and returns the tile's first output column.
-    auto setup = [&](int t, int sb) {
-        // GM m-tiles per group, n-tiles of a group in turn: the blocks that
-        // run at once share weight tiles (and token tiles) through L2.
+    // place gives tile t's m-tile and n-tile: GM m-tiles per group, the
+    // n-tiles of a group in turn, so the blocks that run at once share
+    // weight tiles (and token tiles) through L2.
+    auto place = [&](int t, int& mt, int& nt) {
         const int per_group = GM * ntiles;
         const int grp = t / per_group, first_m = grp * GM;
         const int gsz = min(mtiles - first_m, GM);
         const int in = t - grp * per_group;
-        const int mt = first_m + in % gsz, nt = in / gsz;
+        mt = first_m + in % gsz;
+        nt = in / gsz;
+    };
+    // setup makes tile t current for the loads, fills slot set sb (s_slot,
+    // s_w) and returns the tile's first output column.
+    auto setup = [&](int t, int sb) {
+        int mt, nt;
+        place(t, mt, nt);
         const int row0 = mt * BM;
         const int e = block_expert[mt];
         const int c0 = nt * OUTN;  // first output column
@@ -949,11 +966,13 @@ __device__ __forceinline__ void tc(const bf16_t* __restrict__ W, const bf16_t* _
             s_slot[sb * BM + r] = slot;
             if (MODE == 2) s_w[sb * BM + r] = slot == pad ? 0.f : wts[slot];
         }
+        a_live = 0;
 #pragma unroll
         for (int it = 0; it < ITA; ++it) {
             const int slot = sorted[row0 + lr + it * RSTEP];
             const int srow = slot == pad ? 0 : (MODE == 1 ? slot / topk : slot);
             a_off[it] = (u32)srow * (u32)K;
+            a_live |= (u32)(slot != pad) << it;
         }
         We = W + (size_t)e * (size_t)(MODE == 1 ? 2 * N : N) * K;
 #pragma unroll
@@ -979,7 +998,7 @@ __device__ __forceinline__ void tc(const bf16_t* __restrict__ W, const bf16_t* _
         const int kc = k < K ? k : 0;
 #pragma unroll
         for (int it = 0; it < ITA; ++it)
-            cp_async16_s(sbase + soff + a_st + it * RSTEP * ROWB, src + a_off[it] + kc, bytes);
+            cp_async16_s(sbase + soff + a_st + it * RSTEP * ROWB, src + a_off[it] + kc, (a_live >> it) & 1 ? bytes : 0);
 #pragma unroll
         for (int it = 0; it < ITB; ++it)
             cp_async16_s(sbase + soff + b_st + it * RSTEP * ROWB, We + b_off[it] + kc, bytes);
@@ -997,7 +1016,33 @@ __device__ __forceinline__ void tc(const bf16_t* __restrict__ W, const bf16_t* _
     if (t >= tiles) return;
     int sb = 0;
     int c0 = setup(t, 0);
-    prologue();
+    // OV 2: one ring of stages across the block's tiles. The loads run ST-1
+    // stages ahead of the MMAs straight across tile boundaries (the next
+    // tile's first stages go out during this tile's last ones), so the
+    // loads in flight never drain at a tile's end; with a short K (gemm2 of
+    // deepseek-v3 tp8: 2 stages a tile) that drain was most of the time.
+    // The loader is at tile lt's k-stage lk, slot set lsb, ring offset lwr.
+    int lt = t, lk = 0, lsb = 0, lwr = 0;
+    auto issue = [&]() {
+        if (lt < tiles) {
+            load_stage(lwr, lk * BK);
+            if (++lk == KT) {
+                lk = 0;
+                lt += gridDim.x;
+                lsb = lsb + 1 == NSB ? 0 : lsb + 1;
+                if (lt < tiles) setup(lt, lsb);
+            }
+        }
+        cp_async_commit();
+        lwr = lwr + STAGE == ST * STAGE ? 0 : lwr + STAGE;
+    };
+    if constexpr (OV == 2) {
+#pragma unroll
+        for (int s = 0; s < ST - 1; ++s) issue();
+    } else {
+        prologue();
+    }
+    int rd = 0;  // OV 2: the ring offset of the stage the MMAs read next
     for (;;) {
         float acc[MT][NTL][4];
 #pragma unroll
@@ -1007,6 +1052,8 @@ __device__ __forceinline__ void tc(const bf16_t* __restrict__ W, const bf16_t* _
 #pragma unroll
                 for (int v = 0; v < 4; ++v) acc[i][j][v] = 0.f;
 
+        // OV 2: this barrier also orders the last tile's epilogue (its slot
+        // set) before the setups the loads below make.
         cp_async_wait<ST - 2>();
         __syncthreads();
 
@@ -1020,7 +1067,9 @@ __device__ __forceinline__ void tc(const bf16_t* __restrict__ W, const bf16_t* _
                 ldsm_x4_s(bfr[buf][j][0], bfr[buf][j][1], bfr[buf][j + 1][0], bfr[buf][j + 1][1],
                           sbase + soff + b_ld[ks] + tc_brow_off<MODE, BN, WTN>(j) * ROWB);
         };
-        int rd = 0, wr = (ST - 1) * STAGE;  // byte offsets of the stages read and written next
+        if constexpr (OV != 2) rd = 0;
+        int wr = (ST - 1) * STAGE;  // byte offsets of the stages read and written next (OV 2: lwr)
+        (void)wr;
         load_frags(0, rd, 0);
         for (int kt = 0; kt < KT; ++kt) {
 #pragma unroll
@@ -1034,9 +1083,13 @@ __device__ __forceinline__ void tc(const bf16_t* __restrict__ W, const bf16_t* _
                 }
                 load_frags((ks + 1) & 1, rd, (ks + 1) % KS);
                 if (ks == 0) {
-                    if (kt + ST - 1 < KT) load_stage(wr, (kt + ST - 1) * BK);
-                    cp_async_commit();
-                    wr = wr + STAGE == ST * STAGE ? 0 : wr + STAGE;
+                    if constexpr (OV == 2) {
+                        issue();
+                    } else {
+                        if (kt + ST - 1 < KT) load_stage(wr, (kt + ST - 1) * BK);
+                        cp_async_commit();
+                        wr = wr + STAGE == ST * STAGE ? 0 : wr + STAGE;
+                    }
                 }
 #pragma unroll
                 for (int i = 0; i < MT; ++i)
@@ -1046,17 +1099,26 @@ __device__ __forceinline__ void tc(const bf16_t* __restrict__ W, const bf16_t* _
                                  bfr[ks & 1][j][0], bfr[ks & 1][j][1]);
             }
         }
-        cp_async_wait<0>();
-        __syncthreads();  // every warp is past its last ldmatrix: the stages are free
+        if constexpr (OV != 2) {
+            cp_async_wait<0>();
+            __syncthreads();  // every warp is past its last ldmatrix: the stages are free
+        }
 
-        const int c0_cur = c0;
         const int tn = t + gridDim.x;
+        if constexpr (OV == 2) {
+            int mt, nt;
+            place(t, mt, nt);
+            c0 = nt * OUTN;
+        }
+        const int c0_cur = c0;
         if constexpr (OV != 0) {
             const int sb_cur = sb;
-            // The next tile's loads go out before this tile's epilogue, so
-            // their latency hides behind its stores (the epilogue then
-            // stores from registers: the stages are taken).
-            if (tn < tiles) {
+            if constexpr (OV == 2) {
+                sb = sb + 1 == NSB ? 0 : sb + 1;  // the loads are already in the next tile
+            } else if (tn < tiles) {
+                // The next tile's loads go out before this tile's epilogue, so
+                // their latency hides behind its stores (the epilogue then
+                // stores from registers: the stages are taken).
                 sb ^= 1;
                 c0 = setup(tn, sb);
                 prologue();
@@ -1145,7 +1207,8 @@ __device__ __forceinline__ void tc(const bf16_t* __restrict__ W, const bf16_t* _
 
 // tc configurations come from the host as -DMOE_TC_LIST="TC(name,bm,bn,bk,wm,wn,st,gm,minb,ov) ...":
 // kernels moe_gemm1_tc_<name> and moe_gemm2_tc_<name>. ov=1: the next tile's
-// loads are issued before this tile's epilogue, which stores from registers.
+// loads are issued before this tile's epilogue, which stores from registers;
+// ov=2: one ring of stages across tiles, the loads never drain at a tile's end.
 #define TC(name, BM, BN, BK, WM, WN, ST, GM, MINB, OV)                                 \
     TC_KERNEL(moe_gemm1_tc_##name, 1, BM, BN, BK, WM, WN, ST, GM, MINB, OV)            \
     TC_KERNEL(moe_gemm2_tc_##name, 2, BM, BN, BK, WM, WN, ST, GM, MINB, OV)

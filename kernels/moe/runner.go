@@ -212,7 +212,11 @@ func (g *Runner) Time(p *Plan, r routing.Routing, samples int) ([]float64, strin
 	if err != nil {
 		return nil, "", fmt.Errorf("timing: %w", err)
 	}
-	return us, fmt.Sprintf("%v, %d calls per graph, %d weight copies", p.Config, calls, n), nil
+	copies := "weight copies"
+	if n == 1 {
+		copies = "weight copy"
+	}
+	return us, fmt.Sprintf("%v, %d calls per graph, %d %s", p.Config, calls, n, copies), nil
 }
 
 // Stages times each stage of plan p alone (Plan.TimeStages) over the
