@@ -706,10 +706,61 @@ func RunMoETune(ctx context.Context, dev gpu.Device, opt MoETuneOptions) (*MoETu
 		}
 	}
 	rep.StaticDocs, rep.TunedDocs = docs[0], docs[1]
+	rep.Warnings = append(rep.Warnings, SweepGaps(rep.File, rep.TunedDocs, TuneSweepGap)...)
 	if len(rep.NoCandidate) > 0 {
 		return rep, fmt.Errorf("%w at M=%s", ErrNoCandidate, moe.JoinBatches(rep.NoCandidate))
 	}
 	return rep, nil
+}
+
+// TuneSweepGap is how far (a fraction) the tuned sweep's median may read
+// from the pick's time as a candidate before the tune says so: at small M on
+// the H200 the two have read 7% apart for one configuration in one process
+// (kernels/moe/NOTES.md), and bench moe reproduces the sweep's level.
+const TuneSweepGap = 0.03
+
+// SweepGaps names the batches whose tuned-sweep latency (the median over
+// the rounds of docs) reads more than gap from the file's candidate time,
+// their sample ranges apart, as warnings, in batch order.
+func SweepGaps(f *moe.TunedFile, docs []*results.Document, gap float64) []string {
+	if f == nil {
+		return nil
+	}
+	sweep := map[int][]float64{}
+	for _, d := range docs {
+		for _, r := range d.Results {
+			m, err := strconv.Atoi(r.Params["batch"])
+			if lat := r.Metric(MoELatency); err == nil && lat != nil {
+				sweep[m] = append(sweep[m], lat.Samples...)
+			}
+		}
+	}
+	var out []string
+	for _, m := range f.TunedBatchSizes() {
+		b := f.Batches[strconv.Itoa(m)]
+		if b.LatencyUS <= 0 || len(sweep[m]) == 0 {
+			continue
+		}
+		got := results.Median(sweep[m])
+		// Noisy timings (a busy CPU) overlap and say nothing: only two
+		// sample ranges apart by more than gap are two levels.
+		clo, chi := minMax(b.Samples)
+		slo, shi := minMax(sweep[m])
+		apart := len(b.Samples) == 0 || chi < slo || shi < clo
+		if d := got/b.LatencyUS - 1; math.Abs(d) > gap && apart {
+			out = append(out, fmt.Sprintf("M=%d: %s timed %.1f µs as a candidate and %.1f µs in the tuned sweep (%+.1f%%): "+
+				"bench moe reads the sweep's level, so the pick may rest on a draw it does not reproduce (placement: kernels/moe/NOTES.md)",
+				m, b.Config, b.LatencyUS, got, 100*d))
+		}
+	}
+	return out
+}
+
+func minMax(v []float64) (lo, hi float64) {
+	if len(v) == 0 {
+		return 0, 0
+	}
+	return slices.Min(v), slices.Max(v)
 }
 
 // compareSide records one sweep of the comparison: its results (param

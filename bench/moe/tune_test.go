@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -568,5 +569,34 @@ func TestEarlierCandidates(t *testing.T) {
 	doc.Env[EnvKernelsVersion] = "moe.cu-other"
 	if got, _ := earlierCandidates(doc, mo, local, []int{1, 2}); len(got) != 0 {
 		t.Errorf("carried %d records from another moe.cu", len(got))
+	}
+}
+
+// The tune says where its pick's time as a candidate and the tuned sweep's
+// median part by more than the gap, and only there.
+func TestSweepGaps(t *testing.T) {
+	f := moe.NewTunedFile(moe.TunedKey{E: 8, N: 32, K: 16, TopK: 2, DType: "bf16", Device: "x"}, time.Now())
+	f.Set(4, moe.TunedBatch{Config: "tc:a", LatencyUS: 242.3, Samples: []float64{242.2, 242.3, 242.5}})
+	f.Set(8, moe.TunedBatch{Config: "tc:b", LatencyUS: 442.4, Samples: []float64{442.2, 442.6}})
+	f.Set(16, moe.TunedBatch{Config: "tc:c", LatencyUS: 100}) // not in the sweep
+	// 10% apart by the medians, but the samples overlap: noise, not a level.
+	f.Set(32, moe.TunedBatch{Config: "tc:d", LatencyUS: 100, Samples: []float64{80, 100, 130}})
+	res := func(m int, us ...float64) results.Result {
+		return results.Result{Name: MoEResult, Params: results.Params{"batch": strconv.Itoa(m)},
+			Metrics: []results.Metric{{Name: MoELatency, Unit: "µs", Samples: us}}}
+	}
+	docs := []*results.Document{
+		{Results: []results.Result{res(4, 260.6, 260.4), res(8, 445.0), res(32, 90, 125, 110)}},
+		{Results: []results.Result{res(4, 260.8), res(8, 446.0, 444.0)}},
+	}
+	got := SweepGaps(f, docs, TuneSweepGap)
+	if len(got) != 1 || !strings.HasPrefix(got[0], "M=4: tc:a timed 242.3 µs as a candidate and 260.6 µs in the tuned sweep (+7.6%)") {
+		t.Fatalf("gaps %q, want one for M=4 at +7.6%%", got)
+	}
+	if got := SweepGaps(f, docs, 0.10); len(got) != 0 {
+		t.Errorf("a 10%% gap flags %q", got)
+	}
+	if got := SweepGaps(nil, docs, TuneSweepGap); got != nil {
+		t.Errorf("no file: %q", got)
 	}
 }
