@@ -66,7 +66,11 @@ for step in "$@"; do
 		# variant left alone stay (each names what it was tuned on), the
 		# rest are tuned; SEED=0 tunes every batch.
 		mkdir -p "$WORK/tune/configs"
-		[ "${SEED:-1}" = 1 ] && cp -n kernels/moe/configs/*.json "$WORK/tune/configs/"
+		if [ "${SEED:-1}" = 1 ]; then # cp -n warns on newer coreutils: keep what is there by hand
+			for f in kernels/moe/configs/*.json; do
+				[ -e "$WORK/tune/configs/${f##*/}" ] || cp "$f" "$WORK/tune/configs/"
+			done
+		fi
 		MSTAR=$VARIANT OUT=$WORK/tune DEADLINE=$left SHAPES=$SHAPES "$HERE/moe-tune-configs-h200.sh" >>"$o/tune.out" 2>&1
 		rc=$?
 		echo "tune: exit $rc" | tee -a "$o/summary.txt"
