@@ -11,7 +11,9 @@
 #              and 1 GiB, alternating which goes first (2026-12-02: the first copy after
 #              the fills runs at ~90%, whichever buffer, at both sizes)
 #   placement  one MoE configuration timed over new graphs, new plans and new weight
-#              copies (bin/moe.test): which allocation moves small-M times (~1 min)
+#              copies, uploads, and after the smaller batches' plans (bin/moe.test):
+#              which allocation moves small-M times (~2 min; MSTAR_MOE_PLACEMENT_CONFIG
+#              picks the configuration)
 #   pdl        the shipped MoE picks with plain against programmatic launches, same
 #              plan and weights, alternated (bin/moe.test; ~1-2 min; v17 in NOTES)
 #   aa-arena   A/A pairs of arena sweep --mode copy --max-size 64MiB (#12: 9 of 10)

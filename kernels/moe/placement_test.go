@@ -22,6 +22,8 @@ import (
 //	plan      a new plan each draw, behind a spacer of another size
 //	weights   a new copy of the weights each draw (the old one freed)
 //	upload    a new upload of the weights from the host each draw
+//	after     a new plan timed after the smaller batches' plans ran (three
+//	          draws), in bench moe's sweep order
 //
 // A device-to-device copy drew slower levels than the first upload
 // (NOTES, 2026-12-02); upload tells the copy from the allocation's place,
@@ -29,7 +31,8 @@ import (
 // The level spread of each says which allocation moves the time. It logs
 // the numbers and asserts only that every draw computes the same output.
 // MSTAR_MOE_PLACEMENT=1 runs it (~1 minute on the H200); skipped without a
-// GPU.
+// GPU. MSTAR_MOE_PLACEMENT_CONFIG sets the configuration (ParseConfig's
+// form, e.g. a tuned file's pick).
 func TestCUDAPlacementSpeedProbe(t *testing.T) {
 	if os.Getenv("MSTAR_MOE_PLACEMENT") == "" {
 		t.Skip("set MSTAR_MOE_PLACEMENT=1 to time the placement draws")
@@ -49,6 +52,12 @@ func TestCUDAPlacementSpeedProbe(t *testing.T) {
 		{"qwen3-235b-a22b", Shape{E: 128, K: 8, H: 4096, I: 1536}, 4},
 	}
 	c := tcTable["16x256k128s3w8ov"]
+	if v := os.Getenv("MSTAR_MOE_PLACEMENT_CONFIG"); v != "" {
+		var err error
+		if c, err = ParseConfig(v); err != nil {
+			t.Fatalf("MSTAR_MOE_PLACEMENT_CONFIG: %v", err)
+		}
+	}
 	const draws, samples = 6, 20
 	for _, cell := range cells {
 		l := NewLayer(cell.s, 1)
@@ -138,6 +147,33 @@ func TestCUDAPlacementSpeedProbe(t *testing.T) {
 			levels["upload"] = append(levels["upload"], draw(p, cur))
 			addrs["upload"] = append(addrs["upload"], fmt.Sprintf("%#x/%#x", cur.W1, cur.W2))
 		}
+		// after: a new plan timed after the smaller batches' plans ran and
+		// were timed on the same weights, as a bench moe sweep orders them
+		// (the tuner times one batch alone; NOTES, Next).
+		for range draws / 2 {
+			var kept []*Plan
+			for m := 1; m < cell.m; m *= 2 {
+				q, err := k.NewPlan(cell.s, m, c)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := q.SetInputs(RandomInput(m, cell.s.H, 2), UniformRouting(m, cell.s.E, cell.s.K, 3)); err != nil {
+					t.Fatal(err)
+				}
+				poisonedPass(t, q, st, w)
+				if _, _, err := q.TimeGraph(st, []*DeviceWeights{w}, samples); err != nil {
+					t.Fatal(err)
+				}
+				kept = append(kept, q)
+			}
+			q := newPlan()
+			levels["after"] = append(levels["after"], draw(q, w))
+			for _, q := range append(kept, q) {
+				if err := q.Free(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
 		for _, f := range []func() error{p.Free, w.Free} {
 			if err := f(); err != nil {
 				t.Fatal(err)
@@ -153,7 +189,7 @@ func TestCUDAPlacementSpeedProbe(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		for _, what := range []string{"nothing", "plan", "weights", "upload"} {
+		for _, what := range []string{"nothing", "plan", "weights", "upload", "after"} {
 			t.Logf("%s M=%d %v, new %-7s: %s µs (spread %.1f%%)", cell.name, cell.m, c, what, formatLevels(levels[what]), spreadPct(levels[what]))
 			if a := addrs[what]; a != nil {
 				t.Logf("    W1/W2 at %s", strings.Join(a, " "))
