@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/mstar-dev/mstar/internal/gpu/cuda"
+	"github.com/mstar-dev/mstar/kernels/routing"
 	"github.com/mstar-dev/mstar/reports/results"
 )
 
@@ -67,8 +68,8 @@ func TestCUDAPlacementSpeedProbe(t *testing.T) {
 		}
 		x := RandomInput(cell.m, cell.s.H, 2)
 		r := UniformRouting(cell.m, cell.s.E, cell.s.K, 3)
-		newPlan := func() *Plan {
-			p, err := k.NewPlan(cell.s, cell.m, c)
+		planFor := func(m int, x []float32, r routing.Routing) *Plan {
+			p, err := k.NewPlan(cell.s, m, c)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -77,6 +78,7 @@ func TestCUDAPlacementSpeedProbe(t *testing.T) {
 			}
 			return p
 		}
+		newPlan := func() *Plan { return planFor(cell.m, x, r) }
 		var first []float32
 		// draw runs one checked pass (the output must not move with the
 		// placement) and returns the median of its timed samples.
@@ -153,13 +155,7 @@ func TestCUDAPlacementSpeedProbe(t *testing.T) {
 		for range draws / 2 {
 			var kept []*Plan
 			for m := 1; m < cell.m; m *= 2 {
-				q, err := k.NewPlan(cell.s, m, c)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := q.SetInputs(RandomInput(m, cell.s.H, 2), UniformRouting(m, cell.s.E, cell.s.K, 3)); err != nil {
-					t.Fatal(err)
-				}
+				q := planFor(m, RandomInput(m, cell.s.H, 2), UniformRouting(m, cell.s.E, cell.s.K, 3))
 				poisonedPass(t, q, st, w)
 				if _, _, err := q.TimeGraph(st, []*DeviceWeights{w}, samples); err != nil {
 					t.Fatal(err)
