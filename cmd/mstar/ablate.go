@@ -116,7 +116,7 @@ out-of-range expert id.`,
 		Example: `  mstar ablate router --model qwen3-30b-a3b --layers 4
   mstar ablate router --model deepseek-v3 --layers 2 --tokens 2048 --zipf 1.2 --out ablate.json --heatmap load.png
   mstar ablate router --model mixtral-8x7b --routers mixtral,switch,expert-choice --capacity-factor 1.0
-  mstar ablate router --hf-config kernels/moe/testdata/hf/deepseek-v3/config.json --layers 2 --kernel-tokens 0
+  mstar ablate router --hf-config testdata/hf/deepseek-v3/config.json --layers 2 --kernel-tokens 0
   mstar ablate router --model qwen3-30b-a3b --gates /models/Qwen3-30B-A3B --gate-layers 0,24,47 --layers 3
   mstar ablate router --model qwen3-30b-a3b --kernel-tokens 0 --routing-out routing.jsonl
   mstar ablate router --model qwen3-30b-a3b --routing-file routing.jsonl --routers trace,softmax-topk-norm`,

@@ -148,7 +148,7 @@ Models:
 ` + strings.Join(names, "\n"),
 		Example: `  mstar bench moe --model qwen3-30b-a3b --batch 1,16 --device cpu
   mstar bench moe --model deepseek-v3 --tp 8 --device cuda:0 --out ds-tp8.json
-  mstar bench moe --hf-config kernels/moe/testdata/hf/qwen3-30b-a3b/config.json --batch 1,16 --device cpu
+  mstar bench moe --hf-config testdata/hf/qwen3-30b-a3b/config.json --batch 1,16 --device cpu
   mstar bench moe --model qwen3-30b-a3b --routing zipf:1.2 --batch 64,1024 --out zipf.json
   mstar bench moe --experts 64 --topk 4 --hidden 1024 --inter 512 --routing-file routing.jsonl
   mstar bench moe --model mixtral-8x7b --batch 4096 --config tiled:bm=128,bn=128,bk=32,wm=2,wn=4,stages=4

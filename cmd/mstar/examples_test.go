@@ -9,6 +9,7 @@ import (
 
 	"github.com/mstar-dev/mstar/reports/results"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // exampleCommands splits a help example into the mstar command lines it
@@ -116,6 +117,18 @@ func TestHelpExamplesAreValid(t *testing.T) {
 						continue
 					}
 				}
+				// A flag naming a file of the repo (an example runs from its
+				// root) must name one that is there: fixtures move.
+				cmd.Flags().Visit(func(f *pflag.Flag) {
+					v := f.Value.String()
+					for _, dir := range []string{"testdata/", "reports/", "kernels/", "scripts/"} {
+						if strings.HasPrefix(v, dir) {
+							if _, err := os.Stat(filepath.Join("..", "..", v)); err != nil {
+								t.Errorf("%s: example %q: --%s %s: %v", c.CommandPath(), line, f.Name, v, err)
+							}
+						}
+					}
+				})
 				for _, name := range []string{"metric", "metrics"} {
 					f := cmd.Flags().Lookup(name)
 					if f == nil || !f.Changed {

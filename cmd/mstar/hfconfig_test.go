@@ -32,7 +32,7 @@ func TestHFConfigFlag(t *testing.T) {
 	}
 	// The shipped DeepSeek-V3 config with --tp 8 is the preset's shard; the
 	// router ablation takes its own router and settings.
-	stdout, stderr, code = runMstar(t, "ablate", "router", "--hf-config", "../../kernels/moe/testdata/hf/deepseek-v3/config.json",
+	stdout, stderr, code = runMstar(t, "ablate", "router", "--hf-config", "../../testdata/hf/deepseek-v3/config.json",
 		"--layers", "1", "--tokens", "64", "--kernel-tokens", "0", "--routers", "deepseek-v3")
 	if code != exitOK || !strings.Contains(stdout, "# deepseek-v3: E=256 k=8 H=7168 I=2048") {
 		t.Errorf("ablate router --hf-config: exit %d, stdout:\n%s\nstderr: %s", code, stdout, stderr)

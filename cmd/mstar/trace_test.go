@@ -201,11 +201,12 @@ func TestTraceSummarizeStdin(t *testing.T) {
 	}
 	out.Reset()
 	errb.Reset()
-	doc := `{"format":"mstar.results","schema":1}`
-	if d, err := os.ReadFile(filepath.Join("..", "..", "testdata", "h200", "ceilings.json")); err == nil {
-		doc = string(d)
+	// A real results document (the H200's measured ceilings), not a stub.
+	doc, err := os.ReadFile(filepath.Join("..", "..", "reports", "measured", "h200", "ceilings.json"))
+	if err != nil {
+		t.Fatal(err)
 	}
-	code = run([]string{"trace", "summarize", "-"}, strings.NewReader(doc), &out, &errb)
+	code = run([]string{"trace", "summarize", "-"}, bytes.NewReader(doc), &out, &errb)
 	if code != exitBadInput || !strings.Contains(errb.String(), "stdin: this is a results document") {
 		t.Errorf("a results document on stdin: exit %d, stderr %q", code, errb.String())
 	}

@@ -21,7 +21,7 @@ func TestHFConfigPresets(t *testing.T) {
 		{"mixtral-8x7b", "mixtral-8x7b", "num_local_experts", "intermediate_size"},
 	} {
 		t.Run(tt.dir, func(t *testing.T) {
-			c, err := ReadHFConfig(filepath.Join("testdata", "hf", tt.dir, "config.json"))
+			c, err := ReadHFConfig(filepath.Join("..", "..", "testdata", "hf", tt.dir, "config.json"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -41,7 +41,7 @@ func TestHFConfigPresets(t *testing.T) {
 		})
 	}
 	// A folder works as well as its config.json; DeepSeek's router settings come along.
-	c, err := ReadHFConfig(filepath.Join("testdata", "hf", "deepseek-v3"))
+	c, err := ReadHFConfig(filepath.Join("..", "..", "testdata", "hf", "deepseek-v3"))
 	if err != nil {
 		t.Fatal(err)
 	}
