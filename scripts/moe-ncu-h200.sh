@@ -16,8 +16,9 @@
 # Cases (CASES, default all), each the GEMMs bench moe picks for that shape
 # and batch (the shipped tuned files; <case>.log names the configuration):
 # qwen3-30b-4096 and mixtral-4096 (wgmma), qwen3-30b-8 (streaming tc),
-# mixtral-256 (where tc and wg meet), deepseek-4096 (gemm2 of K=256; not
-# in the default list), and bmm-qwen3-30b-4096: torch.bmm over
+# mixtral-256 (where tc and wg meet), deepseek-4096 (gemm2 of K=256),
+# qwen3-235b-4 and mixtral-2 (the worst small-M cells; these three not in
+# the default list), and bmm-qwen3-30b-4096: torch.bmm over
 # balanced slots, as the cublas-bmm peer times it. Also $OUT/ncu.tgz, the
 # folder in one file (the GPU machine returns a limited number of files).
 #   OUT=/dir scripts/moe-ncu-h200.sh      (~1 min on the H200; MSTAR default bin/mstar)
@@ -51,6 +52,8 @@ for c in $CASES; do
 	qwen3-30b-8) args=(--model qwen3-30b-a3b --batch 8) ;;
 	mixtral-256) args=(--model mixtral-8x7b --batch 256) ;;
 	deepseek-4096) args=(--model deepseek-v3 --tp 8 --batch 4096) ;;
+	qwen3-235b-4) args=(--model qwen3-235b-a22b --batch 4) ;;
+	mixtral-2) args=(--model mixtral-8x7b --batch 2) ;;
 	bmm-*) args=() ;;
 	*)
 		echo "$0: unknown case $c" | tee -a "$d/summary.txt"
