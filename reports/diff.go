@@ -381,6 +381,9 @@ func Diff(base, new []*Document, opt DiffOptions) *Comparison {
 		}
 	}
 	c.Warnings = append(c.Warnings, pairAcrossSettings(b, n)...)
+	if w := otherCards(base, new); w != "" {
+		c.Warnings = append(c.Warnings, w)
+	}
 	for i, d := range base {
 		c.BaseFailedGates = append(c.BaseFailedGates, d.Failed()...)
 		if d.Interrupted() {
@@ -1027,4 +1030,52 @@ func pairAcrossSettings(b, n *side) []string {
 		notes = append(notes, fmt.Sprintf("%s: compared across a changed setting: %s", lk, strings.Join(changed, ", ")))
 	}
 	return notes
+}
+
+// otherCards warns when base and new were measured on different physical
+// GPUs (env gpu.uuid) with nothing in common: a diff between cards of one
+// model also holds the spread between the cards. On lent H200s, where nearly
+// every call lands on another card, one small-batch MoE configuration read
+// up to 7% apart from card to card (kernels/moe/NOTES.md).
+func otherCards(base, new []*Document) string {
+	cards := func(docs []*Document) ([]string, map[string]string) {
+		var ids []string
+		model := map[string]string{}
+		for _, d := range docs {
+			for i := range d.Results {
+				e := d.EnvOf(&d.Results[i])
+				id := e["gpu.uuid"]
+				if id == "" {
+					continue
+				}
+				if _, ok := model[id]; !ok {
+					ids = append(ids, id)
+				}
+				model[id] = e["gpu"]
+			}
+		}
+		return ids, model
+	}
+	b, bm := cards(base)
+	n, nm := cards(new)
+	if len(b) == 0 || len(n) == 0 {
+		return ""
+	}
+	for _, id := range b {
+		if _, ok := nm[id]; ok {
+			return ""
+		}
+	}
+	name := func(ids []string, model map[string]string) string {
+		s := ids[0]
+		if m := model[ids[0]]; m != "" {
+			s += " (" + m + ")"
+		}
+		if len(ids) > 1 {
+			s += fmt.Sprintf(" and %d more", len(ids)-1)
+		}
+		return s
+	}
+	return fmt.Sprintf("base ran on %s, new on %s: no card in common, so the differences include the spread between cards "+
+		"(to separate them, measure both builds in one run on one card)", name(b, bm), name(n, nm))
 }

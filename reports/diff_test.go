@@ -294,3 +294,35 @@ func TestDiffPairsAcrossChangedConfig(t *testing.T) {
 		t.Errorf("ambiguous pairing: missing %q, want the base result", c.Missing)
 	}
 }
+
+func TestDiffWarnsOnOtherCards(t *testing.T) {
+	card := func(uuid string) *Document {
+		d := oneMetric(LowerIsBetter, []float64{1, 2, 3})
+		d.Env = Env{"host": "h", "gpu": "NVIDIA H200", "gpu.uuid": uuid}
+		return d
+	}
+	has := func(c *Comparison) bool {
+		for _, w := range c.Warnings {
+			if strings.Contains(w, "no card in common") {
+				return true
+			}
+		}
+		return false
+	}
+	c := Diff([]*Document{card("GPU-a")}, []*Document{card("GPU-b")}, DiffOptions{})
+	if !has(c) {
+		t.Errorf("different cards, no warning: %q", c.Warnings)
+	}
+	if w := otherCards([]*Document{card("GPU-a")}, []*Document{card("GPU-b")}); !strings.Contains(w, "base ran on GPU-a (NVIDIA H200), new on GPU-b (NVIDIA H200)") {
+		t.Errorf("warning %q", w)
+	}
+	if c := Diff([]*Document{card("GPU-a")}, []*Document{card("GPU-a")}, DiffOptions{}); has(c) {
+		t.Errorf("same card warned: %q", c.Warnings)
+	}
+	if c := Diff([]*Document{card("GPU-a"), card("GPU-b")}, []*Document{card("GPU-b")}, DiffOptions{}); has(c) {
+		t.Errorf("a card in common warned: %q", c.Warnings)
+	}
+	if c := Diff([]*Document{card("")}, []*Document{card("GPU-b")}, DiffOptions{}); has(c) {
+		t.Errorf("unknown card warned: %q", c.Warnings)
+	}
+}
