@@ -70,6 +70,10 @@ var (
 	DefaultCPUBatches = []int{1, 4, 16, 64}
 )
 
+// MaxWeightCopies bounds --weight-copies: each copy is the layer's whole
+// weights (4.8 GB for qwen3-235b-a22b).
+const MaxWeightCopies = 8
+
 // MoEOptions configure a `bench moe` sweep.
 type MoEOptions struct {
 	Model   string    // preset name, for the results ("custom" otherwise)
@@ -82,6 +86,10 @@ type MoEOptions struct {
 	Trace     *routing.Routing
 	TraceName string
 	Samples   int // timed samples per batch (0: 20 on CUDA, 6 on the CPU)
+	// WeightCopies (CUDA): time every batch over at least this many copies
+	// of the weights, a sample rotating through them, so that it averages
+	// that many placements (moe.Runner.MinCopies; 0: the L2 rule alone).
+	WeightCopies int
 	// Rounds repeats the whole sweep (see Rounds; 0 or 1: once); the
 	// ceilings are measured once, in the first.
 	Rounds int
@@ -226,6 +234,9 @@ func PrepareMoE(opt *MoEOptions) (moe.Shape, error) {
 	}
 	if opt.TuneSamples < 0 {
 		return moe.Shape{}, badinput.Errorf("--tune-samples %d: must be at least 0 (0: 6)", opt.TuneSamples)
+	}
+	if opt.WeightCopies < 0 || opt.WeightCopies > MaxWeightCopies {
+		return moe.Shape{}, badinput.Errorf("--weight-copies %d: must be 0 (as many as keep the touched experts out of L2) to %d", opt.WeightCopies, MaxWeightCopies)
 	}
 	if opt.Tune {
 		if err := moe.ValidateTuneFilter(); err != nil {
@@ -482,6 +493,14 @@ func runMoERound(ctx context.Context, dev gpu.Device, opt MoEOptions) (*MoERepor
 	}
 	defer run.Close()
 	run.WarmUp = settleWarmUp(run.OnGPU())
+	run.MinCopies = opt.WeightCopies
+	defer func() {
+		if !run.OnGPU() && opt.WeightCopies > 1 {
+			rep.Warnings = append(rep.Warnings, "--weight-copies: the CPU backend times its one copy of the weights")
+		} else if opt.WeightCopies > 1 && run.Copies() < opt.WeightCopies {
+			rep.Warnings = append(rep.Warnings, fmt.Sprintf("--weight-copies %d: device memory held %d", opt.WeightCopies, run.Copies()))
+		}
+	}()
 	rep.Compile = run.CompileNote
 	rep.KernelsID = run.KernelsID
 

@@ -121,6 +121,8 @@ func TestRunMoEBadInput(t *testing.T) {
 		{"bad routing", "want uniform or zipf", MoEOptions{Shape: moe.Shape{E: 4, K: 2, H: 8, I: 8}, Routing: "hot"}},
 		{"trace out of range", "expert id 9 out of range", MoEOptions{Shape: moe.Shape{E: 8, K: 2, H: 8, I: 8}, Trace: &trace, TraceName: "t.json"}},
 		{"does not fit", "needs", MoEOptions{Shape: moe.Shape{E: 1 << 14, K: 2, H: 1 << 13, I: 1 << 13}, Batches: []int{1}, Ceilings: fakeCeilings()}},
+		{"negative weight copies", "--weight-copies -1", MoEOptions{Shape: moe.Shape{E: 4, K: 2, H: 8, I: 8}, WeightCopies: -1}},
+		{"too many weight copies", "to 8", MoEOptions{Shape: moe.Shape{E: 4, K: 2, H: 8, I: 8}, WeightCopies: 9}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := RunMoE(t.Context(), gpu.NewCPU(), tt.opt)
@@ -395,5 +397,23 @@ func TestOverCeilingWarningsOfJoinedRounds(t *testing.T) {
 		if n := len(slices.DeleteFunc(slices.Clone(r.Warnings), func(w string) bool { return !strings.Contains(w, ceilings.OverCeilingMark) })); n != 1 {
 			t.Errorf("M=%s: %d over-ceiling warnings on the joined result, want 1: %q", r.Params["batch"], n, r.Warnings)
 		}
+	}
+}
+
+// On the CPU --weight-copies changes nothing, and the run says so once.
+func TestRunMoEWeightCopiesOnCPU(t *testing.T) {
+	rep, err := RunMoE(t.Context(), gpu.NewCPU(), MoEOptions{Shape: moe.Shape{E: 4, K: 2, H: 16, I: 8}, Batches: []int{1, 3}, Samples: 1, Rounds: 2,
+		WeightCopies: 3, Ceilings: fakeCeilings()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, w := range rep.Warnings {
+		if strings.Contains(w, "--weight-copies: the CPU backend times its one copy") {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d CPU weight-copies warnings in %q, want 1", n, rep.Warnings)
 	}
 }

@@ -566,6 +566,7 @@ func RunMoETune(ctx context.Context, dev gpu.Device, opt MoETuneOptions) (*MoETu
 			// then measured them, and the pick went by the cool time
 			// (qwen3-30b-a3b M=4096 on the H200, 2026-12-03).
 			gk.WarmUp = settleWarmUp(true)
+			gk.MinCopies = mo.WeightCopies
 		} else if err := checkFits(dev, local, mo, slices.Max(todo)); err != nil {
 			return nil, err
 		}

@@ -31,6 +31,7 @@ func newBenchMoE(a *app) *cobra.Command {
 		sf                                                                                     shapeFlags
 		device, out, batches, routing, traceIn, traceOut, config, ceilings, dumpDir, shardSpec string
 		samples, tuneSamples, rounds                                                           int
+		weightCopies                                                                           int
 		seed                                                                                   uint64
 		tune, stages                                                                           bool
 		pf                                                                                     peerFlags
@@ -63,7 +64,10 @@ expert; a file tuned on another moe.cu is ignored, saying so. CUDA results
 name both in params config and config_source ("--config", "--tune",
 "static", "cache:FILE" or "embedded:FILE"). The timed region is all four
 launches (alignment included), replayed from a CUDA graph; weights rotate
-among copies when the touched experts would fit in L2. On the CPU the layer
+among copies when the touched experts would fit in L2, and among at least
+--weight-copies N copies when given (a small-M time is one draw of where
+the weights land; N copies average N draws, and the peers rotate as many).
+On the CPU the layer
 is moe.ForwardCPU (float32 sums on all cores, AVX512-BF16 or AVX2 where the
 CPU has them, the intermediate rounded to bf16 as on the GPU), timed by the
 wall clock.
@@ -174,7 +178,7 @@ Models:
 				return err
 			}
 			opt := moebench.MoEOptions{Model: name, Shape: shape, TP: sf.tp, EP: sf.ep, Routing: routing, Samples: samples, Seed: seed, DumpDir: dumpDir,
-				Tune: tune, TuneSamples: tuneSamples, Stages: stages, Rounds: rounds}
+				Tune: tune, TuneSamples: tuneSamples, Stages: stages, Rounds: rounds, WeightCopies: weightCopies}
 			if batches != "" {
 				bs, err := parseBatches(batches)
 				if err != nil {
@@ -355,6 +359,7 @@ Models:
 	f.BoolVar(&tune, "tune", false, "CUDA: per batch, check and time every candidate configuration and measure with the fastest correct one")
 	f.BoolVar(&stages, "stages", false, "also time each stage of the pass (align, gemm1, gemm2, combine), each GEMM against its own floor")
 	f.IntVar(&tuneSamples, "tune-samples", 6, "timed samples per candidate under --tune (6, also for 0: the fewest that give a 95% interval)")
+	f.IntVar(&weightCopies, "weight-copies", 0, "time each batch over at least `N` copies of the weights at other device addresses, every sample rotating through them (CUDA; 0: as many as keep the touched experts out of L2): a small-M time is one draw of where the weights land, and N of 3 or more averages the draws")
 	f.StringVar(&ceilings, "ceilings", "", "read the device's ceilings from a results `FILE` of 'mstar bench ceilings' instead of measuring them")
 	pf.add(cmd)
 	addShardFlag(cmd, &shardSpec, "one batch size")

@@ -104,7 +104,7 @@ func (p *peerFlags) run(ctx context.Context, a *app, dev gpu.Info, opt moebench.
 	if err := writeRoutingFile(routing, rep.Routing, opt.Shape.E); err != nil {
 		return err
 	}
-	pdoc, err := peers.Run(ctx, peers.Options{Python: p.python, TritonPeer: p.tritonPeer, Impls: p.impls, Samples: opt.Samples, Device: ordinal, Log: a.stderr}, doc, routing, dumpDir)
+	pdoc, err := peers.Run(ctx, peers.Options{Python: p.python, TritonPeer: p.tritonPeer, Impls: p.impls, Samples: opt.Samples, MinCopies: opt.WeightCopies, Device: ordinal, Log: a.stderr}, doc, routing, dumpDir)
 	if err != nil {
 		if ctx.Err() != nil {
 			return err

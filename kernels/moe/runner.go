@@ -41,6 +41,13 @@ type Runner struct {
 	// in seconds. Unset: one untimed replay on CUDA, none beyond the checked
 	// pass on the CPU.
 	WarmUp func(call func() (float64, error)) error
+
+	// MinCopies, when above 1, makes every timing rotate through at least
+	// that many copies of the weights (as device memory allows), so that a
+	// sample averages as many placements: at small M one configuration has
+	// read up to ~4% apart between two copies of the same weights in one
+	// process (kernels/moe/NOTES.md). 0 or 1: only the copies the L2 needs.
+	MinCopies int
 }
 
 // NewRunner compiles the kernels (with defines, e.g. a custom tile) and
@@ -78,6 +85,9 @@ func NewRunner(dev gpu.Device, l *Layer, defines []string) (*Runner, error) {
 	}
 	return g, nil
 }
+
+// Copies is how many weight copies the runner holds (0 on the CPU).
+func (g *Runner) Copies() int { return len(g.copies) }
 
 // ProgrammaticLaunch says whether configurations with pl=1 can run here.
 func (g *Runner) ProgrammaticLaunch() bool { return g.ctx != nil && g.ctx.ProgrammaticLaunch() }
@@ -239,7 +249,7 @@ func (g *Runner) Stages(p *Plan, r routing.Routing, samples int) ([]StageTime, e
 func (g *Runner) timeWith(p *Plan, r routing.Routing, f func([]*DeviceWeights) ([]float64, int, error)) ([]float64, int, int, error) {
 	s := g.layer.Shape
 	touched := int64(r.Touched(s.E)) * s.ExpertBytes()
-	n := g.ensureCopies(RotationCopies(touched, g.l2, 8), PlanBytes(s, p.M, p.Config)+256<<20)
+	n := g.ensureCopies(max(RotationCopies(touched, g.l2, 8), g.MinCopies), PlanBytes(s, p.M, p.Config)+256<<20)
 	us, calls, err := f(g.copies[:n])
 	return us, calls, n, err
 }

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
+
+	"github.com/mstar-dev/mstar/internal/gpu/gputest"
 )
 
 // On the CPU the runner's checked pass is ForwardCPU's output, every sample
@@ -61,5 +64,34 @@ func TestRunnerCPU(t *testing.T) {
 	cancel()
 	if _, err := g.Run(ctx, x, r, 3, Config{}, false); !errors.Is(err, context.Canceled) {
 		t.Errorf("canceled run: %v, want context.Canceled", err)
+	}
+}
+
+// TestCUDARunnerMinCopies: MinCopies makes a small batch, whose touched
+// experts exceed twice the L2 (one copy by the L2 rule), rotate through that
+// many weight copies, and the timing's note says so.
+func TestCUDARunnerMinCopies(t *testing.T) {
+	dev := gputest.OpenCUDA(t)
+	s := Shape{E: 8, K: 2, H: 4096, I: 14336} // mixtral-8x7b: 352 MB an expert
+	g, err := NewRunner(dev, NewLayer(s, 1), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	x, r := RandomInput(2, s.H, 2), UniformRouting(2, s.E, s.K, 3)
+	for _, want := range []int{1, 3} {
+		g.MinCopies = want
+		p, _, err := g.CheckedPass(x, r, Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, note, err := g.Time(p, r, 2)
+		p.Free()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g.Copies() != want || !strings.Contains(note, fmt.Sprintf(" %d weight cop", want)) {
+			t.Errorf("MinCopies %d: %d copies, note %q", want, g.Copies(), note)
+		}
 	}
 }

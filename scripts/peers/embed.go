@@ -37,6 +37,9 @@ type Options struct {
 	TritonPeer string // a module path whose fused_experts runs as "triton-ref"
 	Impls      string // the script's --impls ("": its default, every peer)
 	Samples    int    // per batch and peer (0: the script's 20)
+	// MinCopies: each peer rotates through at least this many weight
+	// copies, as mstar does under --weight-copies (0 or 1: the L2 rule).
+	MinCopies int
 	// Device is the CUDA ordinal mstar ran on: the script sees only that
 	// device (CUDA_VISIBLE_DEVICES), as its cuda:0.
 	Device int
@@ -142,6 +145,9 @@ func Run(ctx context.Context, opt Options, mstarDoc *results.Document, routingPa
 	}
 	if opt.Samples > 0 {
 		args = append(args, "--samples", strconv.Itoa(opt.Samples))
+	}
+	if opt.MinCopies > 1 {
+		args = append(args, "--min-copies", strconv.Itoa(opt.MinCopies))
 	}
 	cmd := exec.CommandContext(ctx, Python(opt.Python), args...)
 	cmd.Env = append(os.Environ(), "PYTHONUNBUFFERED=1", "PYTHONDONTWRITEBYTECODE=1", "CUDA_VISIBLE_DEVICES="+visibleDevice(os.Getenv("CUDA_VISIBLE_DEVICES"), opt.Device))

@@ -68,11 +68,12 @@ func TestCompare(t *testing.T) {
 }
 
 // fakePython writes an executable that stands in for python: "-c" is the
-// torch check (answer); a script run writes doc to the --out argument.
+// torch check (answer); a script run prints its arguments and writes doc to
+// the --out argument.
 func fakePython(t *testing.T, answer string, doc string) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), "python")
-	script := "#!/bin/sh\nif [ \"$1\" = -c ]; then\n" + answer + "\nfi\nout=\nwhile [ $# -gt 0 ]; do [ \"$1\" = --out ] && out=$2; shift; done\n" +
+	script := "#!/bin/sh\nif [ \"$1\" = -c ]; then\n" + answer + "\nfi\necho \"args: $*\"\nout=\nwhile [ $# -gt 0 ]; do [ \"$1\" = --out ] && out=$2; shift; done\n" +
 		"echo 'M=1 triton-ref 12.0 us'\ncat > \"$out\" <<'EOF'\n" + doc + "\nEOF\n"
 	if err := os.WriteFile(p, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
@@ -94,6 +95,16 @@ func TestRunWithFakePython(t *testing.T) {
 	}
 	if len(doc.Results) != 1 || doc.Results[0].Params["impl"] != "triton-ref" || !strings.Contains(log.String(), "peers: M=1 triton-ref 12.0 us") {
 		t.Errorf("doc %+v, log %q", doc, log.String())
+	}
+	if strings.Contains(log.String(), "--min-copies") {
+		t.Errorf("--min-copies passed without MinCopies: %q", log.String())
+	}
+	log.Reset()
+	if _, err := Run(t.Context(), Options{Python: py, Log: &log, MinCopies: 3}, mdoc, "routing.json", ""); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(log.String(), "--min-copies 3") {
+		t.Errorf("MinCopies 3 not passed on: %q", log.String())
 	}
 
 	for _, tt := range []struct{ name, answer, want string }{

@@ -533,6 +533,7 @@ def main():
     ap.add_argument("--triton-peer", default=os.environ.get("MSTAR_TRITON_PEER", ""),
                     help="a .py file, or a folder holding triton_moe_ref.py or a package, whose fused_experts runs as 'triton-ref' (default: $MSTAR_TRITON_PEER)")
     ap.add_argument("--samples", type=int, default=20)
+    ap.add_argument("--min-copies", type=int, default=1, help="rotate through at least this many weight copies (mstar's --weight-copies)")
     ap.add_argument("--batches", default="", help="only these batch sizes (default: every batch in the mstar document)")
     ap.add_argument("--selftest", action="store_true", help="check the generator against mstar's golden values and exit")
     args = ap.parse_args()
@@ -624,7 +625,7 @@ def main():
             if os.path.exists(path):
                 raw = torch.frombuffer(bytearray(open(path, "rb").read()), dtype=torch.bfloat16)
                 mstar_out = raw.view(M, H).to(dev)
-        n = rotation_copies(rt.touched * 3 * I * H * 2, l2)
+        n = max(rotation_copies(rt.touched * 3 * I * H * 2, l2), args.min_copies)
         while len(copies_cache) < n:
             copies_cache.append((w1.clone(), w2.clone()))
         batch_impls = list(impls)
