@@ -159,6 +159,7 @@ Models:
   mstar bench moe --model qwen3-30b-a3b --batch 256,1024,4096 --config tc:128x256k64s3 --device cuda:0
   mstar bench moe --model qwen3-235b-a22b --batch 1,64,1024,4096 --tune --device cuda:0 --out tuned.json
   mstar bench moe --model mixtral-8x7b --batch 256,4096 --stages --device cuda:0
+  mstar bench moe --model qwen3-235b-a22b --batch 1,4,8 --weight-copies 4 --device cuda:0
   mstar bench moe --model qwen3-30b-a3b --peers --triton-peer .dev/peers/triton_moe_ref.py --device cuda:0 --out q30.json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
