@@ -360,7 +360,7 @@ Models:
 	f.BoolVar(&tune, "tune", false, "CUDA: per batch, check and time every candidate configuration and measure with the fastest correct one")
 	f.BoolVar(&stages, "stages", false, "also time each stage of the pass (align, gemm1, gemm2, combine), each GEMM against its own floor")
 	f.IntVar(&tuneSamples, "tune-samples", 6, "timed samples per candidate under --tune (6, also for 0: the fewest that give a 95% interval)")
-	f.IntVar(&weightCopies, "weight-copies", 0, "time each batch over at least `N` copies of the weights at other device addresses, every sample rotating through them (CUDA; 0: as many as keep the touched experts out of L2): a small-M time is one draw of where the weights land, and N of 3 or more averages the draws")
+	f.IntVar(&weightCopies, "weight-copies", 0, weightCopiesUsage)
 	f.StringVar(&ceilings, "ceilings", "", "read the device's ceilings from a results `FILE` of 'mstar bench ceilings' instead of measuring them")
 	pf.add(cmd)
 	addShardFlag(cmd, &shardSpec, "one batch size")
@@ -398,3 +398,7 @@ func writeRoutingFile(path string, r routing.Routing, e int) error {
 	}
 	return f.Close()
 }
+
+// weightCopiesUsage is --weight-copies' help, shared by bench moe and tune moe.
+const weightCopiesUsage = "time each batch over at least `N` copies of the weights at other device addresses, every sample rotating through them " +
+	"(CUDA; 0: as many as keep the touched experts out of L2): a small-M time is one draw of where the weights land, and N of 3 or more averages the draws"

@@ -256,7 +256,7 @@ Exit 1 when every candidate of some batch was rejected.`,
 	f.Uint64Var(&seed, "seed", 1, "seed of weights, inputs and routing")
 	f.IntVar(&samples, "samples", 0, "samples per batch of the tuned-versus-static comparison (0: 20 on CUDA, 6 on the CPU)")
 	f.IntVar(&tuneSamples, "tune-samples", 6, "timed samples per candidate (6, also for 0: the fewest that give a 95% interval)")
-	f.IntVar(&weightCopies, "weight-copies", 0, "time each batch over at least `N` copies of the weights at other device addresses, every sample rotating through them (CUDA; 0: as many as keep the touched experts out of L2): a small-M time is one draw of where the weights land, and N of 3 or more averages the draws")
+	f.IntVar(&weightCopies, "weight-copies", 0, weightCopiesUsage)
 	f.StringVar(&dir, "dir", "", "folder of the tuned files (default: $"+moe.EnvConfigDir+", else the user cache's mstar/moe-configs)")
 	f.BoolVar(&force, "force", false, "re-tune batches that the file already has")
 	f.StringVar(&ceilings, "ceilings", "", "read the device's ceilings from a results `FILE` of 'mstar bench ceilings' instead of measuring them")
