@@ -717,7 +717,8 @@ func RunMoETune(ctx context.Context, dev gpu.Device, opt MoETuneOptions) (*MoETu
 // TuneSweepGap is how far (a fraction) the tuned sweep's median may read
 // from the pick's time as a candidate before the tune says so: at small M on
 // the H200 the two have read 7% apart for one configuration in one process
-// (kernels/moe/NOTES.md), and bench moe reproduces the sweep's level.
+// (kernels/moe/NOTES.md), and bench moe in a fresh process has read the
+// sweep's level or further off still, never the candidate's.
 const TuneSweepGap = 0.03
 
 // SweepGaps names the batches whose tuned-sweep latency (the median over
@@ -750,7 +751,7 @@ func SweepGaps(f *moe.TunedFile, docs []*results.Document, gap float64) []string
 		apart := len(b.Samples) == 0 || chi < slo || shi < clo
 		if d := got/b.LatencyUS - 1; math.Abs(d) > gap && apart {
 			out = append(out, fmt.Sprintf("M=%d: %s timed %.1f µs as a candidate and %.1f µs in the tuned sweep (%+.1f%%): "+
-				"bench moe reads the sweep's level, so the pick may rest on a draw it does not reproduce (placement: kernels/moe/NOTES.md)",
+				"a new runner does not reproduce the candidate's level, so the pick may rest on one draw of the weights' placement (kernels/moe/NOTES.md)",
 				m, b.Config, b.LatencyUS, got, 100*d))
 		}
 	}
