@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# call-v26-v27.sh — the prepared first GPU call for the two patches waiting
+# in kernels/moe/next (run on the H200 from the repository root, OUT set):
+#   1. v26's tc rows (ov=2 and 16-row) and v27's wg rows of TestCUDAForward
+#      (poisoned outputs, rel L2 against float64), compiled for sm_90a;
+#   2. v26 against main at small M, one fixed tc configuration, runs
+#      alternated (deepseek-v3 tp8 M=4,16,64; qwen3-235b-a22b M=4,16);
+#   3. v27 against main at large M, one fixed cooperative wg configuration
+#      per shape (qwen3-30b-a3b and deepseek-v3 tp8 M=1024,2048,4096 tma=1;
+#      qwen3-235b-a22b M=1024,4096 mc=1), runs alternated;
+#   4. --weight-copies 4 against the default, main's build, qwen3-235b M=4
+#      with the shipped file, runs alternated.
+# Both builds of a pair read the same --config, so the shipped files' kernel
+# hash does not matter to the A/B. Everything lands in one tarball under
+# $OUT (the device returns only a few files a call).
+#
+# Here, before the call (bins into .dev, carry only .dev):
+#   for v in 26:tc-prefetch 27:wg-idle-half; do n=${v%%:*} p=${v#*:}
+#     rm -rf /tmp/v$n && git worktree add -f /tmp/v$n HEAD &&
+#     (cd /tmp/v$n && git apply kernels/moe/next/$p.patch &&
+#      go build -ldflags='-s -w' -o /work/main/bin/mstar-v$n ./cmd/mstar &&
+#      go test -c -ldflags='-s -w' -o /work/main/bin/moe-v$n.test ./kernels/moe); done
+#   go build -buildvcs=auto -ldflags='-s -w' -o bin/mstar ./cmd/mstar
+#   mkdir -p .dev && tar cJf .dev/bins.tar.xz bin/mstar bin/mstar-v26 bin/mstar-v27 bin/moe-v26.test bin/moe-v27.test
+# There:  OUT=$OUT bash kernels/moe/next/call-v26-v27.sh   (STOP: seconds before the A/Bs stop, 520)
+set -u
+R=${OUT:?set OUT}
+X=/tmp/c1
+rm -rf $X && mkdir -p $X/ab
+nvidia-smi --query-gpu=name,uuid,driver_version,clocks.sm,clocks.mem,power.draw,power.limit,temperature.gpu --format=csv >$X/gpu.txt
+tar xJf .dev/bins.tar.xz
+C=reports/measured/h200/moe-v21/stages/ceilings.json
+STOP=${STOP:-520}
+note() { echo "$* [$SECONDS s]" | tee -a $X/summary.txt; }
+
+(cd kernels/moe && timeout 120 ../../bin/moe-v26.test -test.run 'TestCUDAForward/.*(ov=2|bm=16,)' -test.v) >$X/cuda-v26.log 2>&1
+note "v26 tc rows: exit $?; $(grep -c -- '--- PASS' $X/cuda-v26.log) pass, $(grep -c -- '--- FAIL' $X/cuda-v26.log) fail"
+(cd kernels/moe && timeout 150 ../../bin/moe-v27.test -test.run 'TestCUDAForward/.*wg:' -test.v) >$X/cuda-v27.log 2>&1
+note "v27 wg rows: exit $?; $(grep -c -- '--- PASS' $X/cuda-v27.log) pass, $(grep -c -- '--- FAIL' $X/cuda-v27.log) fail"
+
+T="tc:bm=16,bn=256,bk=128,wm=1,wn=8,stages=3,gm=8,minb=1,ov=2"
+W="wg:nc=2,bn=256,stages=4,gm=8,tma=1"
+# name | bench flags | batches | config | variant build
+cells=(
+	"ds-small|--model deepseek-v3 --tp 8|4,16,64|$T|bin/mstar-v26"
+	"q235-small|--model qwen3-235b-a22b|4,16|$T|bin/mstar-v26"
+	"q30-large|--model qwen3-30b-a3b|1024,2048,4096|$W|bin/mstar-v27"
+	"ds-large|--model deepseek-v3 --tp 8|1024,2048,4096|$W|bin/mstar-v27"
+	"q235-large|--model qwen3-235b-a22b|1024,4096|$W,mc=1|bin/mstar-v27"
+)
+for i in 1 2; do
+	for cell in "${cells[@]}"; do
+		IFS="|" read -r n args b cfg vbin <<<"$cell"
+		for side in "main:bin/mstar" "var:$vbin"; do
+			tag=${side%%:*} bin=${side#*:}
+			[ $SECONDS -gt "$STOP" ] && break 3
+			timeout 90 $bin bench moe $args --batch $b --config "$cfg" --ceilings $C --rounds 1 --device cuda:0 \
+				--out $X/ab/$n-$i-$tag.json >$X/ab/$n-$i-$tag.txt 2>&1
+			note "$n $i $tag exit $?"
+		done
+	done
+done
+for i in 1 2; do
+	for side in "one:" "four:--weight-copies 4"; do
+		tag=${side%%:*} extra=${side#*:}
+		[ $SECONDS -gt $((STOP + 40)) ] && break 2
+		timeout 60 bin/mstar bench moe --model qwen3-235b-a22b --batch 4 $extra --ceilings $C --rounds 1 --device cuda:0 \
+			--out $X/ab/copies-$i-$tag.json >$X/ab/copies-$i-$tag.txt 2>&1
+		note "copies $i $tag exit $?"
+	done
+done
+tar czf $R/c1.tgz -C /tmp c1
+tail -3 $X/summary.txt
+# One line a run: batch:median µs.
+for f in $X/ab/*.txt; do
+	echo "$(basename $f .txt): $(grep -E '^ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9.]+ ' $f | awk '{printf "%s:%s ", $1, $4}')"
+done
