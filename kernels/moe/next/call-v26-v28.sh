@@ -1,28 +1,32 @@
 #!/usr/bin/env bash
-# call-v26-v27.sh — the prepared first GPU call for the two patches waiting
+# call-v26-v28.sh — the prepared first GPU call for the three patches waiting
 # in kernels/moe/next (run on the H200 from the repository root, OUT set):
-#   1. v26's tc rows (ov=2 and 16-row) and v27's wg rows of TestCUDAForward
-#      (poisoned outputs, rel L2 against float64), compiled for sm_90a;
+#   1. v26's tc rows (ov=2 and 16-row), v27's wg rows and v28's 16-row tc
+#      rows of TestCUDAForward (poisoned outputs, rel L2 against float64),
+#      compiled for sm_90a, and v28's TCResources (registers, local memory);
 #   2. v26 against main at small M, one fixed tc configuration, runs
 #      alternated (deepseek-v3 tp8 M=4,16,64; qwen3-235b-a22b M=4,16);
 #   3. v27 against main at large M, one fixed cooperative wg configuration
 #      per shape (qwen3-30b-a3b and deepseek-v3 tp8 M=1024,2048,4096 tma=1;
 #      qwen3-235b-a22b M=1024,4096 mc=1), runs alternated;
-#   4. --weight-copies 4 against the default, main's build, qwen3-235b M=4
+#   4. v28's new 16-row tiles against the 16×256 ones in one process: tune
+#      moe of mixtral-8x7b and qwen3-235b-a22b at M=1,2,4, the candidates
+#      filtered to 16-row tc tiles (per-GEMM times in the document);
+#   5. --weight-copies 4 against the default, main's build, qwen3-235b M=4
 #      with the shipped file, runs alternated.
 # Both builds of a pair read the same --config, so the shipped files' kernel
 # hash does not matter to the A/B. Everything lands in one tarball under
 # $OUT (the device returns only a few files a call).
 #
 # Here, before the call (bins into .dev, carry only .dev):
-#   for v in 26:tc-prefetch 27:wg-idle-half; do n=${v%%:*} p=${v#*:}
+#   for v in 26:tc-prefetch 27:wg-idle-half 28:tc-narrow; do n=${v%%:*} p=${v#*:}
 #     rm -rf /tmp/v$n && git worktree add -f /tmp/v$n HEAD &&
 #     (cd /tmp/v$n && git apply kernels/moe/next/$p.patch &&
 #      go build -ldflags='-s -w' -o /work/main/bin/mstar-v$n ./cmd/mstar &&
 #      go test -c -ldflags='-s -w' -o /work/main/bin/moe-v$n.test ./kernels/moe); done
 #   go build -buildvcs=auto -ldflags='-s -w' -o bin/mstar ./cmd/mstar
-#   mkdir -p .dev && tar cJf .dev/bins.tar.xz bin/mstar bin/mstar-v26 bin/mstar-v27 bin/moe-v26.test bin/moe-v27.test
-# There:  OUT=$OUT bash kernels/moe/next/call-v26-v27.sh   (STOP: seconds before the A/Bs stop, 520)
+#   mkdir -p .dev && tar cJf .dev/bins.tar.xz bin/mstar bin/mstar-v2[678] bin/moe-v2[678].test
+# There:  OUT=$OUT bash kernels/moe/next/call-v26-v28.sh   (STOP: seconds before the A/Bs stop, 520)
 set -u
 R=${OUT:?set OUT}
 X=/tmp/c1
@@ -37,6 +41,13 @@ note() { echo "$* [$SECONDS s]" | tee -a $X/summary.txt; }
 note "v26 tc rows: exit $?; $(grep -c -- '--- PASS' $X/cuda-v26.log) pass, $(grep -c -- '--- FAIL' $X/cuda-v26.log) fail"
 (cd kernels/moe && timeout 150 ../../bin/moe-v27.test -test.run 'TestCUDAForward/.*wg:' -test.v) >$X/cuda-v27.log 2>&1
 note "v27 wg rows: exit $?; $(grep -c -- '--- PASS' $X/cuda-v27.log) pass, $(grep -c -- '--- FAIL' $X/cuda-v27.log) fail"
+(cd kernels/moe && timeout 120 ../../bin/moe-v28.test -test.run 'TestCUDAForward/.*bm=16,|TestCUDATCResources' -test.v) >$X/cuda-v28.log 2>&1
+note "v28 tc rows: exit $?; $(grep -c -- '--- PASS' $X/cuda-v28.log) pass, $(grep -c -- '--- FAIL' $X/cuda-v28.log) fail"
+for sh in mixtral-8x7b qwen3-235b-a22b; do
+	MSTAR_MOE_TUNE_FILTER='^tc:bm=16,' timeout 120 bin/mstar-v28 tune moe --model $sh --batch 1,2,4 --dir $X/tune28 \
+		--rounds 1 --ceilings $C --device cuda:0 --out $X/tune28-$sh.json >$X/tune28-$sh.txt 2>&1
+	note "v28 tune $sh: exit $?"
+done
 
 T="tc:bm=16,bn=256,bk=128,wm=1,wn=8,stages=3,gm=8,minb=1,ov=2"
 W="wg:nc=2,bn=256,stages=4,gm=8,tma=1"
