@@ -129,6 +129,7 @@ type tuneCandidate struct {
 	config, reject, static string
 	chosen                 bool
 	latencyUS              float64 // the median, in the tuned file's rounding; 0 when not timed
+	freshUS                float64 // a finalist's median over fresh processes; 0 when none
 }
 
 func readCandidate(r *Result) tuneCandidate {
@@ -145,6 +146,9 @@ func readCandidate(r *Result) tuneCandidate {
 	}
 	if m := r.Metric("tune_latency"); m != nil && len(m.Samples) > 0 {
 		c.latencyUS = math.Round(results.Summarize(m.Samples).Median*1000) / 1000
+	}
+	if m := r.Metric("tune_fresh_latency"); m != nil && len(m.Samples) > 0 {
+		c.freshUS = results.Median(m.Samples)
 	}
 	return c
 }
@@ -207,6 +211,20 @@ func tuneRows(w io.Writer, cands []Result, batches []string) {
 			line += " (the static table's pick)"
 		}
 		fmt.Fprintln(w, wrap(line, 100, "#     "))
+		// tune moe --finalists: how each finalist read in fresh processes.
+		var fin []string
+		for _, o := range byBatch[b] {
+			if o.freshUS > 0 {
+				mark := ""
+				if o.chosen {
+					mark = " (chosen)"
+				}
+				fin = append(fin, fmt.Sprintf("%s %.1f µs, in the tuner %.1f%s", strings.ReplaceAll(o.config, "+", " + "), o.freshUS, o.latencyUS, mark))
+			}
+		}
+		if len(fin) > 0 {
+			fmt.Fprintln(w, wrap(fmt.Sprintf("# M=%s in fresh processes: %s", b, strings.Join(fin, "; ")), 100, "#     "))
+		}
 	}
 	for _, b := range tunedBatches {
 		for _, c := range byBatch[b] {

@@ -85,3 +85,29 @@ func TestTuneTable(t *testing.T) {
 		t.Errorf("row order:\n%s", out)
 	}
 }
+
+// tune moe --finalists: a batch whose finalists ran in fresh processes
+// says how each read there beside its time in the tuner, the chosen marked.
+func TestTuneTableFinalists(t *testing.T) {
+	cand := func(config string, lat, fresh []float64, warns ...string) Result {
+		r := Result{Name: "moe_tune", Role: results.RoleContext, Params: Params{"batch": "4", "config": config, "model": "m1"},
+			Metrics: []Metric{{Name: "tune_latency", Unit: "µs", Better: results.LowerIsBetter, Samples: lat}}, Warnings: warns}
+		if fresh != nil {
+			r.Metrics = append(r.Metrics, Metric{Name: "tune_fresh_latency", Unit: "µs", Better: results.LowerIsBetter, Samples: fresh})
+		}
+		return r
+	}
+	d := &Document{Suite: "tune moe", Env: Env{"device": "cuda:0", "gpu": "H200"}, Results: []Result{
+		cand("tc/16x256", []float64{247.6}, []float64{265.1, 265.4}, "static table: tc/16x256"),
+		cand("tc/16x128", []float64{252.0}, []float64{261.0, 261.2}, "chosen: the fastest finalist in fresh processes"),
+		cand("tc/32x128", []float64{290}, nil),
+	}}
+	var b bytes.Buffer
+	if err := RunTable(&b, d); err != nil {
+		t.Fatal(err)
+	}
+	want := "# M=4 in fresh processes: tc/16x256 265.2 µs, in the tuner 247.6; tc/16x128 261.1 µs, in the tuner 252.0 (chosen)\n"
+	if out := b.String(); !strings.Contains(strings.ReplaceAll(out, "\n#     ", " "), strings.TrimSuffix(want, "\n")) || strings.Contains(out, "tc/32x128 ") {
+		t.Errorf("tune table lacks the finalists line %q (or names a candidate that was not one):\n%s", want, out)
+	}
+}

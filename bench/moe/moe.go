@@ -54,6 +54,9 @@ const (
 	// name of its own, so that tables of "latency" show the measured
 	// batches and tables of "tune_latency" the candidates.
 	MoETuneLatency = "tune_latency"
+	// MoETuneFresh: a finalist's median latency in each fresh process
+	// (tune moe --finalists).
+	MoETuneFresh = "tune_fresh_latency"
 	// MoETuneGemm1 and MoETuneGemm2 are a candidate's GEMMs timed alone
 	// (CUDA), from which the tuner's split candidate is built.
 	MoETuneGemm1 = "tune_gemm1"
@@ -135,7 +138,11 @@ type TuneOutcome struct {
 	RelL2   float64   // against the float64 reference; NaN when never computed
 	Reject  string    // why the candidate may not be picked ("" when it may)
 	Compile string    // how its module was made
-	Chosen  bool
+	// Fresh: a finalist's median latency in each fresh process (µs);
+	// FreshErr why it was not timed there.
+	Fresh    []float64
+	FreshErr string
+	Chosen   bool
 	// Gemm1, Gemm2: each GEMM timed alone (µs per call), where the runner
 	// can; the split candidate is built from them.
 	Gemm1, Gemm2 []float64
@@ -681,10 +688,19 @@ func tuneResult(opt MoEOptions, local moe.Shape, m int, o TuneOutcome) results.R
 			results.Metric{Name: MoETuneGemm1, Unit: "µs", Better: results.LowerIsBetter, Samples: o.Gemm1},
 			results.Metric{Name: MoETuneGemm2, Unit: "µs", Better: results.LowerIsBetter, Samples: o.Gemm2})
 	}
+	if len(o.Fresh) > 0 {
+		r.Metrics = append(r.Metrics, results.Metric{Name: MoETuneFresh, Unit: "µs", Better: results.LowerIsBetter, Samples: o.Fresh})
+	}
+	if o.FreshErr != "" {
+		r.Warnings = append(r.Warnings, "finalist not timed in a fresh process: "+o.FreshErr)
+	}
 	if o.Reject != "" {
 		r.Warnings = append(r.Warnings, "rejected: "+o.Reject)
 	}
-	if o.Chosen {
+	switch {
+	case o.Chosen && len(o.Fresh) > 0:
+		r.Warnings = append(r.Warnings, "chosen: the fastest finalist in fresh processes")
+	case o.Chosen:
 		r.Warnings = append(r.Warnings, "chosen: the fastest candidate that passed")
 	}
 	if o.Compile != "" {

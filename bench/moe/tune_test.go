@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mstar-dev/mstar/bench/ceilings"
 	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/mstar-dev/mstar/kernels/moe"
 	"github.com/mstar-dev/mstar/kernels/routing"
@@ -598,5 +599,129 @@ func TestSweepGaps(t *testing.T) {
 	}
 	if got := SweepGaps(nil, docs, TuneSweepGap); got != nil {
 		t.Errorf("no file: %q", got)
+	}
+}
+
+// timedCandidates are correct candidates (the CPU forward pass) that the
+// tuner's process times at us[config].
+type timedCandidates struct {
+	cpu cpuCandidates
+	us  map[string]float64
+}
+
+func (f timedCandidates) Prepare(moe.Config) (string, error) { return "", nil }
+func (f timedCandidates) Run(c moe.Config) (CandidateRun, error) {
+	run, err := f.cpu.Run(moe.Config{})
+	if err != nil {
+		return nil, err
+	}
+	return fixedRun{out: run.Output(), us: f.us[c.String()]}, nil
+}
+
+// fakeFresh times a configuration "in a new process" at us[config], or
+// fails for those in fail, and records the order of its calls.
+type fakeFresh struct {
+	us    map[string]float64
+	fail  map[string]bool
+	calls []string
+}
+
+func (f *fakeFresh) TimeFresh(_ context.Context, m int, c moe.Config, ceil *ceilings.Ceilings) (float64, error) {
+	if ceil == nil {
+		return 0, errors.New("no ceilings given")
+	}
+	f.calls = append(f.calls, c.String())
+	if f.fail[c.String()] {
+		return 0, errors.New("bench moe: exit 1\nmore")
+	}
+	return f.us[c.String()] + float64(len(f.calls))*0.001, nil
+}
+
+// --finalists: the candidates within 5% of the tuner's fastest are timed
+// again in fresh processes, alternated round by round, and the fastest
+// there is picked and written, with each finalist's times; one outside the
+// gap is not run again, and a finalist that fails there cannot be picked.
+func TestTuneFinalistsInFreshProcesses(t *testing.T) {
+	a := moe.Config{Kernel: "skinny", NT: 1}
+	b := moe.Config{Kernel: "skinny", NT: 1, W1: 16, W2: 16}
+	c := moe.Config{Kernel: "skinny", NT: 1, W1: 8, W2: 8}
+	inProcess := map[string]float64{a.String(): 100, b.String(): 103, c.String(): 120}
+	opts := func(dir string, fresh *fakeFresh) MoETuneOptions {
+		o := tuneOpts(dir, []int{5}, []moe.Config{a, b, c}, nil)
+		o.Runner = func(m int, l *moe.Layer, x []float32, r routing.Routing) (CandidateRunner, []moe.Config) {
+			g, err := moe.NewRunner(gpu.NewCPU(), l, nil)
+			if err != nil {
+				panic(err)
+			}
+			return timedCandidates{cpu: cpuCandidates{ctx: context.Background(), g: g, x: x, r: r}, us: inProcess}, []moe.Config{a, b, c}
+		}
+		o.Finalists, o.Fresh = 3, fresh
+		return o
+	}
+
+	fresh := &fakeFresh{us: map[string]float64{a.String(): 110, b.String(): 105, c.String(): 90}}
+	rep, err := RunMoETune(t.Context(), gpu.NewCPU(), opts(t.TempDir(), fresh))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{a.String(), b.String(), b.String(), a.String()}; !slices.Equal(fresh.calls, want) {
+		t.Errorf("fresh runs %q, want %q (the two finalists, the order turned in round 2; %v is 20%% off)", fresh.calls, want, c)
+	}
+	bt := rep.File.Batches["5"]
+	if bt.Config != b.String() || bt.LatencyUS != round3(results.Median([]float64{103, 103.01, 103.02})) || !(bt.FreshUS > 105 && bt.FreshUS < 105.01) {
+		t.Errorf("file: %s at %v µs in the tuner, %v fresh; want %v, 103.01 and 105.00x", bt.Config, bt.LatencyUS, bt.FreshUS, b)
+	}
+	if len(bt.Finalists) != 2 || !strings.HasPrefix(bt.Finalists[0], a.String()+": 110.00") || !strings.Contains(bt.Finalists[1], "in the tuner 103.01") {
+		t.Errorf("file's finalists %q", bt.Finalists)
+	}
+	outs := rep.Outcomes[5]
+	if outs[0].Chosen || !outs[1].Chosen || len(outs[2].Fresh) != 0 {
+		t.Errorf("chosen %v %v %v, fresh times of the third %v: want the second chosen, the third never run", outs[0].Chosen, outs[1].Chosen, outs[2].Chosen, outs[2].Fresh)
+	}
+	var chosenNote, freshMetric bool
+	for _, r := range rep.Results {
+		if r.Name == MoETuneResult && r.Params[MoEConfigParam] == b.String() {
+			chosenNote = slices.Contains(r.Warnings, "chosen: the fastest finalist in fresh processes")
+			freshMetric = r.Metric(MoETuneFresh) != nil && len(r.Metric(MoETuneFresh).Samples) == 2
+		}
+	}
+	if !chosenNote || !freshMetric {
+		t.Errorf("the chosen candidate's result: chosen note %v, two fresh samples %v", chosenNote, freshMetric)
+	}
+
+	// The fresh-fastest finalist fails there: the one timed in every round wins.
+	fresh = &fakeFresh{us: map[string]float64{a.String(): 110, b.String(): 105}, fail: map[string]bool{b.String(): true}}
+	rep, err = RunMoETune(t.Context(), gpu.NewCPU(), opts(t.TempDir(), fresh))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bt := rep.File.Batches["5"]; bt.Config != a.String() || !strings.Contains(strings.Join(bt.Finalists, "\n"), b.String()+": not timed (bench moe: exit 1)") {
+		t.Errorf("with %v failing fresh: picked %s, finalists %q", b, bt.Config, bt.Finalists)
+	}
+	if want := []string{a.String(), b.String(), a.String()}; !slices.Equal(fresh.calls, want) {
+		t.Errorf("fresh runs %q, want %q (a failed finalist is not run again)", fresh.calls, want)
+	}
+	if !slices.ContainsFunc(rep.Warnings, func(w string) bool {
+		return strings.Contains(w, "M=5: finalist "+b.String()+": not timed in a fresh process")
+	}) {
+		t.Errorf("no warning names the failed finalist: %q", rep.Warnings)
+	}
+}
+
+func TestFinalistsOf(t *testing.T) {
+	outs := []TuneOutcome{
+		{Config: moe.Config{Kernel: "skinny", NT: 1}, Latency: []float64{104}, RelL2: 0.003},
+		{Config: moe.Config{Kernel: "skinny", NT: 2}, Latency: []float64{1}, Reject: "wrong"},
+		{Config: moe.Config{Kernel: "skinny", NT: 4}, Latency: []float64{100}, RelL2: 0.003},
+		{Config: moe.Config{Kernel: "skinny", NT: 1, W1: 4}, Latency: []float64{106}, RelL2: 0.003},
+		{Config: moe.Config{Kernel: "skinny", NT: 1, W1: 8}, Latency: []float64{102}, RelL2: 0.003},
+	}
+	for _, tt := range []struct {
+		n    int
+		want []int
+	}{{3, []int{2, 4, 0}}, {8, []int{2, 4, 0}}, {1, []int{2}}, {0, nil}} {
+		if got := finalistsOf(outs, tt.n, 0.05); !slices.Equal(got, tt.want) {
+			t.Errorf("finalistsOf(n=%d) = %v, want %v (fastest first, within 5%%, never a rejected one)", tt.n, got, tt.want)
+		}
 	}
 }

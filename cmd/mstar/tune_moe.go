@@ -47,7 +47,7 @@ func newTuneMoE(a *app) *cobra.Command {
 	var (
 		sf                                                      shapeFlags
 		device, out, batches, routing, dir, ceilings, shardSpec string
-		samples, tuneSamples, rounds                            int
+		samples, tuneSamples, rounds, finalists                 int
 		weightCopies                                            int
 		seed                                                    uint64
 		force                                                   bool
@@ -93,6 +93,15 @@ run; it does not change the exit code. --out writes every candidate
 ("moe_tune" results) and every sweep ("moe", params configs=static|tuned
 and round).
 
+--finalists N judges the closest candidates as bench moe will run them.
+A small-M time depends on where a process's upload of the weights lands (on
+the H200, one configuration read 247.6 µs in the tuner and 265–267 in fresh
+processes, and two configurations changed order between the two), so the
+up to N fastest candidates within 5% of the fastest each run twice more, as
+'bench moe --batch M --config C' in a new process, alternated, and the
+fastest median there is picked. The file records each finalist's times. It
+costs 2·N processes a batch (a few seconds each).
+
 On the CPU there is one implementation, so there is nothing to choose: the
 command checks and times it, writes its file (which bench moe does not
 need) and compares it with itself — an A/A pair, which should read '~'.
@@ -108,6 +117,7 @@ Exit 1 when every candidate of some batch was rejected.`,
 		Example: `  mstar tune moe --model qwen3-30b-a3b --device cuda:0
   mstar tune moe --model deepseek-v3 --tp 8 --batch 1,64,1024,4096 --device cuda:0 --out tune-ds.json
   mstar tune moe --hf-config /models/Qwen3-30B-A3B/config.json --device cuda:0 --force
+  mstar tune moe --model qwen3-235b-a22b --batch 1,2,4,8 --finalists 3 --device cuda:0
   mstar tune moe --experts 8 --topk 2 --hidden 256 --inter 128 --batch 1,16 --device cpu --dir /tmp/cfg`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -115,8 +125,11 @@ Exit 1 when every candidate of some batch was rejected.`,
 			if err != nil {
 				return err
 			}
-			if err := firstErr(atLeast("threshold", threshold, 0, ""), atLeast("rounds", rounds, 1, "")); err != nil {
+			if err := firstErr(atLeast("threshold", threshold, 0, ""), atLeast("rounds", rounds, 1, ""), atLeast("finalists", finalists, 0, "")); err != nil {
 				return err
+			}
+			if finalists > moebench.MaxFinalists {
+				return usageErr("--finalists %d: at most %d (each costs two processes a batch)", finalists, moebench.MaxFinalists)
 			}
 			sh, err := shard.Parse(shardSpec)
 			if err != nil {
@@ -203,8 +216,16 @@ Exit 1 when every candidate of some batch was rejected.`,
 					if earlierErr != nil {
 						fmt.Fprintf(m.note, "mstar: warning: %s is not an earlier tune document (%v): its candidates are not carried over\n", earlierFrom, earlierErr)
 					}
-					rep, err := moebench.RunMoETune(ctx, m.dev, moebench.MoETuneOptions{MoE: mo, Dir: dir, Force: force,
-						Commit: version.Get().Commit, Rounds: rounds, Earlier: earlier})
+					topt := moebench.MoETuneOptions{MoE: mo, Dir: dir, Force: force, Commit: version.Get().Commit, Rounds: rounds, Earlier: earlier}
+					if finalists > 1 {
+						fresh, cleanup, err := newFreshBench(mo, m.dev.Info().ID)
+						if err != nil {
+							return nil, err
+						}
+						defer cleanup()
+						topt.Finalists, topt.Fresh = finalists, fresh
+					}
+					rep, err := moebench.RunMoETune(ctx, m.dev, topt)
 					stopped := err != nil && ctx.Err() != nil && rep != nil
 					if errors.Is(err, moebench.ErrNoCandidate) {
 						noCandidate, err = err, nil
@@ -261,6 +282,7 @@ Exit 1 when every candidate of some batch was rejected.`,
 	f.BoolVar(&force, "force", false, "re-tune batches that the file already has")
 	f.StringVar(&ceilings, "ceilings", "", "read the device's ceilings from a results `FILE` of 'mstar bench ceilings' instead of measuring them")
 	f.IntVar(&rounds, "rounds", 2, "interleaved rounds of the tuned-versus-static comparison")
+	f.IntVar(&finalists, "finalists", 0, "time up to `N` of the fastest candidates (within 5% of the fastest) again in fresh 'bench moe' processes, twice each, alternated, and pick the fastest there (0: the tuner's own times decide)")
 	addShardFlag(cmd, &shardSpec, "one batch size")
 	fo.add(cmd)
 	f.Float64Var(&threshold, "threshold", 5, "the comparison: smallest change, in percent, that counts (as in report diff)")

@@ -138,8 +138,13 @@ type TunedBatch struct {
 	Config string `json:"config"` // ParseConfig reads it
 	// Timings of the pick and of the static table's configuration, µs per
 	// call (medians of the tuning samples); absent when not measured.
-	LatencyUS  float64   `json:"latency_us,omitempty"`
-	Samples    []float64 `json:"samples_us,omitempty"`
+	LatencyUS float64   `json:"latency_us,omitempty"`
+	Samples   []float64 `json:"samples_us,omitempty"`
+	// FreshUS: the pick's median over fresh processes, when the tune judged
+	// its finalists there (tune moe --finalists); Finalists says how each
+	// read ("config: median µs (per process)").
+	FreshUS    float64   `json:"fresh_us,omitempty"`
+	Finalists  []string  `json:"finalists,omitempty"`
 	Static     string    `json:"static,omitempty"`
 	StaticUS   float64   `json:"static_us,omitempty"`
 	Candidates int       `json:"candidates,omitempty"`

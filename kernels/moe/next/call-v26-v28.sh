@@ -13,7 +13,9 @@
 #      moe of mixtral-8x7b and qwen3-235b-a22b at M=1,2,4, the candidates
 #      filtered to 16-row tc tiles (per-GEMM times in the document);
 #   5. --weight-copies 4 against the default, main's build, qwen3-235b M=4
-#      with the shipped file, runs alternated.
+#      with the shipped file, runs alternated;
+#   6. tune moe --finalists 3 (main's build) of qwen3-235b M=4: whether the
+#      fresh processes pick another configuration than the tuner's times.
 # Both builds of a pair read the same --config, so the shipped files' kernel
 # hash does not matter to the A/B. Everything lands in one tarball under
 # $OUT (the device returns only a few files a call).
@@ -80,6 +82,11 @@ for i in 1 2; do
 		note "copies $i $tag exit $?"
 	done
 done
+if [ $SECONDS -le $((STOP + 60)) ]; then
+	timeout 120 bin/mstar tune moe --model qwen3-235b-a22b --batch 4 --finalists 3 --dir $X/tune-fin --rounds 1 \
+		--ceilings $C --device cuda:0 --out $X/tune-fin.json >$X/tune-fin.txt 2>&1
+	note "tune --finalists 3: exit $?"
+fi
 tar czf $R/c1.tgz -C /tmp c1
 tail -3 $X/summary.txt
 # One line a run: batch:median µs.
