@@ -610,6 +610,19 @@ func (c *Ceilings) Result(kind string) results.Result {
 	}
 }
 
+// Document is c as the results document CeilingsFrom reads back (what
+// `mstar bench ceilings --out` writes, less the host's environment): for a
+// child process given --ceilings FILE.
+func (c *Ceilings) Document() *results.Document {
+	env := results.Env{"device": c.Device, "backend": string(c.Backend)}
+	if c.Backend == gpu.CPU {
+		env["cpu"] = c.Name
+	} else {
+		env["gpu"] = c.Name
+	}
+	return &results.Document{Format: results.Format, Schema: results.SchemaVersion, Suite: "bench ceilings", Env: env, Results: c.Results()}
+}
+
 // CeilingsFrom reads ceilings back from a results document's "ceiling"
 // rows (as `mstar bench ceilings --out` writes them), for suites given
 // --ceilings FILE. Kinds the document lacks are Unmeasured, saying so.

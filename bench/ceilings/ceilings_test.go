@@ -296,3 +296,38 @@ func TestSizesFor(t *testing.T) {
 		t.Errorf("CPU quick copy %d (full %d), read %d", cpuQuick.CopyBytes, cpu.CopyBytes, cpuQuick.ReadBytes)
 	}
 }
+
+// Document is what CeilingsFrom reads back: the device, its backend and
+// name (which Matches checks), and every measured ceiling's samples.
+func TestDocumentRoundTrip(t *testing.T) {
+	for _, c := range []*Ceilings{
+		{Device: "cuda:0", Backend: gpu.CUDA, Name: "NVIDIA H200", Read: Ceiling{Unit: UnitGBps, Samples: []float64{4500, 4558}, Value: 4529},
+			GEMM: Ceiling{Unit: UnitTFLOPs, Samples: []float64{680}, Value: 680}},
+		{Device: "cpu", Backend: gpu.CPU, Name: "AMD EPYC", D2D: Ceiling{Unit: UnitGBps, Samples: []float64{64}, Value: 64}},
+	} {
+		for _, k := range ceilingKinds { // as MeasureCeilings leaves them: a unit each, unmeasured when not run
+			if ce := c.byKind(k); ce.Unit == "" {
+				ce.Unit, ce.Unmeasured = UnitGBps, "not run"
+				if k == "gemm" {
+					ce.Unit = UnitTFLOPs
+				}
+			}
+		}
+		back, err := CeilingsFrom(c.Document())
+		if err != nil {
+			t.Fatalf("%s: %v", c.Device, err)
+		}
+		if back.Device != c.Device || back.Backend != c.Backend || back.Name != c.Name {
+			t.Errorf("read back as %s %s %q, want %s %s %q", back.Device, back.Backend, back.Name, c.Device, c.Backend, c.Name)
+		}
+		if err := back.Matches(gpu.Info{Backend: c.Backend, Name: c.Name}); err != nil {
+			t.Errorf("%s: the read-back ceilings do not match their own device: %v", c.Device, err)
+		}
+		for _, k := range []string{"read", "gemm", "d2d"} {
+			want, got := c.byKind(k), back.byKind(k)
+			if want.Measured() != got.Measured() || (want.Measured() && got.Value != results.Median(want.Samples)) {
+				t.Errorf("%s %s: read back %+v from %+v", c.Device, k, *got, *want)
+			}
+		}
+	}
+}

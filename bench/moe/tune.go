@@ -736,7 +736,7 @@ func RunMoETune(ctx context.Context, dev gpu.Device, opt MoETuneOptions) (*MoETu
 			return rep, err // the batch in flight is left out of the file
 		}
 		best := pickFastest(outs) // before the results: the chosen one says so
-		if fin := finalistsOf(outs, opt.Finalists, FinalistGap); opt.Fresh != nil && len(fin) > 1 {
+		if fin := finalistsOf(outs, opt.Finalists, FinalistGap); len(fin) > 1 && opt.Fresh != nil {
 			if err := needCeilings(); err != nil {
 				return rep, err
 			}

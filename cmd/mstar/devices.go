@@ -181,8 +181,7 @@ type worker struct {
 // lastLine is the last non-empty line of the worker's log.
 func (w *worker) lastLine() string {
 	b, _ := os.ReadFile(w.log)
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	return strings.TrimPrefix(lines[len(lines)-1], "mstar: ")
+	return lastLine(string(b))
 }
 
 // cpuList is "0-15,32-47".

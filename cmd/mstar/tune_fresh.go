@@ -13,7 +13,6 @@ import (
 
 	"github.com/mstar-dev/mstar/bench/ceilings"
 	moebench "github.com/mstar-dev/mstar/bench/moe"
-	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/mstar-dev/mstar/kernels/moe"
 	"github.com/mstar-dev/mstar/reports/results"
 )
@@ -54,15 +53,8 @@ func freshShapeArgs(opt moebench.MoEOptions) []string {
 // with --ceilings, so that none measures them again.
 func (f *freshBench) ceilingsFile(ceil *ceilings.Ceilings) (string, error) {
 	f.once.Do(func() {
-		env := results.Env{"device": ceil.Device, "backend": string(ceil.Backend)}
-		if ceil.Backend == gpu.CPU {
-			env["cpu"] = ceil.Name
-		} else {
-			env["gpu"] = ceil.Name
-		}
-		d := &results.Document{Format: results.Format, Schema: results.SchemaVersion, Suite: "bench ceilings", Env: env, Results: ceil.Results()}
 		f.ceilPath = filepath.Join(f.dir, "ceilings.json")
-		f.ceilErr = results.WriteFile(f.ceilPath, d)
+		f.ceilErr = results.WriteFile(f.ceilPath, ceil.Document())
 	})
 	return f.ceilPath, f.ceilErr
 }
@@ -89,7 +81,7 @@ func (f *freshBench) TimeFresh(ctx context.Context, m int, c moe.Config, ceil *c
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Run(); err != nil {
-		return 0, fmt.Errorf("bench moe: %v: %s", err, lastLines(stderr.String(), 2))
+		return 0, fmt.Errorf("bench moe: %v: %s", err, lastLine(stderr.String()))
 	}
 	d, err := results.ReadFile(out.Name())
 	if err != nil {
@@ -107,18 +99,10 @@ func (f *freshBench) TimeFresh(ctx context.Context, m int, c moe.Config, ceil *c
 	return 0, fmt.Errorf("bench moe's document has no M=%d row", m)
 }
 
-// lastLines is the last n non-empty lines of s, joined by " | ".
-func lastLines(s string, n int) string {
-	var lines []string
-	for _, l := range strings.Split(strings.TrimSpace(s), "\n") {
-		if l = strings.TrimSpace(l); l != "" {
-			lines = append(lines, strings.TrimPrefix(l, "mstar: "))
-		}
-	}
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, " | ")
+// lastLine is the last non-empty line of s, without mstar's prefix.
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.TrimPrefix(strings.TrimSpace(lines[len(lines)-1]), "mstar: ")
 }
 
 // newFreshBench is the FreshTimer of a tune of opt on device, and what
