@@ -29,8 +29,9 @@
 # work29.tgz) into kernels/moe/configs, and the table's ratios into README.
 # Steps: saab (here: v30's fused alignment against the same tc configuration
 # without it, fresh processes alternated, 2 a side, on the 16-row ov2 tile at
-# 8–64 slots of each shape), then scripts/moe-variant-h200.sh's (tests, tune,
-# table, ab). DEADLINE (default 540 s) is the time the steps may start in.
+# 8–64 slots of each shape, then report diff of the merged sides), then
+# scripts/moe-variant-h200.sh's (tests, tune, table, ab). DEADLINE (default
+# 540 s) is the time the steps may start in.
 set -u
 R=${OUT:?set OUT}
 [ $# -gt 0 ] || { echo "usage: $0 tests|saab|tune|table|ab ..." >&2; exit 2; }
@@ -65,9 +66,15 @@ saab() {
 			done
 		done
 	done
-	for f in "$X"/saab/*-[12]-*.txt; do
-		echo "$(basename "$f" .txt): $(grep -E '^ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9.]+ ' "$f" | awk '{printf "%s:%s ", $1, $4}')"
-	done | tee -a "$X/summary.txt"
+	# Each side's runs merged (they become its rounds) and diffed, as
+	# scripts/ab-builds.sh does; the config param differs, which report diff
+	# pairs as "config=A → B".
+	for side in plain sa; do
+		bin/mstar-v29 report merge -o "$X/saab/$side.json" "$X"/saab/*-[12]-$side.json >/dev/null
+	done
+	bin/mstar-v29 report diff "$X/saab/plain.json" "$X/saab/sa.json" >"$X/saab/diff.txt" 2>&1
+	echo "saab report diff: exit $?" | tee -a "$X/summary.txt"
+	grep -E "batch=|geomean" "$X/saab/diff.txt"
 }
 
 # The variant script's steps, in the order given, with this call's time left.
