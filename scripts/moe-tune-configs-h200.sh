@@ -18,7 +18,10 @@
 # Environment: SHAPES (default the four), BATCH (default bench moe's 13),
 # MSTAR (default bin/mstar), DEADLINE (seconds, default 560), ROUNDS (of the
 # tuned-versus-static comparison, default 2; 1 halves its time), SAMPLES (its
-# samples per batch, default tune moe's 20).
+# samples per batch, default tune moe's 20), SHORTLIST (a folder of an earlier
+# tune's documents, tune-<shape>.json[.gz]: each shape found there is tuned
+# with `--shortlist`, about half the candidates; e.g.
+# reports/measured/h200/moe-v25/tune/docs).
 # To re-tune after a change to moe.cu's wgmma section only, copy the shipped
 # files into $OUT/configs first: their batches without a wg candidate stay
 # valid (each names the kernels it was tuned on) and are skipped.
@@ -48,9 +51,13 @@ for s in $SHAPES; do
   fi
   args=(--model "$s")
   [ "$s" = deepseek-v3-tp8 ] && args=(--model deepseek-v3 --tp 8)
-  echo "== [${SECONDS} s] tune moe $s (timeout ${left} s)" | tee -a "$log"
+  short=()
+  for d in "${SHORTLIST:-}/tune-$s.json" "${SHORTLIST:-}/tune-$s.json.gz"; do
+    [ -n "${SHORTLIST:-}" ] && [ -s "$d" ] && short=(--shortlist "$d")
+  done
+  echo "== [${SECONDS} s] tune moe $s (timeout ${left} s) ${short[*]}" | tee -a "$log"
   # SIGINT: tune moe stops between candidates and keeps the batches done.
-  timeout -s INT -k 20 "$left" "$MSTAR" tune moe "${args[@]}" "${batch[@]}" --device cuda:0 \
+  timeout -s INT -k 20 "$left" "$MSTAR" tune moe "${args[@]}" "${batch[@]}" "${short[@]}" --device cuda:0 \
     --rounds "${ROUNDS:-2}" --samples "${SAMPLES:-0}" --ceilings "$OUT/ceilings.json" --out "$OUT/docs/tune-$s.json" 2>&1 | tee -a "$log"
   rc=${PIPESTATUS[0]}
   echo "== tune moe $s: exit $rc" | tee -a "$log"

@@ -441,7 +441,20 @@ type MoETuneOptions struct {
 	Finalists   int
 	FreshRounds int
 	Fresh       FreshTimer
+	// Shortlist, when set, is an earlier tune's document of the same shape
+	// (any kernels): a batch it holds tries only the static pick, the
+	// candidates it did not time, and the ShortlistKeep (0: 6) fastest of
+	// the rest there by pass, by gemm1 and by gemm2 alone; a batch it lacks
+	// tries every candidate. It cuts a re-tune after a kernel change to a
+	// third of the device time.
+	Shortlist     *results.Document
+	ShortlistKeep int
 }
+
+// DefaultShortlistKeep is ShortlistKeep's default: on the H200 tunings of
+// the four reference shapes, every pick of a re-tune after a kernel change
+// was among the earlier tune's six fastest by pass or by one GEMM.
+const DefaultShortlistKeep = 6
 
 // FreshTimer times configuration c at batch m in a new process, as bench
 // moe runs it there (a new context, a new upload of the weights, which land
@@ -731,6 +744,14 @@ func RunMoETune(ctx context.Context, dev gpu.Device, opt MoETuneOptions) (*MoETu
 			}
 			runner, cands = cpuCandidates{ctx: ctx, g: cpuRun, x: x, r: r}, []moe.Config{{}}
 		}
+		if opt.Shortlist != nil {
+			recs := candidateRecords(opt.Shortlist, mo, local, m)
+			if len(recs) == 0 {
+				rep.Warnings = append(rep.Warnings, fmt.Sprintf("M=%d: not in the shortlist document: every candidate runs", m))
+			} else {
+				cands = shortlisted(cands, recs, opt.ShortlistKeep)
+			}
+		}
 		outs := TuneCandidates(ctx, runner, cands, chk, mo.TuneSamples, func(s string) { progress(fmt.Sprintf("M=%d %s", m, s)) })
 		if err := ctx.Err(); err != nil {
 			return rep, err // the batch in flight is left out of the file
@@ -967,6 +988,66 @@ func earlierCandidates(doc *results.Document, mo MoEOptions, local moe.Shape, sk
 		}
 	}
 	return out, from
+}
+
+// candidateRecords are the moe_tune records of batch m in doc, a tune
+// document of the same shape, sharding, routing and seed (any kernels).
+func candidateRecords(doc *results.Document, mo MoEOptions, local moe.Shape, m int) []results.Result {
+	if doc == nil || doc.Suite != "tune moe" {
+		return nil
+	}
+	want := results.Result{Name: MoETuneResult, Params: MoEParams(mo, local, m, "mstar")}.Key()
+	var out []results.Result
+	for _, r := range doc.Results {
+		if r.Name == MoETuneResult && (results.Result{Name: r.Name, Params: paramsWithout(r.Params, MoEConfigParam)}).Key() == want {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// shortlisted keeps, in their order, the candidates worth timing again
+// after a kernel change: cands[0] (the static pick, the baseline), every
+// candidate recs did not time (new, or rejected then), and the keep
+// fastest of the others by pass time, by gemm1 alone and by gemm2 alone
+// (the split is built from the last two). A split or launch variant in
+// recs ranks nothing: the tuner builds those again from what it times.
+func shortlisted(cands []moe.Config, recs []results.Result, keep int) []moe.Config {
+	if keep <= 0 {
+		keep = DefaultShortlistKeep
+	}
+	timed := map[string][3]float64{} // config → medians: pass, gemm1, gemm2 (0: none)
+	for _, r := range recs {
+		var t [3]float64
+		for i, name := range []string{MoETuneLatency, MoETuneGemm1, MoETuneGemm2} {
+			if mt := r.Metric(name); mt != nil && mt.Measured() {
+				t[i] = results.Median(mt.Samples)
+			}
+		}
+		if t[0] > 0 {
+			timed[r.Params[MoEConfigParam]] = t
+		}
+	}
+	keepSet := map[string]bool{}
+	for i := range 3 {
+		var ranked []string
+		for _, c := range cands {
+			if t, ok := timed[c.String()]; ok && t[i] > 0 {
+				ranked = append(ranked, c.String())
+			}
+		}
+		slices.SortStableFunc(ranked, func(a, b string) int { return cmp.Compare(timed[a][i], timed[b][i]) })
+		for _, c := range ranked[:min(keep, len(ranked))] {
+			keepSet[c] = true
+		}
+	}
+	var out []moe.Config
+	for i, c := range cands {
+		if _, wasTimed := timed[c.String()]; i == 0 || !wasTimed || keepSet[c.String()] {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // paramsWithout is a copy of p without the given keys.

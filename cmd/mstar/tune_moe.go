@@ -47,7 +47,8 @@ func newTuneMoE(a *app) *cobra.Command {
 	var (
 		sf                                                      shapeFlags
 		device, out, batches, routing, dir, ceilings, shardSpec string
-		samples, tuneSamples, rounds, finalists                 int
+		shortlist                                               string
+		samples, tuneSamples, rounds, finalists, shortlistKeep  int
 		weightCopies                                            int
 		seed                                                    uint64
 		force                                                   bool
@@ -106,6 +107,16 @@ On the CPU there is one implementation, so there is nothing to choose: the
 command checks and times it, writes its file (which bench moe does not
 need) and compares it with itself — an A/A pair, which should read '~'.
 
+--shortlist DOC re-tunes in about half the device time after a kernel
+change: DOC is an earlier tune's --out document of the same shape (any
+kernels), and a batch it holds tries only the static table's pick, the
+candidates DOC did not time (new ones), and the --shortlist-keep fastest
+of the rest there by pass and by each GEMM alone. Over two kernel changes
+of the H200 tunings (v19, v25; four shapes, 13 batches) the earlier tune's
+six fastest held 301 of the 312 later winners by pass, gemm1 or gemm2, and
+each of the 11 it missed was within 2.1% of the best it kept; they were
+64–70% of the candidates there, fewer where the change adds fewer.
+
 On Hopper the candidates the H200 tunings found dominated (never within 3%
 of the best) are left out; MSTAR_MOE_TUNE_ALL=1 tries them too, and
 MSTAR_MOE_TUNE_FILTER=REGEXP keeps only the candidates it matches (the
@@ -118,6 +129,7 @@ Exit 1 when every candidate of some batch was rejected.`,
   mstar tune moe --model deepseek-v3 --tp 8 --batch 1,64,1024,4096 --device cuda:0 --out tune-ds.json
   mstar tune moe --hf-config /models/Qwen3-30B-A3B/config.json --device cuda:0 --force
   mstar tune moe --model qwen3-235b-a22b --batch 1,2,4,8 --finalists 3 --device cuda:0
+  mstar tune moe --model qwen3-30b-a3b --shortlist old/tune-q30.json.gz --force --device cuda:0
   mstar tune moe --experts 8 --topk 2 --hidden 256 --inter 128 --batch 1,16 --device cpu --dir /tmp/cfg`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -125,8 +137,22 @@ Exit 1 when every candidate of some batch was rejected.`,
 			if err != nil {
 				return err
 			}
-			if err := firstErr(atLeast("threshold", threshold, 0, ""), atLeast("rounds", rounds, 1, ""), atLeast("finalists", finalists, 0, "")); err != nil {
+			if err := firstErr(atLeast("threshold", threshold, 0, ""), atLeast("rounds", rounds, 1, ""), atLeast("finalists", finalists, 0, ""),
+				atLeast("shortlist-keep", shortlistKeep, 1, "")); err != nil {
 				return err
+			}
+			var shortDoc *results.Document
+			if shortlist != "" {
+				d, err := results.ReadFile(shortlist)
+				if err != nil {
+					return badInput(fmt.Errorf("--shortlist: %w", err))
+				}
+				if d.Suite != "tune moe" {
+					return badInput(fmt.Errorf("--shortlist %s: a %q document, not a 'tune moe' one (its --out)", shortlist, d.Suite))
+				}
+				shortDoc = d
+			} else if cmd.Flags().Changed("shortlist-keep") {
+				return usageErr("--shortlist-keep: needs --shortlist")
 			}
 			if finalists > moebench.MaxFinalists {
 				return usageErr("--finalists %d: at most %d (each costs two processes a batch)", finalists, moebench.MaxFinalists)
@@ -216,7 +242,8 @@ Exit 1 when every candidate of some batch was rejected.`,
 					if earlierErr != nil {
 						fmt.Fprintf(m.note, "mstar: warning: %s is not an earlier tune document (%v): its candidates are not carried over\n", earlierFrom, earlierErr)
 					}
-					topt := moebench.MoETuneOptions{MoE: mo, Dir: dir, Force: force, Commit: version.Get().Commit, Rounds: rounds, Earlier: earlier}
+					topt := moebench.MoETuneOptions{MoE: mo, Dir: dir, Force: force, Commit: version.Get().Commit, Rounds: rounds, Earlier: earlier,
+						Shortlist: shortDoc, ShortlistKeep: shortlistKeep}
 					if finalists > 1 {
 						fresh, cleanup, err := newFreshBench(mo, m.dev.Info().ID)
 						if err != nil {
@@ -283,6 +310,8 @@ Exit 1 when every candidate of some batch was rejected.`,
 	f.StringVar(&ceilings, "ceilings", "", "read the device's ceilings from a results `FILE` of 'mstar bench ceilings' instead of measuring them")
 	f.IntVar(&rounds, "rounds", 2, "interleaved rounds of the tuned-versus-static comparison")
 	f.IntVar(&finalists, "finalists", 0, "time up to `N` of the fastest candidates (within 5% of the fastest) again in fresh 'bench moe' processes, twice each, alternated, and pick the fastest there (0: the tuner's own times decide)")
+	f.StringVar(&shortlist, "shortlist", "", "try per batch only the static pick, new candidates and the fastest of an earlier tune's results `DOC` (its --out)")
+	f.IntVar(&shortlistKeep, "shortlist-keep", moebench.DefaultShortlistKeep, "with --shortlist: how many of DOC's fastest to keep, by pass and by each GEMM")
 	addShardFlag(cmd, &shardSpec, "one batch size")
 	fo.add(cmd)
 	f.Float64Var(&threshold, "threshold", 5, "the comparison: smallest change, in percent, that counts (as in report diff)")

@@ -81,6 +81,8 @@ func TestTuneMoEBadInput(t *testing.T) {
 	dir := t.TempDir()
 	notDir := filepath.Join(dir, "file")
 	os.WriteFile(notDir, []byte("x"), 0o644)
+	benchDoc := filepath.Join(dir, "bench.json")
+	os.WriteFile(benchDoc, []byte(`{"format":"mstar.results","schema":1,"suite":"bench moe","start":"2026-12-06T00:00:00Z","end":"2026-12-06T00:00:01Z","env":{},"results":[]}`), 0o644)
 	small := []string{"--experts", "8", "--topk", "2", "--hidden", "64", "--inter", "32", "--device", "cpu", "--dir", dir}
 	for _, tt := range []struct {
 		name string
@@ -95,6 +97,11 @@ func TestTuneMoEBadInput(t *testing.T) {
 		{"negative threshold", append(small, "--threshold", "-1"), "--threshold -1"},
 		{"no rounds", append(small, "--rounds", "0"), "--rounds 0: must be at least 1"},
 		{"routing", append(small, "--routing", "pareto"), "want uniform or zipf"},
+		{"shortlist missing", append(small, "--shortlist", filepath.Join(dir, "none.json")), "--shortlist: reading"},
+		{"shortlist not json", append(small, "--shortlist", notDir), "--shortlist"},
+		{"shortlist of a bench", append(small, "--shortlist", benchDoc), `a "bench moe" document, not a 'tune moe' one`},
+		{"keep without shortlist", append(small, "--shortlist-keep", "3"), "--shortlist-keep: needs --shortlist"},
+		{"keep zero", append(small, "--shortlist-keep", "0"), "--shortlist-keep 0: must be at least 1"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, stderr, code := runMstar(t, append([]string{"tune", "moe"}, tt.args...)...)

@@ -79,7 +79,10 @@ saab() {
 
 # The variant script's steps, in the order given, with this call's time left.
 variant() {
-	VARIANT=bin/mstar-v29 BASE=bin/mstar MOE_TEST=bin/moe-v29.test WORK=.work/v29 ROUNDS=1 \
+	# The tune tries per batch v25's shortlist (its six fastest by pass and
+	# by each GEMM), the static pick and every candidate new since (v28's).
+	SHORTLIST=${SHORTLIST-reports/measured/h200/moe-v25/tune/docs} \
+		VARIANT=bin/mstar-v29 BASE=bin/mstar MOE_TEST=bin/moe-v29.test WORK=.work/v29 ROUNDS=1 \
 		DEADLINE=$((DEADLINE - SECONDS)) OUT=$X scripts/moe-variant-h200.sh "$@"
 	echo "moe-variant-h200.sh $*: exit $?" | tee -a "$X/summary.txt"
 }
