@@ -19,14 +19,16 @@
 #   go build -buildvcs=auto -ldflags='-s -w' -o bin/mstar ./cmd/mstar      # main: the A/B's base
 #   mkdir -p .dev && tar cJf .dev/bins29.tar.xz bin/mstar bin/mstar-v29 bin/moe-v29.test
 #   cp -r ../shared/peers .dev/                                              # triton-ref for the table
-# There (carry .dev; give each call the steps it has time for):
-#   OUT=$OUT bash kernels/moe/next/call-land-v29.sh tests saab tune  # then tune again: it resumes
+# There (carry .dev; give each call the steps it has time for; saab ran on
+# an H100 in the thirteenth session, reports/measured/h100/moe-v29/):
+#   OUT=$OUT bash kernels/moe/next/call-land-v29.sh tests tune  # then tune again: it resumes
 #   OUT=$OUT bash kernels/moe/next/call-land-v29.sh table
 #   OUT=$OUT bash kernels/moe/next/call-land-v29.sh ab
 # After each call, here: cp <files_at>/work29.tgz .dev/ (what the next call resumes from),
 # and unpack <files_at>/v29-*.tgz into reports/measured/h200/moe-v29/ before committing.
-# Landing: apply the three patches on main, copy .work/v29/tune/configs/*.json (from
-# work29.tgz) into kernels/moe/configs, and the table's ratios into README.
+# Landing: apply the three patches on main, copy .work/v29/tune/configs/*H200.json (from
+# work29.tgz) and reports/measured/h100/moe-v29/tune/configs/*.json (the H100's,
+# same kernels) into kernels/moe/configs, and the table's ratios into README.
 # Steps: saab (here: v30's fused alignment against the same tc configuration
 # without it, fresh processes alternated, 2 a side, on the 16-row ov2 tile at
 # 8–64 slots of each shape, then report diff of the merged sides), then
