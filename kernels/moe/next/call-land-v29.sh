@@ -9,7 +9,9 @@
 # builds, over as many calls as it takes (~100 s of tests and saab, ~900 s of
 # tune, ~330 s of table, ~150 s of ab). The machine is given back ~30 s after
 # a call, so the work dir travels: each call returns work29.tgz, and the next
-# call resumes from .dev/work29.tgz.
+# call resumes from .dev/work29.tgz, but only on the card it came from (a
+# call naming an H200 may get an H100: its tune and table go to their own
+# work29-<card>.tgz, whose finished shapes an H200 must not skip).
 #
 # Here, before the first call (from the repository root):
 #   rm -rf /tmp/v29 && git worktree add -f /tmp/v29 HEAD &&
@@ -24,7 +26,7 @@
 #   OUT=$OUT bash kernels/moe/next/call-land-v29.sh tests tune  # then tune again: it resumes
 #   OUT=$OUT bash kernels/moe/next/call-land-v29.sh table
 #   OUT=$OUT bash kernels/moe/next/call-land-v29.sh ab
-# After each call, here: cp <files_at>/work29.tgz .dev/ (what the next call resumes from),
+# After each call, here: cp <files_at>/work29*.tgz .dev/ (what the next call resumes from),
 # and unpack <files_at>/v29-*.tgz into reports/measured/h200/moe-v29/ before committing.
 # Landing: apply the three patches on main, copy .work/v29/tune/configs/*H200.json (from
 # work29.tgz) and reports/measured/h100/moe-v29/tune/configs/*.json (the H100's,
@@ -42,11 +44,15 @@ mkdir -p "$X"
 DEADLINE=${DEADLINE:-540}
 nvidia-smi --query-gpu=name,uuid,driver_version,clocks.sm,clocks.mem,power.draw,power.limit,temperature.gpu \
 	--format=csv >"$X/gpu.txt" 2>&1
-grep -q H200 "$X/gpu.txt" || echo "warning: not an H200: the tuned files are per device name; land only an H200's" |
-	tee -a "$X/summary.txt"
+WORKDIR=.work/v29 TARBALL=work29.tgz
+if ! grep -q H200 "$X/gpu.txt"; then
+	echo "warning: not an H200: the tuned files are per device name; land only an H200's" | tee -a "$X/summary.txt"
+	card=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr -c 'A-Za-z0-9\n' _)
+	WORKDIR=.work/v29-$card TARBALL=work29-$card.tgz
+fi
 [ -x bin/mstar-v29 ] || tar xJf .dev/bins29.tar.xz || { echo "no .dev/bins29.tar.xz: build it here first (header)" >&2; exit 2; }
-if [ ! -d .work/v29 ] && [ -f .dev/work29.tgz ]; then
-	tar xzf .dev/work29.tgz && echo "resumed from .dev/work29.tgz" | tee -a "$X/summary.txt"
+if [ ! -d $WORKDIR ] && [ -f .dev/$TARBALL ]; then
+	tar xzf .dev/$TARBALL && echo "resumed from .dev/$TARBALL" | tee -a "$X/summary.txt"
 fi
 
 saab() {
@@ -84,7 +90,7 @@ variant() {
 	# The tune tries per batch v25's shortlist (its six fastest by pass and
 	# by each GEMM), the static pick and every candidate new since (v28's).
 	SHORTLIST=${SHORTLIST-reports/measured/h200/moe-v25/tune/docs} \
-		VARIANT=bin/mstar-v29 BASE=bin/mstar MOE_TEST=bin/moe-v29.test WORK=.work/v29 ROUNDS=1 \
+		VARIANT=bin/mstar-v29 BASE=bin/mstar MOE_TEST=bin/moe-v29.test WORK=$WORKDIR ROUNDS=1 \
 		DEADLINE=$((DEADLINE - SECONDS)) OUT=$X scripts/moe-variant-h200.sh "$@"
 	echo "moe-variant-h200.sh $*: exit $?" | tee -a "$X/summary.txt"
 }
@@ -101,9 +107,9 @@ for s in "$@"; do
 done
 [ ${#steps[@]} -gt 0 ] && variant "${steps[@]}"
 # Two files back: the work dir (to resume) and this call's outputs.
-[ -d .work/v29 ] && tar czf "$R/work29.tgz" .work/v29
+[ -d $WORKDIR ] && tar czf "$R/$TARBALL" $WORKDIR
 tar czf "$R/$(basename "$X").tgz" -C /tmp "$(basename "$X")"
 cat "$X/variant/summary.txt" 2>/dev/null
-[ -f .work/v29/tune/run.log ] && grep -E "^== " .work/v29/tune/run.log | tail -8
-[ -f .work/v29/moe-table/ratios.txt ] && tail -3 .work/v29/moe-table/ratios.txt
+[ -f $WORKDIR/tune/run.log ] && grep -E "^== " $WORKDIR/tune/run.log | tail -8
+[ -f $WORKDIR/moe-table/ratios.txt ] && tail -3 $WORKDIR/moe-table/ratios.txt
 exit 0
