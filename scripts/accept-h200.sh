@@ -25,7 +25,8 @@
 #   moe-table  bench moe --peers --rounds 1 of the four shapes × 13 batches with
 #              the shipped tuned files, triton-ref in the same call (#11's table;
 #              ~5.5 min: give it a call of its own; needs .dev/peers/triton_moe_ref.py;
-#              ends with ratios.txt, scripts/moe-ratios.py of the documents;
+#              ends with ratios.txt, scripts/moe-ratios.py of the documents, and
+#              targets.txt, its --targets: each cell's target against its floor;
 #              ROUNDS=2 or 3 pools fresh sweeps, whose medians differ by up to
 #              ~6% at 16–64 tokens where one sweep's samples agree to ±0.3%)
 # Build here: make gpu-bins (strip with -ldflags='-s -w' to carry under 64 MiB).
@@ -127,6 +128,8 @@ moe-table)
 	docs=("$dir"/peers-*.json)
 	[ -e "${docs[0]}" ] && python3 "$(dirname "$0")/moe-ratios.py" "${docs[@]}" >"$dir/ratios.txt" 2>&1 &&
 		tail -1 "$dir/ratios.txt" | tee -a "$dir/summary.txt"
+	# Each cell's target against its floor (what a miss would take).
+	[ -e "${docs[0]}" ] && python3 "$(dirname "$0")/moe-ratios.py" --targets "${docs[@]}" >"$dir/targets.txt" 2>&1
 	;;
 *)
 	echo "$0: unknown step $step" >&2

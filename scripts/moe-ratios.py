@@ -10,6 +10,13 @@ A ratio is printed only where both sides passed their correctness gates.
 --markdown prints instead one table per shape as the README quotes it:
 mstar's us with its % of floor, triton-ref's us, and the ratio, bold at 1.00
 or more.
+--targets prints, per cell, the issue's target against what the hardware
+allows: the time the target asks for (triton-ref / 1.20 at M >= 1024, else
+triton-ref / 1.00), how much faster mstar must get, and what fraction of
+that time the cell's floor is (bench moe's floor: touched weights, x and
+out once at the read ceiling, or the flops at the GEMM ceiling, whichever
+is longer). A target at 100% of the floor or more cannot be met by any
+kernel; above ~90% it asks for the ceilings themselves.
 """
 import gzip
 import json
@@ -39,7 +46,8 @@ def shape_of(params):
 
 def main(args):
     markdown = "--markdown" in args
-    paths = [a for a in args if a != "--markdown"]
+    targets = "--targets" in args
+    paths = [a for a in args if a not in ("--markdown", "--targets")]
     if not paths:
         print(__doc__.strip(), file=sys.stderr)
         return 2
@@ -65,6 +73,8 @@ def main(args):
             cells[key][p["impl"]] = (median(lat), ok, lat.get("unmeasured", ""), median(floor))
     if markdown:
         return print_markdown(order, cells)
+    if targets:
+        return print_targets(order, cells)
     print(f"{'shape':18s} {'M':>5s} {'mstar us':>10s} {'triton-ref us':>14s} {'ratio':>6s} {'cublas-bmm us':>14s}")
     ratios = []
     for key in order:
@@ -87,6 +97,23 @@ def main(args):
         geo = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
         print(f"{len(ratios)} cells: {at} at or ahead of triton-ref ({ahead} strictly), "
               f"ratio {min(ratios):.2f}-{max(ratios):.2f}, geometric mean {geo:.3f}")
+    return 0
+
+
+def print_targets(order, cells):
+    print(f"{'shape':18s} {'M':>5s} {'mstar us':>9s} {'% floor':>8s} {'target us':>10s} {'to go':>7s} {'floor us':>9s} {'floor/target':>13s}")
+    for key in order:
+        m = cells[key].get("mstar", (None, False, "", None))
+        t = cells[key].get("triton-ref", (None, False, "", None))
+        if not (m[0] and t[0] and m[1] and t[1]):
+            continue
+        want = t[0] / (1.20 if key[1] >= 1024 else 1.00)
+        go = "met" if m[0] <= want else f"{100 * (1 - want / m[0]):.1f}%"
+        floor = m[0] * m[3] / 100 if m[3] else None
+        share = f"{100 * floor / want:.0f}%" if floor else "-"
+        fl = f"{floor:.1f}" if floor else "-"
+        pct = f"{m[3]:.0f}%" if m[3] else "-"
+        print(f"{key[0]:18s} {key[1]:5d} {m[0]:9.1f} {pct:>8s} {want:10.1f} {go:>7s} {fl:>9s} {share:>13s}")
     return 0
 
 
