@@ -56,10 +56,9 @@ func newAblateRouter(a *app) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "router",
-		Short: "Routers × metrics: expert load, losses, routing time, and fused-MoE time under each routing",
-		Long: `ablate router routes one workload — --layers layers of --tokens tokens — with
-every router (--routers; by default ` + strings.Join(ablate.DefaultAblationRouters, ", ") + `)
-and prints a routers × metrics table:
+		Short: "Routers × metrics: expert load, losses, routing time, fused-MoE time per routing",
+		Long: units.Wrap(`ablate router routes one workload — --layers layers of --tokens tokens — with every router (--routers; by default `+
+			strings.Join(ablate.DefaultAblationRouters, ", ")+`) and prints a routers × metrics table:`, helpTextWidth, "") + `
 
   MaxVio     max expert load / mean load − 1 (0 = perfectly balanced)
   balance    mean load / max load (1 = perfectly balanced)
@@ -114,12 +113,12 @@ Bad input exits 2: k above the experts, groups that do not divide the experts,
 a safetensors file that lacks a gate or has the wrong shape, a trace with an
 out-of-range expert id.`,
 		Example: `  mstar ablate router --model qwen3-30b-a3b --layers 4
-  mstar ablate router --model deepseek-v3 --layers 2 --tokens 2048 --zipf 1.2 --out ablate.json --heatmap load.png
-  mstar ablate router --model mixtral-8x7b --routers mixtral,switch,expert-choice --capacity-factor 1.0
+  mstar ablate router --model deepseek-v3 --layers 2 --zipf 1.2 --out ablate.json --heatmap load.png
+  mstar ablate router --model mixtral-8x7b --routers switch,expert-choice --capacity-factor 1
   mstar ablate router --hf-config testdata/hf/deepseek-v3/config.json --layers 2 --kernel-tokens 0
-  mstar ablate router --model qwen3-30b-a3b --gates /models/Qwen3-30B-A3B --gate-layers 0,24,47 --layers 3
+  mstar ablate router --model qwen3-30b-a3b --gates /models/Qwen3-30B --gate-layers 0,47 --layers 2
   mstar ablate router --model qwen3-30b-a3b --kernel-tokens 0 --routing-out routing.jsonl
-  mstar ablate router --model qwen3-30b-a3b --routing-file routing.jsonl --routers trace,softmax-topk-norm`,
+  mstar ablate router --model qwen3-30b-a3b --routing-file r.jsonl --routers trace,softmax-topk-norm`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			// The heat map is PNG only; another extension would mislabel it.

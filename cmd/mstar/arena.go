@@ -91,7 +91,7 @@ func arenaSweepCmd(a *app) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "sweep",
-		Short: "Copy bandwidth and latency over sizes, per kind of host memory, and arena vs file transport",
+		Short: "Copy bandwidth and latency by size, per kind of host memory, arena vs file transport",
 		Long: `sweep measures, for sizes from --min-size to --max-size in steps of --factor:
 
 With a GPU (copy mode): D2H, H2D and both at once (two streams) between device

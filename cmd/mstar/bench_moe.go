@@ -15,6 +15,7 @@ import (
 	"github.com/mstar-dev/mstar/internal/envinfo"
 	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/mstar-dev/mstar/internal/shard"
+	"github.com/mstar-dev/mstar/internal/units"
 	"github.com/mstar-dev/mstar/kernels/moe"
 	"github.com/mstar-dev/mstar/kernels/router"
 	"github.com/mstar-dev/mstar/kernels/routing"
@@ -39,7 +40,8 @@ func newBenchMoE(a *app) *cobra.Command {
 	)
 	names := []string{}
 	for _, m := range router.Models() {
-		names = append(names, fmt.Sprintf("  %-20s %v  %s", m.Name, moe.Shape{E: m.E, K: m.K, H: m.H, I: m.I}, m.Note))
+		row := fmt.Sprintf("  %-20s %v  %s", m.Name, moe.Shape{E: m.E, K: m.K, H: m.H, I: m.I}, m.Note)
+		names = append(names, units.Wrap(row, helpTextWidth, strings.Repeat(" ", 45)))
 	}
 	cmd := &cobra.Command{
 		Use:   "moe",
@@ -155,12 +157,12 @@ Models:
   mstar bench moe --hf-config testdata/hf/qwen3-30b-a3b/config.json --batch 1,16 --device cpu
   mstar bench moe --model qwen3-30b-a3b --routing zipf:1.2 --batch 64,1024 --out zipf.json
   mstar bench moe --experts 64 --topk 4 --hidden 1024 --inter 512 --routing-file routing.jsonl
-  mstar bench moe --model mixtral-8x7b --batch 4096 --config tiled:bm=128,bn=128,bk=32,wm=2,wn=4,stages=4
-  mstar bench moe --model qwen3-30b-a3b --batch 256,1024,4096 --config tc:128x256k64s3 --device cuda:0
-  mstar bench moe --model qwen3-235b-a22b --batch 1,64,1024,4096 --tune --device cuda:0 --out tuned.json
+  mstar bench moe --model mixtral-8x7b --batch 4096 --config tiled:bm=128,bn=128,bk=32,wm=2,wn=4
+  mstar bench moe --model qwen3-30b-a3b --batch 256,4096 --config tc:128x256k64s3 --device cuda:0
+  mstar bench moe --model qwen3-235b-a22b --batch 1,64,4096 --tune --device cuda:0 --out tuned.json
   mstar bench moe --model mixtral-8x7b --batch 256,4096 --stages --device cuda:0
   mstar bench moe --model qwen3-235b-a22b --batch 1,4,8 --weight-copies 4 --device cuda:0
-  mstar bench moe --model qwen3-30b-a3b --peers --triton-peer .dev/peers/triton_moe_ref.py --device cuda:0 --out q30.json`,
+  mstar bench moe --model qwen3-30b-a3b --peers --triton-peer .dev/peers/triton_moe_ref.py`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			f := cmd.Flags()

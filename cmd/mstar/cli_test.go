@@ -5,10 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"unicode/utf8"
+
+	"github.com/spf13/cobra"
 )
 
 // runMstar drives the whole CLI in-process and returns what it printed and
@@ -207,5 +211,42 @@ func TestCannotTellExitCode(t *testing.T) {
 	out, _, _ := runMstar(t, "--help")
 	if !strings.Contains(out, "4 no\ngate failed but one could not tell") && !strings.Contains(strings.Join(strings.Fields(out), " "), "4 no gate failed but one could not tell") {
 		t.Errorf("--help does not document exit 4:\n%s", out)
+	}
+}
+
+// Every command's --help reads at 100 columns: flag descriptions wrap
+// there, and prose, lists and examples are kept under it.
+func TestHelpFitsIn100Columns(t *testing.T) {
+	t.Setenv("COLUMNS", "")
+	var walk func(c *cobra.Command)
+	var paths [][]string
+	walk = func(c *cobra.Command) {
+		if c.Hidden || c.Name() == "help" {
+			return
+		}
+		var path []string
+		for p := c; p.HasParent(); p = p.Parent() {
+			path = append([]string{p.Name()}, path...)
+		}
+		paths = append(paths, path)
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(newRoot(&app{stdin: strings.NewReader(""), stdout: io.Discard, stderr: io.Discard}))
+	if len(paths) < 20 {
+		t.Fatalf("walked %d commands; the tree should have more", len(paths))
+	}
+	for _, p := range paths {
+		stdout, stderr, code := runMstar(t, append(p, "--help")...)
+		if code != exitOK {
+			t.Errorf("mstar %s --help: exit %d: %s", strings.Join(p, " "), code, stderr)
+			continue
+		}
+		for _, line := range strings.Split(stdout, "\n") {
+			if n := utf8.RuneCountInString(line); n > 100 {
+				t.Errorf("mstar %s --help: a line of %d columns: %q", strings.Join(p, " "), n, line)
+			}
+		}
 	}
 }

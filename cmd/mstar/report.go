@@ -246,7 +246,7 @@ func reportDiffCmd(a *app) *cobra.Command {
 	var allowMissing, failNoisy, wide bool
 	cmd := &cobra.Command{
 		Use:   "diff BASE NEW",
-		Short: "Compare two results documents; exit 1 on a failed gate, a missing result or a regression",
+		Short: "Compare two results documents; exit 1 on a failed gate, missing result or regression",
 		Long: `diff pairs the results of NEW with those of BASE by name and parameters and,
 for every metric of every pair, prints both medians with their 95% CIs, the
 change in percent, the p-value of the Mann-Whitney U test — the same
@@ -536,7 +536,7 @@ Unmeasured points are left out, with a warning, never drawn as 0.
 The image format follows OUT's extension: .png or .svg.`,
 		Example: `  mstar report plot --metric latency --x batch --logx -o latency.png results.json
   mstar report plot --metric throughput --x batch --series model -o throughput.svg results.json
-  mstar report plot --metric bandwidth --x size --where dir=h2d --logx -o h2d.png sweep-a.json sweep-b.json   # arena sweeps on a GPU`,
+  mstar report plot --metric bandwidth --x size --where dir=h2d --logx -o h2d.png sw1.json sw2.json`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if opt.Metric == "" || opt.X == "" || out == "" {

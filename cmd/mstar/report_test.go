@@ -459,8 +459,8 @@ func TestReportHelpExamplesRun(t *testing.T) {
 	copyTo(moe, "moe.json")
 	copyTo(moeOld, "a.json")
 	copyTo(moe, "b.json")
-	copyTo("../../reports/measured/h200/arena-sweep.json", "sweep-a.json")
-	copyTo("../../reports/measured/h200/arena-sweep.json", "sweep-b.json")
+	copyTo("../../reports/measured/h200/arena-sweep.json", "sw1.json")
+	copyTo("../../reports/measured/h200/arena-sweep.json", "sw2.json")
 	for i, n := range []string{"shard-1-of-3.json", "shard-2-of-3.json", "shard-3-of-3.json", "host1.json", "host2.json"} {
 		latencyDoc(t, dir, n, uint64(i+1), 6, 50, 0.01)
 	}

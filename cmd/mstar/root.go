@@ -89,7 +89,7 @@ internal error), so a CI job can tell a failed gate from a broken run; 4 no
 gate failed but one could not tell (arena stress: too few tensors to judge;
 spill-matrix: a bandwidth interval that straddles its floor, more --samples
 decide it).`,
-		Example: `  mstar doctor                       # is this machine ready: GPU, CUDA libraries, /dev/shm, memlock?
+		Example: `  mstar doctor                       # ready? GPU, CUDA libraries, /dev/shm, memlock
   mstar report show results.json     # tables from results documents
   mstar report diff base.json new.json --threshold 5   # exit 1 on a significant regression`,
 		SilenceUsage:  true,
@@ -123,11 +123,32 @@ decide it).`,
 		return a.startProfile()
 	}
 	root.PersistentFlags().StringVar(&a.cpuProfile, "cpuprofile", "", "write a CPU profile of the run to `FILE` when the command ends (an interrupted run leaves none); read it with 'go tool pprof bin/mstar FILE'")
+	// Flag help wraps at the help width (long descriptions otherwise run
+	// past 200 columns).
+	cobra.AddTemplateFunc("wrappedFlagUsages", func(fs *pflag.FlagSet) string { return fs.FlagUsagesWrapped(helpWidth()) })
+	tmpl := root.UsageTemplate()
+	for _, set := range []string{"LocalFlags", "InheritedFlags"} {
+		tmpl = strings.ReplaceAll(tmpl, "."+set+".FlagUsages", "wrappedFlagUsages ."+set)
+	}
+	root.SetUsageTemplate(tmpl)
 	// Flag parse errors are usage errors: exit 2.
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usageErr("%s%s (see '%s --help')", subcommand(c), flagErrorText(err), c.CommandPath())
 	})
 	return root
+}
+
+// helpTextWidth is the width of the help texts made from lists (routers,
+// models), like the hand-wrapped prose beside them.
+const helpTextWidth = 80
+
+// helpWidth is the column --help wraps flag descriptions at: $COLUMNS
+// when it is set to something sane, else 100.
+func helpWidth() int {
+	if n, err := strconv.Atoi(os.Getenv("COLUMNS")); err == nil && n >= 60 && n <= 400 {
+		return n
+	}
+	return 100
 }
 
 // run is main without the process: it takes the arguments and the streams

@@ -46,7 +46,7 @@ The output is a routing file: bench moe and ablate router replay it with
 --routing-file (dropped slots compute nothing), except expert choice's rows
 shorter than topk.
 
-Routers: ` + strings.Join(router.Names(), ", ") + `.
+` + units.Wrap("Routers: "+strings.Join(router.Names(), ", ")+".", helpTextWidth, "") + `
 Unset flags take the router's defaults (deepseek-v3: --n-group 8 --topk-group 4
 --scaling 2.5 --renormalize; deepseek-v2: one group, scaling 1, no
 renormalisation). --topk defaults to 2.
@@ -56,7 +56,7 @@ experts, rows of unequal length, a bias of the wrong length, a setting the
 router does not use (--n-group for hash, say) — exits 2 with the problem
 named.`,
 			Example: `  echo '[[1,2,3,0],[0,0,5,5]]' | mstar route --router softmax-topk --logits - --topk 2 --renormalize
-  mstar route --router deepseek-v3 --logits logits.json --bias bias.json --topk 8 --n-group 8 --topk-group 4 --scaling 2.5
+  mstar route --router deepseek-v3 --logits l.json --bias b.json --topk 8 --n-group 8 --topk-group 4
   mstar route --router switch --logits logits.json --topk 1 --capacity-factor 1.0`,
 			Args: cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, args []string) error {

@@ -105,7 +105,7 @@ with the rest.`,
 		var flapWindow time.Duration
 		sum := &cobra.Command{
 			Use:   "summarize FILE",
-			Short: "Ticks, tick cost percentiles, jitter, time per rung, rung changes, flaps, peak host tail",
+			Short: "Ticks, tick cost percentiles, jitter, time per rung, rung changes, flaps, host tail",
 			Long: `summarize reads a trace (FILE, or - for stdin) and prints one summary per session. Percentiles are
 over the records kept in the file; ticks counts the suppressed ones too. A
 flap is a rung change that undoes the previous one within the flap window

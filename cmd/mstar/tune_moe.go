@@ -126,11 +126,11 @@ Shapes as in 'bench moe': --model NAME, --hf-config FILE, or --experts
 --topk --hidden --inter; --tp and --ep shard it (rank 0's share is tuned).
 Exit 1 when every candidate of some batch was rejected.`,
 		Example: `  mstar tune moe --model qwen3-30b-a3b --device cuda:0
-  mstar tune moe --model deepseek-v3 --tp 8 --batch 1,64,1024,4096 --device cuda:0 --out tune-ds.json
+  mstar tune moe --model deepseek-v3 --tp 8 --batch 1,64,4096 --device cuda:0 --out tune-ds.json
   mstar tune moe --hf-config /models/Qwen3-30B-A3B/config.json --device cuda:0 --force
   mstar tune moe --model qwen3-235b-a22b --batch 1,2,4,8 --finalists 3 --device cuda:0
   mstar tune moe --model qwen3-30b-a3b --shortlist old/tune-q30.json.gz --force --device cuda:0
-  mstar tune moe --experts 8 --topk 2 --hidden 256 --inter 128 --batch 1,16 --device cpu --dir /tmp/cfg`,
+  mstar tune moe --experts 8 --topk 2 --hidden 256 --inter 128 --batch 1 --device cpu --dir /tmp/cfg`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name, shape, err := sf.resolve(cmd, "tune moe")
