@@ -719,6 +719,14 @@ func RunMoETune(ctx context.Context, dev gpu.Device, opt MoETuneOptions) (*MoETu
 	if len(todo) > 0 {
 		xAll = moe.RandomInput(maxAll, local.H, mo.Seed+1)
 	}
+	if opt.Shortlist != nil && len(todo) > 0 && !slices.ContainsFunc(todo, func(m int) bool {
+		return len(candidateRecords(opt.Shortlist, mo, local, m)) > 0
+	}) {
+		// Another shape's (or routing's, or seed's) document: almost surely
+		// the wrong file, and nothing in it would narrow anything.
+		return rep, badinput.Wrap(fmt.Errorf("--shortlist: the document holds no candidates of this run (%s, batches %s); it is of %s",
+			paramString(paramsWithout(MoEParams(mo, local, todo[0], "mstar"), "batch", "impl")), moe.JoinBatches(todo), tunedShapesOf(opt.Shortlist)))
+	}
 	for _, m := range todo {
 		if err := ctx.Err(); err != nil {
 			return rep, err
@@ -1004,6 +1012,34 @@ func candidateRecords(doc *results.Document, mo MoEOptions, local moe.Shape, m i
 		}
 	}
 	return out
+}
+
+// tunedShapesOf names the parameter sets of doc's candidates, less the
+// batch and the configuration, for an error message.
+func tunedShapesOf(doc *results.Document) string {
+	var seen []string
+	for _, r := range doc.Results {
+		if r.Name != MoETuneResult {
+			continue
+		}
+		if k := paramString(paramsWithout(r.Params, "batch", MoEConfigParam, "impl")); !slices.Contains(seen, k) {
+			seen = append(seen, k)
+		}
+	}
+	if len(seen) == 0 {
+		return "no tune candidates at all"
+	}
+	return strings.Join(seen, "; ")
+}
+
+// paramString is p as sorted key=value pairs joined by "/".
+func paramString(p results.Params) string {
+	var kv []string
+	for k, v := range p {
+		kv = append(kv, k+"="+v)
+	}
+	slices.Sort(kv)
+	return strings.Join(kv, "/")
 }
 
 // shortlisted keeps, in their order, the candidates worth timing again

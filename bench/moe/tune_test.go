@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/mstar-dev/mstar/bench/ceilings"
+	"github.com/mstar-dev/mstar/internal/badinput"
 	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/mstar-dev/mstar/kernels/moe"
 	"github.com/mstar-dev/mstar/kernels/routing"
@@ -816,5 +817,24 @@ func TestTuneShortlist(t *testing.T) {
 	}
 	if b := rep.File.Batches["2"]; b.Candidates != 2 {
 		t.Errorf("M=2's file entry counts %d candidates, want the 2 that ran", b.Candidates)
+	}
+}
+
+// A shortlist document of another shape is refused, naming what it holds.
+func TestTuneShortlistOfAnotherShape(t *testing.T) {
+	opt := tuneOpts(t.TempDir(), []int{2}, []moe.Config{{Kernel: "skinny", NT: 1}}, nil)
+	other := opt.MoE
+	other.Shape.H = 64
+	local, err := PrepareMoE(&other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := MoEParams(other, local, 2, "mstar")
+	p[MoEConfigParam] = "skinny:nt=1"
+	opt.Shortlist = &results.Document{Suite: "tune moe", Results: []results.Result{{Name: MoETuneResult, Params: p,
+		Metrics: []results.Metric{{Name: MoETuneLatency, Samples: []float64{1}}}}}}
+	_, err = RunMoETune(t.Context(), gpu.NewCPU(), opt)
+	if err == nil || !badinput.Is(err) || !strings.Contains(err.Error(), "hidden=64") || !strings.Contains(err.Error(), "hidden=32") {
+		t.Fatalf("err = %v; want bad input naming both shapes (hidden=32 here, hidden=64 there)", err)
 	}
 }
