@@ -1,0 +1,101 @@
+package moe
+
+import (
+	"cmp"
+	"slices"
+	"strings"
+
+	"github.com/mstar-dev/mstar/kernels/moe"
+	"github.com/mstar-dev/mstar/reports/results"
+)
+
+// tune moe --shortlist: after a kernel change, time per batch only what an
+// earlier tune of the same shape found close to the best, and what is new.
+
+// candidateRecords are the moe_tune records of batch m in doc, a tune
+// document of the same shape, sharding, routing and seed (any kernels).
+func candidateRecords(doc *results.Document, mo MoEOptions, local moe.Shape, m int) []results.Result {
+	if doc == nil || doc.Suite != "tune moe" {
+		return nil
+	}
+	want := results.Result{Name: MoETuneResult, Params: MoEParams(mo, local, m, "mstar")}.Key()
+	var out []results.Result
+	for _, r := range doc.Results {
+		if r.Name == MoETuneResult && (results.Result{Name: r.Name, Params: paramsWithout(r.Params, MoEConfigParam)}).Key() == want {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// tunedShapesOf names the parameter sets of doc's candidates, less the
+// batch and the configuration, for an error message.
+func tunedShapesOf(doc *results.Document) string {
+	var seen []string
+	for _, r := range doc.Results {
+		if r.Name != MoETuneResult {
+			continue
+		}
+		if k := paramString(paramsWithout(r.Params, "batch", MoEConfigParam, "impl")); !slices.Contains(seen, k) {
+			seen = append(seen, k)
+		}
+	}
+	if len(seen) == 0 {
+		return "no tune candidates at all"
+	}
+	return strings.Join(seen, "; ")
+}
+
+// paramString is p as sorted key=value pairs joined by "/".
+func paramString(p results.Params) string {
+	var kv []string
+	for k, v := range p {
+		kv = append(kv, k+"="+v)
+	}
+	slices.Sort(kv)
+	return strings.Join(kv, "/")
+}
+
+// shortlisted keeps, in their order, the candidates worth timing again
+// after a kernel change: cands[0] (the static pick, the baseline), every
+// candidate recs did not time (new, or rejected then), and the keep
+// fastest of the others by pass time, by gemm1 alone and by gemm2 alone
+// (the split is built from the last two). A split or launch variant in
+// recs ranks nothing: the tuner builds those again from what it times.
+func shortlisted(cands []moe.Config, recs []results.Result, keep int) []moe.Config {
+	if keep <= 0 {
+		keep = DefaultShortlistKeep
+	}
+	timed := map[string][3]float64{} // config → medians: pass, gemm1, gemm2 (0: none)
+	for _, r := range recs {
+		var t [3]float64
+		for i, name := range []string{MoETuneLatency, MoETuneGemm1, MoETuneGemm2} {
+			if mt := r.Metric(name); mt != nil && mt.Measured() {
+				t[i] = results.Median(mt.Samples)
+			}
+		}
+		if t[0] > 0 {
+			timed[r.Params[MoEConfigParam]] = t
+		}
+	}
+	keepSet := map[string]bool{}
+	for i := range 3 {
+		var ranked []string
+		for _, c := range cands {
+			if t, ok := timed[c.String()]; ok && t[i] > 0 {
+				ranked = append(ranked, c.String())
+			}
+		}
+		slices.SortStableFunc(ranked, func(a, b string) int { return cmp.Compare(timed[a][i], timed[b][i]) })
+		for _, c := range ranked[:min(keep, len(ranked))] {
+			keepSet[c] = true
+		}
+	}
+	var out []moe.Config
+	for i, c := range cands {
+		if _, wasTimed := timed[c.String()]; i == 0 || !wasTimed || keepSet[c.String()] {
+			out = append(out, c)
+		}
+	}
+	return out
+}
