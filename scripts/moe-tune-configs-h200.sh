@@ -55,6 +55,8 @@ for s in $SHAPES; do
   for d in "${SHORTLIST:-}/tune-$s.json" "${SHORTLIST:-}/tune-$s.json.gz"; do
     [ -n "${SHORTLIST:-}" ] && [ -s "$d" ] && short=(--shortlist "$d")
   done
+  [ -n "${SHORTLIST:-}" ] && [ ${#short[@]} -eq 0 ] &&
+    echo "warning: SHORTLIST=$SHORTLIST has no tune-$s.json[.gz]: every candidate runs" | tee -a "$log"
   echo "== [${SECONDS} s] tune moe $s (timeout ${left} s) ${short[*]}" | tee -a "$log"
   # SIGINT: tune moe stops between candidates and keeps the batches done.
   timeout -s INT -k 20 "$left" "$MSTAR" tune moe "${args[@]}" "${batch[@]}" "${short[@]}" --device cuda:0 \

@@ -28,22 +28,29 @@ func candidateRecords(doc *results.Document, mo MoEOptions, local moe.Shape, m i
 	return out
 }
 
-// tunedShapesOf names the parameter sets of doc's candidates, less the
-// batch and the configuration, for an error message.
-func tunedShapesOf(doc *results.Document) string {
+// shapeKey is a run's parameters less the batch, the configuration and
+// the implementation: what a shortlist document must share with the run.
+func shapeKey(p results.Params) string {
+	return paramString(paramsWithout(p, "batch", MoEConfigParam, "impl"))
+}
+
+// tunedShapesIn are the shape keys of doc's candidates, in order.
+func tunedShapesIn(doc *results.Document) []string {
 	var seen []string
 	for _, r := range doc.Results {
-		if r.Name != MoETuneResult {
-			continue
-		}
-		if k := paramString(paramsWithout(r.Params, "batch", MoEConfigParam, "impl")); !slices.Contains(seen, k) {
+		if k := shapeKey(r.Params); r.Name == MoETuneResult && !slices.Contains(seen, k) {
 			seen = append(seen, k)
 		}
 	}
-	if len(seen) == 0 {
+	return seen
+}
+
+// describeShapes says what tunedShapesIn found, for an error message.
+func describeShapes(keys []string) string {
+	if len(keys) == 0 {
 		return "no tune candidates at all"
 	}
-	return strings.Join(seen, "; ")
+	return strings.Join(keys, "; ")
 }
 
 // paramString is p as sorted key=value pairs joined by "/".
@@ -59,8 +66,9 @@ func paramString(p results.Params) string {
 // shortlisted keeps, in their order, the candidates worth timing again
 // after a kernel change: cands[0] (the static pick, the baseline), every
 // candidate recs did not time (new, or rejected then), and the keep
-// fastest of the others by pass time, by gemm1 alone and by gemm2 alone
-// (the split is built from the last two). A split or launch variant in
+// fastest of the timed ones by pass time, by gemm1 alone and by gemm2
+// alone (the split is built from the last two; the static pick is ranked
+// like the others, so it may take one of the places). A split or launch variant in
 // recs ranks nothing: the tuner builds those again from what it times.
 func shortlisted(cands []moe.Config, recs []results.Result, keep int) []moe.Config {
 	if keep <= 0 {

@@ -122,3 +122,27 @@ func TestTuneShortlistOfAnotherShape(t *testing.T) {
 		t.Fatalf("err = %v; want bad input naming both shapes (hidden=32 here, hidden=64 there)", err)
 	}
 }
+
+// A document of this shape that lacks every batch still to tune (a resume
+// past the batches it holds, a batch it never had) is no error: each batch
+// runs every candidate and says so.
+func TestTuneShortlistWithoutTheseBatches(t *testing.T) {
+	a := moe.Config{Kernel: "skinny", NT: 1}
+	opt := tuneOpts(t.TempDir(), []int{4}, []moe.Config{a}, nil)
+	mo := opt.MoE
+	local, err := PrepareMoE(&mo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := MoEParams(mo, local, 2, "mstar")
+	p[MoEConfigParam] = a.String()
+	opt.Shortlist = &results.Document{Suite: "tune moe", Results: []results.Result{{Name: MoETuneResult, Params: p,
+		Metrics: []results.Metric{{Name: MoETuneLatency, Samples: []float64{1}}}}}}
+	rep, err := RunMoETune(t.Context(), gpu.NewCPU(), opt)
+	if err != nil {
+		t.Fatalf("a document of this shape without M=4: %v", err)
+	}
+	if !slices.ContainsFunc(rep.Warnings, func(w string) bool { return strings.Contains(w, "M=4: not in the shortlist document") }) {
+		t.Errorf("no warning for M=4: %q", rep.Warnings)
+	}
+}

@@ -445,8 +445,8 @@ type MoETuneOptions struct {
 	// (any kernels): a batch it holds tries only the static pick, the
 	// candidates it did not time, and the ShortlistKeep (0: 6) fastest of
 	// the rest there by pass, by gemm1 and by gemm2 alone; a batch it lacks
-	// tries every candidate. It cuts a re-tune after a kernel change to a
-	// third of the device time.
+	// tries every candidate. After a kernel change it cuts a re-tune to
+	// about 60% of the candidates (v29's over v25's documents).
 	Shortlist     *results.Document
 	ShortlistKeep int
 }
@@ -587,6 +587,10 @@ var ErrNoCandidate = errors.New("no candidate configuration passed")
 func RunMoETune(ctx context.Context, dev gpu.Device, opt MoETuneOptions) (*MoETuneReport, error) {
 	mo := opt.MoE
 	mo.Tune, mo.Config, mo.Stages = false, moe.Config{}, false
+	// The tune streams its own records (each batch's candidates, each
+	// comparison sweep as the document keeps it), not the sweeps' raw ones.
+	sink := mo.Sink
+	mo.Sink = nil
 	local, err := PrepareMoE(&mo)
 	if err != nil {
 		return nil, err
@@ -649,10 +653,20 @@ func RunMoETune(ctx context.Context, dev gpu.Device, opt MoETuneOptions) (*MoETu
 			todo = append(todo, m)
 		}
 	}
+	if opt.Shortlist != nil && len(todo) > 0 {
+		// Another shape's (or routing's, or seed's) document is almost
+		// surely the wrong file: refused before the weights go up. Batches
+		// it lacks are said one by one, and run every candidate.
+		if want := shapeKey(MoEParams(mo, local, todo[0], "mstar")); !slices.Contains(tunedShapesIn(opt.Shortlist), want) {
+			return nil, badinput.Wrap(fmt.Errorf("--shortlist: the document holds no candidates of this run (%s); it has %s",
+				want, describeShapes(tunedShapesIn(opt.Shortlist))))
+		}
+	}
 	if len(rep.Skipped) > 0 {
 		rep.Warnings = append(rep.Warnings, "already in the file, not re-tuned (--force re-tunes): M="+moe.JoinBatches(rep.Skipped))
 		if carried, from := earlierCandidates(opt.Earlier, mo, local, rep.Skipped); len(carried) > 0 {
 			rep.Results = append(rep.Results, carried...)
+			sink.Send(carried...)
 			rep.Warnings = append(rep.Warnings, fmt.Sprintf("%d candidate record(s) of M=%s carried from the earlier run's document", len(carried), moe.JoinBatches(from)))
 		}
 	}
@@ -718,14 +732,6 @@ func RunMoETune(ctx context.Context, dev gpu.Device, opt MoETuneOptions) (*MoETu
 	var xAll []float32
 	if len(todo) > 0 {
 		xAll = moe.RandomInput(maxAll, local.H, mo.Seed+1)
-	}
-	if opt.Shortlist != nil && len(todo) > 0 && !slices.ContainsFunc(todo, func(m int) bool {
-		return len(candidateRecords(opt.Shortlist, mo, local, m)) > 0
-	}) {
-		// Another shape's (or routing's, or seed's) document: almost surely
-		// the wrong file, and nothing in it would narrow anything.
-		return rep, badinput.Wrap(fmt.Errorf("--shortlist: the document holds no candidates of this run (%s, batches %s); it is of %s",
-			paramString(paramsWithout(MoEParams(mo, local, todo[0], "mstar"), "batch", "impl")), moe.JoinBatches(todo), tunedShapesOf(opt.Shortlist)))
 	}
 	for _, m := range todo {
 		if err := ctx.Err(); err != nil {
@@ -794,6 +800,7 @@ func RunMoETune(ctx context.Context, dev gpu.Device, opt MoETuneOptions) (*MoETu
 		if onGPU || opt.Runner != nil {
 			static = moe.ChooseConfigOn(info.CC(), local, m).String()
 		}
+		first := len(rep.Results)
 		for i, o := range outs {
 			r := tuneResult(mo, local, m, o)
 			if i == best {
@@ -802,6 +809,7 @@ func RunMoETune(ctx context.Context, dev gpu.Device, opt MoETuneOptions) (*MoETu
 			}
 			rep.Results = append(rep.Results, r)
 		}
+		sink.Send(rep.Results[first:]...) // a kill from here on keeps this batch's candidates
 		if best < 0 {
 			rep.NoCandidate = append(rep.NoCandidate, m)
 			rep.Warnings = append(rep.Warnings, fmt.Sprintf("M=%d: no candidate passed:\n  %s", m, strings.Join(rejections(outs), "\n  ")))
@@ -879,7 +887,9 @@ func RunMoETune(ctx context.Context, dev gpu.Device, opt MoETuneOptions) (*MoETu
 			*side.dst = r
 			doc := &results.Document{Format: results.Format, Schema: results.SchemaVersion, Suite: "tune moe"}
 			docs[i] = append(docs[i], doc)
+			first := len(rep.Results)
 			rep.compareSide(side.name, round, r, doc)
+			sink.Send(rep.Results[first:]...)
 		}
 	}
 	rep.StaticDocs, rep.TunedDocs = docs[0], docs[1]

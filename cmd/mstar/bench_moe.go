@@ -40,8 +40,8 @@ func newBenchMoE(a *app) *cobra.Command {
 	)
 	names := []string{}
 	for _, m := range router.Models() {
-		row := fmt.Sprintf("  %-20s %v  %s", m.Name, moe.Shape{E: m.E, K: m.K, H: m.H, I: m.I}, m.Note)
-		names = append(names, units.Wrap(row, helpTextWidth, strings.Repeat(" ", 45)))
+		lead := fmt.Sprintf("  %-20s %v  ", m.Name, moe.Shape{E: m.E, K: m.K, H: m.H, I: m.I})
+		names = append(names, units.Wrap(lead+m.Note, helpTextWidth, strings.Repeat(" ", len(lead))))
 	}
 	cmd := &cobra.Command{
 		Use:   "moe",

@@ -108,8 +108,9 @@ command checks and times it, writes its file (which bench moe does not
 need) and compares it with itself — an A/A pair, which should read '~'.
 
 --shortlist DOC re-tunes in about half the device time after a kernel
-change: DOC is an earlier tune's --out document of the same shape (any
-kernels), and a batch it holds tries only the static table's pick, the
+change: DOC is an earlier tune's --out document of the same shape, model
+name, sharding, routing and seed (any kernels; another is refused), and a
+batch it holds tries only the static table's pick, the
 candidates DOC did not time (new ones), and the --shortlist-keep fastest
 of the rest there by pass and by each GEMM alone. Over two kernel changes
 of the H200 tunings (v19, v25; four shapes, 13 batches) the earlier tune's
@@ -129,7 +130,7 @@ Exit 1 when every candidate of some batch was rejected.`,
   mstar tune moe --model deepseek-v3 --tp 8 --batch 1,64,4096 --device cuda:0 --out tune-ds.json
   mstar tune moe --hf-config /models/Qwen3-30B-A3B/config.json --device cuda:0 --force
   mstar tune moe --model qwen3-235b-a22b --batch 1,2,4,8 --finalists 3 --device cuda:0
-  mstar tune moe --model qwen3-30b-a3b --shortlist old/tune-q30.json.gz --force --device cuda:0
+  mstar tune moe --model qwen3-30b-a3b --shortlist old/tune-q30.json.gz --device cuda:0
   mstar tune moe --experts 8 --topk 2 --hidden 256 --inter 128 --batch 1 --device cpu --dir /tmp/cfg`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -233,6 +234,7 @@ Exit 1 when every candidate of some batch was rejected.`,
 							return &outcome{}, nil
 						}
 					}
+					mo.Sink = m.sink // each batch's candidates reach the stream beside --out as it ends
 					mo.Progress = func(step string) {
 						m.bar.Describe(step)
 						if strings.HasPrefix(step, "saved ") || strings.HasPrefix(step, "compare ") || step == "weights" {

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/mstar-dev/mstar/internal/sigstack"
 )
 
 // Props are a device's facts as the driver reports them. Fields the driver
@@ -73,7 +75,9 @@ func Open(ordinal int) (*Context, error) {
 	if err := checkf(drv.cuDeviceGet(&c.dev, int32(ordinal)), "cuDeviceGet(%d)", ordinal); err != nil {
 		return nil, err
 	}
-	if err := checkf(drv.cuPrimaryCtxRetain(&c.ctx, c.dev), "cuDevicePrimaryCtxRetain(%d)", ordinal); err != nil {
+	err := checkf(drv.cuPrimaryCtxRetain(&c.ctx, c.dev), "cuDevicePrimaryCtxRetain(%d)", ordinal)
+	sigstack.Fix() // and may at a context's creation
+	if err != nil {
 		return nil, err
 	}
 	p, err := c.readProps(ordinal)

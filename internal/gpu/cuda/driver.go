@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sync"
 	"unsafe"
+
+	"github.com/mstar-dev/mstar/internal/sigstack"
 )
 
 // Result is a CUresult.
@@ -258,7 +260,9 @@ func loadDriver() error {
 			driverErr = fmt.Errorf("CUDA driver %s: %w", driverLib.comp.Path, err)
 			return
 		}
-		if err := check(drv.cuInit(0), "cuInit(0)"); err != nil {
+		err := check(drv.cuInit(0), "cuInit(0)")
+		sigstack.Fix() // the driver installs handlers at cuInit
+		if err != nil {
 			driverErr = err
 			return
 		}

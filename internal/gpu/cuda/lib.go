@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/ebitengine/purego"
+	"github.com/mstar-dev/mstar/internal/sigstack"
 )
 
 // library is a loaded shared library, or why it could not be loaded.
@@ -47,6 +48,9 @@ func loadLibrary(spec libSpec, e sysEnv) *library {
 		}
 		l.handle = h
 		l.comp.Path = c.path
+		// A library's constructors may install signal handlers; a Ctrl-C
+		// must not crash Go through them.
+		sigstack.Fix()
 		if c.byName {
 			if p := mappedPath(strings.SplitN(c.path, ".so", 2)[0] + ".so"); p != "" {
 				l.comp.Path = p

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 	"unsafe"
+
+	"github.com/mstar-dev/mstar/internal/sigstack"
 )
 
 // nvrtcAPI holds the bound NVRTC functions.
@@ -144,6 +146,7 @@ func (n *NVRTC) Compile(src, name string, opts []string, cubin bool) (image []by
 	}
 	r := n.api.compile(prog, int32(len(opts)), optsPtr)
 	runtime.KeepAlive(cOpts)
+	sigstack.Fix() // NVRTC loads its builtins library on first use
 	log = n.programLog(prog)
 	if r != 0 {
 		return nil, log, &CompileError{Name: name, Err: n.err(r, "nvrtcCompileProgram"), Log: log}

@@ -17,7 +17,7 @@ func CPUAffinity(busID string) (cpus []int, err error) {
 			cpus, err = nil, fmt.Errorf("nvml: %v", p)
 		}
 	}()
-	if ret := nvml.Init(); ret != nvml.SUCCESS {
+	if ret := initNVML(); ret != nvml.SUCCESS {
 		return nil, errOf("nvmlInit", ret)
 	}
 	defer nvml.Shutdown()

@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/mstar-dev/mstar/internal/sigstack"
 )
 
 // GPU is what mstar reports about one device.
@@ -59,7 +60,7 @@ func query() (r *Report, err error) {
 			r, err = nil, fmt.Errorf("nvml: %v", p)
 		}
 	}()
-	if ret := nvml.Init(); ret != nvml.SUCCESS {
+	if ret := initNVML(); ret != nvml.SUCCESS {
 		if ret == nvml.ERROR_LIBRARY_NOT_FOUND {
 			return nil, fmt.Errorf("NVML not available: libnvidia-ml.so.1 not found (no NVIDIA driver on this machine)")
 		}
@@ -144,4 +145,12 @@ func PCIeGBps(gen, width int) float64 {
 		return 0
 	}
 	return gtps * eff / 8 * float64(width)
+}
+
+// initNVML is nvml.Init, then the signal handlers it may have installed
+// put on the alternate signal stack (a Ctrl-C would otherwise crash Go).
+func initNVML() nvml.Return {
+	ret := nvml.Init()
+	sigstack.Fix()
+	return ret
 }

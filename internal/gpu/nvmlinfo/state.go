@@ -197,7 +197,7 @@ func OpenSource(busID string) (src Source, close func(), err error) {
 	if busID == "" {
 		return nil, nil, errors.New("no PCI bus id to find the GPU in NVML by")
 	}
-	if ret := nvml.Init(); ret != nvml.SUCCESS {
+	if ret := initNVML(); ret != nvml.SUCCESS {
 		if ret == nvml.ERROR_LIBRARY_NOT_FOUND {
 			return nil, nil, errors.New("NVML not available: libnvidia-ml.so.1 not found")
 		}
