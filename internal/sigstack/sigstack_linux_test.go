@@ -11,10 +11,11 @@ import (
 	"time"
 )
 
-// A handler installed without SA_ONSTACK (as a C library would: here Go's
-// own handler, copied onto SIGUSR2 without the flag) gets it back, and the
-// signal is then delivered to Go as usual.
-func TestFixAddsOnStack(t *testing.T) {
+// Go's handler put back without SA_ONSTACK and SA_SIGINFO and with another
+// mask, as NVRTC's LLVM leaves SIGINT (seen here with NVRTC 11.8), gets the
+// runtime's exact action back, and the signal is then delivered to Go as
+// usual.
+func TestFixRestoresGosAction(t *testing.T) {
 	c := make(chan os.Signal, 1)
 	signal.Notify(c, syscall.SIGUSR1, syscall.SIGUSR2) // Go's handler on both
 	defer signal.Stop(c)
@@ -25,7 +26,8 @@ func TestFixAddsOnStack(t *testing.T) {
 	orig, _ := get(int(syscall.SIGUSR2))
 	defer set(int(syscall.SIGUSR2), orig)
 	broken := goAct
-	broken.flags &^= saOnStack
+	broken.flags &^= saOnStack | 4 // SA_SIGINFO
+	broken.mask = 2
 	if !set(int(syscall.SIGUSR2), broken) {
 		t.Fatal("rt_sigaction failed")
 	}
@@ -36,8 +38,8 @@ func TestFixAddsOnStack(t *testing.T) {
 	if !slices.Contains(fixed, syscall.SIGUSR2) {
 		t.Errorf("Fix changed %v, want SIGUSR2 among them", fixed)
 	}
-	if a, _ := get(int(syscall.SIGUSR2)); a.flags&saOnStack == 0 || a.handler != goAct.handler {
-		t.Errorf("SIGUSR2 after Fix: %+v; want Go's handler with SA_ONSTACK", a)
+	if a, _ := get(int(syscall.SIGUSR2)); a != goActions[syscall.SIGUSR2] || a.flags&saOnStack == 0 {
+		t.Errorf("SIGUSR2 after Fix: %+v; want the runtime's action %+v", a, goActions[syscall.SIGUSR2])
 	}
 	if again := Fix(); len(again) != 0 {
 		t.Errorf("a second Fix changed %v, want nothing", again)
@@ -50,5 +52,26 @@ func TestFixAddsOnStack(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Error("SIGUSR2 was not delivered")
+	}
+}
+
+// A foreign handler without SA_ONSTACK gets the flag and keeps the rest.
+func TestFixAddsOnStackToForeignHandler(t *testing.T) {
+	orig, _ := get(int(syscall.SIGUSR2))
+	defer set(int(syscall.SIGUSR2), orig)
+	goAct := goActions[syscall.SIGUSR1]
+	if goAct.handler == 0 {
+		t.Fatal("no runtime action recorded for SIGUSR1")
+	}
+	// Go's own sigreturn trampoline stands in for a C handler: never
+	// called here, only installed and read back.
+	foreign := sigaction{handler: goAct.restorer, flags: goAct.flags &^ saOnStack, restorer: goAct.restorer, mask: 0}
+	if !set(int(syscall.SIGUSR2), foreign) {
+		t.Fatal("rt_sigaction failed")
+	}
+	Fix()
+	a, _ := get(int(syscall.SIGUSR2))
+	if a.handler != foreign.handler || a.flags != foreign.flags|saOnStack || a.mask != 0 {
+		t.Errorf("after Fix: %+v; want %+v with SA_ONSTACK added", a, foreign)
 	}
 }

@@ -7,3 +7,6 @@ import "syscall"
 // Fix does nothing here: the CUDA libraries this guards against load only
 // on Linux.
 func Fix() []syscall.Signal { return nil }
+
+// Changed names nothing here.
+func Changed() []syscall.Signal { return nil }

@@ -146,7 +146,7 @@ func (n *NVRTC) Compile(src, name string, opts []string, cubin bool) (image []by
 	}
 	r := n.api.compile(prog, int32(len(opts)), optsPtr)
 	runtime.KeepAlive(cOpts)
-	sigstack.Fix() // NVRTC loads its builtins library on first use
+	sigstack.Fix() // NVRTC's LLVM puts Go's SIGINT handler back without SA_ONSTACK
 	log = n.programLog(prog)
 	if r != 0 {
 		return nil, log, &CompileError{Name: name, Err: n.err(r, "nvrtcCompileProgram"), Log: log}
