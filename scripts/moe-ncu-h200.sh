@@ -13,12 +13,13 @@
 #   $OUT/ncu/<case>.ncu-rep  the report, for the Nsight Compute GUI
 #   $OUT/ncu/<case>-sass.csv, <case>-stalls.txt  warp-stall samples per SASS
 #                            instruction, and the top ones (ncu-sass-top.py)
-# Cases (CASES, default all), each the GEMMs bench moe picks for that shape
-# and batch (the shipped tuned files; <case>.log names the configuration):
-# qwen3-30b-4096 and mixtral-4096 (wgmma), qwen3-30b-8 (streaming tc),
-# mixtral-256 (where tc and wg meet), deepseek-4096 (gemm2 of K=256),
-# qwen3-235b-4 and mixtral-2 (the worst small-M cells; these three not in
-# the default list), and bmm-qwen3-30b-4096: torch.bmm over
+# Cases (CASES), each the GEMMs bench moe picks for that shape and batch
+# (the tuned files; <case>.log names the configuration), named
+# <shape>-<batch> with shape qwen3-30b, qwen3-235b, deepseek (tp 8) or
+# mixtral: by default qwen3-30b-4096 and mixtral-4096 (wgmma), qwen3-30b-8
+# (streaming tc), mixtral-256 (where tc and wg meet); e.g. also
+# deepseek-4096 (gemm2 of K=256), mixtral-1024 and qwen3-30b-1024 (the
+# 1.20× bar's hardest cells), qwen3-235b-4; and bmm-qwen3-30b-4096: torch.bmm over
 # balanced slots, as the cublas-bmm peer times it. Also $OUT/ncu.tgz, the
 # folder in one file (the GPU machine returns a limited number of files).
 #   OUT=/dir scripts/moe-ncu-h200.sh      (~1 min on the H200; MSTAR default bin/mstar)
@@ -46,21 +47,21 @@ report() { # case: the text and csv pages of its report, and the stall samples p
 status=0
 for c in $CASES; do
 	echo "== [$SECONDS s] $c" | tee -a "$d/summary.txt"
-	case $c in
-	qwen3-30b-4096) args=(--model qwen3-30b-a3b --batch 4096) ;;
-	mixtral-4096) args=(--model mixtral-8x7b --batch 4096) ;;
-	qwen3-30b-8) args=(--model qwen3-30b-a3b --batch 8) ;;
-	mixtral-256) args=(--model mixtral-8x7b --batch 256) ;;
-	deepseek-4096) args=(--model deepseek-v3 --tp 8 --batch 4096) ;;
-	qwen3-235b-4) args=(--model qwen3-235b-a22b --batch 4) ;;
-	mixtral-2) args=(--model mixtral-8x7b --batch 2) ;;
-	bmm-*) args=() ;;
-	*)
-		echo "$0: unknown case $c" | tee -a "$d/summary.txt"
+	# <shape>-<batch>, any batch: qwen3-30b, qwen3-235b, deepseek (tp 8), mixtral.
+	case ${c%-*} in
+	qwen3-30b) args=(--model qwen3-30b-a3b) ;;
+	qwen3-235b) args=(--model qwen3-235b-a22b) ;;
+	deepseek) args=(--model deepseek-v3 --tp 8) ;;
+	mixtral) args=(--model mixtral-8x7b) ;;
+	bmm-qwen3-30b) args=() ;;
+	*) args=(unknown) ;;
+	esac
+	if [ "${args[*]}" = unknown ] || ! [[ ${c##*-} =~ ^[0-9]+$ ]]; then
+		echo "$0: unknown case $c (want <shape>-<batch>: qwen3-30b, qwen3-235b, deepseek, mixtral; or bmm-qwen3-30b-4096)" | tee -a "$d/summary.txt"
 		status=2
 		continue
-		;;
-	esac
+	fi
+	[ ${#args[@]} -gt 0 ] && args+=(--batch "${c##*-}")
 	if [ ${#args[@]} -gt 0 ]; then
 		timeout 300 "$NCU" --clock-control none -k regex:moe_gemm --launch-count 2 "${SECTIONS[@]}" \
 			-f -o "$d/$c" "$MSTAR" bench moe "${args[@]}" --rounds 1 --device cuda:0 >"$d/$c.log" 2>&1
