@@ -68,8 +68,9 @@ func paramString(p results.Params) string {
 // candidate recs did not time (new, or rejected then), and the keep
 // fastest of the timed ones by pass time, by gemm1 alone and by gemm2
 // alone (the split is built from the last two; the static pick is ranked
-// like the others, so it may take one of the places). A split or launch variant in
-// recs ranks nothing: the tuner builds those again from what it times.
+// like the others, so it may take one of the places). A split or launch
+// variant in recs ranks nothing: the tuner builds those again from what
+// it times.
 func shortlisted(cands []moe.Config, recs []results.Result, keep int) []moe.Config {
 	if keep <= 0 {
 		keep = DefaultShortlistKeep
