@@ -48,6 +48,9 @@ def main(args):
     markdown = "--markdown" in args
     targets = "--targets" in args
     paths = [a for a in args if a not in ("--markdown", "--targets")]
+    if markdown and targets:
+        print("moe-ratios.py: --markdown and --targets are two different tables: give one", file=sys.stderr)
+        return 2
     if not paths:
         print(__doc__.strip(), file=sys.stderr)
         return 2
@@ -101,6 +104,7 @@ def main(args):
 
 
 def print_targets(order, cells):
+    rows = 0
     print(f"{'shape':18s} {'M':>5s} {'mstar us':>9s} {'% floor':>8s} {'target us':>10s} {'to go':>7s} {'floor us':>9s} {'floor/target':>13s}")
     for key in order:
         m = cells[key].get("mstar", (None, False, "", None))
@@ -114,6 +118,11 @@ def print_targets(order, cells):
         fl = f"{floor:.1f}" if floor else "-"
         pct = f"{m[3]:.0f}%" if m[3] else "-"
         print(f"{key[0]:18s} {key[1]:5d} {m[0]:9.1f} {pct:>8s} {want:10.1f} {go:>7s} {fl:>9s} {share:>13s}")
+        rows += 1
+    if rows == 0:
+        print("no cell has an mstar row and a triton-ref row that both passed their gates "
+              "(bench moe --peers --triton-peer PATH on a GPU makes them)", file=sys.stderr)
+        return 1
     return 0
 
 
