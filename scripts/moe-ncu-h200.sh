@@ -48,20 +48,20 @@ status=0
 for c in $CASES; do
 	echo "== [$SECONDS s] $c" | tee -a "$d/summary.txt"
 	# <shape>-<batch>, any batch: qwen3-30b, qwen3-235b, deepseek (tp 8), mixtral.
+	known=1
 	case ${c%-*} in
-	qwen3-30b) args=(--model qwen3-30b-a3b) ;;
-	qwen3-235b) args=(--model qwen3-235b-a22b) ;;
-	deepseek) args=(--model deepseek-v3 --tp 8) ;;
-	mixtral) args=(--model mixtral-8x7b) ;;
+	qwen3-30b) args=(--model qwen3-30b-a3b --batch "${c##*-}") ;;
+	qwen3-235b) args=(--model qwen3-235b-a22b --batch "${c##*-}") ;;
+	deepseek) args=(--model deepseek-v3 --tp 8 --batch "${c##*-}") ;;
+	mixtral) args=(--model mixtral-8x7b --batch "${c##*-}") ;;
 	bmm-qwen3-30b) args=() ;;
-	*) args=(unknown) ;;
+	*) known=0 ;;
 	esac
-	if [ "${args[*]}" = unknown ] || ! [[ ${c##*-} =~ ^[0-9]+$ ]]; then
+	if [ $known = 0 ] || ! [[ ${c##*-} =~ ^[0-9]+$ ]]; then
 		echo "$0: unknown case $c (want <shape>-<batch>: qwen3-30b, qwen3-235b, deepseek, mixtral; or bmm-qwen3-30b-4096)" | tee -a "$d/summary.txt"
 		status=2
 		continue
 	fi
-	[ ${#args[@]} -gt 0 ] && args+=(--batch "${c##*-}")
 	if [ ${#args[@]} -gt 0 ]; then
 		timeout 300 "$NCU" --clock-control none -k regex:moe_gemm --launch-count 2 "${SECTIONS[@]}" \
 			-f -o "$d/$c" "$MSTAR" bench moe "${args[@]}" --rounds 1 --device cuda:0 >"$d/$c.log" 2>&1

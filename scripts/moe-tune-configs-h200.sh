@@ -20,7 +20,7 @@
 # tuned-versus-static comparison, default 2; 1 halves its time), SAMPLES (its
 # samples per batch, default tune moe's 20), SHORTLIST (a folder of an earlier
 # tune's documents, tune-<shape>.json[.gz]: each shape found there is tuned
-# with `--shortlist`, about half the candidates; e.g.
+# with `--shortlist`, about 60% of the candidates; e.g.
 # reports/measured/h200/moe-v25/tune/docs).
 # To re-tune after a change to moe.cu's wgmma section only, copy the shipped
 # files into $OUT/configs first: their batches without a wg candidate stay

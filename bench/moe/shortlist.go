@@ -15,9 +15,6 @@ import (
 // candidateRecords are the moe_tune records of batch m in doc, a tune
 // document of the same shape, sharding, routing and seed (any kernels).
 func candidateRecords(doc *results.Document, mo MoEOptions, local moe.Shape, m int) []results.Result {
-	if doc == nil || doc.Suite != "tune moe" {
-		return nil
-	}
 	want := results.Result{Name: MoETuneResult, Params: MoEParams(mo, local, m, "mstar")}.Key()
 	var out []results.Result
 	for _, r := range doc.Results {
@@ -29,9 +26,10 @@ func candidateRecords(doc *results.Document, mo MoEOptions, local moe.Shape, m i
 }
 
 // shapeKey is a run's parameters less the batch, the configuration and
-// the implementation: what a shortlist document must share with the run.
+// the implementation ("k1=v1/k2=v2", sorted): what a shortlist document
+// must share with the run.
 func shapeKey(p results.Params) string {
-	return paramString(paramsWithout(p, "batch", MoEConfigParam, "impl"))
+	return strings.TrimPrefix(results.Result{Params: paramsWithout(p, "batch", MoEConfigParam, "impl")}.Key(), "/")
 }
 
 // tunedShapesIn are the shape keys of doc's candidates, in order.
@@ -51,16 +49,6 @@ func describeShapes(keys []string) string {
 		return "no tune candidates at all"
 	}
 	return strings.Join(keys, "; ")
-}
-
-// paramString is p as sorted key=value pairs joined by "/".
-func paramString(p results.Params) string {
-	var kv []string
-	for k, v := range p {
-		kv = append(kv, k+"="+v)
-	}
-	slices.Sort(kv)
-	return strings.Join(kv, "/")
 }
 
 // shortlisted keeps, in their order, the candidates worth timing again

@@ -657,9 +657,10 @@ func RunMoETune(ctx context.Context, dev gpu.Device, opt MoETuneOptions) (*MoETu
 		// Another shape's (or routing's, or seed's) document is almost
 		// surely the wrong file: refused before the weights go up. Batches
 		// it lacks are said one by one, and run every candidate.
-		if want := shapeKey(MoEParams(mo, local, todo[0], "mstar")); !slices.Contains(tunedShapesIn(opt.Shortlist), want) {
+		want, have := shapeKey(MoEParams(mo, local, todo[0], "mstar")), tunedShapesIn(opt.Shortlist)
+		if !slices.Contains(have, want) {
 			return nil, badinput.Wrap(fmt.Errorf("--shortlist: the document holds no candidates of this run (%s); it has %s",
-				want, describeShapes(tunedShapesIn(opt.Shortlist))))
+				want, describeShapes(have)))
 		}
 	}
 	if len(rep.Skipped) > 0 {

@@ -107,12 +107,12 @@ On the CPU there is one implementation, so there is nothing to choose: the
 command checks and times it, writes its file (which bench moe does not
 need) and compares it with itself — an A/A pair, which should read '~'.
 
---shortlist DOC re-tunes in about half the device time after a kernel
-change: DOC is an earlier tune's --out document of the same shape, model
-name, sharding, routing and seed (any kernels; another is refused), and a
-batch it holds tries only the static table's pick, the
-candidates DOC did not time (new ones), and the --shortlist-keep fastest
-of the rest there by pass and by each GEMM alone. Over two kernel changes
+--shortlist DOC re-tunes after a kernel change with fewer candidates: DOC
+is an earlier tune's --out document of the same shape, model name,
+sharding, routing and seed (any kernels; another is refused), and a batch
+it holds tries only the static table's pick, the candidates DOC did not
+time (new ones), and the --shortlist-keep fastest of the rest there by
+pass and by each GEMM alone. Over two kernel changes
 of the H200 tunings (v19, v25; four shapes, 13 batches) the earlier tune's
 six fastest held 301 of the 312 later winners by pass, gemm1 or gemm2, and
 each of the 11 it missed was within 2.1% of the best it kept; they were
