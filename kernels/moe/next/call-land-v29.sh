@@ -37,20 +37,24 @@
 # scripts/moe-variant-h200.sh's (tests, tune, table, ab). DEADLINE (default
 # 540 s) is the time the steps may start in.
 set -u
+# V (default 29) names the build: bin/mstar-v$V, bin/moe-v$V.test from
+# .dev/bins$V.tar.xz, the work dir .work/v$V and work$V.tgz. V=31 lands v31
+# (v29 + wg-prefetch.patch) the same way, if next/call-v31.sh's ab says so.
+V=${V:-29}
 R=${OUT:?set OUT}
 [ $# -gt 0 ] || { echo "usage: $0 tests|saab|tune|table|ab ..." >&2; exit 2; }
-X=/tmp/v29-$(date +%H%M%S)
+X=/tmp/v$V-$(date +%H%M%S)
 mkdir -p "$X"
 DEADLINE=${DEADLINE:-540}
 nvidia-smi --query-gpu=name,uuid,driver_version,clocks.sm,clocks.mem,power.draw,power.limit,temperature.gpu \
 	--format=csv >"$X/gpu.txt" 2>&1
-WORKDIR=.work/v29 TARBALL=work29.tgz
+WORKDIR=.work/v$V TARBALL=work$V.tgz
 if ! grep -q H200 "$X/gpu.txt"; then
 	echo "warning: not an H200: the tuned files are per device name; land only an H200's" | tee -a "$X/summary.txt"
 	card=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr -c 'A-Za-z0-9\n' _)
-	WORKDIR=.work/v29-$card TARBALL=work29-$card.tgz
+	WORKDIR=.work/v$V-$card TARBALL=work$V-$card.tgz
 fi
-[ -x bin/mstar-v29 ] || tar xJf .dev/bins29.tar.xz || { echo "no .dev/bins29.tar.xz: build it here first (header)" >&2; exit 2; }
+[ -x bin/mstar-v$V ] || tar xJf .dev/bins$V.tar.xz || { echo "no .dev/bins$V.tar.xz: build it here first (header)" >&2; exit 2; }
 if [ ! -d $WORKDIR ] && [ -f .dev/$TARBALL ]; then
 	tar xzf .dev/$TARBALL && echo "resumed from .dev/$TARBALL" | tee -a "$X/summary.txt"
 fi
@@ -58,7 +62,7 @@ fi
 saab() {
 	local T="tc:bm=16,bn=256,bk=128,wm=1,wn=8,stages=3,gm=8,minb=1,ov=2"
 	mkdir -p "$X/saab"
-	timeout 120 bin/mstar-v29 bench ceilings --device cuda:0 --out "$X/saab/ceilings.json" >"$X/saab/ceilings.txt" 2>&1
+	timeout 120 bin/mstar-v$V bench ceilings --device cuda:0 --out "$X/saab/ceilings.json" >"$X/saab/ceilings.txt" 2>&1
 	# name | bench flags | batches (8 to 64 slots)
 	local cells=("q30|--model qwen3-30b-a3b|1,2,4,8" "ds|--model deepseek-v3 --tp 8|1,2,4,8"
 		"mx|--model mixtral-8x7b|4,8,16,32" "q235|--model qwen3-235b-a22b|1,2,4,8")
@@ -68,7 +72,7 @@ saab() {
 			for side in "plain:$T" "sa:$T,sa=1"; do
 				[ $SECONDS -gt $((DEADLINE - 30)) ] && { echo "saab: stopped at the deadline" | tee -a "$X/summary.txt"; return; }
 				# shellcheck disable=SC2086 # $args is the shape's flags
-				timeout 90 bin/mstar-v29 bench moe $args --batch "$b" --config "${side#*:}" --ceilings "$X/saab/ceilings.json" \
+				timeout 90 bin/mstar-v$V bench moe $args --batch "$b" --config "${side#*:}" --ceilings "$X/saab/ceilings.json" \
 					--rounds 1 --device cuda:0 --out "$X/saab/$n-$i-${side%%:*}.json" >"$X/saab/$n-$i-${side%%:*}.txt" 2>&1
 				echo "saab $n $i ${side%%:*}: exit $? [$SECONDS s]" >>"$X/summary.txt"
 			done
@@ -78,9 +82,9 @@ saab() {
 	# scripts/ab-builds.sh does; the config param differs, which report diff
 	# pairs as "config=A → B".
 	for side in plain sa; do
-		bin/mstar-v29 report merge -o "$X/saab/$side.json" "$X"/saab/*-[12]-$side.json >/dev/null
+		bin/mstar-v$V report merge -o "$X/saab/$side.json" "$X"/saab/*-[12]-$side.json >/dev/null
 	done
-	bin/mstar-v29 report diff "$X/saab/plain.json" "$X/saab/sa.json" >"$X/saab/diff.txt" 2>&1
+	bin/mstar-v$V report diff "$X/saab/plain.json" "$X/saab/sa.json" >"$X/saab/diff.txt" 2>&1
 	echo "saab report diff: exit $?" | tee -a "$X/summary.txt"
 	grep -E "batch=|geomean" "$X/saab/diff.txt"
 }
@@ -90,7 +94,7 @@ variant() {
 	# The tune tries per batch v25's shortlist (its six fastest by pass and
 	# by each GEMM), the static pick and every candidate new since (v28's).
 	SHORTLIST=${SHORTLIST-reports/measured/h200/moe-v25/tune/docs} \
-		VARIANT=bin/mstar-v29 BASE=bin/mstar MOE_TEST=bin/moe-v29.test WORK=$WORKDIR ROUNDS=1 \
+		VARIANT=bin/mstar-v$V BASE=bin/mstar MOE_TEST=bin/moe-v$V.test WORK=$WORKDIR ROUNDS=1 \
 		DEADLINE=$((DEADLINE - SECONDS)) OUT=$X scripts/moe-variant-h200.sh "$@"
 	echo "moe-variant-h200.sh $*: exit $?" | tee -a "$X/summary.txt"
 }

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# call-v31.sh — on the GPU machine: v31 (wg-prefetch.patch over v29: the wg
+# producer fetches the next unit's expert and slots a whole unit ahead, and the
+# consumers load the epilogue's slots and gemm2's routing weights while the
+# tile's MMAs run) compiled for sm_90a, checked, and timed against v29 in the
+# same wg configurations.
+#
+# Here, before the call (from the repository root):
+#   rm -rf /tmp/v31 && git worktree add -f /tmp/v31 HEAD &&
+#   (cd /tmp/v31 && for p in tc-prefetch tc-narrow tc-self-align; do git apply kernels/moe/next/$p.patch || exit; done &&
+#    go build -buildvcs=auto -ldflags='-s -w' -o "$OLDPWD/bin/mstar-v29" ./cmd/mstar &&
+#    git apply kernels/moe/next/wg-prefetch.patch &&
+#    go build -buildvcs=auto -ldflags='-s -w' -o "$OLDPWD/bin/mstar-v31" ./cmd/mstar &&
+#    go test -c -ldflags='-s -w' -o "$OLDPWD/bin/moe-v31.test" ./kernels/moe)
+#   go build -buildvcs=auto -ldflags='-s -w' -o bin/mstar ./cmd/mstar
+#   mkdir -p .dev && tar cJf .dev/bins31.tar.xz bin/mstar bin/mstar-v29 bin/mstar-v31 bin/moe-v31.test
+# There (carry .dev):
+#   OUT=$OUT bash kernels/moe/next/call-v31.sh tests ab
+# Steps:
+#   tests  every wg module compiled for sm_90a with ptxas's registers
+#          (TestNVRTCCompilesWGForSM90a: a stack frame fails) and v31's wg
+#          forward rows on poisoned outputs (TestCUDAForward/…wg…)
+#   ab     v29 (A) against v31 (B), one wg configuration per cell (the H100's
+#          tuned picks), fresh processes alternated, 2 a side, through
+#          scripts/ab-builds.sh (report diff of the merged sides)
+# Returns $OUT/v31-<time>.tgz. If v31 wins, land it with
+# `V=31 kernels/moe/next/call-land-v29.sh tests tune` (bins31.tar.xz has
+# what that needs).
+set -u
+R=${OUT:?set OUT}
+[ $# -gt 0 ] || { echo "usage: $0 tests|ab ..." >&2; exit 2; }
+X=/tmp/v31-$(date +%H%M%S)
+mkdir -p "$X"
+DEADLINE=${DEADLINE:-540}
+nvidia-smi --query-gpu=name,uuid,driver_version,clocks.sm,clocks.mem,power.draw,power.limit,temperature.gpu \
+	--format=csv >"$X/gpu.txt" 2>&1
+[ -x bin/mstar-v31 ] || tar xJf .dev/bins31.tar.xz || { echo "no .dev/bins31.tar.xz: build it here first (header)" >&2; exit 2; }
+
+tests() {
+	(cd kernels/moe && timeout 240 ../../bin/moe-v31.test -test.run 'TestNVRTCCompilesWGForSM90a|TestCUDAForward/.*wg' -test.v) \
+		>"$X/tests.log" 2>&1
+	echo "tests: exit $? [$SECONDS s]" | tee -a "$X/summary.txt"
+	grep -E "^(--- FAIL|FAIL|panic|ok)" "$X/tests.log" | head -20 | tee -a "$X/summary.txt"
+	grep -E "moe_gemm[12]_wg.*registers" "$X/tests.log" | sed 's/^ *//' | sort -u >"$X/registers.txt"
+}
+
+ab() {
+	timeout 120 bin/mstar-v31 bench ceilings --device cuda:0 --out "$X/ceilings.json" >"$X/ceilings.txt" 2>&1
+	# name | bench flags | batches | configuration (cooperative unless pp=1)
+	local cells=(
+		"q30|--model qwen3-30b-a3b|1024,4096|wg:nc=2,bn=256,stages=4,gm=8,tma=1"
+		"ds|--model deepseek-v3 --tp 8|1024,4096|wg:nc=2,bn=256,stages=4,gm=8,tma=1"
+		"q30pp|--model qwen3-30b-a3b|2048|wg:nc=2,bn=256,stages=4,gm=8,pp=1,tma=1"
+		"q235|--model qwen3-235b-a22b|1024|wg:nc=2,bn=256,stages=3,gm=8,tma=1"
+		"mx|--model mixtral-8x7b|4096|wg:nc=2,bn=256,stages=4,gm=8,tma=1,mc=1"
+	)
+	for cell in "${cells[@]}"; do
+		IFS="|" read -r n args b cfg <<<"$cell"
+		left=$((DEADLINE - SECONDS))
+		[ $left -le 60 ] && { echo "ab $n: SKIPPED (deadline)" | tee -a "$X/summary.txt"; continue; }
+		# shellcheck disable=SC2086 # $args is the shape's flags
+		timeout -s INT -k 10 "$left" scripts/ab-builds.sh -n 2 -o "$X/ab-$n" -a bin/mstar-v29 -b bin/mstar-v31 -- \
+			bench moe $args --batch "$b" --config "$cfg" --rounds 1 --device cuda:0 --ceilings "$X/ceilings.json" >/dev/null 2>&1
+		echo "ab $n: exit $? [$SECONDS s]" | tee -a "$X/summary.txt"
+		grep -E "batch=|geomean" "$X/ab-$n/diff.txt" 2>/dev/null | tee -a "$X/summary.txt"
+		gzip -f "$X/ab-$n"/*.json 2>/dev/null
+	done
+}
+
+for s in "$@"; do
+	case $s in
+	tests) tests ;;
+	ab) ab ;;
+	*) echo "$0: unknown step $s (tests, ab)" >&2 ;;
+	esac
+done
+gzip -f "$X/tests.log" 2>/dev/null
+tar czf "$R/$(basename "$X").tgz" -C /tmp "$(basename "$X")"
+cat "$X/summary.txt"
+exit 0
