@@ -1,43 +1,45 @@
 #!/usr/bin/env bash
-# call-v31.sh — on the GPU machine: v31 (wg-prefetch.patch over v29: the wg
-# producer fetches the next unit's expert and slots a whole unit ahead, and the
-# consumers load the epilogue's slots and gemm2's routing weights while the
-# tile's MMAs run) compiled for sm_90a, checked, and timed against v29 in the
-# same wg configurations.
+# call-wg.sh — on the GPU machine: the wg epilogue patches over v29 compiled
+# for sm_90a, checked, and timed against v29 in the same wg configurations.
+# v31 (wg-prefetch.patch): the wg producer fetches the next unit's expert and
+# slots a whole unit ahead, and the consumers load the epilogue's slots and
+# gemm2's routing weights while the tile's MMAs run. v32 (wg-vstore.patch,
+# over v31): the epilogue stores 16 bytes a lane after a 4×4 transpose across
+# each quad, not 4. B (default 32) names the build timed against v29.
 #
 # Here, before the call (from the repository root):
-#   rm -rf /tmp/v31 && git worktree add -f /tmp/v31 HEAD &&
-#   (cd /tmp/v31 && for p in tc-prefetch tc-narrow tc-self-align; do git apply kernels/moe/next/$p.patch || exit; done &&
+#   rm -rf /tmp/vwg && git worktree add -f /tmp/vwg HEAD &&
+#   (cd /tmp/vwg && for p in tc-prefetch tc-narrow tc-self-align; do git apply kernels/moe/next/$p.patch || exit; done &&
 #    go build -buildvcs=auto -ldflags='-s -w' -o "$OLDPWD/bin/mstar-v29" ./cmd/mstar &&
-#    git apply kernels/moe/next/wg-prefetch.patch &&
-#    go build -buildvcs=auto -ldflags='-s -w' -o "$OLDPWD/bin/mstar-v31" ./cmd/mstar &&
-#    go test -c -ldflags='-s -w' -o "$OLDPWD/bin/moe-v31.test" ./kernels/moe)
-#   go build -buildvcs=auto -ldflags='-s -w' -o bin/mstar ./cmd/mstar
-#   mkdir -p .dev && tar cJf .dev/bins31.tar.xz bin/mstar bin/mstar-v29 bin/mstar-v31 bin/moe-v31.test
+#    git apply kernels/moe/next/wg-prefetch.patch && git apply kernels/moe/next/wg-vstore.patch &&
+#    go build -buildvcs=auto -ldflags='-s -w' -o "$OLDPWD/bin/mstar-v32" ./cmd/mstar &&
+#    go test -c -ldflags='-s -w' -o "$OLDPWD/bin/moe-v32.test" ./kernels/moe)
+#   mkdir -p .dev && tar cJf .dev/bins-wg.tar.xz bin/mstar-v29 bin/mstar-v32 bin/moe-v32.test
+# (.dev and the checkout must stay under 64 MiB together: one mstar more does not fit.)
 # There (carry .dev):
-#   OUT=$OUT bash kernels/moe/next/call-v31.sh tests ab
+#   OUT=$OUT bash kernels/moe/next/call-wg.sh tests ab
 # Steps:
 #   tests  every wg module compiled for sm_90a with ptxas's registers
-#          (TestNVRTCCompilesWGForSM90a: a stack frame fails) and v31's wg
-#          forward rows on poisoned outputs (TestCUDAForward/…wg…)
-#   ab     v29 (A) against v31 (B), one wg configuration per cell (the H100's
+#          (TestNVRTCCompilesWGForSM90a: a stack frame fails) and vB's wg
+#          forward rows on poisoned outputs (TestCUDAForward/…wg…), B's build
+#   ab     v29 (A) against vB, one wg configuration per cell (the H100's
 #          tuned picks), fresh processes alternated, 2 a side, through
 #          scripts/ab-builds.sh (report diff of the merged sides)
-# Returns $OUT/v31-<time>.tgz. If v31 wins, land it with
-# `V=31 kernels/moe/next/call-land-v29.sh tests tune` (bins31.tar.xz has
-# what that needs).
+# Returns $OUT/wg-<time>.tgz. If vB wins, land it with
+# `V=32 kernels/moe/next/call-land-v29.sh tests tune` (with its bins32.tar.xz).
 set -u
 R=${OUT:?set OUT}
+B=${B:-32}
 [ $# -gt 0 ] || { echo "usage: $0 tests|ab ..." >&2; exit 2; }
-X=/tmp/v31-$(date +%H%M%S)
+X=/tmp/wg-$(date +%H%M%S)
 mkdir -p "$X"
 DEADLINE=${DEADLINE:-540}
 nvidia-smi --query-gpu=name,uuid,driver_version,clocks.sm,clocks.mem,power.draw,power.limit,temperature.gpu \
 	--format=csv >"$X/gpu.txt" 2>&1
-[ -x bin/mstar-v31 ] || tar xJf .dev/bins31.tar.xz || { echo "no .dev/bins31.tar.xz: build it here first (header)" >&2; exit 2; }
+[ -x bin/mstar-v$B ] || tar xJf .dev/bins-wg.tar.xz || { echo "no .dev/bins-wg.tar.xz: build it here first (header)" >&2; exit 2; }
 
 tests() {
-	(cd kernels/moe && timeout 240 ../../bin/moe-v31.test -test.run 'TestNVRTCCompilesWGForSM90a|TestCUDAForward/.*wg' -test.v) \
+	(cd kernels/moe && timeout 240 ../../bin/moe-v$B.test -test.run 'TestNVRTCCompilesWGForSM90a|TestCUDAForward/.*wg' -test.v) \
 		>"$X/tests.log" 2>&1
 	echo "tests: exit $? [$SECONDS s]" | tee -a "$X/summary.txt"
 	grep -E "^(--- FAIL|FAIL|panic|ok)" "$X/tests.log" | head -20 | tee -a "$X/summary.txt"
@@ -45,7 +47,7 @@ tests() {
 }
 
 ab() {
-	timeout 120 bin/mstar-v31 bench ceilings --device cuda:0 --out "$X/ceilings.json" >"$X/ceilings.txt" 2>&1
+	timeout 120 bin/mstar-v$B bench ceilings --device cuda:0 --out "$X/ceilings.json" >"$X/ceilings.txt" 2>&1
 	# name | bench flags | batches | configuration (cooperative unless pp=1)
 	local cells=(
 		"q30|--model qwen3-30b-a3b|1024,4096|wg:nc=2,bn=256,stages=4,gm=8,tma=1"
@@ -59,7 +61,7 @@ ab() {
 		left=$((DEADLINE - SECONDS))
 		[ $left -le 60 ] && { echo "ab $n: SKIPPED (deadline)" | tee -a "$X/summary.txt"; continue; }
 		# shellcheck disable=SC2086 # $args is the shape's flags
-		timeout -s INT -k 10 "$left" scripts/ab-builds.sh -n 2 -o "$X/ab-$n" -a bin/mstar-v29 -b bin/mstar-v31 -- \
+		timeout -s INT -k 10 "$left" scripts/ab-builds.sh -n 2 -o "$X/ab-$n" -a bin/mstar-v29 -b bin/mstar-v$B -- \
 			bench moe $args --batch "$b" --config "$cfg" --rounds 1 --device cuda:0 --ceilings "$X/ceilings.json" >/dev/null 2>&1
 		echo "ab $n: exit $? [$SECONDS s]" | tee -a "$X/summary.txt"
 		grep -E "batch=|geomean" "$X/ab-$n/diff.txt" 2>/dev/null | tee -a "$X/summary.txt"
