@@ -23,8 +23,10 @@
 #          (TestNVRTCCompilesWGForSM90a: a stack frame fails) and vB's wg
 #          forward rows on poisoned outputs (TestCUDAForward/…wg…), B's build
 #   ab     v29 (A) against vB, one wg configuration per cell (the H100's
-#          tuned picks), fresh processes alternated, 2 a side, through
-#          scripts/ab-builds.sh (report diff of the merged sides)
+#          tuned picks; CELLS replaces them), fresh processes alternated, 2 a
+#          side, through scripts/ab-builds.sh (report diff of the merged sides)
+#   stages each kernel timed alone (bench moe --stages) with v29 and vB,
+#          qwen3-30b-a3b and deepseek-v3 tp8 at M=1024 and 4096
 # Returns $OUT/wg-<time>.tgz. If vB wins, land it with
 # `V=32 kernels/moe/next/call-land-v29.sh tests tune` (with its bins32.tar.xz).
 set -u
@@ -47,8 +49,9 @@ tests() {
 }
 
 ab() {
-	timeout 120 bin/mstar-v$B bench ceilings --device cuda:0 --out "$X/ceilings.json" >"$X/ceilings.txt" 2>&1
-	# name | bench flags | batches | configuration (cooperative unless pp=1)
+	[ -s "$X/ceilings.json" ] || timeout 120 bin/mstar-v$B bench ceilings --device cuda:0 --out "$X/ceilings.json" >"$X/ceilings.txt" 2>&1
+	# name | bench flags | batches | configuration (cooperative unless pp=1);
+	# CELLS (the same form, ";"-separated) replaces them.
 	local cells=(
 		"q30|--model qwen3-30b-a3b|1024,4096|wg:nc=2,bn=256,stages=4,gm=8,tma=1"
 		"ds|--model deepseek-v3 --tp 8|1024,4096|wg:nc=2,bn=256,stages=4,gm=8,tma=1"
@@ -56,6 +59,7 @@ ab() {
 		"q235|--model qwen3-235b-a22b|1024|wg:nc=2,bn=256,stages=3,gm=8,tma=1"
 		"mx|--model mixtral-8x7b|4096|wg:nc=2,bn=256,stages=4,gm=8,tma=1,mc=1"
 	)
+	[ -n "${CELLS:-}" ] && IFS=";" read -r -a cells <<<"$CELLS"
 	for cell in "${cells[@]}"; do
 		IFS="|" read -r n args b cfg <<<"$cell"
 		left=$((DEADLINE - SECONDS))
@@ -69,11 +73,32 @@ ab() {
 	done
 }
 
+# Each kernel timed alone (bench moe --stages), v29 then vB, one process
+# each, in the cooperative tma configuration: where a pass's gain sits.
+stages() {
+	local cfg="wg:nc=2,bn=256,stages=4,gm=8,tma=1"
+	for cell in "q30|--model qwen3-30b-a3b" "ds|--model deepseek-v3 --tp 8"; do
+		IFS="|" read -r n args <<<"$cell"
+		for v in 29 "$B"; do
+			[ $SECONDS -gt $((DEADLINE - 40)) ] && { echo "stages: stopped at the deadline" | tee -a "$X/summary.txt"; return; }
+			# shellcheck disable=SC2086 # $args is the shape's flags
+			timeout 90 bin/mstar-v$v bench moe $args --batch 1024,4096 --config "$cfg" --stages --rounds 1 \
+				--device cuda:0 --ceilings "$X/ceilings.json" --out "$X/stages-$n-v$v.json" >"$X/stages-$n-v$v.txt" 2>&1
+			echo "stages $n v$v: exit $? [$SECONDS s]" | tee -a "$X/summary.txt"
+		done
+	done
+	gzip -f "$X"/stages-*.json 2>/dev/null
+}
+
 for s in "$@"; do
 	case $s in
 	tests) tests ;;
 	ab) ab ;;
-	*) echo "$0: unknown step $s (tests, ab)" >&2 ;;
+	stages)
+		[ -s "$X/ceilings.json" ] || timeout 120 bin/mstar-v$B bench ceilings --device cuda:0 --out "$X/ceilings.json" >"$X/ceilings.txt" 2>&1
+		stages
+		;;
+	*) echo "$0: unknown step $s (tests, ab, stages)" >&2 ;;
 	esac
 done
 gzip -f "$X/tests.log" 2>/dev/null
