@@ -38,8 +38,9 @@
 # 540 s) is the time the steps may start in.
 set -u
 # V (default 29) names the build: bin/mstar-v$V, bin/moe-v$V.test from
-# .dev/bins$V.tar.xz, the work dir .work/v$V and work$V.tgz. V=31 lands v31
-# (v29 + wg-prefetch.patch) the same way, if next/call-v31.sh's ab says so.
+# .dev/bins$V.tar.xz, the work dir .work/v$V and work$V.tgz. V=32 lands v32
+# (v29 + wg-prefetch.patch + wg-vstore.patch, next/call-wg.sh's header builds
+# bin/mstar-v32 and bin/moe-v32.test) the same way: the next landing.
 V=${V:-29}
 R=${OUT:?set OUT}
 [ $# -gt 0 ] || { echo "usage: $0 tests|saab|tune|table|ab ..." >&2; exit 2; }
