@@ -277,7 +277,11 @@ Exit 1 when every candidate of some batch was rejected.`,
 						o.results = append(o.results, rep.Static.Ceilings.Results()...)
 					}
 					if stopped {
-						fmt.Fprintf(m.note, "mstar: %s keeps the %d batch(es) tuned so far; run the same command again to resume\n", rep.Path, len(rep.File.Batches))
+						if rep.File != nil && len(rep.File.Batches) > 0 {
+							fmt.Fprintf(m.note, "mstar: %s keeps the %d batch(es) tuned so far; run the same command again to resume\n", rep.Path, len(rep.File.Batches))
+						} else {
+							fmt.Fprintf(m.note, "mstar: no batch was tuned before the interrupt, so no tuned file was written; run the same command again to start\n")
+						}
 						o.done = fmt.Sprintf("%d of %d batches tuned", len(rep.Tuned), len(mo.Batches)-len(rep.Skipped))
 					}
 					return o, err

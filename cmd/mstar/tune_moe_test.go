@@ -111,3 +111,22 @@ func TestTuneMoEBadInput(t *testing.T) {
 		})
 	}
 }
+
+// An interrupt before the first batch is tuned says that nothing was saved
+// (and saves nothing), instead of naming a file that keeps 0 batches.
+func TestTuneMoEInterruptedBeforeABatch(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv(moe.EnvConfigDir, dir)
+	interruptAtOnce(t)
+	_, stderr, code := runMstar(t, "tune", "moe", "--experts", "8", "--topk", "2", "--hidden", "64", "--inter", "32",
+		"--batch", "1,5", "--device", "cpu", "--samples", "4", "--tune-samples", "2", "--out", filepath.Join(dir, "tune.json"))
+	if code != exitBroken {
+		t.Fatalf("exit %d, want %d (an interrupted run): %s", code, exitBroken, stderr)
+	}
+	if !strings.Contains(stderr, "no batch was tuned before the interrupt") || strings.Contains(stderr, "keeps the 0 batch") {
+		t.Errorf("stderr does not say that nothing was saved:\n%s", stderr)
+	}
+	if files, _ := filepath.Glob(filepath.Join(dir, "E=*.json")); len(files) != 0 {
+		t.Errorf("tuned files written with no batch tuned: %v", files)
+	}
+}
