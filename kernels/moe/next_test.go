@@ -1,11 +1,13 @@
 package moe
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -64,6 +66,33 @@ func TestNextPatchesApply(t *testing.T) {
 		cmd.Env = append(os.Environ(), "GIT_DIR="+filepath.Join(dir, ".nogit"))
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("next/%s does not apply after %v: %v\n%s", name, nextPatches[:slices.Index(nextPatches, name)], err, out)
+		}
+	}
+}
+
+// The GPU calls' scripts parse, and each one run without a step says how to
+// use it and exits 2 before it touches a GPU: a typo found there costs a
+// machine start.
+func TestNextScriptsParse(t *testing.T) {
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("no bash")
+	}
+	scripts, _ := filepath.Glob(filepath.Join("next", "*.sh"))
+	if len(scripts) == 0 {
+		t.Fatal("no next/*.sh")
+	}
+	for _, s := range scripts {
+		if out, err := exec.Command(bash, "-n", s).CombinedOutput(); err != nil {
+			t.Errorf("bash -n %s: %v\n%s", s, err, out)
+			continue
+		}
+		cmd := exec.Command(bash, s)
+		cmd.Env = append(os.Environ(), "OUT="+t.TempDir())
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), "usage:") {
+			t.Errorf("%s with no step: %v, want exit 2 and a usage line:\n%s", s, err, out)
 		}
 	}
 }
