@@ -19,9 +19,10 @@
 # There (carry .dev):
 #   OUT=$OUT bash kernels/moe/next/call-wg.sh tests ab
 # Steps:
-#   tests  every wg module compiled for sm_90a with ptxas's registers
-#          (TestNVRTCCompilesWGForSM90a: a stack frame fails) and vB's wg
-#          forward rows on poisoned outputs (TestCUDAForward/…wg…), B's build
+#   tests  every tc and wg module compiled for the device (sm_90a) with its
+#          registers and local memory (TestCUDATCResources: local memory in a
+#          wg GEMM fails) and vB's wg forward rows on poisoned outputs
+#          (TestCUDAForward/…wg…)
 #   ab     v29 (A) against vB, one wg configuration per cell (the H100's
 #          tuned picks; CELLS replaces them), fresh processes alternated, 2 a
 #          side, through scripts/ab-builds.sh (report diff of the merged sides)
@@ -41,11 +42,11 @@ nvidia-smi --query-gpu=name,uuid,driver_version,clocks.sm,clocks.mem,power.draw,
 [ -x bin/mstar-v$B ] || tar xJf .dev/bins-wg.tar.xz || { echo "no .dev/bins-wg.tar.xz: build it here first (header)" >&2; exit 2; }
 
 tests() {
-	(cd kernels/moe && timeout 240 ../../bin/moe-v$B.test -test.run 'TestNVRTCCompilesWGForSM90a|TestCUDAForward/.*wg' -test.v) \
+	(cd kernels/moe && timeout 240 ../../bin/moe-v$B.test -test.run 'TestCUDATCResources|TestCUDAForward/.*wg' -test.v) \
 		>"$X/tests.log" 2>&1
 	echo "tests: exit $? [$SECONDS s]" | tee -a "$X/summary.txt"
 	grep -E "^(--- FAIL|FAIL|panic|ok)" "$X/tests.log" | head -20 | tee -a "$X/summary.txt"
-	grep -E "moe_gemm[12]_wg.*registers" "$X/tests.log" | sed 's/^ *//' | sort -u >"$X/registers.txt"
+	grep -E "wg:.*registers" "$X/tests.log" | sed 's/^ *//' | sort -u >"$X/registers.txt"
 }
 
 ab() {
