@@ -22,8 +22,10 @@
 #   stages bench moe --stages of deepseek-v3 tp8 and qwen3-30b-a3b at
 #          M=1024 and 4096, cooperative tma with l2=0..3 and deepseek's mc=1
 #          with l2=0, 1, 3; fresh processes, the configurations in turn,
-#          twice (REPS), then a table of each pass and GEMM (l2-table.txt)
+#          twice (REPS), then a table of each pass and GEMM (l2-table.txt);
+#          L2S and L2MC replace the two lists of l2 values
 #   ncu    DRAM and L2 bytes of deepseek-v3 tp8 M=4096's GEMMs with l2=0, 1, 3
+#          (L2NCU replaces them)
 # Returns $OUT/l2-<time>.tgz.
 set -u
 R=${OUT:?set OUT}
@@ -48,10 +50,10 @@ tests() {
 stages() {
 	[ -s "$X/ceilings.json" ] || timeout 120 bin/mstar-v33 bench ceilings --device cuda:0 --out "$X/ceilings.json" >"$X/ceilings.txt" 2>&1
 	local runs=()
-	for l2 in 0 1 2 3; do
+	for l2 in ${L2S:-0 1 2 3}; do
 		runs+=("ds|--model deepseek-v3 --tp 8|$COOP,l2=$l2" "q30|--model qwen3-30b-a3b|$COOP,l2=$l2")
 	done
-	for l2 in 0 1 3; do runs+=("dsmc|--model deepseek-v3 --tp 8|$COOP,mc=1,l2=$l2"); done
+	for l2 in ${L2MC:-0 1 3}; do runs+=("dsmc|--model deepseek-v3 --tp 8|$COOP,mc=1,l2=$l2"); done
 	for rep in $(seq "$REPS"); do
 		for r in "${runs[@]}"; do
 			IFS="|" read -r n args cfg <<<"$r"
@@ -79,7 +81,7 @@ ncu_step() {
 	command -v ncu >/dev/null || { echo "ncu: not on PATH" | tee -a "$X/summary.txt"; return; }
 	mkdir -p "$X/ncu"
 	local metrics=dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum,lts__t_sectors_srcunit_tex_op_read.sum,lts__t_sectors_srcunit_tex_op_read_lookup_hit.sum,lts__t_sector_hit_rate.pct
-	for l2 in 0 1 3; do
+	for l2 in ${L2NCU:-0 1 3}; do
 		[ $SECONDS -gt $((DEADLINE - 25)) ] && { echo "ncu: stopped at the deadline" | tee -a "$X/summary.txt"; return; }
 		timeout 90 ncu --clock-control none -k regex:moe_gemm --launch-count 2 --metrics "$metrics" --csv \
 			bin/mstar-v33 bench moe --model deepseek-v3 --tp 8 --batch 4096 --config "$COOP,l2=$l2" --rounds 1 \
