@@ -2,12 +2,14 @@
 # call-l2.sh — on the GPU machine: v33 (wg-l2hint.patch over v32) — L2
 # residency for the wg kernels, l2= bits: 1 the weight stream evict-first
 # and 2 the gathered token rows evict-last (cache hints on the loads), 4 the
-# gathered rows in a persisting L2 access policy window on the launch —
+# gathered rows in a persisting L2 access policy window on the launch, 8
+# the token rows prefetched into L2 as evict-last two k-steps ahead —
 # checked and timed against l2=0 (v32's kernels) in one binary.
 # Calls 1 and 2 (reports/measured/h100/moe-v33/): l2=1 is 20–27% slower;
 # every cp.async with a cache hint trapped (illegal instruction), first with
 # a createpolicy policy, then with a constant; the patch now hints only the
-# full 16-byte copies (no src-size operand), and l2=4 is new: both untested.
+# full 16-byte copies (no src-size operand), and l2=4 and 8 are new: all
+# three untested.
 # Why: ncu of v32 on an H100 (deepseek-v3 tp8, M=4096, reports/measured/
 # h100/moe-v32/ncu/) read 2.60 GB from DRAM in gemm1 for 1.88 GB of
 # weights, at 90% of DRAM peak: the token rows, each read by 8 experts'
@@ -23,14 +25,15 @@
 #   OUT=$OUT bash kernels/moe/next/call-l2.sh tests stages ncu
 # Steps:
 #   tests  every tc and wg module (the l2 ones too) compiled for the device
-#          with its registers and local memory, then the l2=4 forward rows,
-#          then the hinted ones, each in its own process (a trap is sticky)
+#          with its registers and local memory, then the l2=4 and 8 forward
+#          rows, then the hinted ones, each in its own process (a trap is
+#          sticky)
 #   stages bench moe --stages of deepseek-v3 tp8 and qwen3-30b-a3b at
-#          M=1024 and 4096, cooperative tma with l2=0, 2, 4 and deepseek's
-#          mc=1 with l2=0, 4; fresh processes, the configurations in turn,
+#          M=1024 and 4096, cooperative tma with l2=0, 2, 4, 8 and deepseek's
+#          mc=1 with l2=0, 4, 8; fresh processes, the configurations in turn,
 #          twice (REPS), then a table of each pass and GEMM (l2-table.txt);
 #          L2S and L2MC replace the two lists of l2 values
-#   ncu    DRAM and L2 bytes of deepseek-v3 tp8 M=4096's GEMMs with l2=0, 2, 4
+#   ncu    DRAM and L2 bytes of deepseek-v3 tp8 M=4096's GEMMs with l2=0, 2, 4, 8
 #          (L2NCU replaces them)
 # Returns $OUT/l2-<time>.tgz.
 set -u
@@ -47,7 +50,7 @@ COOP="wg:nc=2,bn=256,stages=4,gm=8,tma=1"
 
 tests() {
 	local i=0
-	for run in 'TestCUDATCResources' 'TestCUDAForward/.*l2=4' 'TestCUDAForward/.*l2=[123]'; do
+	for run in 'TestCUDATCResources' 'TestCUDAForward/.*l2=[48]' 'TestCUDAForward/.*l2=[123]'; do
 		i=$((i + 1))
 		(cd kernels/moe && timeout 200 ../../bin/moe-v33.test -test.run "$run" -test.v) >"$X/tests-$i.log" 2>&1
 		echo "tests $run: exit $? [$SECONDS s]" | tee -a "$X/summary.txt"
@@ -59,10 +62,10 @@ tests() {
 stages() {
 	[ -s "$X/ceilings.json" ] || timeout 120 bin/mstar-v33 bench ceilings --device cuda:0 --out "$X/ceilings.json" >"$X/ceilings.txt" 2>&1
 	local runs=()
-	for l2 in ${L2S:-0 2 4}; do
+	for l2 in ${L2S:-0 2 4 8}; do
 		runs+=("ds|--model deepseek-v3 --tp 8|$COOP,l2=$l2" "q30|--model qwen3-30b-a3b|$COOP,l2=$l2")
 	done
-	for l2 in ${L2MC:-0 4}; do runs+=("dsmc|--model deepseek-v3 --tp 8|$COOP,mc=1,l2=$l2"); done
+	for l2 in ${L2MC:-0 4 8}; do runs+=("dsmc|--model deepseek-v3 --tp 8|$COOP,mc=1,l2=$l2"); done
 	for rep in $(seq "$REPS"); do
 		for r in "${runs[@]}"; do
 			IFS="|" read -r n args cfg <<<"$r"
@@ -90,7 +93,7 @@ ncu_step() {
 	command -v ncu >/dev/null || { echo "ncu: not on PATH" | tee -a "$X/summary.txt"; return; }
 	mkdir -p "$X/ncu"
 	local metrics=dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum,lts__t_sectors_srcunit_tex_op_read.sum,lts__t_sectors_srcunit_tex_op_read_lookup_hit.sum,lts__t_sector_hit_rate.pct
-	for l2 in ${L2NCU:-0 2 4}; do
+	for l2 in ${L2NCU:-0 2 4 8}; do
 		[ $SECONDS -gt $((DEADLINE - 25)) ] && { echo "ncu: stopped at the deadline" | tee -a "$X/summary.txt"; return; }
 		timeout 90 ncu --clock-control none -k regex:moe_gemm --launch-count 2 --metrics "$metrics" --csv \
 			bin/mstar-v33 bench moe --model deepseek-v3 --tp 8 --batch 4096 --config "$COOP,l2=$l2" --rounds 1 \
