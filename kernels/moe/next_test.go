@@ -13,7 +13,7 @@ import (
 
 // nextPatches are kernels/moe/next's patches in the order they apply
 // (call-land-v29.sh's build recipe).
-var nextPatches = []string{"tc-prefetch.patch", "tc-narrow.patch", "tc-self-align.patch", "wg-prefetch.patch", "wg-vstore.patch", "wg-l2hint.patch"}
+var nextPatches = []string{"tc-prefetch.patch", "tc-narrow.patch", "tc-self-align.patch", "wg-prefetch.patch", "wg-vstore.patch", "wg-traffic.patch"}
 
 // The waiting patches still apply, in order, to this tree: a change on
 // main that breaks one is found here, not on the GPU machine.

@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
-# call-l2.sh — on the GPU machine: v33 (wg-l2hint.patch over v32) — L2
-# residency for the wg kernels, l2= bits: 1 the weight stream evict-first
-# and 2 the gathered token rows evict-last (cache hints on the loads), 4 the
-# gathered rows in a persisting L2 access policy window on the launch, 8
-# the token rows prefetched into L2 as evict-last two k-steps ahead —
-# checked and timed against l2=0 (v32's kernels) in one binary.
-# Calls 1 and 2 (reports/measured/h100/moe-v33/): l2=1 is 20–27% slower;
+# call-v33.sh — on the GPU machine: v33 (wg-traffic.patch over v32), the
+# wg kernels' L2 and DRAM traffic, checked and timed against v32's kernels
+# (l2=0, no mc=2) in one binary. l2= bits: 1 the weight stream
+# evict-first and 2 the gathered token rows evict-last (cache hints on the
+# loads), 4 the gathered rows in a persisting L2 access policy window on the
+# launch, 8 the token rows prefetched into L2 as evict-last two k-steps
+# ahead. mc=2: clusters of two over an m-tile's two n-tiles, each block
+# gathering half of the token rows and bulk-copying it into its peer's
+# stage (each row leaves L2 once for both n-tiles).
+# Calls 1 and 2 (reports/measured/h100/moe-v33/, as call-l2.sh with
+# wg-l2hint.patch, l2 bits 1 and 2 only): l2=1 is 20–27% slower;
 # every cp.async with a cache hint trapped (illegal instruction), first with
 # a createpolicy policy, then with a constant; the patch now hints only the
-# full 16-byte copies (no src-size operand), and l2=4 and 8 are new: all
-# three untested.
+# full 16-byte copies (no src-size operand); l2=4, l2=8 and mc=2 are new:
+# all four untested on a GPU.
 # Why: ncu of v32 on an H100 (deepseek-v3 tp8, M=4096, reports/measured/
 # h100/moe-v32/ncu/) read 2.60 GB from DRAM in gemm1 for 1.88 GB of
 # weights, at 90% of DRAM peak: the token rows, each read by 8 experts'
@@ -17,29 +21,30 @@
 #
 # Here, before the call (from the repository root), v32 built as in
 # call-wg.sh's header, then:
-#   (cd /tmp/vwg && git apply kernels/moe/next/wg-l2hint.patch &&
+#   (cd /tmp/vwg && git apply kernels/moe/next/wg-traffic.patch &&
 #    go build -buildvcs=auto -ldflags='-s -w' -o "$OLDPWD/bin/mstar-v33" ./cmd/mstar &&
 #    go test -c -ldflags='-s -w' -o "$OLDPWD/bin/moe-v33.test" ./kernels/moe)
 #   tar cJf .dev/bins33.tar.xz bin/mstar-v32 bin/moe-v32.test bin/mstar-v33 bin/moe-v33.test
 # There (carry .dev):
-#   OUT=$OUT bash kernels/moe/next/call-l2.sh tests stages ncu
+#   OUT=$OUT bash kernels/moe/next/call-v33.sh tests stages ncu
 # Steps:
 #   tests  every tc and wg module (the l2 ones too) compiled for the device
-#          with its registers and local memory, then the l2=4 and 8 forward
-#          rows, then the hinted ones, each in its own process (a trap is
-#          sticky)
+#          with its registers and local memory, then the mc=2 forward rows,
+#          the l2=4 and 8 ones, then the hinted ones, each in its own process
+#          (a trap is sticky)
 #   stages bench moe --stages of deepseek-v3 tp8 and qwen3-30b-a3b at
-#          M=1024 and 4096, cooperative tma with l2=0, 2, 4, 8 and deepseek's
-#          mc=1 with l2=0, 4, 8; fresh processes, the configurations in turn,
+#          M=1024 and 4096, cooperative tma with l2=0, 2, 4, 8, deepseek's
+#          mc=1 with l2=0, 4, 8 and both with mc=2 (l2=0); fresh processes,
+#          the configurations in turn,
 #          twice (REPS), then a table of each pass and GEMM (l2-table.txt);
-#          L2S and L2MC replace the two lists of l2 values
+#          L2S, L2MC and L2MN replace the lists of l2 values
 #   ncu    DRAM and L2 bytes of deepseek-v3 tp8 M=4096's GEMMs with l2=0, 2, 4, 8
 #          (L2NCU replaces them)
-# Returns $OUT/l2-<time>.tgz.
+# Returns $OUT/v33-<time>.tgz.
 set -u
 R=${OUT:?set OUT}
 [ $# -gt 0 ] || { echo "usage: $0 tests|stages|ncu ..." >&2; exit 2; }
-X=/tmp/l2-$(date +%H%M%S)
+X=/tmp/v33-$(date +%H%M%S)
 mkdir -p "$X"
 DEADLINE=${DEADLINE:-540}
 REPS=${REPS:-2}
@@ -50,7 +55,7 @@ COOP="wg:nc=2,bn=256,stages=4,gm=8,tma=1"
 
 tests() {
 	local i=0
-	for run in 'TestCUDATCResources' 'TestCUDAForward/.*l2=[48]' 'TestCUDAForward/.*l2=[123]'; do
+	for run in 'TestCUDATCResources' 'TestCUDAForward/.*mc=2' 'TestCUDAForward/.*l2=[48]' 'TestCUDAForward/.*l2=[123]'; do
 		i=$((i + 1))
 		(cd kernels/moe && timeout 200 ../../bin/moe-v33.test -test.run "$run" -test.v) >"$X/tests-$i.log" 2>&1
 		echo "tests $run: exit $? [$SECONDS s]" | tee -a "$X/summary.txt"
@@ -66,6 +71,9 @@ stages() {
 		runs+=("ds|--model deepseek-v3 --tp 8|$COOP,l2=$l2" "q30|--model qwen3-30b-a3b|$COOP,l2=$l2")
 	done
 	for l2 in ${L2MC:-0 4 8}; do runs+=("dsmc|--model deepseek-v3 --tp 8|$COOP,mc=1,l2=$l2"); done
+	for l2 in ${L2MN:-0}; do
+		runs+=("dsmn|--model deepseek-v3 --tp 8|$COOP,mc=2,l2=$l2" "q30mn|--model qwen3-30b-a3b|$COOP,mc=2,l2=$l2")
+	done
 	for rep in $(seq "$REPS"); do
 		for r in "${runs[@]}"; do
 			IFS="|" read -r n args cfg <<<"$r"
