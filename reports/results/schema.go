@@ -499,7 +499,7 @@ func JoinRounds(rounds [][]Result) []Result {
 	index := map[string]int{}
 	for round, rs := range rounds {
 		for _, r := range rs {
-			k := r.Key()
+			k := r.Run + "\x00" + r.Key() // a merged document's runs stay apart
 			i, ok := index[k]
 			if !ok {
 				i = len(out)

@@ -242,3 +242,40 @@ func TestReadStreamJoinsRounds(t *testing.T) {
 		t.Error("a stream without its footer should read as interrupted")
 	}
 }
+
+// A merged document's results carry their runs: streamed, two runs'
+// results of one key stay two results, while one run's repeat is a round.
+func TestReadStreamKeepsRunsApart(t *testing.T) {
+	var b strings.Builder
+	d := NewDocument("bench moe", []string{"mstar", "report", "merge"}, Env{"host": "h"})
+	s, err := NewStreamWriter(&b, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lat := func(run string, v float64) Result {
+		return Result{Name: "moe", Run: run, Params: Params{"batch": "1"},
+			Metrics: []Metric{{Name: "latency", Unit: "µs", Better: LowerIsBetter, Samples: []float64{v}}}}
+	}
+	for _, r := range []Result{lat("run-a", 10), lat("run-b", 20), lat("run-a", 30)} {
+		if err := s.Add(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Read(strings.NewReader(b.String()), "merged.ndjson")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Results) != 2 {
+		t.Fatalf("got %d results, want run-a's two rounds joined and run-b's apart (2)", len(got.Results))
+	}
+	a, bb := got.Results[0], got.Results[1]
+	if a.Run != "run-a" || !slices.Equal(a.Metric("latency").Samples, []float64{10, 30}) || !slices.Equal(a.Metric("latency").Rounds, []int{0, 1}) {
+		t.Errorf("run-a: %+v, want samples [10 30] in rounds [0 1]", a)
+	}
+	if bb.Run != "run-b" || !slices.Equal(bb.Metric("latency").Samples, []float64{20}) {
+		t.Errorf("run-b: %+v, want its one sample [20]", bb)
+	}
+}
