@@ -2,17 +2,18 @@
 # call-v33.sh — on the GPU machine: v33 (wg-traffic.patch over v32), the
 # wg kernels' L2 and DRAM traffic, checked and timed against v32's kernels
 # (l2=0, no mc=2) in one binary. l2= bits, each for keeping the gathered
-# token rows in L2: 2 an evict-last cache hint on their cp.async loads, 4 a
-# persisting L2 access policy window over them on the launch, 8 a prefetch
-# into L2 as evict-last two k-steps ahead. mc=2: clusters of two over an m-tile's two n-tiles, each block
-# gathering half of the token rows and bulk-copying it into its peer's
-# stage (each row leaves L2 once for both n-tiles).
+# token rows in L2: 4 a persisting L2 access policy window over them on
+# the launch, 8 a prefetch into L2 as evict-last two k-steps ahead. mc=2:
+# clusters of two over an m-tile's two n-tiles, each block gathering half
+# of the token rows and bulk-copying it into its peer's stage (each row
+# leaves L2 once for both n-tiles).
 # Calls 1 and 2 (reports/measured/h100/moe-v33/, as call-l2.sh with
-# wg-l2hint.patch, l2 bits 1 and 2 only): l2=1 (evict-first weights,
-# since removed) is 20–27% slower; every cp.async with a cache hint trapped
-# (illegal instruction), first with a createpolicy policy, then with a
-# constant; the patch now hints only the full 16-byte copies (no src-size
-# operand); l2=4, l2=8 and mc=2 are new: all four untested on a GPU.
+# wg-l2hint.patch, l2 bits 1 and 2 only): l2=1 (evict-first weights) is
+# 20–27% slower; every cp.async with a cache hint (l2=2) trapped (illegal
+# instruction), with a createpolicy policy and with a constant one: ptxas
+# 13 before 13.4.59 miscompiles cp.async with a fractional L2 policy
+# (Marlin #44, Triton #11660/#11848). Both bits are gone from the patch;
+# l2=4, l2=8 and mc=2 are new, none of them run on a GPU yet.
 # Why: ncu of v32 on an H100 (deepseek-v3 tp8, M=4096, reports/measured/
 # h100/moe-v32/ncu/) read 2.60 GB from DRAM in gemm1 for 1.88 GB of
 # weights, at 90% of DRAM peak: the token rows, each read by 8 experts'
@@ -29,15 +30,14 @@
 # Steps:
 #   tests  every tc and wg module (the l2 ones too) compiled for the device
 #          with its registers and local memory, then the mc=2 forward rows,
-#          the l2=4 and 8 ones, then the l2=2 (hinted) ones, each in its own
-#          process (a trap is sticky)
+#          then the l2 ones, each in its own process (a trap is sticky)
 #   stages bench moe --stages of deepseek-v3 tp8 and qwen3-30b-a3b at
-#          M=1024 and 4096, cooperative tma with l2=0, 2, 4, 8, deepseek's
+#          M=1024 and 4096, cooperative tma with l2=0, 4, 8, deepseek's
 #          mc=1 with l2=0, 4, 8 and both with mc=2 (l2=0); fresh processes,
 #          the configurations in turn,
 #          twice (REPS), then a table of each pass and GEMM (l2-table.txt);
 #          L2S, L2MC and L2MN replace the lists of l2 values
-#   ncu    DRAM and L2 bytes of deepseek-v3 tp8 M=4096's GEMMs with l2=0, 2, 4, 8
+#   ncu    DRAM and L2 bytes of deepseek-v3 tp8 M=4096's GEMMs with l2=0, 4, 8
 #          (L2NCU replaces them)
 # Returns $OUT/v33-<time>.tgz.
 set -u
@@ -54,7 +54,7 @@ COOP="wg:nc=2,bn=256,stages=4,gm=8,tma=1"
 
 tests() {
 	local i=0
-	for run in 'TestCUDATCResources' 'TestCUDAForward/.*mc=2' 'TestCUDAForward/.*l2=[48]' 'TestCUDAForward/.*l2=2'; do
+	for run in 'TestCUDATCResources' 'TestCUDAForward/.*mc=2' 'TestCUDAForward/.*l2='; do
 		i=$((i + 1))
 		(cd kernels/moe && timeout 200 ../../bin/moe-v33.test -test.run "$run" -test.v) >"$X/tests-$i.log" 2>&1
 		echo "tests $run: exit $? [$SECONDS s]" | tee -a "$X/summary.txt"
@@ -66,7 +66,7 @@ tests() {
 stages() {
 	[ -s "$X/ceilings.json" ] || timeout 120 bin/mstar-v33 bench ceilings --device cuda:0 --out "$X/ceilings.json" >"$X/ceilings.txt" 2>&1
 	local runs=()
-	for l2 in ${L2S:-0 2 4 8}; do
+	for l2 in ${L2S:-0 4 8}; do
 		runs+=("ds|--model deepseek-v3 --tp 8|$COOP,l2=$l2" "q30|--model qwen3-30b-a3b|$COOP,l2=$l2")
 	done
 	for l2 in ${L2MC:-0 4 8}; do runs+=("dsmc|--model deepseek-v3 --tp 8|$COOP,mc=1,l2=$l2"); done
@@ -100,7 +100,7 @@ ncu_step() {
 	command -v ncu >/dev/null || { echo "ncu: not on PATH" | tee -a "$X/summary.txt"; return; }
 	mkdir -p "$X/ncu"
 	local metrics=dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum,lts__t_sectors_srcunit_tex_op_read.sum,lts__t_sectors_srcunit_tex_op_read_lookup_hit.sum,lts__t_sector_hit_rate.pct
-	for l2 in ${L2NCU:-0 2 4 8}; do
+	for l2 in ${L2NCU:-0 4 8}; do
 		[ $SECONDS -gt $((DEADLINE - 25)) ] && { echo "ncu: stopped at the deadline" | tee -a "$X/summary.txt"; return; }
 		timeout 90 ncu --clock-control none -k regex:moe_gemm --launch-count 2 --metrics "$metrics" --csv \
 			bin/mstar-v33 bench moe --model deepseek-v3 --tp 8 --batch 4096 --config "$COOP,l2=$l2" --rounds 1 \
