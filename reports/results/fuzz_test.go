@@ -45,7 +45,7 @@ func checkAccepted(t *testing.T, data []byte) {
 		d3.End = d2.End // Close records an end that was missing
 	}
 	want := *d2
-	want.Results = joinRepeats(d2)
+	want.Results = joinRepeats(d2.Results)
 	var w3, wWant bytes.Buffer
 	if err := Write(&w3, d3); err != nil {
 		t.Fatal(err)

@@ -278,6 +278,10 @@ func (r Result) Key() string {
 	return b.String()
 }
 
+// roundKey is what the rounds of one result share: its key within its run
+// (a merged document's results carry their runs, which stay apart).
+func (r Result) roundKey() string { return r.Run + "\x00" + r.Key() }
+
 // Metric returns the metric with the given name, or nil.
 func (r *Result) Metric(name string) *Metric {
 	for i := range r.Metrics {
@@ -499,7 +503,7 @@ func JoinRounds(rounds [][]Result) []Result {
 	index := map[string]int{}
 	for round, rs := range rounds {
 		for _, r := range rs {
-			k := r.Run + "\x00" + r.Key() // a merged document's runs stay apart
+			k := r.roundKey()
 			i, ok := index[k]
 			if !ok {
 				i = len(out)

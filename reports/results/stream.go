@@ -266,7 +266,7 @@ func parseStream(b []byte) (*Document, error) {
 	if d == nil {
 		return nil, fmt.Errorf("stream has no header")
 	}
-	d.Results = joinRepeats(d)
+	d.Results = joinRepeats(d.Results)
 	if !footer {
 		d.Warnings = append(d.Warnings, WarnInterrupted, WarnNoFooter)
 	}
@@ -278,16 +278,12 @@ func parseStream(b []byte) (*Document, error) {
 
 // joinRepeats joins the rounds of a --rounds run's stream, which holds each
 // round's results as they finished: the k-th result of one key is of round
-// k-1. Results of different runs (a merged document's, each with its run
-// id) are never rounds of each other. A stream without repeated keys comes
-// back as it is.
-func joinRepeats(d *Document) []Result {
-	rs := d.Results
+// k-1 (see roundKey). A stream without repeated keys comes back as it is.
+func joinRepeats(rs []Result) []Result {
 	seen := map[string]int{}
 	var rounds [][]Result
-	for i := range rs {
-		r := rs[i]
-		k := d.RunOf(&r) + "\x00" + r.Key()
+	for _, r := range rs {
+		k := r.roundKey()
 		round := seen[k]
 		seen[k]++
 		if round == len(rounds) {

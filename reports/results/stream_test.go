@@ -211,19 +211,21 @@ func TestIsStream(t *testing.T) {
 
 // A --rounds run streams each round's results; a reader of the stream
 // left by a kill joins them as the written document would.
-func TestReadStreamJoinsRounds(t *testing.T) {
+// readBackStream streams rs (no footer unless closed) and reads it back.
+func readBackStream(t *testing.T, closed bool, rs ...Result) *Document {
+	t.Helper()
 	var b strings.Builder
-	d := NewDocument("bench moe", []string{"mstar", "bench", "moe"}, Env{"host": "h"})
-	s, err := NewStreamWriter(&b, d)
+	s, err := NewStreamWriter(&b, NewDocument("bench moe", []string{"mstar", "bench", "moe"}, Env{"host": "h"}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	lat := func(v float64) Result {
-		return Result{Name: "moe", Params: Params{"batch": "1"},
-			Metrics: []Metric{{Name: "latency", Unit: "µs", Better: LowerIsBetter, Samples: []float64{v, v + 1}}}}
+	for _, r := range rs {
+		if err := s.Add(r); err != nil {
+			t.Fatal(err)
+		}
 	}
-	for _, v := range []float64{10, 20} {
-		if err := s.Add(lat(v)); err != nil {
+	if closed {
+		if err := s.Close(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -231,6 +233,17 @@ func TestReadStreamJoinsRounds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return got
+}
+
+// latencyResult is result "moe/batch=1" of run with latency samples v.
+func latencyResult(run string, v ...float64) Result {
+	return Result{Name: "moe", Run: run, Params: Params{"batch": "1"},
+		Metrics: []Metric{{Name: "latency", Unit: "µs", Better: LowerIsBetter, Samples: v}}}
+}
+
+func TestReadStreamJoinsRounds(t *testing.T) {
+	got := readBackStream(t, false, latencyResult("", 10, 11), latencyResult("", 20, 21))
 	if len(got.Results) != 1 {
 		t.Fatalf("got %d results, want the two rounds joined into 1", len(got.Results))
 	}
@@ -246,36 +259,15 @@ func TestReadStreamJoinsRounds(t *testing.T) {
 // A merged document's results carry their runs: streamed, two runs'
 // results of one key stay two results, while one run's repeat is a round.
 func TestReadStreamKeepsRunsApart(t *testing.T) {
-	var b strings.Builder
-	d := NewDocument("bench moe", []string{"mstar", "report", "merge"}, Env{"host": "h"})
-	s, err := NewStreamWriter(&b, d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lat := func(run string, v float64) Result {
-		return Result{Name: "moe", Run: run, Params: Params{"batch": "1"},
-			Metrics: []Metric{{Name: "latency", Unit: "µs", Better: LowerIsBetter, Samples: []float64{v}}}}
-	}
-	for _, r := range []Result{lat("run-a", 10), lat("run-b", 20), lat("run-a", 30)} {
-		if err := s.Add(r); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	got, err := Read(strings.NewReader(b.String()), "merged.ndjson")
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := readBackStream(t, true, latencyResult("run-a", 10), latencyResult("run-b", 20), latencyResult("run-a", 30))
 	if len(got.Results) != 2 {
 		t.Fatalf("got %d results, want run-a's two rounds joined and run-b's apart (2)", len(got.Results))
 	}
-	a, bb := got.Results[0], got.Results[1]
+	a, b := got.Results[0], got.Results[1]
 	if a.Run != "run-a" || !slices.Equal(a.Metric("latency").Samples, []float64{10, 30}) || !slices.Equal(a.Metric("latency").Rounds, []int{0, 1}) {
 		t.Errorf("run-a: %+v, want samples [10 30] in rounds [0 1]", a)
 	}
-	if bb.Run != "run-b" || !slices.Equal(bb.Metric("latency").Samples, []float64{20}) {
-		t.Errorf("run-b: %+v, want its one sample [20]", bb)
+	if b.Run != "run-b" || !slices.Equal(b.Metric("latency").Samples, []float64{20}) {
+		t.Errorf("run-b: %+v, want its one sample [20]", b)
 	}
 }
