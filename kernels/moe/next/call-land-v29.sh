@@ -40,7 +40,9 @@ set -u
 # V (default 29) names the build: bin/mstar-v$V, bin/moe-v$V.test from
 # .dev/bins$V.tar.xz, the work dir .work/v$V and work$V.tgz. V=32 lands v32
 # (v29 + wg-prefetch.patch + wg-vstore.patch, next/call-wg.sh's header builds
-# bin/mstar-v32 and bin/moe-v32.test) the same way: the next landing.
+# bin/mstar-v32 and bin/moe-v32.test) the same way. V=34 (v32 +
+# wg-traffic.patch, whose tuner also times the l2=4 and mc=2 twins;
+# next/call-v33.sh's header builds .dev/bins34.tar.xz) is the next landing.
 V=${V:-29}
 R=${OUT:?set OUT}
 [ $# -gt 0 ] || { echo "usage: $0 tests|saab|tune|table|ab ..." >&2; exit 2; }

@@ -1,75 +1,89 @@
 #!/usr/bin/env bash
-# call-v33.sh — on the GPU machine: v33 (wg-traffic.patch over v32), the
-# wg kernels' L2 and DRAM traffic, checked and timed against v32's kernels
-# (l2=0, no mc=2) in one binary. l2= bits, each for keeping the gathered
-# token rows in L2: 4 a persisting L2 access policy window over them on
-# the launch, 8 a prefetch into L2 as evict-last two k-steps ahead. mc=2:
-# clusters of two over an m-tile's two n-tiles, each block gathering half
-# of the token rows and bulk-copying it into its peer's stage (each row
-# leaves L2 once for both n-tiles).
-# Calls 1 and 2 (reports/measured/h100/moe-v33/, as call-l2.sh with
-# wg-l2hint.patch, l2 bits 1 and 2 only): l2=1 (evict-first weights) is
-# 20–27% slower; every cp.async with a cache hint (l2=2) trapped (illegal
-# instruction), with a createpolicy policy and with a constant one: ptxas
-# 13 before 13.4.59 miscompiles cp.async with a fractional L2 policy
-# (Marlin #44, Triton #11660/#11848). Both bits are gone from the patch;
-# l2=4, l2=8 and mc=2 are new, none of them run on a GPU yet.
-# Why: ncu of v32 on an H100 (deepseek-v3 tp8, M=4096, reports/measured/
-# h100/moe-v32/ncu/) read 2.60 GB from DRAM in gemm1 for 1.88 GB of
-# weights, at 90% of DRAM peak: the token rows, each read by 8 experts'
-# tiles far apart in time, are evicted between reads by the weight stream.
+# call-v33.sh — on the GPU machine: the wg traffic patch (wg-traffic.patch
+# over v32), checked and timed against v32's kernels in one binary (l2=0,
+# no mc=2). V names the build (bin/mstar-v$V, bin/moe-v$V.test from
+# .dev/bins$V.tar.xz); default 34.
+#   v33 (measured, reports/measured/h100/moe-v33/, calls 1–4): l2 bits 4
+#       (a persisting L2 window over the gathered rows, a launch attribute)
+#       and 8 (an evict-last L2 prefetch of them), mc=2 (clusters over an
+#       m-tile's two n-tiles, each block gathering half of the token rows
+#       and bulk-copying it into its peer's stage). On an H100: all their
+#       forward rows pass; l2=4 −3 to −4% a GEMM at M=1024 and 20–90% slower
+#       at 4096; l2=8 no gain beyond the card's spread, and 24 B of local
+#       memory without TMA; mc=2 −4.1% on deepseek-v3 tp8's gemm1 at 4096,
+#       +20% on qwen3-30b-a3b's, and 8 B of local memory in its gemm1.
+#   v34 (this patch): bit 8 is gone (l2 takes 0 or 4; the window shares
+#       l2=0's module), and the tuner times each batch's fastest
+#       configuration with its wg GEMMs' l2=4 and mc=2 twins (gemm1's,
+#       gemm2's, both: moe.TrafficVariants) instead of listing them.
+#       Open: the 8 B of local memory in mc=2's gemm1 (the tests step
+#       writes that kernel's SASS, sass-mn.txt.gz, to find the STL/LDL).
 #
 # Here, before the call (from the repository root), v32 built as in
-# call-wg.sh's header, then:
+# call-wg.sh's header (in /tmp/vwg), then:
 #   (cd /tmp/vwg && git apply kernels/moe/next/wg-traffic.patch &&
-#    go build -buildvcs=auto -ldflags='-s -w' -o "$OLDPWD/bin/mstar-v33" ./cmd/mstar &&
-#    go test -c -ldflags='-s -w' -o "$OLDPWD/bin/moe-v33.test" ./kernels/moe)
-#   tar cJf .dev/bins33.tar.xz bin/mstar-v32 bin/moe-v32.test bin/mstar-v33 bin/moe-v33.test
+#    go build -buildvcs=auto -ldflags='-s -w' -o "$OLDPWD/bin/mstar-v34" ./cmd/mstar &&
+#    go test -c -ldflags='-s -w' -o "$OLDPWD/bin/moe-v34.test" ./kernels/moe)
+#   tar cJf .dev/bins34.tar.xz bin/mstar-v34 bin/moe-v34.test
 # There (carry .dev):
 #   OUT=$OUT bash kernels/moe/next/call-v33.sh tests stages ncu
+# and to land it: V=34 call-land-v29.sh tune, then table (its header).
 # Steps:
-#   tests  every tc and wg module (the l2 ones too) compiled for the device
-#          with its registers and local memory, then the mc=2 forward rows,
-#          then the l2 ones, each in its own process (a trap is sticky)
+#   tests  every tc and wg module (mc=2 too) compiled for the device with
+#          its registers and local memory, and the SASS of mc=2's GEMMs;
+#          then the mc=2 forward rows, then the l2=4 ones, each in its own
+#          process (a trap is sticky)
 #   stages bench moe --stages of deepseek-v3 tp8 and qwen3-30b-a3b at
-#          M=1024 and 4096, cooperative tma with l2=0, 4, 8, deepseek's
-#          mc=1 with l2=0, 4, 8 and both with mc=2 (l2=0); fresh processes,
-#          the configurations in turn,
-#          twice (REPS), then a table of each pass and GEMM (l2-table.txt);
-#          L2S, L2MC and L2MN replace the lists of l2 values
-#   ncu    DRAM and L2 bytes of deepseek-v3 tp8 M=4096's GEMMs with l2=0, 4, 8
-#          (L2NCU replaces them)
-# Returns $OUT/v33-<time>.tgz.
+#          M=1024 and 4096, cooperative tma with l2=0 and 4, deepseek's
+#          mc=1 with l2=0 and 4, and both with mc=2 (l2=0); fresh processes,
+#          the configurations in turn, twice (REPS), then a table of each
+#          pass and GEMM (l2-table.txt); L2S, L2MC and L2MN replace the
+#          lists of l2 values
+#   ncu    DRAM and L2 bytes of deepseek-v3 tp8 M=4096's GEMMs with l2=0
+#          and 4 (L2NCU replaces them)
+# Returns $OUT/v$V-<time>.tgz.
 set -u
 R=${OUT:?set OUT}
 [ $# -gt 0 ] || { echo "usage: $0 tests|stages|ncu ..." >&2; exit 2; }
-X=/tmp/v33-$(date +%H%M%S)
-mkdir -p "$X"
+V=${V:-34}
+X=/tmp/v$V-$(date +%H%M%S)
+mkdir -p "$X" "$X/cubin"
 DEADLINE=${DEADLINE:-540}
 REPS=${REPS:-2}
 nvidia-smi --query-gpu=name,uuid,driver_version,clocks.sm,clocks.mem,power.draw,power.limit,temperature.gpu \
 	--format=csv >"$X/gpu.txt" 2>&1
-[ -x bin/mstar-v33 ] || tar xJf .dev/bins33.tar.xz || { echo "no .dev/bins33.tar.xz: build it here first (header)" >&2; exit 2; }
+[ -x bin/mstar-v$V ] || tar xJf .dev/bins$V.tar.xz || { echo "no .dev/bins$V.tar.xz: build it here first (header)" >&2; exit 2; }
 COOP="wg:nc=2,bn=256,stages=4,gm=8,tma=1"
 
 tests() {
 	local i=0
 	for run in 'TestCUDATCResources' 'TestCUDAForward/.*mc=2' 'TestCUDAForward/.*l2='; do
 		i=$((i + 1))
-		(cd kernels/moe && timeout 200 ../../bin/moe-v33.test -test.run "$run" -test.v) >"$X/tests-$i.log" 2>&1
+		# TCResources also writes every module's image (MSTAR_MOE_CUBIN_DIR).
+		(cd kernels/moe && MSTAR_MOE_CUBIN_DIR="$X/cubin" timeout 200 ../../bin/moe-v$V.test -test.run "$run" -test.v) >"$X/tests-$i.log" 2>&1
 		echo "tests $run: exit $? [$SECONDS s]" | tee -a "$X/summary.txt"
 		grep -E "^(--- FAIL|FAIL|panic|ok)|^    --- (PASS|FAIL)|ILLEGAL" "$X/tests-$i.log" | head -12 | tee -a "$X/summary.txt"
 	done
 	grep -hE "wg:.*registers" "$X"/tests-*.log | sed 's/^ *//' | sort -u >"$X/registers.txt"
+	# mc=2's SASS, and where it touches local memory (STL/LDL), with the
+	# instructions before each: which warpgroup spills, and what.
+	local f
+	for f in "$X"/cubin/*mc2*.cubin; do
+		[ -f "$f" ] || continue
+		cuobjdump -sass "$f" >"$X/sass-$(basename "$f" .cubin).txt" 2>&1 &&
+			grep -n -B12 -E "STL|LDL" "$X/sass-$(basename "$f" .cubin).txt" | head -200 >"$X/local-$(basename "$f" .cubin).txt"
+	done
+	gzip -f "$X"/sass-*.txt 2>/dev/null
+	rm -rf "$X/cubin"
 }
 
 stages() {
-	[ -s "$X/ceilings.json" ] || timeout 120 bin/mstar-v33 bench ceilings --device cuda:0 --out "$X/ceilings.json" >"$X/ceilings.txt" 2>&1
+	[ -s "$X/ceilings.json" ] || timeout 120 bin/mstar-v$V bench ceilings --device cuda:0 --out "$X/ceilings.json" >"$X/ceilings.txt" 2>&1
 	local runs=()
-	for l2 in ${L2S:-0 4 8}; do
+	for l2 in ${L2S:-0 4}; do
 		runs+=("ds|--model deepseek-v3 --tp 8|$COOP,l2=$l2" "q30|--model qwen3-30b-a3b|$COOP,l2=$l2")
 	done
-	for l2 in ${L2MC:-0 4 8}; do runs+=("dsmc|--model deepseek-v3 --tp 8|$COOP,mc=1,l2=$l2"); done
+	for l2 in ${L2MC:-0 4}; do runs+=("dsmc|--model deepseek-v3 --tp 8|$COOP,mc=1,l2=$l2"); done
 	for l2 in ${L2MN:-0}; do
 		runs+=("dsmn|--model deepseek-v3 --tp 8|$COOP,mc=2,l2=$l2" "q30mn|--model qwen3-30b-a3b|$COOP,mc=2,l2=$l2")
 	done
@@ -79,7 +93,7 @@ stages() {
 			[ $SECONDS -gt $((DEADLINE - 20)) ] && { echo "stages: stopped at the deadline" | tee -a "$X/summary.txt"; break 2; }
 			local f="$X/st-$n-l2${cfg##*l2=}-$rep"
 			# shellcheck disable=SC2086 # $args is the shape's flags
-			timeout 90 bin/mstar-v33 bench moe $args --batch 1024,4096 --config "$cfg" --stages --rounds 1 \
+			timeout 90 bin/mstar-v$V bench moe $args --batch 1024,4096 --config "$cfg" --stages --rounds 1 \
 				--device cuda:0 --ceilings "$X/ceilings.json" --out "$f.json" >"$f.txt" 2>&1
 			echo "stages $n l2=${cfg##*l2=} rep $rep: exit $? [$SECONDS s]" >>"$X/summary.txt"
 		done
@@ -100,10 +114,10 @@ ncu_step() {
 	command -v ncu >/dev/null || { echo "ncu: not on PATH" | tee -a "$X/summary.txt"; return; }
 	mkdir -p "$X/ncu"
 	local metrics=dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum,lts__t_sectors_srcunit_tex_op_read.sum,lts__t_sectors_srcunit_tex_op_read_lookup_hit.sum,lts__t_sector_hit_rate.pct
-	for l2 in ${L2NCU:-0 4 8}; do
+	for l2 in ${L2NCU:-0 4}; do
 		[ $SECONDS -gt $((DEADLINE - 25)) ] && { echo "ncu: stopped at the deadline" | tee -a "$X/summary.txt"; return; }
 		timeout 90 ncu --clock-control none -k regex:moe_gemm --launch-count 2 --metrics "$metrics" --csv \
-			bin/mstar-v33 bench moe --model deepseek-v3 --tp 8 --batch 4096 --config "$COOP,l2=$l2" --rounds 1 \
+			bin/mstar-v$V bench moe --model deepseek-v3 --tp 8 --batch 4096 --config "$COOP,l2=$l2" --rounds 1 \
 			--device cuda:0 --ceilings "$X/ceilings.json" >"$X/ncu/ds-l2$l2.csv" 2>"$X/ncu/ds-l2$l2.log"
 		echo "ncu ds l2=$l2: exit $? [$SECONDS s]" | tee -a "$X/summary.txt"
 		grep -E "dram__bytes_read.sum|gpu__time_duration" "$X/ncu/ds-l2$l2.csv" | awk -F'","' '{print $5, $(NF-2), $(NF-1), $NF}' | tee -a "$X/summary.txt"
@@ -115,7 +129,7 @@ for s in "$@"; do
 	tests) tests ;;
 	stages) stages ;;
 	ncu)
-		[ -s "$X/ceilings.json" ] || timeout 120 bin/mstar-v33 bench ceilings --device cuda:0 --out "$X/ceilings.json" >"$X/ceilings.txt" 2>&1
+		[ -s "$X/ceilings.json" ] || timeout 120 bin/mstar-v$V bench ceilings --device cuda:0 --out "$X/ceilings.json" >"$X/ceilings.txt" 2>&1
 		ncu_step
 		;;
 	*) echo "$0: unknown step $s (tests, stages, ncu)" >&2 ;;
