@@ -771,29 +771,43 @@ func ChooseConfig(s Shape, m int) Config { return ChooseConfigOn(0, s, m) }
 const Hopper = 90
 
 // ChooseConfigOn is ChooseConfig for a GPU of compute capability cc
-// (major*10+minor; 0 when unknown). On Hopper, by slots per touched expert,
-// from two full H200 tunings of the four reference shapes (104 batches,
-// reports/measured/h200/moe-fused/tune and moe-next/tune): up to 8 (from 32
-// slots in all) the tc kernel's 16×256×128 tiles with the prologue
-// overlapped, which won or tied every such batch; up to 32 its 32×256×128
-// tiles (within 0.8% of the best at 16); from 32 the wg kernel's 64-row
-// ping-pong tiles (within 3.1% of the best at 32–128 but for mixtral's 64,
-// where the cooperative tile is 17% faster); from 256 the cooperative
-// 128-row tiles (within 1.7%; ping-pong is 10–11% slower at 512–1024).
-// The portable table it replaced on Hopper was up to 35% slower from 32.
+// (major*10+minor; 0 when unknown). On Hopper, by slots per touched expert:
+// up to 8 (from 32 slots in all) the tc kernel's 16×256×128 tiles with the
+// prologue overlapped, up to 32 its 32×256×128 tiles (from two full H200
+// tunings, reports/measured/h200/moe-fused/tune and moe-next/tune); from
+// 32 the wg kernel with tensor-map weight loads, fitted by
+// scripts/moe-static-fit.py to the H200 tune of v25 and the H100 tune of
+// v29 (the same wg kernels; 28 batches at 32–1024 slots per expert): 64-row
+// ping-pong tiles at 32–63 and 128–255, cooperative 128-row tiles with 3
+// stages at 64–127 and with 4 from 256, each within 1.5, 2.8, 4.2 and 2.4%
+// of its batch's best pass. The picks before tensor maps (ping-pong from
+// 32, cooperative from 256, no tma) were up to 20% slower than the tuned
+// files there (mixtral M=256 on the H200, 28% on the H100); they stay for
+// shapes a tensor map cannot load (H or I not a multiple of 8).
 func ChooseConfigOn(cc int, s Shape, m int) Config {
 	if cc == Hopper {
 		per := perExpert(s, m)
 		var c Config
 		switch {
 		case per >= 256:
-			c = wgTable["128x256s4"]
+			c = wgTable["128x256s4tma"]
+		case per >= 128:
+			c = wgTable["64x256s4pptma"]
+		case per >= 64:
+			c = wgTable["128x256s3tma"]
 		case per >= 32:
-			c = wgTable["64x256s4pp"]
+			c = wgTable["64x256s4pptma"]
 		case per > 8:
 			c = tcTable["32x256k128s3w8"]
 		case m*s.K >= 32:
 			c = tcTable["16x256k128s3w8ov"]
+		}
+		if c.TMA != 0 && CheckConfigShape(c, s, m) != nil {
+			// No tensor map for this shape: the cp.async twins.
+			c = wgTable["128x256s4"]
+			if per < 256 {
+				c = wgTable["64x256s4pp"]
+			}
 		}
 		if c.Kernel != "" && CheckConfigShape(c, s, m) == nil {
 			return c

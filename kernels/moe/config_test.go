@@ -145,9 +145,13 @@ func TestChooseConfigOnHopper(t *testing.T) {
 			var want string
 			switch {
 			case per >= 256:
-				want = "wg:nc=2,bn=256,stages=4,gm=8"
+				want = "wg:nc=2,bn=256,stages=4,gm=8,tma=1"
+			case per >= 128:
+				want = "wg:nc=2,bn=256,stages=4,gm=8,pp=1,tma=1"
+			case per >= 64:
+				want = "wg:nc=2,bn=256,stages=3,gm=8,tma=1"
 			case per >= 32:
-				want = "wg:nc=2,bn=256,stages=4,gm=8,pp=1"
+				want = "wg:nc=2,bn=256,stages=4,gm=8,pp=1,tma=1"
 			case per > 8:
 				want = "tc:bm=32,bn=256,bk=128,wm=1,wn=8,stages=3,gm=8,minb=1"
 			case m*s.K >= 32:
@@ -158,6 +162,18 @@ func TestChooseConfigOnHopper(t *testing.T) {
 			if hopper.String() != want {
 				t.Errorf("%s M=%d (%.1f slots per expert, %d in all): Hopper picks %v, want %s", name, m, per, m*s.K, hopper, want)
 			}
+		}
+	}
+	// A shape no tensor map can load (H not a multiple of 8) gets the
+	// cp.async twins, and every pick fits its shape.
+	odd := Shape{E: 64, K: 4, H: 2052, I: 512}
+	for _, tt := range []struct {
+		m    int
+		want string
+	}{{512, "wg:nc=2,bn=256,stages=4,gm=8,pp=1"}, {1024, "wg:nc=2,bn=256,stages=4,gm=8,pp=1"}, {4096, "wg:nc=2,bn=256,stages=4,gm=8"}} {
+		c := ChooseConfigOn(Hopper, odd, tt.m)
+		if c.String() != tt.want || CheckConfigShape(c, odd, tt.m) != nil {
+			t.Errorf("H=2052 M=%d (%.0f slots per expert): %v (%v), want %s", tt.m, perExpert(odd, tt.m), c, CheckConfigShape(c, odd, tt.m), tt.want)
 		}
 	}
 }
