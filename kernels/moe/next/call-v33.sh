@@ -14,9 +14,9 @@
 #       +20% on qwen3-30b-a3b's, and 8 B of local memory in its gemm1.
 #   v34 (this patch): bit 8 is gone (l2 takes 0 or 4; the window shares
 #       l2=0's module), and the tuner times each batch's fastest
-#       configuration with its wg GEMMs' mc=2 twins (gemm1's, gemm2's,
-#       both: moe.TrafficVariants) instead of listing them; not l2=4,
-#       whose gain may be x kept in L2 across the timed replays.
+#       configuration with its wg GEMMs' l2=4 and mc=2 twins (gemm1's,
+#       gemm2's, both: moe.TrafficVariants), then the new fastest's,
+#       instead of listing them.
 #       Open: the 8 B of local memory in mc=2's gemm1 (the tests step
 #       writes that kernel's SASS, sass-mn.txt.gz, to find the STL/LDL).
 #
