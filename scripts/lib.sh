@@ -10,3 +10,10 @@ step() {
 		status=1
 	fi
 }
+
+# ceilings BIN DIR: DIR/ceilings.json from BIN's bench ceilings on cuda:0,
+# unless an earlier step of the call already measured it (its log is
+# DIR/ceilings.txt).
+ceilings() {
+	[ -s "$2/ceilings.json" ] || timeout 120 "$1" bench ceilings --device cuda:0 --out "$2/ceilings.json" >"$2/ceilings.txt" 2>&1
+}

@@ -44,6 +44,7 @@
 #          and 4 (L2NCU replaces them)
 # Returns $OUT/v$V-<time>.tgz.
 set -u
+. scripts/lib.sh # ceilings
 R=${OUT:?set OUT}
 [ $# -gt 0 ] || { echo "usage: $0 tests|stages|ncu ..." >&2; exit 2; }
 V=${V:-34}
@@ -79,7 +80,7 @@ tests() {
 }
 
 stages() {
-	[ -s "$X/ceilings.json" ] || timeout 120 bin/mstar-v$V bench ceilings --device cuda:0 --out "$X/ceilings.json" >"$X/ceilings.txt" 2>&1
+	ceilings bin/mstar-v$V "$X"
 	local runs=()
 	for l2 in ${L2S:-0 4}; do
 		runs+=("ds|--model deepseek-v3 --tp 8|$COOP,l2=$l2" "q30|--model qwen3-30b-a3b|$COOP,l2=$l2")
@@ -113,6 +114,7 @@ stages() {
 
 ncu_step() {
 	command -v ncu >/dev/null || { echo "ncu: not on PATH" | tee -a "$X/summary.txt"; return; }
+	ceilings bin/mstar-v$V "$X"
 	mkdir -p "$X/ncu"
 	local metrics=dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum,lts__t_sectors_srcunit_tex_op_read.sum,lts__t_sectors_srcunit_tex_op_read_lookup_hit.sum,lts__t_sector_hit_rate.pct
 	for l2 in ${L2NCU:-0 4}; do
@@ -129,10 +131,7 @@ for s in "$@"; do
 	case $s in
 	tests) tests ;;
 	stages) stages ;;
-	ncu)
-		[ -s "$X/ceilings.json" ] || timeout 120 bin/mstar-v$V bench ceilings --device cuda:0 --out "$X/ceilings.json" >"$X/ceilings.txt" 2>&1
-		ncu_step
-		;;
+	ncu) ncu_step ;;
 	*) echo "$0: unknown step $s (tests, stages, ncu)" >&2 ;;
 	esac
 done

@@ -31,6 +31,7 @@
 # Returns $OUT/wg-<time>.tgz. If vB wins, land it with
 # `V=32 kernels/moe/next/call-land-v29.sh tests tune` (with its bins32.tar.xz).
 set -u
+. scripts/lib.sh # ceilings
 R=${OUT:?set OUT}
 B=${B:-32}
 [ $# -gt 0 ] || { echo "usage: $0 tests|ab ..." >&2; exit 2; }
@@ -50,7 +51,7 @@ tests() {
 }
 
 ab() {
-	[ -s "$X/ceilings.json" ] || timeout 120 bin/mstar-v$B bench ceilings --device cuda:0 --out "$X/ceilings.json" >"$X/ceilings.txt" 2>&1
+	ceilings bin/mstar-v$B "$X"
 	# name | bench flags | batches | configuration (cooperative unless pp=1);
 	# CELLS (the same form, ";"-separated) replaces them.
 	local cells=(
@@ -96,7 +97,7 @@ for s in "$@"; do
 	tests) tests ;;
 	ab) ab ;;
 	stages)
-		[ -s "$X/ceilings.json" ] || timeout 120 bin/mstar-v$B bench ceilings --device cuda:0 --out "$X/ceilings.json" >"$X/ceilings.txt" 2>&1
+		ceilings bin/mstar-v$B "$X"
 		stages
 		;;
 	*) echo "$0: unknown step $s (tests, ab, stages)" >&2 ;;
