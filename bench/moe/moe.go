@@ -160,15 +160,7 @@ func (o TuneOutcome) Median() float64 {
 // latency: -1 when none is eligible. A candidate that was rejected (wrong
 // output, failed to compile or launch) is never picked, however fast.
 func pickFastest(outs []TuneOutcome) int {
-	best := -1
-	for i, o := range outs {
-		if o.Reject != "" || len(o.Latency) == 0 || !(o.RelL2 <= MoEMaxRelL2) {
-			continue
-		}
-		if best < 0 || o.Median() < outs[best].Median() {
-			best = i
-		}
-	}
+	best := fastestOutcome(outs)
 	if best >= 0 {
 		outs[best].Chosen = true
 	}

@@ -67,6 +67,22 @@ type ProgrammaticRunner interface {
 	ProgrammaticLaunch() bool
 }
 
+// SelfAlignRunner is a CandidateRunner whose batch can run gemm1 with the
+// alignment fused in (moe.SelfAligning: a tc gemm1, 64 slots or fewer): the
+// tuner then tries the fastest configuration so, one launch fewer.
+type SelfAlignRunner interface {
+	SelfAligning(c moe.Config) (moe.Config, bool)
+}
+
+// TrafficRunner is a CandidateRunner whose kernels can move a wg GEMM's
+// gathered rows in other ways (moe.TrafficVariants: the L2 window, mc=2
+// clusters): the tuner then tries the fastest configuration with each, and
+// the fastest of those with theirs (a window on one GEMM, a cluster on the
+// other).
+type TrafficRunner interface {
+	TrafficVariants(c moe.Config) []moe.Config
+}
+
 // TuneCandidates runs every candidate: a pass on poisoned buffers checked
 // against the reference (an element never written, a non-finite one, or rel
 // L2 above MoEMaxRelL2 rejects it, with the reason), and for those that
@@ -74,7 +90,10 @@ type ProgrammaticRunner interface {
 // the fastest gemm1 and gemm2 come from different candidates, their split
 // configuration is tried next, checked and timed like the others (each
 // GEMM's best tile differs: N = 2I by K = H against N = H by K = I). Where
-// the runner has programmatic launches, the fastest so far is tried last
+// the runner can fuse the alignment into a tc gemm1, the fastest so far is
+// tried so (SelfAlignRunner), and where a wg GEMM can keep its gathered
+// rows in an L2 window or share them in a cluster, with those, twice
+// (TrafficRunner). Where the runner has programmatic launches, the fastest so far is tried last
 // with gemm1's, gemm2's and both GEMMs' kernels launched so (pl=1): whether
 // the early start pays depends on the kernels and the batch. A canceled ctx
 // stops it before the next candidate.
@@ -95,6 +114,43 @@ func TuneCandidates(ctx context.Context, run CandidateRunner, cands []moe.Config
 		}
 		outs = append(outs, tuneOne(run, split, chk, samples))
 	}
+	if sr, ok := run.(SelfAlignRunner); ok && ctx.Err() == nil {
+		if best := fastestOutcome(outs); best >= 0 {
+			if v, ok := sr.SelfAligning(outs[best].Config); ok && !timedAlready(outs, v) {
+				if progress != nil {
+					progress(fmt.Sprintf("tune self-aligning %v", v))
+				}
+				outs = append(outs, tuneOne(run, v, chk, samples))
+			}
+		}
+	}
+	if tr, ok := run.(TrafficRunner); ok {
+		// Two rounds: the fastest's twins, then the new fastest's (a
+		// window on one GEMM and a cluster on the other).
+		for round := 0; round < 2 && ctx.Err() == nil; round++ {
+			best := fastestOutcome(outs)
+			if best < 0 {
+				break
+			}
+			tried := 0
+			for _, v := range tr.TrafficVariants(outs[best].Config) {
+				if ctx.Err() != nil {
+					return outs
+				}
+				if timedAlready(outs, v) {
+					continue
+				}
+				if progress != nil {
+					progress(fmt.Sprintf("tune traffic twin %v", v))
+				}
+				outs = append(outs, tuneOne(run, v, chk, samples))
+				tried++
+			}
+			if tried == 0 {
+				break
+			}
+		}
+	}
 	if pr, ok := run.(ProgrammaticRunner); ok && pr.ProgrammaticLaunch() {
 		for _, c := range launchVariants(outs) {
 			if ctx.Err() != nil {
@@ -113,17 +169,11 @@ func TuneCandidates(ctx context.Context, run CandidateRunner, cands []moe.Config
 // other three ways of launching its GEMMs (plain or programmatic each),
 // leaving out any already timed.
 func launchVariants(outs []TuneOutcome) []moe.Config {
-	best, bestUs := -1, math.Inf(1)
 	timed := map[string]bool{}
-	for i, o := range outs {
+	for _, o := range outs {
 		timed[o.Config.String()] = true
-		if o.Reject != "" || len(o.Latency) == 0 {
-			continue
-		}
-		if v := results.Summarize(o.Latency).Median; v < bestUs {
-			best, bestUs = i, v
-		}
 	}
+	best := fastestOutcome(outs)
 	if best < 0 {
 		return nil
 	}
@@ -137,6 +187,31 @@ func launchVariants(outs []TuneOutcome) []moe.Config {
 		}
 	}
 	return vs
+}
+
+// fastestOutcome is the index of the passing outcome with the lowest median
+// latency, -1 when none passed.
+func fastestOutcome(outs []TuneOutcome) int {
+	best := -1
+	for i, o := range outs {
+		if o.Reject != "" || len(o.Latency) == 0 || !(o.RelL2 <= MoEMaxRelL2) {
+			continue
+		}
+		if best < 0 || o.Median() < outs[best].Median() {
+			best = i
+		}
+	}
+	return best
+}
+
+// timedAlready says whether c is among the outcomes.
+func timedAlready(outs []TuneOutcome, c moe.Config) bool {
+	for _, o := range outs {
+		if o.Config.String() == c.String() {
+			return true
+		}
+	}
+	return false
 }
 
 func tuneOne(run CandidateRunner, c moe.Config, chk TuneCheck, samples int) TuneOutcome {
@@ -202,10 +277,8 @@ func bestSplit(outs []TuneOutcome) (moe.Config, bool) {
 		return moe.Config{}, false
 	}
 	c := moe.Split(outs[b1].Config, outs[b2].Config)
-	for _, o := range outs {
-		if o.Config.String() == c.String() {
-			return moe.Config{}, false
-		}
+	if timedAlready(outs, c) {
+		return moe.Config{}, false
 	}
 	return c, true
 }
@@ -219,6 +292,14 @@ type gpuCandidates struct {
 }
 
 func (a gpuCandidates) ProgrammaticLaunch() bool { return a.g.ProgrammaticLaunch() }
+
+func (a gpuCandidates) SelfAligning(c moe.Config) (moe.Config, bool) {
+	return moe.SelfAligning(c, a.g.Layer().Shape, a.m)
+}
+
+func (a gpuCandidates) TrafficVariants(c moe.Config) []moe.Config {
+	return moe.TrafficVariants(c, a.g.Layer().Shape, a.m)
+}
 
 func (a gpuCandidates) Prepare(c moe.Config) (string, error) {
 	res, err := a.g.Compile(c)

@@ -725,3 +725,180 @@ func TestFinalistsOf(t *testing.T) {
 		}
 	}
 }
+
+// saCandidates can fuse the alignment into a tc gemm1 (moe.SelfAligning on
+// the test's shape): the self-aligning configuration runs 10 µs faster, or
+// (wrong) writes wrong numbers.
+type saCandidates struct {
+	fakeCandidates
+	shape moe.Shape
+	m     int
+	wrong bool
+}
+
+func (s saCandidates) SelfAligning(c moe.Config) (moe.Config, bool) {
+	return moe.SelfAligning(c, s.shape, s.m)
+}
+
+func (s saCandidates) Run(c moe.Config) (CandidateRun, error) {
+	run, err := s.fakeCandidates.Run(c)
+	if err != nil {
+		return nil, err
+	}
+	r := run.(fixedRun)
+	if c.Gemm(1).SA != 0 {
+		r.us -= 10
+		if s.wrong {
+			for i := range r.out {
+				r.out[i] *= 2
+			}
+		}
+	}
+	return r, nil
+}
+
+// Where gemm1 can fuse the alignment, the tuner tries the fastest candidate
+// so, checks it like any other and keeps it when it is faster; a wrong one
+// is rejected and the plain configuration stays; past 64 slots it is not
+// tried.
+func TestTuneTriesSelfAligning(t *testing.T) {
+	tc16 := moe.Config{Kernel: "tc", BM: 16, BN: 128, BK: 64, WM: 1, WN: 4, Stages: 4, GM: 8, MinBlocks: 2, OV: 2}
+	for _, tt := range []struct {
+		name  string
+		m     int
+		wrong bool
+		want  int // outcomes
+	}{{"fused", 5, false, 2}, {"wrong", 5, true, 2}, {"too many slots", 40, false, 1}} {
+		opt := tuneOpts(t.TempDir(), []int{tt.m}, []moe.Config{tc16}, nil)
+		inner := opt.Runner
+		opt.Runner = func(m int, l *moe.Layer, x []float32, r routing.Routing) (CandidateRunner, []moe.Config) {
+			run, cands := inner(m, l, x, r)
+			return saCandidates{fakeCandidates: run.(fakeCandidates), shape: l.Shape, m: m, wrong: tt.wrong}, cands
+		}
+		rep, err := RunMoETune(t.Context(), gpu.NewCPU(), opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		outs := rep.Outcomes[tt.m]
+		if len(outs) != tt.want {
+			t.Fatalf("%s: %d outcomes, want %d", tt.name, len(outs), tt.want)
+		}
+		if tt.want == 1 {
+			continue
+		}
+		sa := outs[1]
+		want := tc16
+		want.SA = 1
+		if sa.Config.String() != want.String() {
+			t.Fatalf("%s: tried %v, want %v", tt.name, sa.Config, want)
+		}
+		if tt.wrong {
+			if sa.Reject == "" || sa.Chosen || !outs[0].Chosen {
+				t.Errorf("a wrong self-aligning gemm1: reject %q, chosen %v; plain chosen %v", sa.Reject, sa.Chosen, outs[0].Chosen)
+			}
+			continue
+		}
+		if sa.Reject != "" || !sa.Chosen {
+			t.Errorf("self-aligning: reject %q, chosen %v; want chosen (90 µs against 100)", sa.Reject, sa.Chosen)
+		}
+	}
+}
+
+// trafficCandidates has the wg GEMMs' traffic twins (moe.TrafficVariants
+// on the test's shape): gemm1 with the L2 window runs 5 µs faster, gemm2
+// in mc=2 clusters 8 µs faster, gemm1 in clusters 3 µs slower, or (wrong)
+// writes wrong numbers.
+type trafficCandidates struct {
+	fakeCandidates
+	shape moe.Shape
+	m     int
+	wrong bool
+}
+
+func (s trafficCandidates) TrafficVariants(c moe.Config) []moe.Config {
+	return moe.TrafficVariants(c, s.shape, s.m)
+}
+
+func (s trafficCandidates) Run(c moe.Config) (CandidateRun, error) {
+	run, err := s.fakeCandidates.Run(c)
+	if err != nil {
+		return nil, err
+	}
+	r := run.(fixedRun)
+	if c.Gemm(1).L2 == 4 {
+		r.us -= 5
+	}
+	if c.Gemm(2).MC == 2 {
+		r.us -= 8
+	}
+	if c.Gemm(1).MC == 2 {
+		r.us += 3
+		if s.wrong {
+			for i := range r.out {
+				r.out[i] *= 2
+			}
+		}
+	}
+	return r, nil
+}
+
+// After the fastest candidate, the tuner times its wg GEMMs' traffic twins
+// (window and mc=2; gemm1's, gemm2's, both), checks each like any other
+// candidate, then the new fastest's twins not yet timed, and keeps the
+// fastest: here gemm1 windowed and gemm2 clustered, which neither round
+// alone holds. A wrong twin is rejected.
+func TestTuneTriesTrafficVariants(t *testing.T) {
+	// 64-row (nc=1): the tuner offers mc=2 on both of its GEMMs
+	// (moe.TrafficVariants leaves out a cooperative gemm1's).
+	coop, err := moe.ParseConfig("wg:nc=1,bn=256,stages=4,gm=8,tma=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	shape := moe.Shape{E: 8, K: 2, H: 512, I: 256} // two n-tiles in each GEMM
+	g := coop.Gemm(1)
+	g1l2, g2mc := g, withMC(g, 2)
+	g1l2.L2 = 4
+	round1 := moe.TrafficVariants(coop, shape, 6)
+	var round2 []moe.Config // the twins of round 1's fastest (gemm2 clustered) not yet timed
+	for _, v := range moe.TrafficVariants(moe.Split(coop, g2mc), shape, 6) {
+		if !slices.ContainsFunc(round1, func(c moe.Config) bool { return c.String() == v.String() }) {
+			round2 = append(round2, v)
+		}
+	}
+	want := append(append([]moe.Config{coop}, round1...), round2...)
+	for _, wrong := range []bool{false, true} {
+		opt := tuneOpts(t.TempDir(), []int{6}, []moe.Config{coop}, nil)
+		opt.MoE.Shape = shape
+		inner := opt.Runner
+		opt.Runner = func(m int, l *moe.Layer, x []float32, r routing.Routing) (CandidateRunner, []moe.Config) {
+			run, cands := inner(m, l, x, r)
+			return trafficCandidates{fakeCandidates: run.(fakeCandidates), shape: l.Shape, m: m, wrong: wrong}, cands
+		}
+		rep, err := RunMoETune(t.Context(), gpu.NewCPU(), opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		outs := rep.Outcomes[6]
+		if len(round1) != 6 || len(round2) != 3 || len(outs) != len(want) {
+			t.Fatalf("wrong=%v: %d outcomes, want %d (the candidate, 6 twins, then 3 of the fastest's)", wrong, len(outs), len(want))
+		}
+		chosen := ""
+		for i, o := range outs {
+			if o.Config.String() != want[i].String() {
+				t.Errorf("wrong=%v: outcome %d %v, want %v", wrong, i, o.Config, want[i])
+			}
+			if wrong && o.Config.Gemm(1).MC == 2 && o.Reject == "" {
+				t.Errorf("wrong=%v: %v passed the check", wrong, o.Config)
+			}
+			if o.Chosen {
+				chosen = o.Config.String()
+			}
+		}
+		// gemm1 windowed, gemm2 clustered: 100 − 5 − 8 = 87 µs.
+		if w := moe.Split(g1l2, g2mc).String(); chosen != w {
+			t.Errorf("wrong=%v: chose %q, want %s", wrong, chosen, w)
+		}
+	}
+}
+
+func withMC(c moe.Config, mc int) moe.Config { c.MC = mc; return c }

@@ -21,8 +21,8 @@ type Config struct {
 	// FC (skinny): 1 fuses the combine into gemm2 (its last block per
 	// output-column tile sums the tokens' rows), one launch less.
 	FC int
-	// SA (skinny): 1 fuses the alignment into gemm1 (each block sorts the
-	// slots itself; at most 64), one launch less.
+	// SA (skinny, tc): 1 fuses the alignment into gemm1 (each block sorts
+	// the slots itself; at most 64), one launch less.
 	SA int
 	// W1, W2: skinny warps per block (split-K) of gemm1 and gemm2: 4, or 16
 	// with NT 1 (0 means 4).
@@ -51,9 +51,25 @@ type Config struct {
 	// MC (wg, with tma=1 and no pp): 1 runs blocks in clusters of two that
 	// take two m-tiles of the same n-tile; where both are the same expert's,
 	// each block loads half of the weight tile and TMA multicasts it into
-	// both (half the weight traffic per block). Consumers hand a stage back
-	// to both blocks' producers.
+	// both (half the weight traffic per block). 2 runs clusters of two over
+	// two n-tiles of the same m-tile: each block gathers half of the token
+	// rows and copies them into its peer's stage (a shared-to-cluster bulk
+	// copy), so a token row leaves L2 once for both. Consumers hand a stage
+	// back to both blocks' producers.
 	MC int
+	// L2 (wg): 4 launches each GEMM with a persisting L2 access policy
+	// window over the rows it gathers (gemm1's x, gemm2's act): a token row
+	// is read again by each of its topk experts' tiles, far apart in time,
+	// while the weight stream passes through L2 in between. No kernel code
+	// changes (the window is a launch attribute), so l2=4 shares its
+	// module with l2=0. Measured on an H100 (v33): −3 to −4% per GEMM at
+	// M=1024, 20–90% slower at M=4096 (the rows no longer fit the window);
+	// the tuner tries it on each batch's fastest configuration
+	// (TrafficVariants, which also says how the replays favour it). Bits 1, 2
+	// and 8 (evict-first weights, cache-hinted gathers, an evict-last
+	// prefetch) were tried and are refused: slower, an illegal instruction
+	// under ptxas 13 before 13.4.59, and no gain.
+	L2 int
 	// PL (skinny, tc, wg): 1 launches this GEMM's kernel with programmatic
 	// dependent launch (sm_90+; for gemm2 the combine after it too): its
 	// blocks are scheduled while the kernel before it finishes. It saves
@@ -72,7 +88,8 @@ type Config struct {
 // with g2's; g1 itself when both are the same.
 //
 // Each half drops the settings only the other GEMM reads (skinny's FC and W2
-// mean nothing to gemm1, SA and W1 nothing to gemm2), so that one kernel has
+// mean nothing to gemm1, SA and W1 nothing to gemm2, tc's SA nothing to
+// gemm2), so that one kernel has
 // one name: the tuner would otherwise time the same kernel twice and could
 // report a split that fuses nothing as "fc=1". Halves that then differ only
 // in those settings are one configuration carrying both.
@@ -86,6 +103,15 @@ func Split(g1, g2 Config) Config {
 	}
 	if g2.Kernel == "skinny" {
 		g2.SA, g2.W1 = 0, 0
+	}
+	if g2.Kernel == "tc" {
+		g2.SA = 0
+		if one := g2; g1.Kernel == "tc" {
+			one.SA = g1.SA
+			if one.String() == g1.String() {
+				return g1 // one tc configuration, its gemm1 self-aligning
+			}
+		}
 	}
 	if g1.Kernel == "skinny" && g2.Kernel == "skinny" {
 		one, two := g1, g2
@@ -149,6 +175,10 @@ func tma(c Config) Config { c.TMA = 1; return c }
 
 func mc(c Config) Config { c.MC = 1; return c }
 
+func mn(c Config) Config { c.MC = 2; return c }
+
+func withL2(c Config, bits int) Config { c.L2 = bits; return c }
+
 func wg(nc, bn, st, gm int) Config {
 	return Config{Kernel: "wg", NC: nc, BM: 64 * nc, BN: bn, BK: 64, Stages: st, GM: gm}
 }
@@ -199,8 +229,7 @@ var tcTable = map[string]Config{
 	"64x128k64s4w8b2": tc(64, 128, 64, 2, 4, 4, 8, 2),
 	"128x128k64s4w8":  tc(128, 128, 64, 2, 4, 4, 8, 1),
 	// 128-wide k stages (rows of 256 bytes): half the barriers and twice the
-	// bytes per cp.async batch, for weight-bound tiles (8 warps: a load pass
-	// must cover 16 rows to keep the swizzle phase).
+	// bytes per cp.async batch, for weight-bound tiles.
 	"64x128k128s3w8": tc(64, 128, 128, 2, 4, 3, 8, 1),
 	"32x256k128s3w8": tc(32, 256, 128, 1, 8, 3, 8, 1),
 	// 16-row tiles for 1–24 slots per expert, the block shapes of the
@@ -212,6 +241,13 @@ var tcTable = map[string]Config{
 	"16x256k64s4":    tc(16, 256, 64, 1, 4, 4, 8, 1),
 	"16x128k64s4b2":  tc(16, 128, 64, 1, 4, 4, 8, 2),
 	"16x128k64s4b3":  tc(16, 128, 64, 1, 4, 4, 8, 3),
+	// Rows of 256 bytes with 4 warps, the tuned Triton design's winners at
+	// 1–32 tokens on mixtral (16×64×128 and 16×128×128, 3–4 stages): more,
+	// smaller tiles for a long K over few experts, where 16×256 tiles
+	// leave most multiprocessors idle (mixtral M=2 gemm2: 48 tiles).
+	"16x64k128s4b2":  tc(16, 64, 128, 1, 4, 4, 8, 2),
+	"16x64k128s3b3":  tc(16, 64, 128, 1, 4, 3, 8, 3),
+	"16x128k128s3b2": tc(16, 128, 128, 1, 4, 3, 8, 2),
 	// Triton's gemm2 winner at 8–64 slots per expert (32×128×64, 3 stages),
 	// three blocks per multiprocessor.
 	"32x128k64s3b3": tc(32, 128, 64, 1, 4, 3, 8, 3),
@@ -281,6 +317,9 @@ func (c Config) String() string {
 		if c.OV != 0 {
 			s += fmt.Sprintf(",ov=%d", c.OV)
 		}
+		if c.SA != 0 {
+			s += fmt.Sprintf(",sa=%d", c.SA)
+		}
 		return s + c.plSuffix()
 	case "wg":
 		s := fmt.Sprintf("wg:nc=%d,bn=%d,stages=%d,gm=%d", c.NC, c.BN, c.Stages, c.GM)
@@ -291,7 +330,10 @@ func (c Config) String() string {
 			s += ",tma=1"
 		}
 		if c.MC != 0 {
-			s += ",mc=1"
+			s += fmt.Sprintf(",mc=%d", c.MC)
+		}
+		if c.L2 != 0 {
+			s += fmt.Sprintf(",l2=%d", c.L2)
 		}
 		return s + c.plSuffix()
 	}
@@ -362,22 +404,31 @@ func (c Config) SharedBytes() int {
 		return max(c.Stages*(c.BM+c.BN)*c.BK*2, c.BM*c.BN*2)
 	case "wg":
 		// The stages, their full and empty mbarriers, the ping-pong turn
-		// barriers, and 1 KiB to align
+		// barriers, (mc=2) the gathered barriers, and 1 KiB to align
 		// the tiles to the 128-byte swizzle's 1024-byte atoms.
-		return c.Stages*(c.BM+c.BN)*128 + 16*c.Stages + 16 + 1024
+		b := c.Stages*(c.BM+c.BN)*128 + 16*c.Stages + 16 + 1024
+		if c.MC == 2 {
+			b += 8 * c.Stages
+		}
+		return b
 	}
 	return 0
 }
 
 // staticShared is what the GEMM kernels declare as __shared__ arrays (tc:
-// the tile's slots and routing weights, two sets with OV).
+// the tile's slots and routing weights, two sets with OV; with SA the whole
+// alignment and the sort's arrays).
 func (c Config) staticShared() int {
 	if c.Kernel == "tc" {
 		sets := 1 + c.OV
 		if c.OV == 2 { // a set for this tile and each the loads may be ahead
 			sets = c.Stages + 1
 		}
-		return 8 * c.BM * sets
+		n := 8 * c.BM * sets
+		if c.SA != 0 {
+			n += 4 * (selfAlignSlots*c.BM + 3*selfAlignSlots)
+		}
+		return n
 	}
 	return 0
 }
@@ -409,6 +460,9 @@ func (c Config) tcID() string {
 	case 2:
 		id += "_ov2"
 	}
+	if c.SA != 0 {
+		id += "_sa"
+	}
 	return id
 }
 
@@ -421,8 +475,11 @@ func (c Config) wgID() string {
 	if c.TMA != 0 {
 		id += "_tma"
 	}
-	if c.MC != 0 {
+	switch c.MC {
+	case 1:
 		id += "_mc"
+	case 2:
+		id += "_mn"
 	}
 	return id
 }
@@ -432,9 +489,14 @@ func (c Config) wgEntry() string {
 	return fmt.Sprintf("WG(%s,%d,%d,%d,%d,%d,%d,%d)", c.wgID(), c.NC, c.BN, c.Stages, c.GM, c.PP, c.TMA, c.MC)
 }
 
-// tcEntry is the configuration as one TC(...) entry of MOE_TC_LIST.
+// tcEntry is the configuration as one TC(...) entry of MOE_TC_LIST (TCSA
+// with a self-aligning gemm1).
 func (c Config) tcEntry() string {
-	return fmt.Sprintf("TC(%s,%d,%d,%d,%d,%d,%d,%d,%d,%d)", c.tcID(), c.BM, c.BN, c.BK, c.WM, c.WN, c.Stages, c.GM, c.MinBlocks, c.OV)
+	macro := "TC"
+	if c.SA != 0 {
+		macro = "TCSA"
+	}
+	return fmt.Sprintf("%s(%s,%d,%d,%d,%d,%d,%d,%d,%d,%d)", macro, c.tcID(), c.BM, c.BN, c.BK, c.WM, c.WN, c.Stages, c.GM, c.MinBlocks, c.OV)
 }
 
 func (c Config) kernelNames() (g1, g2 string) {
@@ -457,8 +519,8 @@ func (c Config) kernelNames() (g1, g2 string) {
 	return "moe_gemm1_tiled_" + c.Tile, "moe_gemm2_tiled_" + c.Tile
 }
 
-// selfAlignSlots is the most slots a self-aligning gemm1 (skinny sa=1)
-// sorts: one thread a slot, 64-entry shared arrays (moe.cu).
+// selfAlignSlots is the most slots a self-aligning gemm1 (skinny or tc
+// sa=1) sorts: one thread a slot, 64-entry shared arrays (moe.cu).
 const selfAlignSlots = 64
 
 // maxBlockShared is the shared memory one block may have on sm_80/sm_90.
@@ -486,8 +548,11 @@ func (c Config) Validate() error {
 	if c.TMA != 0 && c.Kernel != "wg" {
 		return fmt.Errorf("config %v: tma (tensor-map weight loads) is for wg kernels", c)
 	}
-	if c.MC != 0 && (c.Kernel != "wg" || c.MC != 1 || c.TMA != 1 || c.PP != 0) {
-		return fmt.Errorf("config %v: mc=1 (multicast clusters) is for wg kernels with tma=1 and no pp", c)
+	if c.MC != 0 && (c.Kernel != "wg" || c.MC < 0 || c.MC > 2 || c.TMA != 1 || c.PP != 0) {
+		return fmt.Errorf("config %v: mc=1 and mc=2 (clusters sharing the weight or the token tile) are for wg kernels with tma=1 and no pp", c)
+	}
+	if c.L2 != 0 && (c.Kernel != "wg" || c.L2 != 4) {
+		return fmt.Errorf("config %v: l2=4 (the gathered rows in a persisting L2 window) is for wg kernels; l2 takes 0 or 4", c)
 	}
 	if c.PL != 0 && c.Kernel == "tiled" {
 		return fmt.Errorf("config %v: pl (programmatic launch) is for skinny, tc and wg kernels", c)
@@ -552,23 +617,31 @@ func (c Config) validateTC() error {
 	if c.WM < 1 || c.WN < 1 || c.WM*c.WN > 16 || c.Stages < 2 || c.GM < 1 || c.MinBlocks < 1 || c.MinBlocks > 4 || c.OV < 0 || c.OV > 2 {
 		return fmt.Errorf("config %v: want wm, wn ≥ 1 with wm·wn ≤ 16 warps, stages ≥ 2, gm ≥ 1, minb 1–4, ov 0, 1 or 2", c)
 	}
+	if c.SA != 0 && (c.SA != 1 || 32*c.WM*c.WN < selfAlignSlots) {
+		return fmt.Errorf("config %v: sa=1 (the alignment fused into gemm1) needs at least %d threads, one a slot", c, selfAlignSlots)
+	}
 	if c.BK != 32 && c.BK != 64 && c.BK != 128 {
 		return fmt.Errorf("config %v: bk must be 32, 64 or 128 (swizzled rows of 64, 128 or 256 bytes)", c)
 	}
 	if c.BM%(16*c.WM) != 0 {
 		return fmt.Errorf("config %v: bm must be a multiple of 16·wm", c)
 	}
-	if c.BN%(32*c.WN) != 0 {
-		return fmt.Errorf("config %v: bn must be a multiple of 32·wn (gate and up halves per warp)", c)
+	// A warp's columns: gate and up halves of 16 or more each, or one
+	// n-tile of each (16).
+	if wtn := c.BN / c.WN; c.BN%c.WN != 0 || (wtn != 16 && wtn%32 != 0) {
+		return fmt.Errorf("config %v: bn/wn must be 16 or a multiple of 32 (gate and up halves per warp)", c)
 	}
 	if c.BN != 64 && c.BN%128 != 0 {
 		return fmt.Errorf("config %v: bn must be 64 or a multiple of 128 (swizzled output rows)", c)
 	}
 	// One pass of the block's 16-byte loads covers rstep rows; the swizzle
-	// phase repeats every 16 rows.
-	rstep := 32 * c.WM * c.WN / (c.BK / 8)
-	if rstep%16 != 0 || c.BM%rstep != 0 || (c.BN/2)%rstep != 0 {
-		return fmt.Errorf("config %v: the block's loads cover %d rows a pass: it must be a multiple of 16 dividing bm and bn/2", c, rstep)
+	// phase repeats every 16 rows, or 8 for rows of 128 bytes and more.
+	rstep, phase := 32*c.WM*c.WN/(c.BK/8), 16
+	if c.BK >= 64 {
+		phase = 8
+	}
+	if rstep%phase != 0 || c.BM%rstep != 0 || (c.BN/2)%rstep != 0 {
+		return fmt.Errorf("config %v: the block's loads cover %d rows a pass: it must be a multiple of %d dividing bm and bn/2", c, rstep, phase)
 	}
 	if n := c.SharedBytes() + c.staticShared(); n > maxBlockShared {
 		return fmt.Errorf("config %v: needs %d bytes of shared memory, more than the 227 KiB a block may have", c, n)
@@ -586,7 +659,7 @@ func CheckConfigShape(c Config, s Shape, m int) error {
 		}
 		return CheckConfigShape(*c.G2, s, m)
 	}
-	if c.Kernel == "skinny" && c.SA != 0 && m*s.K > selfAlignSlots {
+	if (c.Kernel == "skinny" || c.Kernel == "tc") && c.SA != 0 && m*s.K > selfAlignSlots {
 		return fmt.Errorf("config %v: a self-aligning gemm1 takes at most %d slots; M=%d has %d", c, selfAlignSlots, m, m*s.K)
 	}
 	if c.Kernel != "tc" && c.Kernel != "wg" {
@@ -686,7 +759,7 @@ func parseOne(s string) (Config, error) {
 			return c, nil
 		}
 		c := tcTable["128x128k64s4"]
-		if err := parseKeys(s, rest, &c, []string{"bm", "bn", "bk", "wm", "wn", "stages", "gm", "minb", "ov", "pl"}); err != nil {
+		if err := parseKeys(s, rest, &c, []string{"bm", "bn", "bk", "wm", "wn", "stages", "gm", "minb", "ov", "sa", "pl"}); err != nil {
 			return Config{}, err
 		}
 		return c, c.Validate()
@@ -695,7 +768,7 @@ func parseOne(s string) (Config, error) {
 			return c, nil
 		}
 		c := wgTable["128x256s4"]
-		if err := parseKeys(s, rest, &c, []string{"nc", "bn", "stages", "gm", "pp", "tma", "mc", "pl"}); err != nil {
+		if err := parseKeys(s, rest, &c, []string{"nc", "bn", "stages", "gm", "pp", "tma", "mc", "l2", "pl"}); err != nil {
 			return Config{}, err
 		}
 		c.BM = 64 * c.NC
@@ -709,12 +782,12 @@ func parseOne(s string) (Config, error) {
 }
 
 func parseKeys(s, rest string, c *Config, keys []string) error {
-	fields := map[string]*int{"nc": &c.NC, "pp": &c.PP, "bm": &c.BM, "bn": &c.BN, "bk": &c.BK, "wm": &c.WM, "wn": &c.WN, "stages": &c.Stages, "gm": &c.GM, "minb": &c.MinBlocks, "ov": &c.OV, "pl": &c.PL, "tma": &c.TMA, "mc": &c.MC}
+	fields := map[string]*int{"nc": &c.NC, "pp": &c.PP, "bm": &c.BM, "bn": &c.BN, "bk": &c.BK, "wm": &c.WM, "wn": &c.WN, "stages": &c.Stages, "gm": &c.GM, "minb": &c.MinBlocks, "ov": &c.OV, "sa": &c.SA, "pl": &c.PL, "tma": &c.TMA, "mc": &c.MC, "l2": &c.L2}
 	for _, kv := range strings.Split(rest, ",") {
 		k, v, ok := strings.Cut(kv, "=")
 		n, err := strconv.Atoi(v)
-		if !ok || err != nil || n < 0 || (n == 0 && k != "ov" && k != "pp" && k != "pl" && k != "tma" && k != "mc") {
-			return fmt.Errorf("bad config %q: %q is not key=positive integer (ov, pp, pl, tma, mc: 0 or 1)", s, kv)
+		if !ok || err != nil || n < 0 || (n == 0 && k != "ov" && k != "pp" && k != "pl" && k != "tma" && k != "mc" && k != "sa" && k != "l2") {
+			return fmt.Errorf("bad config %q: %q is not key=positive integer (pp, pl, tma, sa: 0 or 1; ov, mc: 0 to 2; l2: 0 or 4)", s, kv)
 		}
 		known := false
 		for _, name := range keys {
@@ -941,7 +1014,8 @@ func candidates(first Config, s Shape, m int) []Config {
 		}
 	}
 	if per <= 24 {
-		add(tcTable["16x256k128s3w8"], tcTable["16x256k128s2w8"], tcTable["16x256k64s4"], tcTable["16x128k64s4b2"], tcTable["16x128k64s4b3"])
+		add(tcTable["16x256k128s3w8"], tcTable["16x256k128s2w8"], tcTable["16x256k64s4"], tcTable["16x128k64s4b2"], tcTable["16x128k64s4b3"],
+			tcTable["16x64k128s4b2"], tcTable["16x64k128s3b3"], tcTable["16x128k128s3b2"])
 	}
 	if per >= 3 && per <= 64 {
 		add(tiledTable["m16"], tiledTable["m32"], tcTable["32x128k64s4b2"], tcTable["32x256k64s3"], tcTable["32x256k128s3w8"],
@@ -969,6 +1043,93 @@ func candidates(first Config, s Shape, m int) []Config {
 			wgTable["128x256s3mc"], wgTable["128x256s4mc"])
 	}
 	return out
+}
+
+// SelfAligning is c with gemm1 fusing the alignment (sa=1) where gemm1 is a
+// tc kernel that does not yet and can (64 threads or more, the batch 64
+// slots or fewer); ok is false otherwise. The tuner tries it on the fastest
+// candidate of a batch rather than listing a twin of every tc candidate:
+// the fusion saves the same launch whatever the tile (skinny's sa twins are
+// candidates of their own).
+func SelfAligning(c Config, s Shape, m int) (Config, bool) {
+	g1 := c.Gemm(1)
+	if g1.Kernel != "tc" || g1.SA != 0 {
+		return Config{}, false
+	}
+	g1.SA = 1
+	v := Split(g1, c.Gemm(2))
+	if v.Validate() != nil || CheckConfigShape(v, s, m) != nil {
+		return Config{}, false
+	}
+	return v, true
+}
+
+// TrafficVariants is c with its wg GEMMs moving the gathered token rows
+// another way (gemm1's twin, gemm2's, both): the L2 window (l2=4), and
+// mc=2 clusters, where each block of a pair over an m-tile's two n-tiles
+// gathers half of the rows and copies it into its peer (a GEMM qualifies
+// with tensor-map weights, cooperative consumers and two n-tiles or more;
+// an mc=1 GEMM's twin trades its weight multicast for it). The tuner
+// times them after the batch's fastest configuration, and again after the
+// fastest of those, instead of listing twins of every wg candidate: each
+// pays in some cells only (an H100, v33: l2=4 −3 to −4% a GEMM at M=1024
+// and 20–90% slower at 4096; mc=2 −4% on deepseek-v3 tp8's gemm1 at 4096,
+// +20% on qwen3-30b-a3b's). The timed replays reuse one x, so with l2=4
+// the rows one call leaves persisting are there for the next call's first
+// reads; that favours l2=4 by at most x's size read from DRAM (14.7 MB,
+// ~5 µs on an H100, of the 25 µs it saved on deepseek's gemm1 at M=1024),
+// while its gain is the topk re-reads. Variants that do not fit s at m are
+// left out.
+func TrafficVariants(c Config, s Shape, m int) []Config {
+	g1, g2 := c.Gemm(1), c.Gemm(2)
+	// window and cluster give a GEMM's twin, or false where it has none.
+	window := func(g Config, _ int) (Config, bool) {
+		ok := g.Kernel == "wg" && g.L2 == 0
+		g.L2 = 4
+		return g, ok
+	}
+	cluster := func(g Config, gemm int) (Config, bool) {
+		// Output columns: gemm1's are the intermediate (a tile's BN rows
+		// are its gate and up halves), gemm2's the hidden.
+		cols, outn := s.H, g.BN
+		if gemm == 1 {
+			cols, outn = s.I, g.BN/2
+		}
+		ok := g.Kernel == "wg" && g.MC != 2 && g.TMA == 1 && g.PP == 0 && outn > 0 && (cols+outn-1)/outn >= 2 && clusterOffered(g, gemm)
+		g.MC = 2
+		return g, ok
+	}
+	var vs []Config
+	seen := map[string]bool{c.String(): true}
+	for _, twin := range []func(Config, int) (Config, bool){window, cluster} {
+		t1, ok1 := twin(g1, 1)
+		t2, ok2 := twin(g2, 2)
+		for _, p := range []struct {
+			a, b Config
+			ok   bool
+		}{{t1, g2, ok1}, {g1, t2, ok2}, {t1, t2, ok1 && ok2}} {
+			if !p.ok {
+				continue
+			}
+			v := Split(p.a, p.b)
+			if seen[v.String()] || v.Validate() != nil || CheckConfigShape(v, s, m) != nil {
+				continue
+			}
+			seen[v.String()] = true
+			vs = append(vs, v)
+		}
+	}
+	return vs
+}
+
+// clusterOffered says whether the tuner offers g's mc=2 twin as gemm 1 or
+// 2. Not a cooperative gemm1 (nc=2): its producer runs under setmaxnreg 40,
+// and on sm_90a ptxas spills one value of it there (8 B of local memory,
+// its unit count: reports/measured/h200/moe-v34/call1/local-*.txt). It
+// runs correctly, and the H200 tune that timed it picked it nowhere; the
+// fix waits in kernels/moe/next until a GPU shows it compiles clean.
+func clusterOffered(g Config, gemm int) bool {
+	return !(gemm == 1 && g.NC == 2)
 }
 
 // EnvTuneFilter names a regular expression: the tuner then tries only the

@@ -2,6 +2,7 @@ package moe
 
 import (
 	"io/fs"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -98,6 +99,29 @@ func TestWGConfigs(t *testing.T) {
 	}
 	if c, err := ParseConfig("wg:64x128s4"); err != nil || c != wgTable["64x128s4"] {
 		t.Errorf("wg:64x128s4 = %v, %v", c, err)
+	}
+	// mc=2: clusters over n-tile pairs name their own kernels, read back,
+	// and take the gathered barriers' bytes; they need tma=1 and no pp.
+	if c, err := ParseConfig("wg:nc=2,bn=256,stages=4,gm=8,tma=1,mc=2"); err != nil || c != mn(wgTable["128x256s4tma"]) || c.wgID() != "2_256_4_8_tma_mn" ||
+		c.String() != "wg:nc=2,bn=256,stages=4,gm=8,tma=1,mc=2" || c.SharedBytes() != wgTable["128x256s4tma"].SharedBytes()+8*4 {
+		t.Errorf("mc=2: %v (%s, %d bytes), %v", c, c.wgID(), c.SharedBytes(), err)
+	}
+	for _, bad := range []string{"wg:nc=2,bn=256,stages=4,gm=8,mc=2", "wg:nc=2,bn=256,stages=4,gm=8,pp=1,tma=1,mc=2", "wg:nc=2,bn=256,stages=4,gm=8,tma=1,mc=3"} {
+		if _, err := ParseConfig(bad); err == nil {
+			t.Errorf("ParseConfig(%q): no error", bad)
+		}
+	}
+	// l2=4: a launch attribute, so the kernels (and the module) are l2=0's;
+	// the string reads back.
+	c, err := ParseConfig("wg:nc=2,bn=256,stages=4,gm=8,tma=1,mc=1,l2=4")
+	if err != nil || c != withL2(wgTable["128x256s4mc"], 4) || c.wgID() != wgTable["128x256s4mc"].wgID() ||
+		strings.Join(c.Defines(), " ") != strings.Join(wgTable["128x256s4mc"].Defines(), " ") || c.String() != "wg:nc=2,bn=256,stages=4,gm=8,tma=1,mc=1,l2=4" {
+		t.Errorf("l2=4: %v (%s), %v", c, c.wgID(), err)
+	}
+	for _, bad := range []string{"wg:nc=2,bn=256,stages=4,gm=8,l2=16", "wg:nc=2,bn=256,stages=4,gm=8,l2=8", "wg:nc=2,bn=256,stages=4,gm=8,l2=12", "wg:nc=2,bn=256,stages=4,gm=8,l2=2", "wg:nc=2,bn=256,stages=4,gm=8,l2=1", "tc:bm=16,bn=256,bk=128,wm=1,wn=8,stages=3,gm=8,minb=1,l2=1"} {
+		if _, err := ParseConfig(bad); err == nil {
+			t.Errorf("ParseConfig(%q): no error", bad)
+		}
 	}
 }
 
@@ -298,6 +322,64 @@ func TestSplitConfig(t *testing.T) {
 	}
 }
 
+// sa=1 on a tc configuration fuses the alignment into gemm1: it reads back
+// from its name, names its own module entry (TCSA) and gemm1 kernel, needs
+// 64 threads, and means nothing to gemm2 (a split's gemm2 drops it; a tc
+// gemm1 with it and the same tc gemm2 without are one configuration).
+// SelfAligning makes it from a tc configuration where the batch allows.
+func TestSelfAligningTC(t *testing.T) {
+	tc16 := tcTable["16x256k128s3w8ov2"]
+	sa := tc16
+	sa.SA = 1
+	back, err := ParseConfig(sa.String())
+	if err != nil || back.String() != sa.String() || back.SA != 1 || !strings.Contains(sa.String(), ",sa=1") {
+		t.Fatalf("ParseConfig(%q) = %v, %v", sa.String(), back, err)
+	}
+	if !strings.HasPrefix(sa.tcEntry(), "TCSA(") || strings.HasPrefix(tc16.tcEntry(), "TCSA(") {
+		t.Errorf("module entries %s and %s: want TCSA for sa=1 only", sa.tcEntry(), tc16.tcEntry())
+	}
+	if g1, _ := sa.kernelNames(); !strings.HasSuffix(g1, "_sa") {
+		t.Errorf("gemm1 kernel %s: want a _sa name", g1)
+	}
+	if got := Split(sa, tc16); got.IsSplit() || got.String() != sa.String() {
+		t.Errorf("Split(%v, %v) = %v, want the one sa configuration", sa, tc16, got)
+	}
+	tc32 := tcTable["32x128k64s3b3"]
+	if got := Split(tc32, sa); got.Gemm(2).SA != 0 {
+		t.Errorf("Split(%v, %v) = %v: gemm2 keeps sa", tc32, sa, got)
+	}
+	small := tc(16, 64, 128, 1, 1, 3, 8, 1) // one warp: fewer threads than slots
+	small.SA = 1
+	if err := small.Validate(); err == nil {
+		t.Errorf("%v: sa=1 with 32 threads accepted", small)
+	}
+	for _, bad := range []string{"tc:bm=16,bn=256,bk=128,wm=1,wn=8,stages=3,gm=8,minb=1,sa=2", "wg:nc=2,bn=256,stages=4,gm=8,sa=1"} {
+		if c, err := ParseConfig(bad); err == nil {
+			t.Errorf("ParseConfig(%q) = %v, want an error", bad, c)
+		}
+	}
+
+	s := Shape{E: 128, K: 8, H: 2048, I: 768}
+	for _, tt := range []struct {
+		c    Config
+		m    int
+		want string // "" for none
+	}{
+		{tc16, 8, sa.String()},
+		{tc16.WithProgrammatic(true, true), 4, sa.WithProgrammatic(true, true).String()},
+		{Split(tc16, tc32), 2, Split(sa, tc32).String()},
+		{tc16, 9, ""},                            // 72 slots
+		{sa, 4, ""},                              // already fused
+		{Config{Kernel: "skinny", NT: 1}, 1, ""}, // skinny's sa twins are candidates of their own
+		{Split(Config{Kernel: "skinny", NT: 1}, tc16), 1, ""},
+	} {
+		got, ok := SelfAligning(tt.c, s, tt.m)
+		if (tt.want == "") == ok || (ok && got.String() != tt.want) {
+			t.Errorf("SelfAligning(%v, M=%d) = %v, %v; want %q", tt.c, tt.m, got, ok, tt.want)
+		}
+	}
+}
+
 // pl=1 (programmatic launch) is a per-GEMM setting: it reads back from its
 // name on every family that takes it, makes a split where only one GEMM has
 // it, and marks exactly that GEMM's launch (and for gemm2 the combine's).
@@ -355,6 +437,104 @@ func TestProgrammaticConfig(t *testing.T) {
 			if ls.programmatic != want {
 				t.Errorf("%v: %s programmatic = %v, want %v", tt.c, ls.kernel, ls.programmatic, want)
 			}
+		}
+	}
+}
+
+// l2=4 puts an access policy window on each wg GEMM's launch over the rows
+// it gathers (gemm1: x, gemm2: act); without it no launch has one, and a
+// split windows only its l2=4 half.
+func TestL2WindowLayout(t *testing.T) {
+	s := Shape{E: 8, K: 2, H: 256, I: 128}
+	windows := func(c Config) map[string]planBuf {
+		l := newPlanLayout(s, 300, c, [2]int{132, 132})
+		got := map[string]planBuf{}
+		for _, ls := range l.launches {
+			if ls.windowed {
+				got[ls.kernel] = ls.window
+			}
+		}
+		return got
+	}
+	c := withL2(wgTable["128x256s4tma"], 4)
+	g1, g2 := c.kernelNames()
+	got := windows(c)
+	if len(got) != 2 || got[g1] != bufX || got[g2] != bufAct {
+		t.Errorf("l2=4 windows %v, want %s over x and %s over act", got, g1, g2)
+	}
+	if l := newPlanLayout(s, 300, c, [2]int{132, 132}); l.windowBytes() != max(l.bytes[bufX], l.bytes[bufAct]) {
+		t.Errorf("windowBytes %d, want the larger of x (%d) and act (%d)", l.windowBytes(), l.bytes[bufX], l.bytes[bufAct])
+	}
+	if got := windows(wgTable["128x256s4tma"]); len(got) != 0 {
+		t.Errorf("l2=0 windows %v, want none", got)
+	}
+	split := Split(c, wgTable["64x256s4pptma"])
+	g1, _ = split.Gemm(1).kernelNames()
+	if got := windows(split); len(got) != 1 || got[g1] != bufX {
+		t.Errorf("split with l2=4 gemm1: windows %v, want only %s over x", got, g1)
+	}
+}
+
+// TrafficVariants gives a wg GEMM's L2-window and mc=2 twins (gemm1's,
+// gemm2's, both), mc=2 only for a cooperative tensor-map GEMM with two
+// n-tiles or more, and nothing for tc GEMMs.
+func TestTrafficVariants(t *testing.T) {
+	strs := func(cs []Config) []string {
+		var out []string
+		for _, c := range cs {
+			if err := c.Validate(); err != nil {
+				t.Errorf("%v: %v", c, err)
+			}
+			out = append(out, c.String())
+		}
+		return out
+	}
+	coop, pp, mc1 := wgTable["128x256s4tma"], wgTable["64x256s4pptma"], wgTable["128x256s4mc"]
+	two := Shape{E: 8, K: 2, H: 512, I: 256} // gemm1: 2 n-tiles of 128, gemm2: 2 of 256
+	got := strs(TrafficVariants(coop, two, 64))
+	// A cooperative gemm1 (nc=2) gets no mc=2 twin (clusterOffered), its
+	// gemm2 does; a 64-row one (nc=1) gets all three.
+	want := strs([]Config{Split(withL2(coop, 4), coop), Split(coop, withL2(coop, 4)), withL2(coop, 4),
+		Split(coop, mn(coop))})
+	if !slices.Equal(got, want) {
+		t.Errorf("cooperative tma:\n got %q\nwant %q", got, want)
+	}
+	one := wgTable["64x256s4tma"]
+	got = strs(TrafficVariants(one, two, 64))
+	want = strs([]Config{Split(withL2(one, 4), one), Split(one, withL2(one, 4)), withL2(one, 4),
+		Split(mn(one), one), Split(one, mn(one)), mn(one)})
+	if !slices.Equal(got, want) {
+		t.Errorf("64-row tma:\n got %q\nwant %q", got, want)
+	}
+	// gemm1 one n-tile (I = 128): no mc=2 on it, nor on both.
+	got = strs(TrafficVariants(coop, Shape{E: 8, K: 2, H: 512, I: 128}, 64))
+	want = strs([]Config{Split(withL2(coop, 4), coop), Split(coop, withL2(coop, 4)), withL2(coop, 4), Split(coop, mn(coop))})
+	if !slices.Equal(got, want) {
+		t.Errorf("one gemm1 n-tile:\n got %q\nwant %q", got, want)
+	}
+	// mc=1 (weight multicast): its cluster twin (gemm2's) trades it for mc=2.
+	if got := strs(TrafficVariants(mc1, two, 64)); len(got) != 4 || got[3] != Split(mc1, mn(coop)).String() {
+		t.Errorf("mc=1: %q, want four twins ending in %v", got, Split(mc1, mn(coop)))
+	}
+	// Ping-pong: the window only.
+	if got := strs(TrafficVariants(pp, two, 64)); len(got) != 3 || !strings.Contains(got[2], "l2=4") || strings.Contains(strings.Join(got, " "), "mc=2") {
+		t.Errorf("ping-pong: %q, want the three l2=4 twins", got)
+	}
+	// A tc gemm1 with a wg gemm2: gemm2's twins only; a tc configuration,
+	// or one already windowed and clustered: none.
+	tc := tcTable["16x256k128s3w8"]
+	vs := TrafficVariants(Split(tc, coop), two, 64)
+	if len(vs) != 2 {
+		t.Errorf("tc+wg: %v, want gemm2's window and mc=2 twins", vs)
+	}
+	for _, v := range vs {
+		if v.Gemm(1).String() != tc.String() {
+			t.Errorf("tc gemm1 changed: %v", v)
+		}
+	}
+	for _, c := range []Config{tc, withL2(mn(coop), 4)} {
+		if vs := TrafficVariants(c, two, 64); len(vs) != 0 {
+			t.Errorf("%v: %v, want none", c, vs)
 		}
 	}
 }

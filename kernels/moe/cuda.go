@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"unsafe"
 
 	"github.com/mstar-dev/mstar/internal/gpu/cuda"
@@ -25,6 +26,13 @@ type Kernels struct {
 	base    *kmodule
 	mods    map[string]*kmodule // tc modules by their options
 	Compile *cuda.CompileResult // how the base module was made (cache hit, seconds)
+	// The persisting L2 set-aside held for plans with l2=4 windows: set
+	// when the first such plan is made, given back when the last is freed.
+	persist struct {
+		sync.Mutex
+		plans int
+		bytes int64
+	}
 }
 
 type kmodule struct {
@@ -209,6 +217,10 @@ type Plan struct {
 	// tmaps: the tensor maps of tma=1 launches, per weight address (a
 	// pass may run on any copy of the weights).
 	tmaps map[tmapKey]*cuda.TensorMap
+	// persisting: the plan holds the kernels' persisting L2 set-aside, and
+	// windows[i] is launch i's access policy window (l2=4; nil: none).
+	persisting bool
+	windows    []*cuda.PolicyWindow
 }
 
 type tmapKey struct {
@@ -266,6 +278,10 @@ func (k *Kernels) NewPlan(s Shape, m int, c Config) (*Plan, error) {
 		p.Resident[i] = per * k.ctx.Props().SMs
 	}
 	p.layout = newPlanLayout(s, m, c, p.Resident)
+	want := p.layout.windowBytes()
+	if want > 0 && !k.ctx.PersistingL2() {
+		return nil, fmt.Errorf("config %v: l2=4 needs a persisting L2 set-aside and access policy windows (CUDA 12+ driver, sm_80+); %s has none", c, k.ctx.Props().Name)
+	}
 	for _, l := range p.layout.launches {
 		f, err := mods[l.gemm].fn(l.kernel, l.smem)
 		if err != nil {
@@ -288,17 +304,68 @@ func (k *Kernels) NewPlan(s Shape, m int, c Config) (*Plan, error) {
 		p.Free()
 		return nil, err
 	}
+	if want > 0 {
+		held, err := k.holdPersisting(want)
+		if err != nil {
+			p.Free()
+			return nil, fmt.Errorf("config %v: %w", c, err)
+		}
+		p.persisting = true
+		p.windows = make([]*cuda.PolicyWindow, len(p.layout.launches))
+		for i, l := range p.layout.launches {
+			if l.windowed {
+				// The buffer (the device's largest window at most), as large
+				// a share of its lines marked persisting as the set-aside holds.
+				bytes := min(p.layout.bytes[l.window], k.ctx.Props().MaxPolicyWindow)
+				p.windows[i] = &cuda.PolicyWindow{Base: p.bufs[l.window], Bytes: bytes, HitRatio: float32(min(1, float64(held)/float64(bytes)))}
+			}
+		}
+	}
 	return p, nil
 }
 
-// Free releases the plan's buffers.
+// Free releases the plan's buffers (and its hold on the persisting L2
+// set-aside).
 func (p *Plan) Free() error {
 	var errs []error
 	for _, d := range p.allocs {
 		errs = append(errs, p.k.ctx.Free(d))
 	}
 	p.allocs = nil
+	if p.persisting {
+		errs = append(errs, p.k.releasePersisting())
+		p.persisting = false
+	}
 	return errors.Join(errs...)
+}
+
+// holdPersisting sets aside L2 for persisting accesses, as much as the
+// device allows up to want bytes (more if a plan holding it wanted more),
+// and returns the bytes set aside.
+func (k *Kernels) holdPersisting(want int64) (int64, error) {
+	k.persist.Lock()
+	defer k.persist.Unlock()
+	size := min(want, k.ctx.Props().MaxPersistingL2)
+	if k.persist.plans == 0 || size > k.persist.bytes {
+		if err := k.ctx.SetPersistingL2(size); err != nil {
+			return 0, err
+		}
+		k.persist.bytes = size
+	}
+	k.persist.plans++
+	return k.persist.bytes, nil
+}
+
+// releasePersisting gives the set-aside back when the last plan holding it
+// is freed, so other work in the process has the whole L2 again.
+func (k *Kernels) releasePersisting() error {
+	k.persist.Lock()
+	defer k.persist.Unlock()
+	if k.persist.plans--; k.persist.plans > 0 {
+		return nil
+	}
+	k.persist.bytes = 0
+	return k.ctx.SetPersistingL2(0)
 }
 
 // SetInputs uploads x[M,H] (rounded to bf16) and the routing.
@@ -374,10 +441,11 @@ func (p *Plan) enqueueLaunch(st *cuda.Stream, i int, w *DeviceWeights) error {
 			args[j] = a
 		}
 	}
-	if l.programmatic {
-		return p.fns[i].LaunchProgrammatic(st, l.grid, l.block, l.smem, args...)
+	o := cuda.LaunchOptions{Programmatic: l.programmatic}
+	if p.windows != nil {
+		o.Window = p.windows[i]
 	}
-	return p.fns[i].Launch(st, l.grid, l.block, l.smem, args...)
+	return p.fns[i].LaunchWith(st, l.grid, l.block, l.smem, o, args...)
 }
 
 // tensorMap is the map of a's weight buffer in w, encoded once per copy.

@@ -253,6 +253,18 @@ func TestCUDAForward(t *testing.T) {
 		row{name: "odd wg:64x256s4mc zipf M=2000", shape: odd, m: 2000, c: wgTable["64x256s4mc"], routing: "zipf:1.2"},
 		row{name: "qwen3-30b wg:128x256s3mc ep4 M=1500", shape: qwen, m: 1500, c: wgTable["128x256s3mc"], ep: 4},
 		row{name: "qwen3-30b split tc16+wg mc M=3000", shape: qwen, m: 3000, c: Split(tcTable["16x256k128s3w8"], wgTable["128x256s4mc"])},
+		// l2=4: the gathered rows in a persisting L2 window (a launch
+		// attribute kept in the graph's kernel node), with and without
+		// multicast, and in a ping-pong tile.
+		row{name: "qwen3-30b wg l2=4 window tma M=3000", shape: qwen, m: 3000, c: l2TestConfigs[0]},
+		row{name: "odd wg l2=4 window mc zipf M=2000", shape: odd, m: 2000, c: l2TestConfigs[1], routing: "zipf:1.2"},
+		row{name: "qwen3-30b wg l2=4 window pp tma ep4 M=1500", shape: qwen, m: 1500, c: l2TestConfigs[2], ep: 4},
+		// mc=2: clusters over two n-tiles sharing the token tile (a bulk
+		// copy of each block's half into its peer); an odd n-tile count
+		// (odd's gemm1: I = 352 is 3 tiles of 128) leaves a block idle.
+		row{name: "qwen3-30b wg mc=2 M=3000", shape: qwen, m: 3000, c: mnTestConfigs[0]},
+		row{name: "odd wg mc=2 zipf M=2000", shape: odd, m: 2000, c: mnTestConfigs[0], routing: "zipf:1.2"},
+		row{name: "qwen3-30b wg mc=2 nc=1 ep4 M=1500", shape: qwen, m: 1500, c: mnTestConfigs[1], ep: 4},
 	)
 	tests = append(tests,
 		row{name: "qwen3-30b zipf M=512", shape: qwen, m: 512, routing: "zipf:1.2"},
@@ -276,6 +288,14 @@ func TestCUDAForward(t *testing.T) {
 		row{name: "qwen3-30b fc ep4 M=32", shape: qwen, m: 32, c: fc, ep: 4},
 		row{name: "qwen3-30b split tc16+fc M=16", shape: qwen, m: 16, c: Split(tcTable["16x256k128s3w8"], fc)},
 		row{name: "qwen3-30b split sa+tc M=4", shape: qwen, m: 4, c: Split(sa, tcTable["16x256k128s3w8"])},
+		// The alignment fused into a tc gemm1 (sa=1): 8 and 4 warps, every ov
+		// mode, 64 slots (the most), dropped slots, and gemm2 of another kernel.
+		row{name: "qwen3-30b tc16 ov2 sa M=8", shape: qwen, m: 8, c: selfAligned(tcTable["16x256k128s3w8ov2"])},
+		row{name: "qwen3-30b tc16x64 ov2 sa M=4", shape: qwen, m: 4, c: selfAligned(tcTable["16x64k128s3b3ov2"])},
+		row{name: "odd tc16 ov sa M=16", shape: odd, m: 16, c: selfAligned(tcTable["16x128k64s4b2ov"])},
+		row{name: "odd tc32 sa zipf M=13", shape: odd, m: 13, c: selfAligned(tcTable["32x128k64s4b2"]), routing: "zipf:1.2"},
+		row{name: "qwen3-30b tc16 ov2 sa ep4 M=8", shape: qwen, m: 8, c: selfAligned(tcTable["16x256k128s3w8ov2"]), ep: 4},
+		row{name: "qwen3-30b split tc16 sa+skinny nt2 fc M=2", shape: qwen, m: 2, c: Split(selfAligned(tcTable["16x256k128s3w8ov2"]), Config{Kernel: "skinny", NT: 2, FC: 1})},
 	)
 	// Programmatic launches (pl=1, as most shipped H200 picks have): each
 	// kernel starts while its predecessor drains, so a missing wait shows
@@ -289,6 +309,7 @@ func TestCUDAForward(t *testing.T) {
 		{name: "qwen3-30b", shape: qwen, m: 8, c: both},
 		{name: "qwen3-30b ep4", shape: qwen, m: 32, c: fc, ep: 4},
 		{name: "qwen3-30b split", shape: qwen, m: 4, c: Split(sa, tcTable["16x256k128s3w8"])},
+		{name: "qwen3-30b tc sa", shape: qwen, m: 8, c: selfAligned(tcTable["16x256k128s3w8ov2"])},
 	} {
 		for _, pl := range [][2]bool{{true, true}, {true, false}, {false, true}} {
 			r.c = r.c.WithProgrammatic(pl[0], pl[1])
@@ -362,6 +383,14 @@ func TestCUDAForward(t *testing.T) {
 	}
 }
 
+// l2TestConfigs are wg configurations with the L2 window (l2=4):
+// cooperative, multicast, ping-pong.
+var l2TestConfigs = []Config{withL2(wgTable["128x256s4tma"], 4), withL2(wgTable["128x256s4mc"], 4), withL2(wgTable["64x256s4pptma"], 4)}
+
+// mnTestConfigs are wg configurations with mc=2 (clusters over n-tile
+// pairs sharing the token tile), cooperative 128-row and 64-row.
+var mnTestConfigs = []Config{mn(wgTable["128x256s4tma"]), mn(wgTable["64x256s4tma"])}
+
 // TestCUDATCResources loads every tc configuration's module and reports
 // what the device's compiler made of it: registers, local memory,
 // occupancy. A configuration that does not fit one block on a
@@ -372,7 +401,7 @@ func TestCUDATCResources(t *testing.T) {
 	dir := os.Getenv("MSTAR_MOE_CUBIN_DIR")
 	configs := TCConfigs()
 	if ctx.Props().CCMajor == 9 {
-		configs = append(configs, WGConfigs()...)
+		configs = append(append(configs, WGConfigs()...), mnTestConfigs...)
 	}
 	for _, c := range configs {
 		res, err := k.Module(c)
@@ -418,7 +447,11 @@ func TestCUDATCResources(t *testing.T) {
 			// producer and consumers); local memory there is an edit that
 			// pushed one past it (v27's idle test, v31's first fetch). Some
 			// large tc tiles spill by design at 255 registers.
-			if c.Kernel == "wg" && local > 0 {
+			switch {
+			case c.Kernel == "wg" && local > 0 && c.MC == 2 && !clusterOffered(c, i+1):
+				// Known (clusterOffered says why): the tuner does not offer it.
+				t.Logf("%v %s: %d B of local memory, not offered by the tuner", c, name, local)
+			case c.Kernel == "wg" && local > 0:
 				t.Errorf("%v %s: %d B of local memory in a wg GEMM", c, name, local)
 			}
 		}

@@ -57,14 +57,26 @@ var emuTestConfigs = []Config{
 
 // emuWGTestConfigs are wg configurations built into the emulator besides
 // the named ones: the fewest stages, no grouping, 64-wide n tiles.
-// Their tma=1 twins load the weight tiles through a tensor map, and the
-// mc=1 ones run in clusters of two sharing them.
+// Their tma=1 twins load the weight tiles through a tensor map, the mc=1
+// ones run in clusters of two sharing them, and the mc=2 ones in clusters
+// of two sharing the gathered token rows.
+// emuSATestConfigs are tc configurations whose gemm1 self-aligns (sa=1):
+// 8 and 4 warps, each ov mode, 16- and 32-row tiles.
+var emuSATestConfigs = []Config{selfAligned(ov2(tcTable["16x256k128s3w8"])), selfAligned(ov2(tcTable["16x64k128s3b3"])),
+	selfAligned(ov(tcTable["16x128k64s4b2"])), selfAligned(tcTable["32x128k64s4b2"])}
+
+func selfAligned(c Config) Config {
+	c.SA = 1
+	return c
+}
+
 var emuWGTestConfigs = []Config{wg(1, 64, 3, 1), wg(2, 64, 3, 2), pp(wg(2, 64, 3, 1)),
 	tma(wg(1, 64, 3, 1)), tma(wg(2, 64, 3, 2)), tma(pp(wg(2, 64, 3, 1))),
-	mc(tma(wg(1, 64, 3, 1))), mc(tma(wg(2, 64, 3, 2)))}
+	mc(tma(wg(1, 64, 3, 1))), mc(tma(wg(2, 64, 3, 2))),
+	mn(tma(wg(1, 64, 3, 1))), mn(tma(wg(2, 64, 3, 2)))}
 
 func emuConfigs() []Config {
-	return append(append(append(TCConfigs(), emuTestConfigs...), WGConfigs()...), emuWGTestConfigs...)
+	return append(append(append(append(TCConfigs(), emuTestConfigs...), emuSATestConfigs...), WGConfigs()...), emuWGTestConfigs...)
 }
 
 var errNoCXX = errors.New("no C++ compiler (g++) for the kernel emulator")
@@ -153,6 +165,16 @@ func emuRunStats(t *testing.T, bin string, l *Layer, x []float32, r routing.Rout
 	}
 	if n := lay.bytes[bufCombineCount]; n > 0 {
 		files[bufCombineCount] = make([]byte, n) // NewPlan zeroes it on the device
+	}
+	for _, e := range env {
+		if e == "EMU_ZERO_ALIGN=1" {
+			// The alignment's buffers as fresh device memory often reads
+			// (zeros: expert 0, slot 0) instead of the poison: what a kernel
+			// leaves unwritten there is then read as real rows.
+			for _, b := range []planBuf{bufSorted, bufBlockExpert, bufTotal} {
+				files[b] = make([]byte, max(lay.bytes[b], 16))
+			}
+		}
 	}
 	var script bytes.Buffer
 	for b := bufW1; b < numPlanBufs; b++ {
@@ -302,6 +324,9 @@ func TestEmulatedKernels(t *testing.T) {
 			)
 			continue
 		}
+		if c.SA != 0 {
+			continue // at most 64 slots: the rows below
+		}
 		rows = append(rows,
 			row{name: "tc " + c.tcID() + " early", shape: small, m: 40, c: c, resident: 3, env: early},
 			row{name: "tc " + c.tcID() + " late", shape: long, m: 50, c: c, resident: 2, env: late},
@@ -355,6 +380,20 @@ func TestEmulatedKernels(t *testing.T) {
 		row{name: "skinny fc nt4 ep2", shape: Shape{E: 8, K: 2, H: 128, I: 96}, ep: 2, m: 30, c: Config{Kernel: "skinny", NT: 4, FC: 1}, env: random},
 		row{name: "split tc16+skinny fc", shape: small, m: 9, c: Split(tcTable["16x256k128s3w8ov"], Config{Kernel: "skinny", NT: 1, FC: 1}), resident: 2, env: early},
 		row{name: "multi-block alignment ep2", shape: Shape{E: 16, K: 4, H: 64, I: 32}, ep: 2, m: 2100, c: Config{Kernel: "skinny", NT: 1}, env: random},
+		// The alignment fused into a tc gemm1 (sa=1, at most 64 slots): every
+		// block sorts the slots into shared memory and walks its tiles from
+		// there, block 0 writes gemm2's alignment. 64 slots (the most), one
+		// block walking every tile, dropped slots, two passes, and gemm2 of
+		// another kernel reading block 0's alignment (skinny's grid covers
+		// every possible tile, so block_expert must say -1 past the end) from
+		// buffers that start as zeros.
+		row{name: "tc sa ov2 64 slots", shape: long, m: 32, c: emuSATestConfigs[0], resident: 3, env: random},
+		row{name: "tc sa ov2 4 warps one block walks every tile", shape: long, m: 20, c: emuSATestConfigs[1], resident: 1, env: late},
+		row{name: "tc sa ov dropped slots ep2", shape: Shape{E: 8, K: 2, H: 128, I: 96}, ep: 2, m: 30, c: emuSATestConfigs[2], resident: 2, env: random},
+		row{name: "tc sa 32-row two passes", shape: small, m: 9, c: emuSATestConfigs[3], resident: 2, env: append([]string{"EMU_PASSES=2"}, random...)},
+		row{name: "tc sa one token", shape: small, m: 1, c: emuSATestConfigs[0], resident: 4, env: early},
+		row{name: "split tc sa+skinny zeroed alignment", shape: small, m: 9, c: Split(emuSATestConfigs[0], Config{Kernel: "skinny", NT: 2, FC: 1}), resident: 2, env: append([]string{"EMU_ZERO_ALIGN=1"}, random...)},
+		row{name: "split tc16 sa+tc32", shape: long, m: 20, c: Split(emuSATestConfigs[2], tcTable["32x128k64s3b3ov"]), resident: 2, env: append([]string{"EMU_ZERO_ALIGN=1"}, late...)},
 	)
 	for _, tt := range rows {
 		t.Run(tt.name, func(t *testing.T) {
@@ -403,6 +442,9 @@ func TestEmulatorCatchesBugs(t *testing.T) {
 	wgs := []Config{wgTable["128x256s4"], wgTable["64x128s4"], wgTable["64x256s4pp"]}
 	tmas := []Config{wgTable["128x256s4tma"], wgTable["64x256s4pptma"]}
 	mcs := []Config{wgTable["128x256s4mc"], wgTable["64x256s4mc"]}
+	mns := []Config{mn(tma(wg(2, 64, 3, 2))), mn(tma(wg(1, 64, 3, 1)))}
+	// gemm2 tiles tokens in 16s too (skinny nt=2), so it reads gemm1's alignment.
+	sas := []Config{emuSATestConfigs[0], emuSATestConfigs[3], Split(emuSATestConfigs[2], Config{Kernel: "skinny", NT: 2, FC: 1})}
 	// Two experts of 200 slots: every cluster's two m-tiles are one
 	// expert's, so each weight tile is multicast.
 	s2 := Shape{E: 2, K: 2, H: 384, I: 96}
@@ -422,10 +464,23 @@ func TestEmulatorCatchesBugs(t *testing.T) {
 		// walks 8 or more tiles), so a set is rewritten before its tile's
 		// epilogue reads it.
 		{"tc ov2: two slot sets for loads tiles ahead", "-DEMU_BUG_OV2_TWO_SETS", []string{"EMU_CP=early", "EMU_SCHED=lowest"}, ov2s, &emuData{NewLayer(short, 61), RandomInput(200, short.H, 62), UniformRouting(200, short.E, short.K, 63)}},
+		// tc with one gate and one up n-tile a warp (16×64 tiles of 4
+		// warps): the up fragment loaded from the next gate rows.
+		{"tc: a warp's up rows taken from the gate half", "-DEMU_BUG_TC_GATE_PAIR", []string{"EMU_CP=early", "EMU_SCHED=lowest"},
+			[]Config{tcTable["16x64k128s4b2"], ov2(tcTable["16x64k128s3b3"])}, nil},
 		// wg: a stage reported full one cp.async group early, read at issue.
 		{"wg: producer waits one cp.async group short", "-DEMU_BUG_WAIT_ONE_LESS", []string{"EMU_CP=late", "EMU_WG=early", "EMU_SCHED=random:3"}, wgs, nil},
 		// wg: a stage handed back while its MMAs are in flight, read at retirement.
 		{"wg: consumers retire one wgmma group short", "-DEMU_BUG_WG_WAIT_ONE_LESS", []string{"EMU_CP=early", "EMU_WG=late", "EMU_SCHED=random:5"}, wgs, nil},
+		// wg: the producer's next unit fetched from the unit it is on (each
+		// block walks several units), and the epilogue's slots never loaded
+		// (nothing stored: the poisoned output shows).
+		// (The 128-row producer without TMA fetches each unit as it starts.)
+		{"wg: next unit's slots fetched from the current unit", "-DEMU_BUG_WG_FETCH_SAME", []string{"EMU_CP=early", "EMU_WG=early", "EMU_SCHED=lowest"}, append(append([]Config{}, wgs[1:]...), tmas...), nil},
+		{"wg: epilogue slots not loaded", "-DEMU_BUG_WG_EPILOGUE_STALE", []string{"EMU_CP=early", "EMU_WG=early", "EMU_SCHED=lowest"}, wgs, nil},
+		// wg: the epilogue's quad transpose stopped after its first stage
+		// (lanes store columns of their pair's rows).
+		{"wg: epilogue transpose half done", "-DEMU_BUG_QUAD_ONE_STAGE", []string{"EMU_CP=early", "EMU_WG=early", "EMU_SCHED=lowest"}, wgs, nil},
 		// wg tma=1: the weight bytes not announced on the "full" barrier, so
 		// the stage reads as full before its tile lands.
 		{"wg tma: no expect_tx, tiles land late", "-DEMU_BUG_TMA_NO_EXPECT", []string{"EMU_CP=early", "EMU_WG=early", "EMU_TMA=late", "EMU_SCHED=random:3"}, tmas, nil},
@@ -438,6 +493,18 @@ func TestEmulatorCatchesBugs(t *testing.T) {
 		{"wg mc: multicast to the own block only", "-DEMU_BUG_MC_OWN_ONLY", []string{"EMU_CP=early", "EMU_WG=early", "EMU_SCHED=random:3"}, mcs, shared},
 		{"wg mc: stage handed back to one producer", "-DEMU_BUG_MC_NO_PEER_RELEASE", []string{"EMU_CP=early", "EMU_WG=early", "EMU_SCHED=random:4"}, mcs, shared},
 		{"wg mc: weight tile shared across experts", "-DEMU_BUG_MC_SHARE_ALWAYS", []string{"EMU_CP=early", "EMU_WG=early", "EMU_SCHED=lowest"}, mcs, nil},
+		// wg mc=2: the half never sent to the peer (its stage never fills),
+		// the "full" barrier not told of the peer's half (the stage reads as
+		// full before it lands), and the half sent before this block's
+		// copies of it have landed (the peer gets stale rows).
+		{"wg mc=2: half not forwarded", "-DEMU_BUG_MN_NO_FORWARD", []string{"EMU_CP=early", "EMU_WG=early", "EMU_SCHED=random:3"}, mns, nil},
+		{"wg mc=2: peer's half not expected", "-DEMU_BUG_MN_NO_EXPECT", []string{"EMU_CP=early", "EMU_WG=early", "EMU_TMA=late", "EMU_SCHED=random:5"}, mns, nil},
+		{"wg mc=2: half sent before it landed", "-DEMU_BUG_MN_NO_GATHER_WAIT", []string{"EMU_CP=late", "EMU_WG=early", "EMU_TMA=early", "EMU_SCHED=random:7"}, mns, nil},
+		// tc sa=1: padding rows never set to the pad slot (they keep what
+		// shared memory held: zeros, slot 0); block 0 not writing gemm2's
+		// alignment (the buffers start as zeros, as fresh device memory).
+		{"tc sa: padding rows not padded", "-DEMU_BUG_TC_SA_NO_PAD", []string{"EMU_CP=early", "EMU_SCHED=lowest"}, sas, &emuData{NewLayer(short, 71), RandomInput(9, short.H, 72), UniformRouting(9, short.E, short.K, 73)}},
+		{"tc sa: no alignment for gemm2", "-DEMU_BUG_TC_SA_NO_HANDOFF", []string{"EMU_CP=early", "EMU_SCHED=random:3", "EMU_ZERO_ALIGN=1"}, sas, &emuData{NewLayer(short, 71), RandomInput(9, short.H, 72), UniformRouting(9, short.E, short.K, 73)}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -587,13 +654,25 @@ func TestPlanLayoutFused(t *testing.T) {
 		{Config{Kernel: "skinny", NT: 1, SA: 1}, "moe_gemm1_skinny_nt1_w4_sa moe_gemm2_skinny_nt1_w4 moe_combine"},
 		{Config{Kernel: "skinny", NT: 1, FC: 1}, "moe_align moe_gemm1_skinny_nt1_w4 moe_gemm2_skinny_nt1_w4_fc"},
 		{Split(Config{Kernel: "skinny", NT: 1, SA: 1}, tcTable["32x128k64s3b3"]), "moe_align moe_gemm1_skinny_nt1_w4_sa moe_gemm2_tc_32_128_64_1_4_3_8_3 moe_combine"},
+		{selfAligned(tcTable["16x128k64s4b2ov2"]), "moe_gemm1_tc_16_128_64_1_4_4_8_2_ov2_sa moe_gemm2_tc_16_128_64_1_4_4_8_2_ov2_sa moe_combine"},
+		{Split(selfAligned(tcTable["16x128k64s4b2ov2"]), tcTable["32x128k64s3b3"]), "moe_align moe_gemm1_tc_16_128_64_1_4_4_8_2_ov2_sa moe_gemm2_tc_32_128_64_1_4_3_8_3 moe_combine"},
 	} {
 		if got := names(newPlanLayout(s, 20, tt.c, [2]int{132, 132})); got != tt.want {
 			t.Errorf("%v: launches %s, want %s", tt.c, got, tt.want)
 		}
 	}
-	if err := CheckConfigShape(Config{Kernel: "skinny", NT: 1, SA: 1}, s, 33); err == nil {
-		t.Errorf("a self-aligning gemm1 over 66 slots was accepted")
+	for _, c := range []Config{{Kernel: "skinny", NT: 1, SA: 1}, selfAligned(tcTable["16x256k128s3w8"])} {
+		if err := CheckConfigShape(c, s, 33); err == nil {
+			t.Errorf("%v: a self-aligning gemm1 over 66 slots was accepted", c)
+		}
+		if err := CheckConfigShape(c, s, 32); err != nil {
+			t.Errorf("%v over 64 slots: %v", c, err)
+		}
+	}
+	// The tc gemm1 gets the routing as its last argument, as skinny's does.
+	l := newPlanLayout(s, 20, selfAligned(tcTable["16x128k64s4b2ov2"]), [2]int{132, 132})
+	if args := l.launches[0].args; args[len(args)-1] != bufIDs {
+		t.Errorf("self-aligning tc gemm1's arguments %v: want ids last", args)
 	}
 }
 

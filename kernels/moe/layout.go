@@ -43,9 +43,13 @@ type launchSpec struct {
 	args        []any
 	// programmatic: launched with programmatic dependent launch (Config.PL).
 	programmatic bool
-	// cluster: blocks per cluster (2 for mc=1: the kernel declares it with
+	// cluster: blocks per cluster (2 for mc=1 and mc=2: the kernel declares it with
 	// __cluster_dims__, so the launch needs no attribute); 0 for none.
 	cluster int
+	// windowed: the launch keeps buffer window in L2 through an access
+	// policy window (l2=4: the GEMM's gathered rows, x or act).
+	windowed bool
+	window   planBuf
 }
 
 // tensorMapArg is a kernel argument passed by value: the tensor map of a
@@ -114,7 +118,7 @@ func newPlanLayout(s Shape, m int, c Config, resident [2]int) planLayout {
 		sorted2, blockExpert2, total2 = bufSorted2, bufBlockExpert2, bufTotal2
 		l.launches = append(l.launches, alignLaunches(s, l.slots, groups, c2.Block(), l.maxRows2, sorted2, blockExpert2, total2)...)
 	}
-	gemm2 := launchSpec{kernel: g2, gemm: 2, grid: grid2, block: cuda.Dim3{X: c2.Threads(2)}, smem: c2.SharedBytes(), programmatic: c2.PL != 0, cluster: 2 * c2.MC,
+	gemm2 := launchSpec{kernel: g2, gemm: 2, grid: grid2, block: cuda.Dim3{X: c2.Threads(2)}, smem: c2.SharedBytes(), programmatic: c2.PL != 0, cluster: clusterOf(c2),
 		args: []any{bufW2, bufAct, bufY, bufWts, sorted2, blockExpert2, total2, int32(s.H), int32(s.I), topk, pad}}
 	if c2.fusedCombine() {
 		gemm2.args = append(gemm2.args, bufIDs, bufOut, bufCombineCount, int32(m))
@@ -128,7 +132,7 @@ func newPlanLayout(s Shape, m int, c Config, resident [2]int) planLayout {
 		}
 		gemm2.args = append(gemm2.args, tensorMapArg{buf: bufW2, inner: int64(s.I), rows: int64(s.E) * int64(s.H), boxInner: 64, boxRows: box})
 	}
-	gemm1 := launchSpec{kernel: g1, gemm: 1, grid: grid1, block: cuda.Dim3{X: c1.Threads(1)}, smem: c1.SharedBytes(), programmatic: c1.PL != 0, cluster: 2 * c1.MC,
+	gemm1 := launchSpec{kernel: g1, gemm: 1, grid: grid1, block: cuda.Dim3{X: c1.Threads(1)}, smem: c1.SharedBytes(), programmatic: c1.PL != 0, cluster: clusterOf(c1),
 		args: []any{bufW1, bufX, bufAct, bufWts, bufSorted, bufBlockExpert, bufTotal, int32(s.I), int32(s.H), topk, pad}}
 	if c1.selfAligns() {
 		gemm1.args = append(gemm1.args, bufIDs)
@@ -136,6 +140,14 @@ func newPlanLayout(s Shape, m int, c Config, resident [2]int) planLayout {
 	if c1.Kernel == "wg" && c1.TMA != 0 {
 		// gemm1 loads its gate and up halves as two boxes of BN/2 rows.
 		gemm1.args = append(gemm1.args, tensorMapArg{buf: bufW1, inner: int64(s.H), rows: int64(s.E) * 2 * int64(s.I), boxInner: 64, boxRows: c1.BN / 2})
+	}
+	// l2=4: each GEMM's gathered rows in a persisting L2 window (each token
+	// row is read again by its topk experts' tiles, far apart in time).
+	if c1.Kernel == "wg" && c1.L2&4 != 0 {
+		gemm1.windowed, gemm1.window = true, bufX
+	}
+	if c2.Kernel == "wg" && c2.L2&4 != 0 {
+		gemm2.windowed, gemm2.window = true, bufAct
 	}
 	l.launches = append(l.launches, gemm1, gemm2)
 	if !c2.fusedCombine() {
@@ -146,7 +158,7 @@ func newPlanLayout(s Shape, m int, c Config, resident [2]int) planLayout {
 }
 
 // selfAligns says whether gemm1 with this configuration also aligns.
-func (c Config) selfAligns() bool { return c.Kernel == "skinny" && c.SA != 0 }
+func (c Config) selfAligns() bool { return (c.Kernel == "skinny" || c.Kernel == "tc") && c.SA != 0 }
 
 // fusedCombine says whether gemm2 with this configuration also combines.
 func (c Config) fusedCombine() bool { return c.Kernel == "skinny" && c.FC != 0 }
@@ -224,4 +236,25 @@ func (b planBuf) String() string {
 		return names[b]
 	}
 	return fmt.Sprintf("buf%d", int(b))
+}
+
+// windowBytes is the largest buffer a launch keeps in an L2 window (l2=4);
+// 0 when none does.
+func (l planLayout) windowBytes() int64 {
+	var most int64
+	for _, s := range l.launches {
+		if s.windowed {
+			most = max(most, l.bytes[s.window])
+		}
+	}
+	return most
+}
+
+// clusterOf is the blocks per cluster of a GEMM's kernel: 2 with mc=1 or
+// mc=2, else 0 (none).
+func clusterOf(c Config) int {
+	if c.MC != 0 {
+		return 2
+	}
+	return 0
 }

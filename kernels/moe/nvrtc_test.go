@@ -34,7 +34,7 @@ func TestNVRTCCompilesEveryConfig(t *testing.T) {
 		defines []string
 	}
 	mods := []module{{name: "base"}}
-	for _, c := range TCConfigs() {
+	for _, c := range append(TCConfigs(), emuSATestConfigs...) {
 		mods = append(mods, module{name: c.String(), defines: c.Defines()})
 	}
 	for _, arch := range []string{"compute_80", "sm_90"} {

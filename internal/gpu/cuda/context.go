@@ -30,6 +30,9 @@ type Props struct {
 	DriverAPI         string // "13.0"
 	MaxThreadsPerSM   int
 	MaxSharedPerBlock int
+	// The persisting L2 set-aside's largest size and an access policy
+	// window's largest span, in bytes (0 where the device has none).
+	MaxPersistingL2, MaxPolicyWindow int64
 }
 
 // Arch is the NVRTC architecture for the device: the architecture-specific
@@ -115,6 +118,8 @@ func (c *Context) readProps(ordinal int) (Props, error) {
 	p.MaxThreadsPerBlk = attr(AttrMaxThreadsPerBlock)
 	p.MaxThreadsPerSM = attr(AttrMaxThreadsPerSM)
 	p.AsyncEngines = attr(AttrAsyncEngineCount)
+	p.MaxPersistingL2 = int64(attr(AttrMaxPersistingL2))
+	p.MaxPolicyWindow = int64(attr(AttrMaxAccessPolicyWindow))
 	p.PCIBusID = fmt.Sprintf("%04x:%02x:%02x.0", attr(AttrPCIDomainID), attr(AttrPCIBusID), attr(AttrPCIDeviceID))
 	var total uint64
 	if err := checkf(drv.cuDeviceTotalMem(&total, c.dev), "cuDeviceTotalMem(%d)", ordinal); err != nil {

@@ -66,6 +66,8 @@ const (
 	AttrComputeCapabilityMajr = 75
 	AttrComputeCapabilityMinr = 76
 	AttrMaxSharedPerBlockOptn = 97
+	AttrMaxPersistingL2       = 108
+	AttrMaxAccessPolicyWindow = 109
 )
 
 // Flags.
@@ -172,6 +174,10 @@ type driverAPI struct {
 	cuStreamWaitValue32  func(s uintptr, addr uint64, v uint32, flags uint32) Result
 	cuStreamWriteValue32 func(s uintptr, addr uint64, v uint32, flags uint32) Result
 
+	// The persisting L2 set-aside (optional: CUDA 11.0+ drivers).
+	cuCtxSetLimit               func(limit int32, v uint64) Result
+	cuCtxResetPersistingL2Cache func() Result
+
 	// Launch with attributes (optional: CUDA 12.0+ drivers).
 	cuLaunchKernelEx func(cfg *launchConfig, f uintptr, params unsafe.Pointer, extra unsafe.Pointer) Result
 
@@ -255,6 +261,7 @@ func loadDriver() error {
 		}
 		streamMemOps = b.try(&d.cuStreamWaitValue32, "cuStreamWaitValue32_v2") && b.try(&d.cuStreamWriteValue32, "cuStreamWriteValue32_v2")
 		launchEx = b.try(&d.cuLaunchKernelEx, "cuLaunchKernelEx")
+		persistingL2 = b.try(&d.cuCtxSetLimit, "cuCtxSetLimit") && b.try(&d.cuCtxResetPersistingL2Cache, "cuCtxResetPersistingL2Cache")
 		tensorMaps = b.try(&d.cuTensorMapEncodeTiled, "cuTensorMapEncodeTiled")
 		if err := b.err(); err != nil {
 			driverErr = fmt.Errorf("CUDA driver %s: %w", driverLib.comp.Path, err)

@@ -120,12 +120,26 @@ func (d Dim3) dims() (x, y, z uint32) {
 // by-value struct laid out by the caller. Go's int is refused: its C width
 // is ambiguous.
 func (f *Function) Launch(s *Stream, grid, block Dim3, dynSmem int, args ...any) error {
-	return f.launch(s, grid, block, dynSmem, false, args)
+	return f.launch(s, grid, block, dynSmem, LaunchOptions{}, args)
 }
 
-// launch is Launch, through cuLaunchKernelEx with programmatic stream
-// serialization when programmatic is set (LaunchProgrammatic).
-func (f *Function) launch(s *Stream, grid, block Dim3, dynSmem int, programmatic bool, args []any) error {
+// LaunchWith is Launch with attributes: programmatic dependent launch (as
+// LaunchProgrammatic: only where the context has it) and an L2 access policy
+// window (an error where the context has none: PersistingL2).
+func (f *Function) LaunchWith(s *Stream, grid, block Dim3, dynSmem int, o LaunchOptions, args ...any) error {
+	o.Programmatic = o.Programmatic && f.c.ProgrammaticLaunch()
+	if o.Window != nil && !f.c.PersistingL2() {
+		return fmt.Errorf("launching %s with an L2 access policy window: %s has none", f.name, f.c.props.Name)
+	}
+	return f.launch(s, grid, block, dynSmem, o, args)
+}
+
+// launch is Launch, through cuLaunchKernelEx when o has attributes.
+func (f *Function) launch(s *Stream, grid, block Dim3, dynSmem int, o LaunchOptions, args []any) error {
+	attrs, err := o.attrs()
+	if err != nil {
+		return fmt.Errorf("launching %s: %w", f.name, err)
+	}
 	params, pin, err := marshalParams(args)
 	if err != nil {
 		return fmt.Errorf("launching %s: %w", f.name, err)
@@ -139,13 +153,17 @@ func (f *Function) launch(s *Stream, grid, block Dim3, dynSmem int, programmatic
 	}
 	call, mode := "cuLaunchKernel", ""
 	launch := func() Result { return drv.cuLaunchKernel(f.h, gx, gy, gz, bx, by, bz, uint32(dynSmem), s.h, pp, nil) }
-	if programmatic {
-		attr := &launchAttr{id: attrProgrammaticStreamSerialization}
-		attr.val[0] = 1 // programmaticStreamSerializationAllowed (int, little-endian)
-		pin.Pin(attr)   // cfg holds this Go pointer and goes to C
+	if len(attrs) > 0 {
+		pin.Pin(&attrs[0]) // cfg holds this Go pointer and goes to C
 		cfg := &launchConfig{gridX: gx, gridY: gy, gridZ: gz, blockX: bx, blockY: by, blockZ: bz,
-			sharedMemBytes: uint32(dynSmem), stream: s.h, attrs: attr, numAttrs: 1}
-		call, mode = "cuLaunchKernelEx", ", programmatic"
+			sharedMemBytes: uint32(dynSmem), stream: s.h, attrs: &attrs[0], numAttrs: uint32(len(attrs))}
+		call = "cuLaunchKernelEx"
+		if o.Programmatic {
+			mode += ", programmatic"
+		}
+		if o.Window != nil {
+			mode += fmt.Sprintf(", L2 window %d bytes at ratio %g", o.Window.Bytes, o.Window.HitRatio)
+		}
 		launch = func() Result { return drv.cuLaunchKernelEx(cfg, f.h, pp, nil) }
 	}
 	err = f.c.Do(func() error {

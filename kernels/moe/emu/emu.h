@@ -406,6 +406,24 @@ inline int __shfl_up_sync(unsigned, int v, int delta) {
     return lane >= delta ? (int)w.in[p][lane - delta][0] : v;
 }
 
+inline int __all_sync(unsigned, int pred) {
+    emu::Warp& w = emu::warps[emu::cur->warp];
+    const int lane = emu::cur->lane, p = emu::parity();
+    w.in[p][lane][0] = pred != 0;
+    emu::warp_sync();
+    for (int l = 0; l < 32; ++l)
+        if (!w.in[p][l][0]) return 0;
+    return 1;
+}
+
+inline u32 __shfl_xor_sync(unsigned, u32 v, int mask) {
+    emu::Warp& w = emu::warps[emu::cur->warp];
+    const int lane = emu::cur->lane, p = emu::parity();
+    w.in[p][lane][0] = v;
+    emu::warp_sync();
+    return w.in[p][lane ^ mask][0];
+}
+
 // Round to nearest even, NaN kept quiet: what cvt.rn.bf16x2.f32 does.
 inline u32 emu_f2bf(float v) {
     u32 b;
@@ -539,7 +557,7 @@ struct Reg {
              *(int*)a[10], *(const TmaDesc*)a[11]);                                                             \
     });
 
-// The self-aligning gemm1: the GEMM arguments, then ids.
+// The self-aligning gemm1 (skinny or tc): the GEMM arguments, then ids.
 #define MOE_EMU_GEMM_SA(NAME)                                                                                   \
     static emu::Reg emu_reg_##NAME(#NAME, [](void** a) {                                                         \
         NAME(*(const bf16_t**)a[0], *(const bf16_t**)a[1], *(bf16_t**)a[2], *(const float**)a[3],                \
@@ -561,11 +579,18 @@ typedef unsigned long long u64;
 
 namespace emu {
 struct TmaCopy;
+// A shared-to-cluster bulk copy (mc=2), landing like a tensor copy.
+struct BulkCopy {
+    char* dst;
+    const char* src;
+    int bytes;
+};
 struct Mbar {
     int expected = 0, pending = 0;
     unsigned phase = 0;  // completed phases
     long long tx = 0;    // transaction bytes expected and not yet landed
     std::vector<TmaCopy> inflight;  // EMU_TMA=late: copies that land when the arrivals are in
+    std::vector<BulkCopy> bulk;     // the same for bulk copies (read from the source as they land)
 };
 struct WGOp {
     u64 da, db;
@@ -726,6 +751,11 @@ inline void mbar_complete(Mbar& m) {
             m.tx -= 2LL * c.d.box_inner * c.d.box_rows;
         }
         m.inflight.clear();
+        for (const BulkCopy& c : m.bulk) {
+            std::memcpy(c.dst, c.src, c.bytes);
+            m.tx -= c.bytes;
+        }
+        m.bulk.clear();
     }
     if (m.tx < 0) fail("mbarrier: more bytes landed than expect_tx announced%s");
     if (m.tx != 0) return;  // announced bytes never issued: the waiters deadlock
@@ -785,6 +815,25 @@ inline void tma_load_2d_mc(saddr_t dst, const TmaDesc* d, int x, int y, saddr_t 
         if (mask & (1u << r)) tma_load_2d(mapa(dst, r), d, x, y, mapa(bar, r));
 }
 inline void cluster_sync_all() { emu::cluster_sync(); }
+// bulk_s2s: bytes of this block's shared memory at src to a peer's at dst,
+// counted on the peer's barrier bar (EMU_TMA=late: when its arrivals are in).
+inline void bulk_s2s(saddr_t dst, saddr_t src, u32 bytes, saddr_t bar) {
+    if (!emu::in_smem(src, bytes)) emu::fail("bulk copy source outside this block's shared memory%s");
+    const int r = emu::owner(dst, bytes);
+    if (r < 0 || r == emu::cur->cta) emu::fail("bulk copy destination not in a peer block's shared memory%s");
+    if (bytes % 16 != 0 || ((uintptr_t)(src - emu::dyn_smem) & 15) != 0 || ((size_t)(dst - emu::ctas[r].smem) & 15) != 0)
+        emu::fail("bulk copy not in 16-byte units%s");
+    emu::Mbar& m = emu::mbar_at(bar);
+    if (emu::owner(bar, 8) != r) emu::fail("bulk copy counted on a barrier of another block than its destination's%s");
+    if (emu::tma_late) {
+        m.bulk.push_back(emu::BulkCopy{dst, src, (int)bytes});
+        emu::mbar_complete(m);
+        return;
+    }
+    std::memcpy(dst, src, bytes);
+    m.tx -= bytes;
+    emu::mbar_complete(m);
+}
 #define __cluster_dims__(...)
 inline void mbar_init(saddr_t bar, int count) {
     if (((uintptr_t)(bar - emu::dyn_smem) & 7) != 0 || !emu::in_smem(bar, 8)) emu::fail("mbarrier.init outside shared memory%s");

@@ -1,109 +1,123 @@
 #!/usr/bin/env bash
-# call-wg.sh — on the GPU machine: the wg epilogue patches over v29 compiled
-# for sm_90a, checked, and timed against v29 in the same wg configurations.
-# v31 (wg-prefetch.patch): the wg producer fetches the next unit's expert and
-# slots a whole unit ahead, and the consumers load the epilogue's slots and
-# gemm2's routing weights while the tile's MMAs run. v32 (wg-vstore.patch,
-# over v31): the epilogue stores 16 bytes a lane after a 4×4 transpose across
-# each quad, not 4. B (default 32) names the build timed against v29.
-#
-# Here, before the call (from the repository root):
-#   rm -rf /tmp/vwg && git worktree add -f /tmp/vwg HEAD &&
-#   (cd /tmp/vwg && for p in tc-prefetch tc-narrow tc-self-align; do git apply kernels/moe/next/$p.patch || exit; done &&
-#    go build -buildvcs=auto -ldflags='-s -w' -o "$OLDPWD/bin/mstar-v29" ./cmd/mstar &&
-#    git apply kernels/moe/next/wg-prefetch.patch && git apply kernels/moe/next/wg-vstore.patch &&
-#    go build -buildvcs=auto -ldflags='-s -w' -o "$OLDPWD/bin/mstar-v32" ./cmd/mstar &&
-#    go test -c -ldflags='-s -w' -o "$OLDPWD/bin/moe-v32.test" ./kernels/moe)
-#   mkdir -p .dev && tar cJf .dev/bins-wg.tar.xz bin/mstar-v29 bin/mstar-v32 bin/moe-v32.test
-# (.dev and the checkout must stay under 64 MiB together: one mstar more does not fit.)
-# There (carry .dev):
-#   OUT=$OUT bash kernels/moe/next/call-wg.sh tests ab
+# call-wg.sh — on the GPU machine: the wg (wgmma) GEMMs of build V checked
+# and timed: every module's registers and local memory on sm_90a, the SASS
+# of the mc=2 GEMMs (where they touch local memory), the mc=2 and l2=4
+# forward rows, and each GEMM alone with and without the L2 window and the
+# clusters. Build V here with next/build.sh (bin/mstar-v$V, bin/moe-v$V.test
+# in .dev/bins$V.tar.xz; carry .dev), then there:
+#   V=35 OUT=$OUT bash kernels/moe/next/call-wg.sh tests stages ncu
+# History: as call-v33.sh it measured v33 on an H100 (reports/measured/
+# h100/moe-v33/) and v34's tests on the H200 (h200/moe-v34/call1: every mc=2
+# and l2 row passes; the cooperative mc=2 gemm1 has 8 B of local memory,
+# its producer's unit count spilled under setmaxnreg 40, so the tuner does
+# not offer it: moe.clusterOffered).
 # Steps:
-#   tests  every tc and wg module compiled for the device (sm_90a) with its
-#          registers and local memory (TestCUDATCResources: local memory in a
-#          wg GEMM fails) and vB's wg forward rows on poisoned outputs
-#          (TestCUDAForward/…wg…)
-#   ab     v29 (A) against vB, one wg configuration per cell (the H100's
-#          tuned picks; CELLS replaces them), fresh processes alternated, 2 a
-#          side, through scripts/ab-builds.sh (report diff of the merged sides)
-#   stages each kernel timed alone (bench moe --stages) with v29 and vB,
-#          qwen3-30b-a3b and deepseek-v3 tp8 at M=1024 and 4096
-# Returns $OUT/wg-<time>.tgz. If vB wins, land it with
-# `V=32 kernels/moe/next/call-land-v29.sh tests tune` (with its bins32.tar.xz).
+#   tests  every tc and wg module (mc=2 too) compiled for the device with
+#          its registers and local memory, and the SASS of mc=2's GEMMs;
+#          then the mc=2 forward rows, then the l2=4 ones, each in its own
+#          process (a trap is sticky)
+#   stages bench moe --stages of deepseek-v3 tp8 and qwen3-30b-a3b at
+#          M=1024 and 4096, cooperative tma with l2=0 and 4, deepseek's
+#          mc=1 with l2=0 and 4, and both with mc=2 (l2=0); fresh processes,
+#          the configurations in turn, twice (REPS), then a table of each
+#          pass and GEMM (l2-table.txt); L2S, L2MC and L2MN replace the
+#          lists of l2 values
+#   ncu    DRAM and L2 bytes of deepseek-v3 tp8 M=4096's GEMMs with l2=0
+#          and 4 (L2NCU replaces them)
+# Returns $OUT/v$V-<time>.tgz.
 set -u
 . scripts/lib.sh # ceilings
 R=${OUT:?set OUT}
-B=${B:-32}
-[ $# -gt 0 ] || { echo "usage: $0 tests|ab ..." >&2; exit 2; }
-X=/tmp/wg-$(date +%H%M%S)
-mkdir -p "$X"
+[ $# -gt 0 ] || { echo "usage: $0 tests|stages|ncu ..." >&2; exit 2; }
+V=${V:?set V: the build (next/build.sh V)}
+X=/tmp/v$V-$(date +%H%M%S)
+mkdir -p "$X" "$X/cubin"
 DEADLINE=${DEADLINE:-540}
+REPS=${REPS:-2}
 nvidia-smi --query-gpu=name,uuid,driver_version,clocks.sm,clocks.mem,power.draw,power.limit,temperature.gpu \
 	--format=csv >"$X/gpu.txt" 2>&1
-[ -x bin/mstar-v$B ] || tar xJf .dev/bins-wg.tar.xz || { echo "no .dev/bins-wg.tar.xz: build it here first (header)" >&2; exit 2; }
+[ -x bin/mstar-v$V ] || tar xJf .dev/bins$V.tar.xz || { echo "no .dev/bins$V.tar.xz: build it here first: kernels/moe/next/build.sh $V" >&2; exit 2; }
+COOP="wg:nc=2,bn=256,stages=4,gm=8,tma=1"
 
 tests() {
-	(cd kernels/moe && timeout 240 ../../bin/moe-v$B.test -test.run 'TestCUDATCResources|TestCUDAForward/.*wg' -test.v) \
-		>"$X/tests.log" 2>&1
-	echo "tests: exit $? [$SECONDS s]" | tee -a "$X/summary.txt"
-	grep -E "^(--- FAIL|FAIL|panic|ok)" "$X/tests.log" | head -20 | tee -a "$X/summary.txt"
-	grep -E "wg:.*registers" "$X/tests.log" | sed 's/^ *//' | sort -u >"$X/registers.txt"
-}
-
-ab() {
-	ceilings bin/mstar-v$B "$X"
-	# name | bench flags | batches | configuration (cooperative unless pp=1);
-	# CELLS (the same form, ";"-separated) replaces them.
-	local cells=(
-		"q30|--model qwen3-30b-a3b|1024,4096|wg:nc=2,bn=256,stages=4,gm=8,tma=1"
-		"ds|--model deepseek-v3 --tp 8|1024,4096|wg:nc=2,bn=256,stages=4,gm=8,tma=1"
-		"q30pp|--model qwen3-30b-a3b|2048|wg:nc=2,bn=256,stages=4,gm=8,pp=1,tma=1"
-		"q235|--model qwen3-235b-a22b|1024|wg:nc=2,bn=256,stages=3,gm=8,tma=1"
-		"mx|--model mixtral-8x7b|4096|wg:nc=2,bn=256,stages=4,gm=8,tma=1,mc=1"
-	)
-	[ -n "${CELLS:-}" ] && IFS=";" read -r -a cells <<<"$CELLS"
-	for cell in "${cells[@]}"; do
-		IFS="|" read -r n args b cfg <<<"$cell"
-		left=$((DEADLINE - SECONDS))
-		[ $left -le 60 ] && { echo "ab $n: SKIPPED (deadline)" | tee -a "$X/summary.txt"; continue; }
-		# shellcheck disable=SC2086 # $args is the shape's flags
-		timeout -s INT -k 10 "$left" scripts/ab-builds.sh -n 2 -o "$X/ab-$n" -a bin/mstar-v29 -b bin/mstar-v$B -- \
-			bench moe $args --batch "$b" --config "$cfg" --rounds 1 --device cuda:0 --ceilings "$X/ceilings.json" >/dev/null 2>&1
-		echo "ab $n: exit $? [$SECONDS s]" | tee -a "$X/summary.txt"
-		grep -E "batch=|geomean" "$X/ab-$n/diff.txt" 2>/dev/null | tee -a "$X/summary.txt"
-		gzip -f "$X/ab-$n"/*.json 2>/dev/null
+	local i=0
+	for run in 'TestCUDATCResources' 'TestCUDAForward/.*mc=2' 'TestCUDAForward/.*l2='; do
+		i=$((i + 1))
+		# TCResources also writes every module's image (MSTAR_MOE_CUBIN_DIR).
+		(cd kernels/moe && MSTAR_MOE_CUBIN_DIR="$X/cubin" timeout 200 ../../bin/moe-v$V.test -test.run "$run" -test.v) >"$X/tests-$i.log" 2>&1
+		echo "tests $run: exit $? [$SECONDS s]" | tee -a "$X/summary.txt"
+		grep -E "^(--- FAIL|FAIL|panic|ok)|^    --- (PASS|FAIL)|ILLEGAL" "$X/tests-$i.log" | head -12 | tee -a "$X/summary.txt"
 	done
+	grep -hE "wg:.*registers" "$X"/tests-*.log | sed 's/^ *//' | sort -u >"$X/registers.txt"
+	# mc=2's SASS, and where it touches local memory (STL/LDL), with the
+	# instructions before each: which warpgroup spills, and what.
+	local f
+	for f in "$X"/cubin/*mc2*.cubin; do
+		[ -f "$f" ] || continue
+		cuobjdump -sass "$f" >"$X/sass-$(basename "$f" .cubin).txt" 2>&1 &&
+			grep -n -B12 -E "STL|LDL" "$X/sass-$(basename "$f" .cubin).txt" | head -200 >"$X/local-$(basename "$f" .cubin).txt"
+	done
+	gzip -f "$X"/sass-*.txt 2>/dev/null
+	rm -rf "$X/cubin"
 }
 
-# Each kernel timed alone (bench moe --stages), v29 then vB, one process
-# each, in the cooperative tma configuration: where a pass's gain sits.
 stages() {
-	local cfg="wg:nc=2,bn=256,stages=4,gm=8,tma=1"
-	for cell in "q30|--model qwen3-30b-a3b" "ds|--model deepseek-v3 --tp 8"; do
-		IFS="|" read -r n args <<<"$cell"
-		for v in 29 "$B"; do
-			[ $SECONDS -gt $((DEADLINE - 40)) ] && { echo "stages: stopped at the deadline" | tee -a "$X/summary.txt"; return; }
+	ceilings bin/mstar-v$V "$X"
+	local runs=()
+	for l2 in ${L2S:-0 4}; do
+		runs+=("ds|--model deepseek-v3 --tp 8|$COOP,l2=$l2" "q30|--model qwen3-30b-a3b|$COOP,l2=$l2")
+	done
+	for l2 in ${L2MC:-0 4}; do runs+=("dsmc|--model deepseek-v3 --tp 8|$COOP,mc=1,l2=$l2"); done
+	for l2 in ${L2MN:-0}; do
+		runs+=("dsmn|--model deepseek-v3 --tp 8|$COOP,mc=2,l2=$l2" "q30mn|--model qwen3-30b-a3b|$COOP,mc=2,l2=$l2")
+	done
+	for rep in $(seq "$REPS"); do
+		for r in "${runs[@]}"; do
+			IFS="|" read -r n args cfg <<<"$r"
+			[ $SECONDS -gt $((DEADLINE - 20)) ] && { echo "stages: stopped at the deadline" | tee -a "$X/summary.txt"; break 2; }
+			local f="$X/st-$n-l2${cfg##*l2=}-$rep"
 			# shellcheck disable=SC2086 # $args is the shape's flags
-			timeout 90 bin/mstar-v$v bench moe $args --batch 1024,4096 --config "$cfg" --stages --rounds 1 \
-				--device cuda:0 --ceilings "$X/ceilings.json" --out "$X/stages-$n-v$v.json" >"$X/stages-$n-v$v.txt" 2>&1
-			echo "stages $n v$v: exit $? [$SECONDS s]" | tee -a "$X/summary.txt"
+			timeout 90 bin/mstar-v$V bench moe $args --batch 1024,4096 --config "$cfg" --stages --rounds 1 \
+				--device cuda:0 --ceilings "$X/ceilings.json" --out "$f.json" >"$f.txt" 2>&1
+			echo "stages $n l2=${cfg##*l2=} rep $rep: exit $? [$SECONDS s]" >>"$X/summary.txt"
 		done
 	done
-	gzip -f "$X"/stages-*.json 2>/dev/null
+	gzip -f "$X"/st-*.json 2>/dev/null
+	# One row per run and batch: the pass, then gemm1 and gemm2 alone (µs).
+	for f in "$X"/st-*.txt; do
+		awk -v run="$(basename "$f" .txt)" '
+			/^ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9.]+ / { pass[$1] = $4 }
+			/^# M=[0-9]+ stages/ { m = substr($2, 3) }
+			/^ +gemm1 / { g1[m] = $2 } /^ +gemm2 / { g2[m] = $2 }
+			END { for (b in pass) printf "%-16s M=%-5s pass %8s  gemm1 %8s  gemm2 %8s\n", run, b, pass[b], g1[b], g2[b] }' "$f"
+	done | sort >"$X/l2-table.txt"
+	cat "$X/l2-table.txt"
+}
+
+ncu_step() {
+	command -v ncu >/dev/null || { echo "ncu: not on PATH" | tee -a "$X/summary.txt"; return; }
+	ceilings bin/mstar-v$V "$X"
+	mkdir -p "$X/ncu"
+	local metrics=dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum,lts__t_sectors_srcunit_tex_op_read.sum,lts__t_sectors_srcunit_tex_op_read_lookup_hit.sum,lts__t_sector_hit_rate.pct
+	for l2 in ${L2NCU:-0 4}; do
+		[ $SECONDS -gt $((DEADLINE - 25)) ] && { echo "ncu: stopped at the deadline" | tee -a "$X/summary.txt"; return; }
+		timeout 90 ncu --clock-control none -k regex:moe_gemm --launch-count 2 --metrics "$metrics" --csv \
+			bin/mstar-v$V bench moe --model deepseek-v3 --tp 8 --batch 4096 --config "$COOP,l2=$l2" --rounds 1 \
+			--device cuda:0 --ceilings "$X/ceilings.json" >"$X/ncu/ds-l2$l2.csv" 2>"$X/ncu/ds-l2$l2.log"
+		echo "ncu ds l2=$l2: exit $? [$SECONDS s]" | tee -a "$X/summary.txt"
+		grep -E "dram__bytes_read.sum|gpu__time_duration" "$X/ncu/ds-l2$l2.csv" | awk -F'","' '{print $5, $(NF-2), $(NF-1), $NF}' | tee -a "$X/summary.txt"
+	done
 }
 
 for s in "$@"; do
 	case $s in
 	tests) tests ;;
-	ab) ab ;;
-	stages)
-		ceilings bin/mstar-v$B "$X"
-		stages
-		;;
-	*) echo "$0: unknown step $s (tests, ab, stages)" >&2 ;;
+	stages) stages ;;
+	ncu) ncu_step ;;
+	*) echo "$0: unknown step $s (tests, stages, ncu)" >&2 ;;
 	esac
 done
-gzip -f "$X/tests.log" 2>/dev/null
+gzip -f "$X"/tests-*.log 2>/dev/null
 tar czf "$R/$(basename "$X").tgz" -C /tmp "$(basename "$X")"
 cat "$X/summary.txt"
 exit 0
