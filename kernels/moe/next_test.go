@@ -12,9 +12,8 @@ import (
 )
 
 // nextPatches are kernels/moe/next's patches in the order they apply
-// (the order to give next/build.sh). v34's six landed in the eighteenth
-// session; none waits now.
-var nextPatches = []string{}
+// (the order to give next/build.sh).
+var nextPatches = []string{"wg-mn-spill.patch"}
 
 // The waiting patches still apply, in order, to this tree: a change on
 // main that breaks one is found here, not on the GPU machine.
