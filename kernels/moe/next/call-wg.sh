@@ -16,6 +16,9 @@
 #          its registers and local memory, and the SASS of mc=2's GEMMs;
 #          then the mc=2 forward rows, then the l2=4 ones, each in its own
 #          process (a trap is sticky)
+#   forward every TestCUDAForward row (poisoned outputs, rel L2 against
+#          float64; every kernel family, odd shapes, EP, zipf) in one
+#          process (~100 s on an H200)
 #   stages bench moe --stages of deepseek-v3 tp8 and qwen3-30b-a3b at
 #          M=1024 and 4096, cooperative tma with l2=0 and 4, deepseek's
 #          mc=1 with l2=0 and 4, and both with mc=2 (l2=0); fresh processes,
@@ -28,7 +31,7 @@
 set -u
 . scripts/lib.sh # ceilings
 R=${OUT:?set OUT}
-[ $# -gt 0 ] || { echo "usage: $0 tests|stages|ncu ..." >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: V=N $0 tests|forward|stages|ncu ..." >&2; exit 2; }
 V=${V:?set V: the build (next/build.sh V)}
 X=/tmp/v$V-$(date +%H%M%S)
 mkdir -p "$X" "$X/cubin"
@@ -59,6 +62,14 @@ tests() {
 	done
 	gzip -f "$X"/sass-*.txt 2>/dev/null
 	rm -rf "$X/cubin"
+}
+
+forward() {
+	(cd kernels/moe && timeout 400 ../../bin/moe-v$V.test -test.run 'TestCUDAForward' -test.v) >"$X/forward.log" 2>&1
+	echo "forward: exit $? [$SECONDS s]; $(grep -c -- '    --- PASS' "$X/forward.log") rows pass, $(grep -c -- '    --- FAIL' "$X/forward.log") fail" |
+		tee -a "$X/summary.txt"
+	grep -E -- "^    --- FAIL|panic|ILLEGAL" "$X/forward.log" | head -20 | tee -a "$X/summary.txt"
+	gzip -f "$X/forward.log"
 }
 
 stages() {
@@ -112,9 +123,10 @@ ncu_step() {
 for s in "$@"; do
 	case $s in
 	tests) tests ;;
+	forward) forward ;;
 	stages) stages ;;
 	ncu) ncu_step ;;
-	*) echo "$0: unknown step $s (tests, stages, ncu)" >&2 ;;
+	*) echo "$0: unknown step $s (tests, forward, stages, ncu)" >&2 ;;
 	esac
 done
 gzip -f "$X"/tests-*.log 2>/dev/null
