@@ -1068,8 +1068,9 @@ func SelfAligning(c Config, s Shape, m int) (Config, bool) {
 // another way (gemm1's twin, gemm2's, both): the L2 window (l2=4), and
 // mc=2 clusters, where each block of a pair over an m-tile's two n-tiles
 // gathers half of the rows and copies it into its peer (a GEMM qualifies
-// with tensor-map weights, cooperative consumers and two n-tiles or more;
-// an mc=1 GEMM's twin trades its weight multicast for it). The tuner
+// with tensor-map weights, cooperative consumers and two n-tiles or more,
+// and not as a 128-row gemm1: clusterOffered; an mc=1 GEMM's twin trades
+// its weight multicast for it). The tuner
 // times them after the batch's fastest configuration, and again after the
 // fastest of those, instead of listing twins of every wg candidate: each
 // pays in some cells only (an H100, v33: l2=4 −3 to −4% a GEMM at M=1024
