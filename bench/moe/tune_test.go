@@ -742,19 +742,25 @@ func (s saCandidates) SelfAligning(c moe.Config) (moe.Config, bool) {
 
 func (s saCandidates) Run(c moe.Config) (CandidateRun, error) {
 	run, err := s.fakeCandidates.Run(c)
-	if err != nil {
-		return nil, err
+	if err != nil || c.Gemm(1).SA == 0 {
+		return run, err
 	}
+	return adjusted(run, -10, s.wrong), nil
+}
+
+// adjusted is run (a fixedRun) dus µs slower, and with wrong numbers
+// (doubled) where wrong.
+func adjusted(run CandidateRun, dus float64, wrong bool) CandidateRun {
 	r := run.(fixedRun)
-	if c.Gemm(1).SA != 0 {
-		r.us -= 10
-		if s.wrong {
-			for i := range r.out {
-				r.out[i] *= 2
-			}
+	r.us += dus
+	if wrong {
+		out := make([]float32, len(r.out))
+		for i, v := range r.out {
+			out[i] = 2 * v
 		}
+		r.out = out
 	}
-	return r, nil
+	return r
 }
 
 // Where gemm1 can fuse the alignment, the tuner tries the fastest candidate
@@ -824,22 +830,17 @@ func (s trafficCandidates) Run(c moe.Config) (CandidateRun, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := run.(fixedRun)
+	dus := 0.0
 	if c.Gemm(1).L2 == 4 {
-		r.us -= 5
+		dus -= 5
 	}
 	if c.Gemm(2).MC == 2 {
-		r.us -= 8
+		dus -= 8
 	}
 	if c.Gemm(1).MC == 2 {
-		r.us += 3
-		if s.wrong {
-			for i := range r.out {
-				r.out[i] *= 2
-			}
-		}
+		dus += 3
 	}
-	return r, nil
+	return adjusted(run, dus, s.wrong && c.Gemm(1).MC == 2), nil
 }
 
 // After the fastest candidate, the tuner times its wg GEMMs' traffic twins

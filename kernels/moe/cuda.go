@@ -217,10 +217,9 @@ type Plan struct {
 	// tmaps: the tensor maps of tma=1 launches, per weight address (a
 	// pass may run on any copy of the weights).
 	tmaps map[tmapKey]*cuda.TensorMap
-	// persisting: the plan holds the kernels' persisting L2 set-aside, and
-	// windows[i] is launch i's access policy window (l2=4; nil: none).
-	persisting bool
-	windows    []*cuda.PolicyWindow
+	// windows[i] is launch i's access policy window (l2=4; nil: none);
+	// a plan with windows holds the kernels' persisting L2 set-aside.
+	windows []*cuda.PolicyWindow
 }
 
 type tmapKey struct {
@@ -310,7 +309,6 @@ func (k *Kernels) NewPlan(s Shape, m int, c Config) (*Plan, error) {
 			p.Free()
 			return nil, fmt.Errorf("config %v: %w", c, err)
 		}
-		p.persisting = true
 		p.windows = make([]*cuda.PolicyWindow, len(p.layout.launches))
 		for i, l := range p.layout.launches {
 			if l.windowed {
@@ -332,9 +330,9 @@ func (p *Plan) Free() error {
 		errs = append(errs, p.k.ctx.Free(d))
 	}
 	p.allocs = nil
-	if p.persisting {
+	if p.windows != nil {
 		errs = append(errs, p.k.releasePersisting())
-		p.persisting = false
+		p.windows = nil
 	}
 	return errors.Join(errs...)
 }

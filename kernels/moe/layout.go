@@ -143,10 +143,10 @@ func newPlanLayout(s Shape, m int, c Config, resident [2]int) planLayout {
 	}
 	// l2=4: each GEMM's gathered rows in a persisting L2 window (each token
 	// row is read again by its topk experts' tiles, far apart in time).
-	if c1.Kernel == "wg" && c1.L2&4 != 0 {
+	if c1.Kernel == "wg" && c1.L2 == 4 {
 		gemm1.windowed, gemm1.window = true, bufX
 	}
-	if c2.Kernel == "wg" && c2.L2&4 != 0 {
+	if c2.Kernel == "wg" && c2.L2 == 4 {
 		gemm2.windowed, gemm2.window = true, bufAct
 	}
 	l.launches = append(l.launches, gemm1, gemm2)

@@ -1,10 +1,6 @@
 package moe
 
 import (
-	"encoding/json"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,30 +10,13 @@ import (
 // or 90% of the GEMM ceiling, whichever is the lower bar (the longer
 // time), and shows the read-ceiling share at 16 <= M <= 512.
 func TestRatiosTargetsScript(t *testing.T) {
-	py, err := exec.LookPath("python3")
-	if err != nil {
-		t.Skip("no python3 to run scripts/moe-ratios.py")
-	}
-	type metric struct {
-		Name    string    `json:"name"`
-		Samples []float64 `json:"samples"`
-	}
-	type gate struct {
-		Pass bool `json:"pass"`
-	}
-	type result struct {
-		Name    string            `json:"name"`
-		Params  map[string]string `json:"params"`
-		Metrics []metric          `json:"metrics"`
-		Gates   []gate            `json:"gates"`
-	}
-	row := func(m int, impl string, us, gemmPct, readPct float64) result {
-		return result{Name: "moe", Params: map[string]string{"model": "x", "batch": strconv.Itoa(m), "impl": impl},
-			Metrics: []metric{{"latency", []float64{us}}, {"pct_floor", []float64{50}},
+	row := func(m int, impl string, us, gemmPct, readPct float64) docResult {
+		return docResult{Name: "moe", Params: map[string]string{"model": "x", "batch": strconv.Itoa(m), "impl": impl},
+			Metrics: []docMetric{{"latency", []float64{us}}, {"pct_floor", []float64{50}},
 				{"pct_compute_ceiling", []float64{gemmPct}}, {"pct_bw_ceiling", []float64{readPct}}},
-			Gates: []gate{{true}}}
+			Gates: []docGate{{true}}}
 	}
-	doc := map[string]any{"results": []result{
+	path := writeDoc(t, "peers-x.json", []docResult{
 		// 1.20× asks 91.7 µs; 95% of the GEMM ceiling now, so 90% is
 		// 105.6 µs: the lower bar, met.
 		row(1024, "mstar", 100, 95, 30), row(1024, "triton-ref", 110, 0, 0),
@@ -45,13 +24,8 @@ func TestRatiosTargetsScript(t *testing.T) {
 		// is the lower bar: 8.3% to go.
 		row(2048, "mstar", 100, 50, 30), row(2048, "triton-ref", 110, 0, 0),
 		row(64, "mstar", 100, 5, 96.04), row(64, "triton-ref", 100, 0, 0),
-	}}
-	path := filepath.Join(t.TempDir(), "peers-x.json")
-	b, _ := json.Marshal(doc)
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out, err := exec.Command(py, "../../scripts/moe-ratios.py", "--targets", path).CombinedOutput()
+	})
+	out, err := runScript(t, "moe-ratios.py", "--targets", path)
 	if err != nil {
 		t.Fatalf("moe-ratios.py --targets: %v\n%s", err, out)
 	}
