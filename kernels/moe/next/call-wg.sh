@@ -27,11 +27,17 @@
 #          lists of l2 values
 #   ncu    DRAM and L2 bytes of deepseek-v3 tp8 M=4096's GEMMs with l2=0
 #          and 4 (L2NCU replaces them)
+#   ab     build BASE (default V-1; bin/mstar-v$BASE from .dev/bins$BASE)
+#          against V, alternating, two runs a side (scripts/ab-builds.sh),
+#          bench moe --stages over AB_CASES ("name|shape flags|batches|config"
+#          separated by ';', default: the cooperative tile of qwen3-30b-a3b,
+#          qwen3-235b-a22b and deepseek-v3 tp8 at M = 1024–4096, and
+#          qwen3-30b-a3b's pp tile); ab-table.txt: each GEMM's mean per side
 # Returns $OUT/v$V-<time>.tgz.
 set -u
 . scripts/lib.sh # ceilings
 R=${OUT:?set OUT}
-[ $# -gt 0 ] || { echo "usage: V=N $0 tests|forward|stages|ncu ..." >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: V=N $0 tests|forward|stages|ncu|ab ..." >&2; exit 2; }
 V=${V:?set V: the build (next/build.sh V)}
 X=/tmp/v$V-$(date +%H%M%S)
 mkdir -p "$X" "$X/cubin"
@@ -120,13 +126,48 @@ ncu_step() {
 	done
 }
 
+ab() {
+	local base=${BASE:-$((V - 1))}
+	[ -x bin/mstar-v$base ] || tar xJf .dev/bins$base.tar.xz || { echo "ab: no .dev/bins$base.tar.xz" | tee -a "$X/summary.txt"; return; }
+	ceilings bin/mstar-v$V "$X"
+	local cases=${AB_CASES:-"q30|--model qwen3-30b-a3b|1024,2048,4096|$COOP;q235|--model qwen3-235b-a22b|1024,2048|wg:nc=2,bn=256,stages=3,gm=8,tma=1;ds|--model deepseek-v3 --tp 8|1024,2048|$COOP;q30pp|--model qwen3-30b-a3b|2048|wg:nc=2,bn=256,stages=4,gm=8,pp=1,tma=1"}
+	local c n args batches cfg
+	IFS=";" read -ra list <<<"$cases"
+	for c in "${list[@]}"; do
+		IFS="|" read -r n args batches cfg <<<"$c"
+		[ $SECONDS -gt $((DEADLINE - 40)) ] && { echo "ab: stopped at the deadline before $n" | tee -a "$X/summary.txt"; break; }
+		# shellcheck disable=SC2086 # $args is the shape's flags
+		scripts/ab-builds.sh -n 2 -o "$X/ab-$n" -a bin/mstar-v$base -b bin/mstar-v$V -- \
+			bench moe $args --batch "$batches" --config "$cfg" --stages --rounds 1 --device cuda:0 --ceilings "$X/ceilings.json" >/dev/null 2>&1
+		echo "ab $n (v$base vs v$V): exit $? [$SECONDS s]" | tee -a "$X/summary.txt"
+	done
+	# Each side's pass, gemm1 and gemm2 per batch, the mean of its runs (µs).
+	for f in "$X"/ab-*/[ab]-*.txt; do
+		awk -v run="$(basename "$(dirname "$f")")" -v side="$(basename "$f" .txt | cut -c1)" '
+			/^ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9.]+ / { pass[$1] = $4 }
+			/^# M=[0-9]+ stages/ { m = substr($2, 3) }
+			/^ +gemm1 / { g1[m] = $2 } /^ +gemm2 / { g2[m] = $2 }
+			END { for (b in pass) print run, b, side, pass[b], g1[b], g2[b] }' "$f"
+	done | awk -v base="v$base" -v var="v$V" '
+		{ k = $1 " M=" $2; n[k, $3]++; p[k, $3] += $4; a[k, $3] += $5; b[k, $3] += $6; keys[k] = 1 }
+		END {
+			for (k in keys) for (s = 0; s < 2; s++) {
+				sd = s ? "b" : "a"; if (!n[k, sd]) continue
+				printf "%-22s %-8s %10.1f %10.1f %10.1f\n", k, s ? var : base, p[k, sd] / n[k, sd], a[k, sd] / n[k, sd], b[k, sd] / n[k, sd]
+			}
+		}' | sort >"$X/ab-rows.txt"
+	{ printf "%-22s %-8s %10s %10s %10s   (means of the runs, us)\n" case side pass gemm1 gemm2; cat "$X/ab-rows.txt"; } >"$X/ab-table.txt"
+	cat "$X/ab-table.txt"
+}
+
 for s in "$@"; do
 	case $s in
 	tests) tests ;;
 	forward) forward ;;
 	stages) stages ;;
 	ncu) ncu_step ;;
-	*) echo "$0: unknown step $s (tests, forward, stages, ncu)" >&2 ;;
+	ab) ab ;;
+	*) echo "$0: unknown step $s (tests, forward, stages, ncu, ab)" >&2 ;;
 	esac
 done
 gzip -f "$X"/tests-*.log 2>/dev/null
