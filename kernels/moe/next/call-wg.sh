@@ -18,7 +18,8 @@
 #          process (a trap is sticky)
 #   forward every TestCUDAForward row (poisoned outputs, rel L2 against
 #          float64; every kernel family, odd shapes, EP, zipf) in one
-#          process (~100 s on an H200)
+#          process (~100 s on an H200; FORWARD=REGEXP picks rows, e.g.
+#          'TestCUDAForward/.*wg')
 #   stages bench moe --stages of deepseek-v3 tp8 and qwen3-30b-a3b at
 #          M=1024 and 4096, cooperative tma with l2=0 and 4, deepseek's
 #          mc=1 with l2=0 and 4, and both with mc=2 (l2=0); fresh processes,
@@ -71,7 +72,7 @@ tests() {
 }
 
 forward() {
-	(cd kernels/moe && timeout 400 ../../bin/moe-v$V.test -test.run 'TestCUDAForward' -test.v) >"$X/forward.log" 2>&1
+	(cd kernels/moe && timeout 400 ../../bin/moe-v$V.test -test.run "${FORWARD:-TestCUDAForward}" -test.v) >"$X/forward.log" 2>&1
 	echo "forward: exit $? [$SECONDS s]; $(grep -c -- '    --- PASS' "$X/forward.log") rows pass, $(grep -c -- '    --- FAIL' "$X/forward.log") fail" |
 		tee -a "$X/summary.txt"
 	grep -E -- "^    --- FAIL|panic|ILLEGAL" "$X/forward.log" | head -20 | tee -a "$X/summary.txt"
