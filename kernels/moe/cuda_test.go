@@ -395,13 +395,25 @@ var mnTestConfigs = []Config{mn(wgTable["128x256s4tma"]), mn(wgTable["64x256s4tm
 // what the device's compiler made of it: registers, local memory,
 // occupancy. A configuration that does not fit one block on a
 // multiprocessor fails. MSTAR_MOE_CUBIN_DIR=DIR also writes each module's
-// image there (for cuobjdump -res-usage / -sass).
+// image there (for cuobjdump -res-usage / -sass); MSTAR_MOE_RESOURCES=wg
+// checks the wg modules alone (half the compile time, for a change to the
+// wgmma section).
 func TestCUDATCResources(t *testing.T) {
 	ctx, k := gpuKernels(t)
 	dir := os.Getenv("MSTAR_MOE_CUBIN_DIR")
 	configs := TCConfigs()
 	if ctx.Props().CCMajor == 9 {
 		configs = append(append(configs, WGConfigs()...), mnTestConfigs...)
+	}
+	switch f := os.Getenv("MSTAR_MOE_RESOURCES"); f {
+	case "":
+	case "wg":
+		configs = slices.DeleteFunc(configs, func(c Config) bool { return c.Kernel != "wg" })
+		if len(configs) == 0 {
+			t.Skip("MSTAR_MOE_RESOURCES=wg: no wg modules below sm_90")
+		}
+	default:
+		t.Fatalf("MSTAR_MOE_RESOURCES=%q: want wg, or unset for every module", f)
 	}
 	for _, c := range configs {
 		res, err := k.Module(c)

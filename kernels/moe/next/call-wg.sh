@@ -15,7 +15,8 @@
 #   tests  every tc and wg module (mc=2 too) compiled for the device with
 #          its registers and local memory, and the SASS of mc=2's GEMMs;
 #          then the mc=2 forward rows, then the l2=4 ones, each in its own
-#          process (a trap is sticky)
+#          process (a trap is sticky); RESOURCES=wg compiles the wg
+#          modules alone (~half the time)
 #   forward every TestCUDAForward row (poisoned outputs, rel L2 against
 #          float64; every kernel family, odd shapes, EP, zipf) in one
 #          process (~100 s on an H200; FORWARD=REGEXP picks rows, e.g.
@@ -54,7 +55,7 @@ tests() {
 	for run in 'TestCUDATCResources' 'TestCUDAForward/.*mc=2' 'TestCUDAForward/.*l2='; do
 		i=$((i + 1))
 		# TCResources also writes every module's image (MSTAR_MOE_CUBIN_DIR).
-		(cd kernels/moe && MSTAR_MOE_CUBIN_DIR="$X/cubin" timeout 200 ../../bin/moe-v$V.test -test.run "$run" -test.v) >"$X/tests-$i.log" 2>&1
+		(cd kernels/moe && MSTAR_MOE_RESOURCES=${RESOURCES:-} MSTAR_MOE_CUBIN_DIR="$X/cubin" timeout 200 ../../bin/moe-v$V.test -test.run "$run" -test.v) >"$X/tests-$i.log" 2>&1
 		echo "tests $run: exit $? [$SECONDS s]" | tee -a "$X/summary.txt"
 		grep -E "^(--- FAIL|FAIL|panic|ok)|^    --- (PASS|FAIL)|ILLEGAL" "$X/tests-$i.log" | head -12 | tee -a "$X/summary.txt"
 	done
