@@ -33,8 +33,9 @@
 #          against V, alternating, two runs a side (scripts/ab-builds.sh),
 #          bench moe --stages over AB_CASES ("name|shape flags|batches|config"
 #          separated by ';', default: the cooperative tile of qwen3-30b-a3b,
-#          qwen3-235b-a22b and deepseek-v3 tp8 at M = 1024–4096, and
-#          qwen3-30b-a3b's pp tile); ab-table.txt: each GEMM's mean per side
+#          deepseek-v3 tp8 and qwen3-235b-a22b at M = 1024–4096, then at
+#          qwen3-30b-a3b M=2048 its mc=2 twin and the pp tile); ab-table.txt:
+#          each GEMM's mean per side
 # Returns $OUT/v$V-<time>.tgz.
 set -u
 . scripts/lib.sh # ceilings
@@ -132,7 +133,7 @@ ab() {
 	local base=${BASE:-$((V - 1))}
 	[ -x bin/mstar-v$base ] || tar xJf .dev/bins$base.tar.xz || { echo "ab: no .dev/bins$base.tar.xz" | tee -a "$X/summary.txt"; return; }
 	ceilings bin/mstar-v$V "$X"
-	local cases=${AB_CASES:-"q30|--model qwen3-30b-a3b|1024,2048,4096|$COOP;q235|--model qwen3-235b-a22b|1024,2048|wg:nc=2,bn=256,stages=3,gm=8,tma=1;ds|--model deepseek-v3 --tp 8|1024,2048|$COOP;q30pp|--model qwen3-30b-a3b|2048|wg:nc=2,bn=256,stages=4,gm=8,pp=1,tma=1"}
+	local cases=${AB_CASES:-"q30|--model qwen3-30b-a3b|1024,2048,4096|$COOP;ds|--model deepseek-v3 --tp 8|1024,2048|$COOP;q235|--model qwen3-235b-a22b|1024,2048|wg:nc=2,bn=256,stages=3,gm=8,tma=1;q30mn|--model qwen3-30b-a3b|2048|$COOP,mc=2;q30pp|--model qwen3-30b-a3b|2048|wg:nc=2,bn=256,stages=4,gm=8,pp=1,tma=1"}
 	local c n args batches cfg
 	IFS=";" read -ra list <<<"$cases"
 	for c in "${list[@]}"; do
