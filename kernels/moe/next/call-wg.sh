@@ -140,7 +140,9 @@ ab() {
 		IFS="|" read -r n args batches cfg <<<"$c"
 		[ $SECONDS -gt $((DEADLINE - 40)) ] && { echo "ab: stopped at the deadline before $n" | tee -a "$X/summary.txt"; break; }
 		# shellcheck disable=SC2086 # $args is the shape's flags
-		scripts/ab-builds.sh -n 2 -o "$X/ab-$n" -a bin/mstar-v$base -b bin/mstar-v$V -- \
+		# A hang (a barrier bug in the variant) must not take the call's
+		# other results with it: the case gets the time left.
+		timeout -k 10 $((DEADLINE - SECONDS)) scripts/ab-builds.sh -n 2 -o "$X/ab-$n" -a bin/mstar-v$base -b bin/mstar-v$V -- \
 			bench moe $args --batch "$batches" --config "$cfg" --stages --rounds 1 --device cuda:0 --ceilings "$X/ceilings.json" >/dev/null 2>&1
 		echo "ab $n (v$base vs v$V): exit $? [$SECONDS s]" | tee -a "$X/summary.txt"
 	done
@@ -150,13 +152,16 @@ ab() {
 			/^ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9.]+ / { pass[$1] = $4 }
 			/^# M=[0-9]+ stages/ { m = substr($2, 3) }
 			/^ +gemm1 / { g1[m] = $2 } /^ +gemm2 / { g2[m] = $2 }
-			END { for (b in pass) print run, b, side, pass[b], g1[b], g2[b] }' "$f"
-	done | awk -v base="v$base" -v var="v$V" '
-		{ k = $1 " M=" $2; n[k, $3]++; p[k, $3] += $4; a[k, $3] += $5; b[k, $3] += $6; keys[k] = 1 }
+			END { for (b in pass) print run, b, side, pass[b], (b in g1) ? g1[b] : "-", (b in g2) ? g2[b] : "-" }' "$f"
+	done 2>/dev/null | awk -v base="v$base" -v var="v$V" '
+		# A run without a stage line ("-") counts only where it has one.
+		function add(sum, cnt, key, v) { if (v != "-") { sum[key] += v; cnt[key]++ } }
+		function mean(sum, cnt, key) { return cnt[key] ? sprintf("%10.1f", sum[key] / cnt[key]) : sprintf("%10s", "-") }
+		{ k = $1 " M=" $2; keys[k] = 1; add(p, np, k SUBSEP $3, $4); add(a, na, k SUBSEP $3, $5); add(b, nb, k SUBSEP $3, $6) }
 		END {
 			for (k in keys) for (s = 0; s < 2; s++) {
-				sd = s ? "b" : "a"; if (!n[k, sd]) continue
-				printf "%-22s %-8s %10.1f %10.1f %10.1f\n", k, s ? var : base, p[k, sd] / n[k, sd], a[k, sd] / n[k, sd], b[k, sd] / n[k, sd]
+				sd = k SUBSEP (s ? "b" : "a"); if (!np[sd]) continue
+				printf "%-22s %-8s %s %s %s\n", k, s ? var : base, mean(p, np, sd), mean(a, na, sd), mean(b, nb, sd)
 			}
 		}' | sort >"$X/ab-rows.txt"
 	{ printf "%-22s %-8s %10s %10s %10s   (means of the runs, us)\n" case side pass gemm1 gemm2; cat "$X/ab-rows.txt"; } >"$X/ab-table.txt"
