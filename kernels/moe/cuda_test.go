@@ -421,6 +421,15 @@ func TestCUDATCResources(t *testing.T) {
 			t.Errorf("%v: %v", c, err)
 			continue
 		}
+		// ptxas serializes a wg kernel's wgmma where it cannot prove the
+		// accumulators untouched between them (warning C7515): correct, and
+		// slower on every tile, which no forward test would show.
+		switch {
+		case c.Kernel == "wg" && res.CacheHit:
+			t.Logf("%v: from the disk cache, so no compile log to check for C7515", c)
+		case c.Kernel == "wg" && strings.Contains(res.Log, "C7515"):
+			t.Errorf("%v: ptxas serialized its wgmma:\n%s", c, res.Log)
+		}
 		if dir != "" {
 			name := strings.NewReplacer(":", "_", ",", "_", "=", "").Replace(c.String())
 			if err := os.WriteFile(filepath.Join(dir, name+"."+res.Kind), res.Image, 0o644); err != nil {
