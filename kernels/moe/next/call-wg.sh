@@ -51,6 +51,15 @@ nvidia-smi --query-gpu=name,uuid,driver_version,clocks.sm,clocks.mem,power.draw,
 [ -x bin/mstar-v$V ] || tar xJf .dev/bins$V.tar.xz || { echo "no .dev/bins$V.tar.xz: build it here first: kernels/moe/next/build.sh $V" >&2; exit 2; }
 COOP="wg:nc=2,bn=256,stages=4,gm=8,tma=1"
 
+# stage_rows FILE: one line per batch of a bench moe --stages printout,
+# "M pass gemm1 gemm2" (µs; "-" where the run printed no such line).
+stage_rows() {
+	awk '/^ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9.]+ / { pass[$1] = $4 }
+		/^# M=[0-9]+ stages/ { m = substr($2, 3) }
+		/^ +gemm1 / { g1[m] = $2 } /^ +gemm2 / { g2[m] = $2 }
+		END { for (b in pass) print b, pass[b], (b in g1) ? g1[b] : "-", (b in g2) ? g2[b] : "-" }' "$1"
+}
+
 tests() {
 	local i=0
 	for run in 'TestCUDATCResources' 'TestCUDAForward/.*mc=2' 'TestCUDAForward/.*l2='; do
@@ -105,11 +114,7 @@ stages() {
 	gzip -f "$X"/st-*.json 2>/dev/null
 	# One row per run and batch: the pass, then gemm1 and gemm2 alone (µs).
 	for f in "$X"/st-*.txt; do
-		awk -v run="$(basename "$f" .txt)" '
-			/^ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9.]+ / { pass[$1] = $4 }
-			/^# M=[0-9]+ stages/ { m = substr($2, 3) }
-			/^ +gemm1 / { g1[m] = $2 } /^ +gemm2 / { g2[m] = $2 }
-			END { for (b in pass) printf "%-16s M=%-5s pass %8s  gemm1 %8s  gemm2 %8s\n", run, b, pass[b], g1[b], g2[b] }' "$f"
+		stage_rows "$f" | awk -v run="$(basename "$f" .txt)" '{ printf "%-16s M=%-5s pass %8s  gemm1 %8s  gemm2 %8s\n", run, $1, $2, $3, $4 }'
 	done | sort >"$X/l2-table.txt"
 	cat "$X/l2-table.txt"
 }
@@ -139,21 +144,18 @@ ab() {
 	for c in "${list[@]}"; do
 		IFS="|" read -r n args batches cfg <<<"$c"
 		[ $SECONDS -gt $((DEADLINE - 40)) ] && { echo "ab: stopped at the deadline before $n" | tee -a "$X/summary.txt"; break; }
-		# shellcheck disable=SC2086 # $args is the shape's flags
 		# A hang (a barrier bug in the variant) must not take the call's
 		# other results with it: the case gets the time left.
+		# shellcheck disable=SC2086 # $args is the shape's flags
 		timeout -k 10 $((DEADLINE - SECONDS)) scripts/ab-builds.sh -n 2 -o "$X/ab-$n" -a bin/mstar-v$base -b bin/mstar-v$V -- \
 			bench moe $args --batch "$batches" --config "$cfg" --stages --rounds 1 --device cuda:0 --ceilings "$X/ceilings.json" >/dev/null 2>&1
 		echo "ab $n (v$base vs v$V): exit $? [$SECONDS s]" | tee -a "$X/summary.txt"
 	done
 	# Each side's pass, gemm1 and gemm2 per batch, the mean of its runs (µs).
 	for f in "$X"/ab-*/[ab]-*.txt; do
-		awk -v run="$(basename "$(dirname "$f")")" -v side="$(basename "$f" .txt | cut -c1)" '
-			/^ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9.]+ / { pass[$1] = $4 }
-			/^# M=[0-9]+ stages/ { m = substr($2, 3) }
-			/^ +gemm1 / { g1[m] = $2 } /^ +gemm2 / { g2[m] = $2 }
-			END { for (b in pass) print run, b, side, pass[b], (b in g1) ? g1[b] : "-", (b in g2) ? g2[b] : "-" }' "$f"
-	done 2>/dev/null | awk -v base="v$base" -v var="v$V" '
+		[ -f "$f" ] || continue # no case ran
+		stage_rows "$f" | awk -v run="$(basename "$(dirname "$f")")" -v side="$(basename "$f" .txt | cut -c1)" '{ print run, $1, side, $2, $3, $4 }'
+	done | awk -v base="v$base" -v var="v$V" '
 		# A run without a stage line ("-") counts only where it has one.
 		function add(sum, cnt, key, v) { if (v != "-") { sum[key] += v; cnt[key]++ } }
 		function mean(sum, cnt, key) { return cnt[key] ? sprintf("%10.1f", sum[key] / cnt[key]) : sprintf("%10s", "-") }
