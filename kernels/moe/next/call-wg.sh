@@ -35,7 +35,7 @@
 #          separated by ';', default: the cooperative tile of qwen3-30b-a3b,
 #          deepseek-v3 tp8 and qwen3-235b-a22b at M = 1024–4096, then at
 #          qwen3-30b-a3b M=2048 its mc=2 twin and the pp tile); ab-table.txt:
-#          each GEMM's mean per side
+#          each case's pass and GEMM lines of its report diff
 # Returns $OUT/v$V-<time>.tgz.
 set -u
 . scripts/lib.sh # ceilings
@@ -151,22 +151,11 @@ ab() {
 			bench moe $args --batch "$batches" --config "$cfg" --stages --rounds 1 --device cuda:0 --ceilings "$X/ceilings.json" >/dev/null 2>&1
 		echo "ab $n (v$base vs v$V): exit $? [$SECONDS s]" | tee -a "$X/summary.txt"
 	done
-	# Each side's pass, gemm1 and gemm2 per batch, the mean of its runs (µs).
-	for f in "$X"/ab-*/[ab]-*.txt; do
-		[ -f "$f" ] || continue # no case ran
-		stage_rows "$f" | awk -v run="$(basename "$(dirname "$f")")" -v side="$(basename "$f" .txt | cut -c1)" '{ print run, $1, side, $2, $3, $4 }'
-	done | awk -v base="v$base" -v var="v$V" '
-		# A run without a stage line ("-") counts only where it has one.
-		function add(sum, cnt, key, v) { if (v != "-") { sum[key] += v; cnt[key]++ } }
-		function mean(sum, cnt, key) { return cnt[key] ? sprintf("%10.1f", sum[key] / cnt[key]) : sprintf("%10s", "-") }
-		{ k = $1 " M=" $2; keys[k] = 1; add(p, np, k SUBSEP $3, $4); add(a, na, k SUBSEP $3, $5); add(b, nb, k SUBSEP $3, $6) }
-		END {
-			for (k in keys) for (s = 0; s < 2; s++) {
-				sd = k SUBSEP (s ? "b" : "a"); if (!np[sd]) continue
-				printf "%-22s %-8s %s %s %s\n", k, s ? var : base, mean(p, np, sd), mean(a, na, sd), mean(b, nb, sd)
-			}
-		}' | sort >"$X/ab-rows.txt"
-	{ printf "%-22s %-8s %10s %10s %10s   (means of the runs, us)\n" case side pass gemm1 gemm2; cat "$X/ab-rows.txt"; } >"$X/ab-table.txt"
+	# Each case's pass and GEMMs as report diff read them (ab-builds.sh
+	# writes each case's diff.txt): base -> variant, delta, p, noise.
+	echo "# case M stage: v$base -> v$V (report diff of the pooled runs)" >"$X/ab-table.txt"
+	grep -HE '^(moe/batch=|moe_stage/batch=[0-9]+/stage=gemm)[^ ]*: .* -> ' "$X"/ab-*/diff.txt 2>/dev/null |
+		sed -E "s|^$X/ab-([^/]*)/diff.txt:|\1 |; s|moe/batch=([0-9]+):|M=\1 pass:|; s|moe_stage/batch=([0-9]+)/stage=|M=\1 |; s/(noise [0-9.]+%).*/\1/" >>"$X/ab-table.txt"
 	cat "$X/ab-table.txt"
 }
 
