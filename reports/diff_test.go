@@ -287,6 +287,24 @@ func TestDiffPairsAcrossChangedConfig(t *testing.T) {
 	if !strings.Contains(js.String(), `"new_params"`) || !strings.Contains(js.String(), `"config_source": "--config"`) {
 		t.Errorf("the JSON verdict lacks new's params:\n%s", js.String())
 	}
+	// A stage of bench moe --stages names its kernel, which the new config
+	// renames: it pairs too.
+	stage := func(config, kernel string, mean float64) *Document {
+		d := withConfig(config, "--config", mean)
+		d.Results[0].Name, d.Results[0].Params["stage"], d.Results[0].Params["kernel"] = "moe_stage", "gemm2", kernel
+		return d
+	}
+	sc := Diff([]*Document{stage("skinny:nt=1", "moe_gemm2_skinny_nt1_w4", 100)},
+		[]*Document{stage("skinny:nt=1,pf=1", "moe_gemm2_skinny_nt1_w4_pf", 90)}, DiffOptions{Threshold: 5})
+	if len(sc.Missing) != 0 || len(sc.OnlyNew) != 0 || sc.Compared() != 1 || sc.Metrics[0].Delta > -5 {
+		t.Errorf("a stage whose kernel changed with its config: missing %q, only new %q, %d compared; want it paired and 10%% faster",
+			sc.Missing, sc.OnlyNew, sc.Compared())
+	}
+	if !slices.ContainsFunc(sc.Warnings, func(w string) bool {
+		return strings.Contains(w, `kernel "moe_gemm2_skinny_nt1_w4" → "moe_gemm2_skinny_nt1_w4_pf"`)
+	}) {
+		t.Errorf("no note of the changed kernel in %q", sc.Warnings)
+	}
 	// Two candidates of new for one base result: ambiguous, left unpaired.
 	two := withConfig("a", "--config", 100)
 	two.Results = append(two.Results, withConfig("b", "--config", 100).Results...)

@@ -255,8 +255,8 @@ between rounds. A change that is not significant prints "~". A geometric-mean
 row summarises each deciding metric. Either file may be a merged document
 (mstar report merge); results with the same name and parameters on one side
 are pooled, with a warning when they come from different machines. A result
-whose kernel configuration changed (params config, config_source) pairs with
-the one it replaces; its row reads "config=A → B".
+whose kernel configuration changed (params config, config_source, and a
+stage's kernel) pairs with the one it replaces; its row reads "config=A → B".
 
 What decides (the output says which metrics did):
   gates        a gate that failed in NEW (correctness first) fails the diff,
