@@ -19,10 +19,15 @@
 # mixtral: by default qwen3-30b-4096 and mixtral-4096 (wgmma), qwen3-30b-8
 # (streaming tc), mixtral-256 (where tc and wg meet); e.g. also
 # deepseek-4096 (gemm2 of K=256), mixtral-1024 and qwen3-30b-1024 (the
-# 1.20× bar's hardest cells), qwen3-235b-4; and bmm-qwen3-30b-4096: torch.bmm over
-# balanced slots, as the cublas-bmm peer times it. Also $OUT/ncu.tgz, the
-# folder in one file (the GPU machine returns a limited number of files).
+# 1.20× bar's hardest cells), qwen3-235b-4; and the peers' GEMMs over the
+# same sizes (scripts/ncu-peer.py): bmm-<shape>-<batch>, torch.bmm over
+# balanced slots as the cublas-bmm peer times it (at deepseek-1 cuBLAS's GEMV
+# reads the weights at ~3.3 TB/s, mstar's decode kernels at ~2.5), and
+# triton-<shape>-<batch>, triton-ref's kernels after its tuning (TRITON_PEER,
+# default .dev/peers). Also $OUT/ncu.tgz, the folder in one file (the GPU
+# machine returns a limited number of files).
 #   OUT=/dir scripts/moe-ncu-h200.sh      (~1 min on the H200; MSTAR default bin/mstar)
+#   CASES="deepseek-1 bmm-deepseek-1 triton-deepseek-1" OUT=/dir scripts/moe-ncu-h200.sh
 set -u
 OUT=${OUT:?set OUT}
 MSTAR=${MSTAR:-bin/mstar}
@@ -47,28 +52,33 @@ report() { # case: the text and csv pages of its report, and the stall samples p
 status=0
 for c in $CASES; do
 	echo "== [$SECONDS s] $c" | tee -a "$d/summary.txt"
-	# <shape>-<batch>, any batch: qwen3-30b, qwen3-235b, deepseek (tp 8), mixtral.
-	known=1
-	case ${c%-*} in
+	# [bmm-|triton-]<shape>-<batch>, any batch: qwen3-30b, qwen3-235b, deepseek (tp 8), mixtral.
+	known=1 peer=
+	case $c in bmm-* | triton-*) peer=${c%%-*} ;; esac
+	shape=${c#"${peer:+$peer-}"}
+	shape=${shape%-*}
+	case $shape in
 	qwen3-30b) args=(--model qwen3-30b-a3b --batch "${c##*-}") ;;
 	qwen3-235b) args=(--model qwen3-235b-a22b --batch "${c##*-}") ;;
 	deepseek) args=(--model deepseek-v3 --tp 8 --batch "${c##*-}") ;;
 	mixtral) args=(--model mixtral-8x7b --batch "${c##*-}") ;;
-	bmm-qwen3-30b) args=() ;;
 	*) known=0 ;;
 	esac
-	if [ $known = 0 ] || ! [[ ${c##*-} =~ ^[0-9]+$ ]]; then
-		echo "$0: unknown case $c (want <shape>-<batch>: qwen3-30b, qwen3-235b, deepseek, mixtral; or bmm-qwen3-30b-4096)" | tee -a "$d/summary.txt"
+	if [ $known = 0 ] || ! [[ ${c##*-} =~ ^[1-9][0-9]*$ ]]; then
+		echo "$0: unknown case $c (want [bmm-|triton-]<shape>-<batch>, shape qwen3-30b, qwen3-235b, deepseek or mixtral)" | tee -a "$d/summary.txt"
 		status=2
 		continue
 	fi
-	if [ ${#args[@]} -gt 0 ]; then
+	if [ -z "$peer" ]; then
 		timeout 300 "$NCU" --clock-control none -k regex:moe_gemm --launch-count 2 "${SECTIONS[@]}" \
 			-f -o "$d/$c" "$MSTAR" bench moe "${args[@]}" --rounds 1 --device cuda:0 >"$d/$c.log" 2>&1
 	else
-		# The same flops as cuBLAS batched GEMMs over balanced slots (ncu-bmm.py).
-		timeout 300 "$NCU" --clock-control none --profile-from-start off "${SECTIONS[@]}" -f -o "$d/$c" \
-			python3 "$HERE/ncu-bmm.py" >"$d/$c.log" 2>&1
+		# The peer's GEMMs over the same sizes, one call after its warm-up
+		# (triton-ref: its kernels only, not its alignment or the sum).
+		kf=()
+		[ "$peer" = triton ] && kf=(-k regex:_moe_gemm)
+		timeout 300 "$NCU" --clock-control none --profile-from-start off "${kf[@]}" "${SECTIONS[@]}" -f -o "$d/$c" \
+			python3 "$HERE/ncu-peer.py" "$peer" "$shape" "${c##*-}" --triton-peer "${TRITON_PEER:-.dev/peers}" >"$d/$c.log" 2>&1
 	fi
 	rc=$?
 	echo "ncu $c: exit $rc" | tee -a "$d/summary.txt"

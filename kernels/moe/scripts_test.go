@@ -2,10 +2,15 @@ package moe
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
+
+	"github.com/mstar-dev/mstar/kernels/router"
 )
 
 // docMetric, docGate and docResult are the parts of a results document
@@ -48,4 +53,33 @@ func runScript(t *testing.T, script string, args ...string) ([]byte, error) {
 		t.Skipf("no python3 to run scripts/%s", script)
 	}
 	return exec.Command(py, append([]string{filepath.Join("..", "..", "scripts", script)}, args...)...).CombinedOutput()
+}
+
+// scripts/ncu-peer.py keeps its own table of the four shapes (it runs on the
+// GPU machine, with no Go): its sizes must be the presets', deepseek at tp 8,
+// and its bmm slots the cublas-bmm peer's (min(E, M·k) experts × the rest).
+func TestNcuPeerShapesArePresets(t *testing.T) {
+	for _, c := range []struct {
+		shape, model string
+		tp, m        int
+	}{{"qwen3-30b", "qwen3-30b-a3b", 1, 4096}, {"qwen3-235b", "qwen3-235b-a22b", 1, 8}, {"deepseek", "deepseek-v3", 8, 1}, {"mixtral", "mixtral-8x7b", 1, 3}} {
+		p, err := router.ModelByName(c.model)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := runScript(t, "ncu-peer.py", "--dry-run", "triton", c.shape, strconv.Itoa(c.m))
+		want := fmt.Sprintf("E=%d H=%d I=%d top-%d", p.E, p.H, p.I/c.tp, p.K)
+		if err != nil || !strings.Contains(string(out), want) {
+			t.Errorf("ncu-peer.py triton %s: %v\n%s\nwant %q", c.shape, err, out, want)
+		}
+		experts := min(p.E, c.m*p.K)
+		out, err = runScript(t, "ncu-peer.py", "--dry-run", "bmm", c.shape, strconv.Itoa(c.m))
+		want = fmt.Sprintf("%d experts x %d tokens, gemm1 [%[2]dx%d]", experts, (c.m*p.K+experts-1)/experts, p.H)
+		if err != nil || !strings.Contains(string(out), want) {
+			t.Errorf("ncu-peer.py bmm %s %d: %v\n%s\nwant %q", c.shape, c.m, err, out, want)
+		}
+	}
+	if out, err := runScript(t, "ncu-peer.py", "--dry-run", "bmm", "deepseek", "0"); err == nil || !strings.Contains(string(out), "at least 1") {
+		t.Errorf("M=0 accepted: %v\n%s", err, out)
+	}
 }
