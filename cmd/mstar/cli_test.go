@@ -79,6 +79,9 @@ func TestUsageMessages(t *testing.T) {
 			"mstar: trace summarize: accepts 1 argument, received 0 (usage: mstar trace summarize FILE; see 'mstar trace summarize --help')\n"},
 		{[]string{"report", "diff", "a.json"},
 			"mstar: report diff: accepts 2 arguments, received 1 (usage: mstar report diff BASE NEW; see 'mstar report diff --help')\n"},
+		{[]string{"report", "diff", "a1.json", "a2.json", "b.json"},
+			"mstar: report diff: accepts 2 arguments (BASE NEW), received 3\n" +
+				"  for several runs a side, merge each side first: mstar report merge -o base.json RUN ...\n"},
 		{[]string{"completion", "nosuch"},
 			"mstar: unknown shell \"nosuch\" for 'mstar completion': want bash, zsh, fish or powershell\n"},
 	} {

@@ -299,7 +299,14 @@ nothing. The reasons go to stderr in at most three lines.`,
   mstar report diff --metrics latency,pct_floor base.json new.json
   mstar report diff --format markdown base.json new.json > comment.md
   mstar report diff --format json base.json new.json > verdicts.json`,
-		Args: cobra.ExactArgs(2),
+		Args: func(cmd *cobra.Command, args []string) error {
+			// Several runs a side is the common mistake: say how.
+			if len(args) > 2 {
+				return badInput(fmt.Errorf("report diff: accepts 2 arguments (BASE NEW), received %d\n"+
+					"  for several runs a side, merge each side first: mstar report merge -o base.json RUN ...", len(args)))
+			}
+			return cobra.ExactArgs(2)(cmd, args)
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := oneOf("format", format, reports.DiffFormats); err != nil {
 				return err
