@@ -19,6 +19,9 @@ import argparse
 import os
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from peers.moe_peers import BMM, bmm_sizes, load_triton_peer  # noqa: E402 - after the path
+
 # E, H (hidden), I (intermediate per expert, after tp), top-k
 SHAPES = {
     "qwen3-30b": (128, 2048, 768, 8),
@@ -26,13 +29,6 @@ SHAPES = {
     "deepseek": (256, 7168, 256, 8),
     "mixtral": (8, 4096, 14336, 2),
 }
-
-
-def bmm_sizes(E, M, k):
-    """The cublas-bmm peer's balanced slots: experts, tokens each."""
-    slots = M * k
-    experts = max(1, min(E, slots))
-    return experts, -(-slots // experts)
 
 
 def main():
@@ -47,7 +43,7 @@ def main():
         ap.error(f"M must be at least 1, got {a.M}")
     E, H, I, k = SHAPES[a.shape]
     if a.peer == "bmm":
-        n, t = bmm_sizes(E, a.M, k)
+        n, t = bmm_sizes(E, a.M * k)
         what = f"bmm {a.shape} M={a.M}: {n} experts x {t} tokens, gemm1 [{t}x{H}]·[{H}x{2 * I}], gemm2 [{t}x{I}]·[{I}x{H}]"
     else:
         what = f"triton-ref {a.shape} M={a.M}: E={E} H={H} I={I} top-{k}, uniform routing"
@@ -59,17 +55,14 @@ def main():
     g = torch.Generator(device=dev)
     g.manual_seed(7)
     if a.peer == "bmm":
-        x = torch.randn(n, t, H, device=dev, generator=g).to(torch.bfloat16)
+        # The peer's own code, over the n experts it touches.
         w1 = (torch.randn(n, 2 * I, H, device=dev, generator=g) * 0.02).to(torch.bfloat16)
-        act = torch.randn(n, t, I, device=dev, generator=g).to(torch.bfloat16)
         w2 = (torch.randn(n, H, I, device=dev, generator=g) * 0.02).to(torch.bfloat16)
+        run = BMM(torch, a.M, k, E, H, I, a.M * k, dev).run(torch)
 
         def call():
-            torch.bmm(x, w1.transpose(1, 2))
-            torch.bmm(act, w2.transpose(1, 2))
+            run(None, w1, w2, None, None)
     else:
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        from peers.moe_peers import load_triton_peer
         fe = load_triton_peer(a.triton_peer)
         x = torch.randn(a.M, H, device=dev, generator=g).to(torch.bfloat16)
         w1 = (torch.randn(E, 2 * I, H, device=dev, generator=g) * 0.02).to(torch.bfloat16)

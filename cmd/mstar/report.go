@@ -302,8 +302,8 @@ nothing. The reasons go to stderr in at most three lines.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			// Several runs a side is the common mistake: say how.
 			if len(args) > 2 {
-				return badInput(fmt.Errorf("report diff: accepts 2 arguments (BASE NEW), received %d\n"+
-					"  for several runs a side, merge each side first: mstar report merge -o base.json RUN ...", len(args)))
+				return badInput(fmt.Errorf("%saccepts 2 arguments (BASE NEW), received %d\n"+
+					"  for several runs a side, merge each side first: mstar report merge -o base.json RUN ...", subcommand(cmd), len(args)))
 			}
 			return cobra.ExactArgs(2)(cmd, args)
 		},

@@ -310,12 +310,18 @@ def impl_triton_ref(path):
     return run, ""
 
 
+def bmm_sizes(E, slots):
+    """cublas-bmm's balanced slots: min(E, slots) experts, the slots spread
+    over them (rounded up)."""
+    experts = max(1, min(E, slots))
+    return experts, max(1, -(-slots // experts))
+
+
 class BMM:
     """The layer's two GEMMs as cuBLAS batched GEMMs over balanced slots."""
 
     def __init__(self, torch, M, K, E, H, I, slots, dev):
-        self.experts = max(1, min(E, slots))
-        self.t = max(1, -(-slots // self.experts))
+        self.experts, self.t = bmm_sizes(E, slots)
         g = torch.Generator(device=dev)
         g.manual_seed(7)
         self.a1 = (torch.randn(self.experts, self.t, H, device=dev, generator=g) * 0.5).to(torch.bfloat16)
