@@ -26,7 +26,12 @@ type Config struct {
 	SA int
 	// W1, W2: skinny warps per block (split-K) of gemm1 and gemm2: 4, or 16
 	// with NT 1 (0 means 4).
-	W1, W2                     int
+	W1, W2 int
+	// GV (skinny, nt=1): 1 computes the GEMMs as dot products, a warp per
+	// weight row read whole in 512-byte loads and fp32 FMAs over the
+	// group's real tokens only, instead of MMA fragments 64 bytes of 8 rows
+	// wide (moe.cu's gv section); 8 warps a block, so no W1/W2.
+	GV                         int
 	Tile                       string // tiled: a tiledTable name or "custom"
 	BM, BN, BK, WM, WN, Stages int
 	// GM (tc): m-tiles per group of the tile order; MinBlocks (tc): blocks
@@ -309,6 +314,9 @@ func (c Config) String() string {
 		if c.SA != 0 {
 			s += fmt.Sprintf(",sa=%d", c.SA)
 		}
+		if c.GV != 0 {
+			s += fmt.Sprintf(",gv=%d", c.GV)
+		}
 		return s + c.plSuffix()
 	case "tc":
 		// Always the full spelling: a tuned result names exactly what ran,
@@ -382,6 +390,9 @@ func (c Config) Threads(which int) int {
 		return 128 * (c.NC + 1)
 	}
 	if c.Kernel == "skinny" {
+		if c.GV != 0 {
+			return 32 * gvWarps
+		}
 		if which == 1 {
 			return 32 * warpsOr4(c.W1)
 		}
@@ -504,6 +515,9 @@ func (c Config) kernelNames() (g1, g2 string) {
 	case "skinny":
 		g1 := fmt.Sprintf("moe_gemm1_skinny_nt%d_w%d", c.NT, warpsOr4(c.W1))
 		g2 := fmt.Sprintf("moe_gemm2_skinny_nt%d_w%d", c.NT, warpsOr4(c.W2))
+		if c.GV != 0 {
+			g1, g2 = "moe_gemm1_skinny_nt1_gv", "moe_gemm2_skinny_nt1_gv"
+		}
 		if c.SA != 0 {
 			g1 += "_sa"
 		}
@@ -554,6 +568,9 @@ func (c Config) Validate() error {
 	if c.L2 != 0 && (c.Kernel != "wg" || c.L2 != 4) {
 		return fmt.Errorf("config %v: l2=4 (the gathered rows in a persisting L2 window) is for wg kernels; l2 takes 0 or 4", c)
 	}
+	if c.GV != 0 && c.Kernel != "skinny" {
+		return fmt.Errorf("config %v: gv=1 (dot-product decode GEMMs) is for skinny kernels", c)
+	}
 	if c.PL != 0 && c.Kernel == "tiled" {
 		return fmt.Errorf("config %v: pl (programmatic launch) is for skinny, tc and wg kernels", c)
 	}
@@ -567,8 +584,11 @@ func (c Config) Validate() error {
 				return fmt.Errorf("config %v: skinny warps must be 4, or 16 with nt=1", c)
 			}
 		}
-		if c.FC != 0 && c.FC != 1 || c.SA != 0 && c.SA != 1 {
-			return fmt.Errorf("config %v: fc and sa must be 0 or 1", c)
+		if c.FC != 0 && c.FC != 1 || c.SA != 0 && c.SA != 1 || c.GV != 0 && c.GV != 1 {
+			return fmt.Errorf("config %v: fc, sa and gv must be 0 or 1", c)
+		}
+		if c.GV != 0 && (c.NT != 1 || warpsOr4(c.W1) != 4 || warpsOr4(c.W2) != 4) {
+			return fmt.Errorf("config %v: gv=1 (dot-product decode GEMMs) takes nt=1 and its own 8 warps a block (no w1, w2)", c)
 		}
 		return nil
 	case "tiled":
@@ -724,7 +744,7 @@ func parseOne(s string) (Config, error) {
 			k, v, ok := strings.Cut(kv, "=")
 			n, err := strconv.Atoi(v)
 			if !ok || err != nil {
-				return Config{}, fmt.Errorf("bad config %q: want skinny:nt=1|2|4[,w1=4|16][,w2=4|16][,fc=1][,sa=1][,pl=1]", s)
+				return Config{}, fmt.Errorf("bad config %q: want skinny:nt=1|2|4[,w1=4|16][,w2=4|16][,fc=1][,sa=1][,gv=1][,pl=1]", s)
 			}
 			switch k {
 			case "nt":
@@ -737,10 +757,12 @@ func parseOne(s string) (Config, error) {
 				c.FC = n
 			case "sa":
 				c.SA = n
+			case "gv":
+				c.GV = n
 			case "pl":
 				c.PL = n
 			default:
-				return Config{}, fmt.Errorf("bad config %q: unknown key %q (want nt, w1, w2, fc, sa, pl)", s, k)
+				return Config{}, fmt.Errorf("bad config %q: unknown key %q (want nt, w1, w2, fc, sa, gv, pl)", s, k)
 			}
 		}
 		return c, c.Validate()

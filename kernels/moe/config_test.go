@@ -2,7 +2,9 @@ package moe
 
 import (
 	"io/fs"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -535,6 +537,61 @@ func TestTrafficVariants(t *testing.T) {
 	for _, c := range []Config{tc, withL2(mn(coop), 4)} {
 		if vs := TrafficVariants(c, two, 64); len(vs) != 0 {
 			t.Errorf("%v: %v, want none", c, vs)
+		}
+	}
+}
+
+// gv=1 parses and prints, names its four kernels, runs 8 warps a block over
+// GV_COLS1 (gemm1) or GV_COLS2 (gemm2) features, and is refused off nt=1,
+// with w1/w2, and on other kernels; its constants are moe.cu's.
+func TestGVConfig(t *testing.T) {
+	for _, tt := range []struct{ in, g1, g2 string }{
+		{"skinny:nt=1,gv=1", "moe_gemm1_skinny_nt1_gv", "moe_gemm2_skinny_nt1_gv"},
+		{"skinny:nt=1,sa=1,fc=1,gv=1,pl=1", "moe_gemm1_skinny_nt1_gv_sa", "moe_gemm2_skinny_nt1_gv_fc"},
+	} {
+		c, err := ParseConfig(tt.in)
+		if err != nil {
+			t.Fatalf("%s: %v", tt.in, err)
+		}
+		if back, err := ParseConfig(c.String()); err != nil || back.String() != c.String() {
+			t.Errorf("%s prints as %q, which parses as %v (%v)", tt.in, c, back, err)
+		}
+		if g1, g2 := c.kernelNames(); g1 != tt.g1 || g2 != tt.g2 {
+			t.Errorf("%s: kernels %s, %s; want %s, %s", tt.in, g1, g2, tt.g1, tt.g2)
+		}
+		if c.Threads(1) != 256 || c.Threads(2) != 256 || c.Block() != 8 {
+			t.Errorf("%s: %d and %d threads, blocks of %d tokens; want 256, 256, 8", tt.in, c.Threads(1), c.Threads(2), c.Block())
+		}
+	}
+	for _, bad := range []string{"skinny:nt=2,gv=1", "skinny:nt=1,w1=16,gv=1", "skinny:nt=1,gv=2"} {
+		if _, err := ParseConfig(bad); err == nil {
+			t.Errorf("%s parses; want an error", bad)
+		}
+	}
+	tc := tcTable["16x256k128s3w8"]
+	tc.GV = 1
+	if err := tc.Validate(); err == nil || !strings.Contains(err.Error(), "gv=1") {
+		t.Errorf("tc with gv=1: %v", err)
+	}
+	// A split keeps gv to the GEMM that has it.
+	sp := Split(Config{Kernel: "skinny", NT: 1, GV: 1, SA: 1}, Config{Kernel: "skinny", NT: 1, W2: 16, FC: 1})
+	if g1, _ := sp.kernelNames(); !sp.IsSplit() || g1 != "moe_gemm1_skinny_nt1_gv_sa" || sp.G2.GV != 0 {
+		t.Errorf("split %v: gemm1 %s", sp, g1)
+	}
+	// Grids: gemm1 over I in blocks of GV_COLS1 features, gemm2 over H in GV_COLS2.
+	s := Shape{E: 8, K: 2, H: 200, I: 90}
+	l := newPlanLayout(s, 3, Config{Kernel: "skinny", NT: 1, GV: 1, FC: 1}, [2]int{1, 1})
+	g1, g2 := l.launches[len(l.launches)-2], l.launches[len(l.launches)-1]
+	if g1.grid.X != (90+gvCols1-1)/gvCols1 || g2.grid.X != (200+gvCols2-1)/gvCols2 || g1.grid.Y != g2.grid.Y {
+		t.Errorf("grids %v and %v", g1.grid, g2.grid)
+	}
+	if l.bytes[bufCombineCount] != int64(g2.grid.X)*4 {
+		t.Errorf("combine counts %d bytes for %d column tiles", l.bytes[bufCombineCount], g2.grid.X)
+	}
+	for name, want := range map[string]int{"GV_WARPS": gvWarps, "GV_R2": gvCols2 / gvWarps} {
+		m := regexp.MustCompile(`(?m)^#define ` + name + ` (\d+)$`).FindStringSubmatch(Source)
+		if m == nil || m[1] != strconv.Itoa(want) {
+			t.Errorf("moe.cu %s: %v, want %d (layout.go)", name, m, want)
 		}
 	}
 }

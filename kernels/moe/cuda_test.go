@@ -297,6 +297,24 @@ func TestCUDAForward(t *testing.T) {
 		row{name: "qwen3-30b tc16 ov2 sa ep4 M=8", shape: qwen, m: 8, c: selfAligned(tcTable["16x256k128s3w8ov2"]), ep: 4},
 		row{name: "qwen3-30b split tc16 sa+skinny nt2 fc M=2", shape: qwen, m: 2, c: Split(selfAligned(tcTable["16x256k128s3w8ov2"]), Config{Kernel: "skinny", NT: 2, FC: 1})},
 	)
+	// gv=1, the dot-product decode GEMMs: one token an expert (deepseek-v3
+	// tp8's H and I: gemm1 K = 7168, gemm2 K = 256; 16 experts, so the
+	// reference stays small), two, groups of up to 8 (M=64 on 60 experts),
+	// fused alignment and combine, EP, zipf, and split halves.
+	gv := Config{Kernel: "skinny", NT: 1, GV: 1}
+	gvBoth := Config{Kernel: "skinny", NT: 1, GV: 1, SA: 1, FC: 1}
+	deepseek := Shape{E: 16, K: 8, H: 7168, I: 256}
+	tests = append(tests,
+		row{name: "deepseek-like gv sa fc M=1", shape: deepseek, m: 1, c: gvBoth},
+		row{name: "deepseek-like gv M=4", shape: deepseek, m: 4, c: gv},
+		row{name: "odd gv M=1", shape: odd, m: 1, c: gv},
+		row{name: "odd gv M=64", shape: odd, m: 64, c: gv},
+		row{name: "odd gv sa fc zipf M=13", shape: odd, m: 13, c: gvBoth, routing: "zipf:1.2"},
+		row{name: "qwen3-30b gv sa fc M=8", shape: qwen, m: 8, c: gvBoth},
+		row{name: "qwen3-30b gv fc ep4 M=8", shape: qwen, m: 8, c: Config{Kernel: "skinny", NT: 1, GV: 1, FC: 1}, ep: 4},
+		row{name: "qwen3-30b split gv sa+skinny w16 fc M=2", shape: qwen, m: 2, c: Split(Config{Kernel: "skinny", NT: 1, GV: 1, SA: 1}, both)},
+		row{name: "qwen3-30b split tc16 sa+gv fc M=4", shape: qwen, m: 4, c: Split(selfAligned(tcTable["16x256k128s3w8ov2"]), Config{Kernel: "skinny", NT: 1, GV: 1, FC: 1})},
+	)
 	// Programmatic launches (pl=1, as most shipped H200 picks have): each
 	// kernel starts while its predecessor drains, so a missing wait shows
 	// as poison or stale rows here.

@@ -87,11 +87,12 @@ func emuBinary(t *testing.T, configs []Config, defines ...string) string {
 	t.Helper()
 	var tcs, wgs []string
 	for _, c := range configs {
-		if c.Kernel == "wg" {
+		switch c.Kernel {
+		case "wg":
 			wgs = append(wgs, c.wgEntry())
-		} else {
+		case "tc":
 			tcs = append(tcs, c.tcEntry())
-		}
+		} // skinny and tiled kernels are built in
 	}
 	args := []string{"-DMOE_TC_LIST=" + strings.Join(tcs, " ")}
 	if len(wgs) > 0 {
@@ -394,6 +395,19 @@ func TestEmulatedKernels(t *testing.T) {
 		row{name: "tc sa one token", shape: small, m: 1, c: emuSATestConfigs[0], resident: 4, env: early},
 		row{name: "split tc sa+skinny zeroed alignment", shape: small, m: 9, c: Split(emuSATestConfigs[0], Config{Kernel: "skinny", NT: 2, FC: 1}), resident: 2, env: append([]string{"EMU_ZERO_ALIGN=1"}, random...)},
 		row{name: "split tc16 sa+tc32", shape: long, m: 20, c: Split(emuSATestConfigs[2], tcTable["32x128k64s3b3ov"]), resident: 2, env: append([]string{"EMU_ZERO_ALIGN=1"}, late...)},
+		// gv=1, the dot-product decode GEMMs: one token an expert and
+		// groups of 2–8 (each token-count instance), K past one step of
+		// 8 loads a lane with a tail (deep: gemm1 K = 2304, gemm2 N = 2304
+		// in 72 blocks of 32 features, gemm1 N = 40 in 10 of 4), fused
+		// alignment and combine, two passes, dropped slots, and halves of
+		// split configurations on their own alignment.
+		row{name: "skinny gv", shape: small, m: 5, c: Config{Kernel: "skinny", NT: 1, GV: 1}, env: early},
+		row{name: "skinny gv one token", shape: small, m: 1, c: Config{Kernel: "skinny", NT: 1, GV: 1, SA: 1, FC: 1}, env: late},
+		row{name: "skinny gv sa fc two passes", shape: small, m: 9, c: Config{Kernel: "skinny", NT: 1, GV: 1, SA: 1, FC: 1}, env: append([]string{"EMU_PASSES=2"}, random...)},
+		row{name: "skinny gv sa dropped slots ep2", shape: Shape{E: 8, K: 2, H: 128, I: 96}, ep: 2, m: 30, c: Config{Kernel: "skinny", NT: 1, GV: 1, SA: 1}, env: late},
+		row{name: "skinny gv fc deep", shape: Shape{E: 4, K: 2, H: 2304, I: 40}, m: 3, c: Config{Kernel: "skinny", NT: 1, GV: 1, FC: 1}, env: random},
+		row{name: "split skinny gv sa+skinny w16 fc", shape: long, m: 5, c: Split(Config{Kernel: "skinny", NT: 1, GV: 1, SA: 1}, Config{Kernel: "skinny", NT: 1, W1: 16, W2: 16, FC: 1}), env: random},
+		row{name: "split tc16 sa+skinny gv fc zeroed alignment", shape: small, m: 9, c: Split(emuSATestConfigs[0], Config{Kernel: "skinny", NT: 1, GV: 1, FC: 1}), resident: 2, env: append([]string{"EMU_ZERO_ALIGN=1"}, random...)},
 	)
 	for _, tt := range rows {
 		t.Run(tt.name, func(t *testing.T) {
@@ -445,6 +459,7 @@ func TestEmulatorCatchesBugs(t *testing.T) {
 	mns := []Config{mn(tma(wg(2, 64, 3, 2))), mn(tma(wg(1, 64, 3, 1)))}
 	// gemm2 tiles tokens in 16s too (skinny nt=2), so it reads gemm1's alignment.
 	sas := []Config{emuSATestConfigs[0], emuSATestConfigs[3], Split(emuSATestConfigs[2], Config{Kernel: "skinny", NT: 2, FC: 1})}
+	gvs := []Config{{Kernel: "skinny", NT: 1, GV: 1}, {Kernel: "skinny", NT: 1, GV: 1, FC: 1}}
 	// Two experts of 200 slots: every cluster's two m-tiles are one
 	// expert's, so each weight tile is multicast.
 	s2 := Shape{E: 2, K: 2, H: 384, I: 96}
@@ -504,6 +519,12 @@ func TestEmulatorCatchesBugs(t *testing.T) {
 		// shared memory held: zeros, slot 0); block 0 not writing gemm2's
 		// alignment (the buffers start as zeros, as fresh device memory).
 		{"tc sa: padding rows not padded", "-DEMU_BUG_TC_SA_NO_PAD", []string{"EMU_CP=early", "EMU_SCHED=lowest"}, sas, &emuData{NewLayer(short, 71), RandomInput(9, short.H, 72), UniformRouting(9, short.E, short.K, 73)}},
+		// gv=1: every group's first token only (the 40 tokens give each
+		// expert groups of 8), and no barriers (gemm1's gate and up halves
+		// paired through shared memory, the group's slots read before
+		// thread 0 wrote them).
+		{"gv: first token of a group only", "-DEMU_BUG_GV_ONE_TOKEN", []string{"EMU_SCHED=lowest"}, gvs, nil},
+		{"gv: no __syncthreads, warps drift backwards", "-DEMU_BUG_NO_SYNC", []string{"EMU_SCHED=highest"}, gvs, nil},
 		{"tc sa: no alignment for gemm2", "-DEMU_BUG_TC_SA_NO_HANDOFF", []string{"EMU_CP=early", "EMU_SCHED=random:3", "EMU_ZERO_ALIGN=1"}, sas, &emuData{NewLayer(short, 71), RandomInput(9, short.H, 72), UniformRouting(9, short.E, short.K, 73)}},
 	}
 	for _, tt := range tests {

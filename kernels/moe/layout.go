@@ -173,6 +173,14 @@ func gemmGrid(c Config, n int, gemm1 bool, tiles, resident int) cuda.Dim3 {
 	}
 	switch c.Kernel {
 	case "skinny":
+		if c.GV != 0 {
+			// gv: GV_COLS1 features a block in gemm1, GV_COLS2 in gemm2 (moe.cu).
+			cols := gvCols2
+			if gemm1 {
+				cols = gvCols1
+			}
+			return cuda.Dim3{X: (n + cols - 1) / cols, Y: tiles}
+		}
 		return cuda.Dim3{X: (n + 15) / 16, Y: tiles}
 	case "tc", "wg":
 		// One block per resident slot, at most one per possible tile; mc=1
@@ -202,6 +210,15 @@ func alignLaunches(s Shape, slots, groups, block, maxRows int, sorted, blockExpe
 			args: []any{bufIDs, int32(slots), int32(s.E), bufAlignCounts, sorted}},
 	}
 }
+
+// gvWarps, gvCols1 and gvCols2 are moe.cu's GV_WARPS, GV_COLS1 and
+// GV_COLS2: a gv block's warps, and the features it computes in gemm1 and
+// gemm2 (TestGVConstants holds them equal).
+const (
+	gvWarps = 8
+	gvCols1 = gvWarps / 2
+	gvCols2 = gvWarps * 4
+)
 
 // alignChunk is ALIGN_CHUNK in moe.cu: slots per block of the multi-block
 // alignment.

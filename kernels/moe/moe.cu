@@ -612,6 +612,254 @@ SKINNY_KERNEL(moe_gemm2_skinny_nt1_w16, 2, 1, 16)
 SKINNY_KERNEL(moe_gemm2_skinny_nt2_w4, 2, 2, 4)
 SKINNY_KERNEL(moe_gemm2_skinny_nt4_w4, 2, 4, 4)
 #endif
+// MOE_GV section: begin
+// ---------------------------------------------------------------- gv: decode GEMMs as dot products
+//
+// skinny's gv=1 twins (nt=1's alignment: groups of 8 rows, the expert's
+// slots first): a warp reads one weight row at a time whole, each lane 16
+// contiguous bytes a load, so one load instruction takes 512 contiguous
+// bytes of a row (skinny's MMA fragments take 64 bytes of each of 8 rows),
+// several loads in flight a lane; fp32 FMAs over the group's real tokens
+// only, the loop instantiated for 1, 2, 4 or 8 of them, so a lone token
+// pays no FMAs for the 7 padding columns an MMA would compute. On an H100
+// this pattern read deepseek-v3 tp8 M=1's gemm1 weights in 22.1 µs where
+// skinny's take 26.4 and the same bytes in address order 21.1
+// (next/probe/decode_stream.cu).
+// MODE 1 (gemm1): GV_WARPS warps, GV_WARPS/2 features: warp w reads the
+//   gate row (w even) or the up row (w odd) of feature n0 + w/2, and
+//   shared memory pairs them for silu(g)·u.
+// MODE 2 (gemm2): rows of K = I are short, so a warp reads GV_R2 rows at
+//   once: GV_WARPS·GV_R2 features a block.
+// FC and SA as skinny's: the same alignment and the same combine, over the
+// block's GV_COLS2 output columns.
+// This section is hashed apart from the rest of moe.cu (tuned.go): tuned
+// batches that never had a gv candidate stay valid when it changes.
+
+#define GV_WARPS 8
+#define GV_R2 4
+#define GV_COLS1 (GV_WARPS / 2)
+#define GV_COLS2 (GV_WARPS * GV_R2)
+
+// gv_fma8 adds the dot product of 8 bf16 weights with 8 fp32 values.
+__device__ __forceinline__ float gv_fma8(float acc, uint4 w, const float* x) {
+    acc += __uint_as_float(w.x << 16) * x[0];
+    acc += __uint_as_float(w.x & 0xffff0000u) * x[1];
+    acc += __uint_as_float(w.y << 16) * x[2];
+    acc += __uint_as_float(w.y & 0xffff0000u) * x[3];
+    acc += __uint_as_float(w.z << 16) * x[4];
+    acc += __uint_as_float(w.z & 0xffff0000u) * x[5];
+    acc += __uint_as_float(w.w << 16) * x[6];
+    acc += __uint_as_float(w.w & 0xffff0000u) * x[7];
+    return acc;
+}
+
+// gv_dots adds to acc[r][t] the dot products over K of the R weight rows w[r]
+// with the TT token rows x[t]: lane l takes elements 8l..8l+7 of every 256,
+// U such steps in flight (weights and token values loaded before any FMA).
+template <int R, int TT, int U>
+__device__ __forceinline__ void gv_dots(const bf16_t* const* w, const bf16_t* const* x, int K, int lane,
+                                        float (*acc)[8]) {
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+    for (int k0 = lane * 8; k0 < K; k0 += 256 * U) {
+        uint4 wv[R][U], xv[TT][U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int k = k0 + u * 256;
+#pragma unroll
+            for (int r = 0; r < R; ++r) wv[r][u] = k < K ? ld_stream(w[r] + k) : zero;
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int k = k0 + u * 256;
+#pragma unroll
+            for (int t = 0; t < TT; ++t) xv[t][u] = k < K ? ld_act(x[t] + k) : zero;
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+#pragma unroll
+            for (int t = 0; t < TT; ++t) {
+                const uint4 v = xv[t][u];
+                const float xf[8] = {__uint_as_float(v.x << 16), __uint_as_float(v.x & 0xffff0000u),
+                                     __uint_as_float(v.y << 16), __uint_as_float(v.y & 0xffff0000u),
+                                     __uint_as_float(v.z << 16), __uint_as_float(v.z & 0xffff0000u),
+                                     __uint_as_float(v.w << 16), __uint_as_float(v.w & 0xffff0000u)};
+#pragma unroll
+                for (int r = 0; r < R; ++r) acc[r][t] = gv_fma8(acc[r][t], wv[r][u], xf);
+            }
+    }
+}
+
+// gv_warp_sum leaves the sum of v over the warp in every lane.
+__device__ __forceinline__ float gv_warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __uint_as_float(__shfl_xor_sync(0xffffffffu, __float_as_uint(v), o));
+    return v;
+}
+
+// gv_dots_for runs gv_dots for the fewest of 1, 2, 4 or 8 token columns that
+// hold nv real tokens (the loads in flight shrink as columns grow, so the
+// registers stay about the same).
+template <int R, int U1>
+__device__ __forceinline__ void gv_dots_for(int nv, const bf16_t* const* w, const bf16_t* const* x, int K, int lane,
+                                            float (*acc)[8]) {
+#ifdef EMU_BUG_GV_ONE_TOKEN
+    nv = 1;  // the emulator's test: the first token's columns only
+#endif
+    if (nv <= 1)
+        gv_dots<R, 1, U1>(w, x, K, lane, acc);
+    else if (nv <= 2)
+        gv_dots<R, 2, (U1 / 2 > 0 ? U1 / 2 : 1)>(w, x, K, lane, acc);
+    else if (nv <= 4)
+        gv_dots<R, 4, (U1 / 4 > 0 ? U1 / 4 : 1)>(w, x, K, lane, acc);
+    else
+        gv_dots<R, 8, (U1 / 8 > 0 ? U1 / 8 : 1)>(w, x, K, lane, acc);
+}
+
+// MODE, FC and SA as skinny's; the arguments too.
+template <int MODE, int FC = 0, int SA = 0>
+__device__ __forceinline__ void gv(const bf16_t* __restrict__ W, const bf16_t* __restrict__ src,
+                                   bf16_t* __restrict__ dst, const float* __restrict__ wts,
+                                   const int* __restrict__ sorted, const int* __restrict__ block_expert,
+                                   const int* __restrict__ total_ptr, int N, int K, int topk, int pad,
+                                   const int* __restrict__ ids = nullptr, bf16_t* __restrict__ out = nullptr,
+                                   int* cnt = nullptr, int M = 0) {
+    static_assert(FC == 0 || MODE == 2, "the combine fuses into gemm2 only");
+    static_assert(SA == 0 || MODE == 1, "the alignment fuses into gemm1 only");
+    constexpr int BM = 8;
+    __shared__ int s_rows[SA ? BM : 1];
+    __shared__ int s_tok[BM], s_nv;
+    __shared__ float s_part[MODE == 1 ? GV_WARPS : 1][BM];
+    const int blk = blockIdx.y;
+    int e;
+    if (SA) {
+        const int total = skinny_self_align<BM>(ids, pad, blk, s_rows, &e, const_cast<int*>(sorted),
+                                                const_cast<int*>(block_expert), const_cast<int*>(total_ptr));
+        if (blk * BM >= total) return;
+    } else {
+        if (blk * BM >= *total_ptr) return;
+        e = block_expert[blk];
+    }
+    // The group's real slots, in row order.
+    if (threadIdx.x == 0) {
+        int n = 0;
+        for (int i = 0; i < BM; ++i) {
+            const int s = SA ? s_rows[i] : sorted[blk * BM + i];
+            if (s != pad) s_tok[n++] = s;
+        }
+        s_nv = n;
+    }
+    __syncthreads();
+    const int nv = s_nv;
+    if (nv == 0) return;  // no group is all padding; whole block, so no barrier waits
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const bf16_t* x[8];
+#pragma unroll
+    for (int t = 0; t < 8; ++t) {
+        const int s = s_tok[t < nv ? t : 0];
+        x[t] = src + (size_t)(MODE == 1 ? s / topk : s) * K;
+    }
+    float acc[MODE == 1 ? 1 : GV_R2][8];
+#pragma unroll
+    for (int r = 0; r < (MODE == 1 ? 1 : GV_R2); ++r)
+#pragma unroll
+        for (int t = 0; t < 8; ++t) acc[r][t] = 0.f;
+
+    if (MODE == 1) {
+        const int n = blockIdx.x * GV_COLS1 + warp / 2;
+        const size_t row = (size_t)(warp & 1) * N + (n < N ? n : 0);  // gate rows, then up rows
+        const bf16_t* w[1] = {W + ((size_t)e * 2 * N + row) * K};
+        gv_dots_for<1, 8>(nv, w, x, K, lane, acc);
+#pragma unroll
+        for (int t = 0; t < 8; ++t) {
+            const float v = gv_warp_sum(acc[0][t]);
+            if (lane == t) s_part[warp][t] = v;
+        }
+        __syncthreads();
+        // Thread i: feature i / 8, token i % 8.
+        const int f = threadIdx.x / BM, t = threadIdx.x % BM;
+        const int nf = blockIdx.x * GV_COLS1 + f;
+        if (f < GV_COLS1 && t < nv && nf < N)
+            dst[(size_t)s_tok[t] * N + nf] = f2bf(silu(s_part[2 * f][t]) * s_part[2 * f + 1][t]);
+        return;
+    } else {
+        const int n0 = blockIdx.x * GV_COLS2 + warp * GV_R2;
+        const bf16_t* w[GV_R2];
+#pragma unroll
+        for (int r = 0; r < GV_R2; ++r) w[r] = W + ((size_t)e * N + (n0 + r < N ? n0 + r : 0)) * K;
+        gv_dots_for<GV_R2, 2>(nv, w, x, K, lane, acc);
+#pragma unroll
+        for (int r = 0; r < GV_R2; ++r)
+#pragma unroll
+            for (int t = 0; t < 8; ++t) {
+                const float v = gv_warp_sum(acc[r][t]);
+                if (lane == t && t < nv && n0 + r < N) dst[(size_t)s_tok[t] * N + n0 + r] = f2bf(v * wts[s_tok[t]]);
+            }
+    }
+    if (FC) {
+        // As skinny's fused combine: the last block of this column tile sums
+        // each token's top-k rows in slot order.
+        __shared__ int s_last;
+        __threadfence();
+        __syncthreads();
+        if (threadIdx.x == 0) s_last = atomicAdd(&cnt[blockIdx.x], 1) == *total_ptr / BM - 1;
+        __syncthreads();
+        if (!s_last) return;
+        __threadfence();
+        const int c0 = blockIdx.x * GV_COLS2;
+        for (int i = threadIdx.x; i < M * GV_COLS2; i += GV_WARPS * 32) {
+            const int m = i / GV_COLS2, col = c0 + i % GV_COLS2;
+            if (col >= N) continue;
+            float sum = 0.f;
+            for (int j = 0; j < topk; ++j) {
+                const int slot = m * topk + j;
+                if (ids[slot] < 0) continue;
+                sum += bf2f(*(const volatile bf16_t*)(dst + (size_t)slot * N + col));
+            }
+            out[(size_t)m * N + col] = f2bf(sum);
+        }
+        if (threadIdx.x == 0) cnt[blockIdx.x] = 0;
+    }
+}
+
+#ifndef MOE_TC_ONLY
+extern "C" __global__ void __launch_bounds__(GV_WARPS * 32)
+moe_gemm1_skinny_nt1_gv(const bf16_t* __restrict__ W, const bf16_t* __restrict__ src, bf16_t* __restrict__ dst,
+                        const float* __restrict__ wts, const int* __restrict__ sorted, const int* __restrict__ bexp,
+                        const int* __restrict__ total, int N, int K, int topk, int pad) {
+    grid_dep_sync();
+    gv<1>(W, src, dst, wts, sorted, bexp, total, N, K, topk, pad);
+}
+MOE_EMU_GEMM(moe_gemm1_skinny_nt1_gv)
+
+extern "C" __global__ void __launch_bounds__(GV_WARPS * 32)
+moe_gemm2_skinny_nt1_gv(const bf16_t* __restrict__ W, const bf16_t* __restrict__ src, bf16_t* __restrict__ dst,
+                        const float* __restrict__ wts, const int* __restrict__ sorted, const int* __restrict__ bexp,
+                        const int* __restrict__ total, int N, int K, int topk, int pad) {
+    grid_dep_sync();
+    gv<2>(W, src, dst, wts, sorted, bexp, total, N, K, topk, pad);
+}
+MOE_EMU_GEMM(moe_gemm2_skinny_nt1_gv)
+
+extern "C" __global__ void __launch_bounds__(GV_WARPS * 32)
+moe_gemm1_skinny_nt1_gv_sa(const bf16_t* __restrict__ W, const bf16_t* __restrict__ src, bf16_t* __restrict__ dst,
+                           const float* __restrict__ wts, int* sorted, int* bexp, int* total, int N, int K, int topk,
+                           int pad, const int* __restrict__ ids) {
+    grid_dep_sync();
+    gv<1, 0, 1>(W, src, dst, wts, sorted, bexp, total, N, K, topk, pad, ids);
+}
+MOE_EMU_GEMM_SA(moe_gemm1_skinny_nt1_gv_sa)
+
+extern "C" __global__ void __launch_bounds__(GV_WARPS * 32)
+moe_gemm2_skinny_nt1_gv_fc(const bf16_t* __restrict__ W, const bf16_t* __restrict__ src, bf16_t* __restrict__ dst,
+                           const float* __restrict__ wts, const int* __restrict__ sorted,
+                           const int* __restrict__ bexp, const int* __restrict__ total, int N, int K, int topk,
+                           int pad, const int* __restrict__ ids, bf16_t* __restrict__ out, int* cnt, int M) {
+    grid_dep_sync();
+    gv<2, 1>(W, src, dst, wts, sorted, bexp, total, N, K, topk, pad, ids, out, cnt, M);
+}
+MOE_EMU_GEMM_FC(moe_gemm2_skinny_nt1_gv_fc)
+#endif
+// MOE_GV section: end
 
 // ---------------------------------------------------------------- tiled GEMMs
 

@@ -26,7 +26,8 @@ import (
 // a file from another moe.cu is found, then ignored with a warning saying so.
 // Each batch names the source its candidates compiled from (BatchKernels), so
 // a change to the wgmma kernels alone invalidates only the batches where a wg
-// configuration was a candidate: the tc, skinny and tiled picks stay.
+// configuration was a candidate: the tc, skinny and tiled picks stay; and a
+// change to the gv kernels only those where a gv configuration was.
 
 // TunedFormat names the files' format.
 const TunedFormat = "mstar.moe-configs"
@@ -34,50 +35,86 @@ const TunedFormat = "mstar.moe-configs"
 // EnvConfigDir overrides the user's folder of tuned files.
 const EnvConfigDir = "MSTAR_MOE_CONFIG_DIR"
 
-// KernelVersion identifies moe.cu: a tuned file is valid only for the
-// kernels it was tuned on.
-var KernelVersion = kernelVersion(Source)
+// A tuned batch is valid only for the kernels it was tuned on: the parts of
+// moe.cu its candidates compiled from. Every batch depends on the base (the
+// file less its wgmma and gv sections); a batch with a wg candidate also on
+// the wgmma section, one with a gv candidate on the gv section. Each
+// combination has a version; the two that predate the gv section keep their
+// spelling, so files tuned before it stay valid.
+var (
+	// KernelVersion: moe.cu less its gv section (base and wgmma), the
+	// version files record as the build that wrote them.
+	KernelVersion = kernelVersion(Source)
+	// BaseKernelVersion: the tc, skinny and tiled kernels.
+	BaseKernelVersion = baseKernelVersion(Source)
+	// GVKernelVersion: the base and the gv section.
+	GVKernelVersion = versionOf("moe.cu-gv", withoutSection(Source, wgSectionBegin, wgSectionEnd))
+	// WGGVKernelVersion: the whole file.
+	WGGVKernelVersion = versionOf("moe.cu-wg-gv", Source)
+)
+
+func versionOf(prefix, src string) string {
+	sum := sha256.Sum256([]byte(src))
+	return fmt.Sprintf("%s-%x", prefix, sum[:6])
+}
 
 func kernelVersion(src string) string {
-	sum := sha256.Sum256([]byte(src))
-	return fmt.Sprintf("moe.cu-%x", sum[:6])
+	return versionOf("moe.cu", withoutSection(src, gvSectionBegin, gvSectionEnd))
 }
-
-// BaseKernelVersion identifies moe.cu less its wgmma section (the
-// MOE_WG_LIST block, which only wg modules compile): the source of the tc,
-// skinny and tiled kernels.
-var BaseKernelVersion = baseKernelVersion(Source)
 
 func baseKernelVersion(src string) string {
-	sum := sha256.Sum256([]byte(withoutWGSection(src)))
-	return fmt.Sprintf("moe.cu-base-%x", sum[:6])
+	return versionOf("moe.cu-base", withoutWGSection(withoutSection(src, gvSectionBegin, gvSectionEnd)))
 }
 
-// The wgmma section's first and last lines in moe.cu.
-const wgSectionBegin, wgSectionEnd = "\n#ifdef MOE_WG_LIST\n", "\n#endif  // MOE_WG_LIST\n"
+// The wgmma section's first and last lines in moe.cu (the MOE_WG_LIST
+// block, which only wg modules compile), and the gv section's.
+const (
+	wgSectionBegin, wgSectionEnd = "\n#ifdef MOE_WG_LIST\n", "\n#endif  // MOE_WG_LIST\n"
+	gvSectionBegin, gvSectionEnd = "\n// MOE_GV section: begin\n", "\n// MOE_GV section: end\n"
+)
 
 // withoutWGSection is src less the wgmma section; src itself when the
 // section's markers are not found (then the base version changes with any
 // edit, as the full one does).
-func withoutWGSection(src string) string {
-	i := strings.Index(src, wgSectionBegin)
-	j := strings.Index(src, wgSectionEnd)
+func withoutWGSection(src string) string { return withoutSection(src, wgSectionBegin, wgSectionEnd) }
+
+// withoutSection is src less the lines from begin's to end's (both kept
+// from the newline that ends the line before), or src when they are not
+// both found in order.
+func withoutSection(src, begin, end string) string {
+	i := strings.Index(src, begin)
+	j := strings.Index(src, end)
 	if i < 0 || j < i {
 		return src
 	}
-	return src[:i+1] + src[j+len(wgSectionEnd):]
+	return src[:i+1] + src[j+len(end):]
 }
 
-// BatchKernels is the version a batch tuned over cands depends on: the
-// whole of moe.cu when a wg configuration (or half of a split) was among
-// them, else BaseKernelVersion.
+// BatchKernels is the version a batch tuned over cands depends on, by
+// whether a wg and whether a gv configuration (or half of a split) was
+// among them.
 func BatchKernels(cands []Config) string {
+	var wg, gv bool
 	for _, c := range cands {
-		if c.Gemm(1).Kernel == "wg" || c.Gemm(2).Kernel == "wg" {
-			return KernelVersion
+		for _, g := range []Config{c.Gemm(1), c.Gemm(2)} {
+			wg = wg || g.Kernel == "wg"
+			gv = gv || g.GV != 0
 		}
 	}
+	switch {
+	case wg && gv:
+		return WGGVKernelVersion
+	case wg:
+		return KernelVersion
+	case gv:
+		return GVKernelVersion
+	}
 	return BaseKernelVersion
+}
+
+// currentKernels says whether v is one of this build's batch versions.
+func currentKernels(v string) bool {
+	return v == KernelVersion || v == BaseKernelVersion || v == GVKernelVersion || v == WGGVKernelVersion
 }
 
 //go:embed configs/*.json
@@ -388,7 +425,7 @@ func (f *TunedFile) dropStale() (stale []int, was string) {
 			b.Kernels = f.KernelVersion
 			f.Batches[k] = b
 		}
-		if b.Kernels != KernelVersion && b.Kernels != BaseKernelVersion {
+		if !currentKernels(b.Kernels) {
 			if was == "" {
 				was = b.Kernels
 			}

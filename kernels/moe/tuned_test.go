@@ -221,6 +221,58 @@ func TestBaseKernelVersion(t *testing.T) {
 	}
 }
 
+// The gv section is hashed apart: an edit inside it changes only the
+// versions of batches with a gv candidate, one inside the wgmma section only
+// those with a wg candidate, one elsewhere all four; a batch names the gv
+// section when a gv configuration (or half of a split) was a candidate.
+func TestGVKernelVersion(t *testing.T) {
+	if withoutSection(Source, gvSectionBegin, gvSectionEnd) == Source {
+		t.Fatalf("moe.cu has no %q … %q section", gvSectionBegin, gvSectionEnd)
+	}
+	if rest := withoutSection(Source, gvSectionBegin, gvSectionEnd); strings.Contains(rest, "moe_gemm1_skinny_nt1_gv") || !strings.Contains(rest, "moe_gemm1_skinny_nt1_w16_sa") {
+		t.Errorf("the source less the gv section keeps gv kernels or lost the skinny ones")
+	}
+	versions := func(src string) [4]string {
+		return [4]string{kernelVersion(src), baseKernelVersion(src), versionOf("moe.cu-gv", withoutWGSection(src)), versionOf("moe.cu-wg-gv", src)}
+	}
+	now := versions(Source)
+	if now != [4]string{KernelVersion, BaseKernelVersion, GVKernelVersion, WGGVKernelVersion} {
+		t.Fatalf("versions %q", now)
+	}
+	i := strings.Index(Source, gvSectionBegin) + len(gvSectionBegin)
+	inGV := versions(Source[:i] + "// edit\n" + Source[i:])
+	if inGV[0] != now[0] || inGV[1] != now[1] || inGV[2] == now[2] || inGV[3] == now[3] {
+		t.Errorf("an edit inside the gv section: %q, was %q", inGV, now)
+	}
+	j := strings.Index(Source, wgSectionBegin) + len(wgSectionBegin)
+	inWG := versions(Source[:j] + "// edit\n" + Source[j:])
+	if inWG[0] == now[0] || inWG[1] != now[1] || inWG[2] != now[2] || inWG[3] == now[3] {
+		t.Errorf("an edit inside the wg section: %q, was %q", inWG, now)
+	}
+	out := versions("// edit\n" + Source)
+	for k := range out {
+		if out[k] == now[k] {
+			t.Errorf("an edit outside both sections kept version %d: %s", k, out[k])
+		}
+	}
+	gv := Config{Kernel: "skinny", NT: 1, GV: 1}
+	for _, tt := range []struct {
+		cands []Config
+		want  string
+	}{
+		{[]Config{{Kernel: "skinny", NT: 1}, gv}, GVKernelVersion},
+		{[]Config{Split(tcTable["16x256k64s4"], gv)}, GVKernelVersion},
+		{[]Config{gv, wgTable["128x256s4"]}, WGGVKernelVersion},
+	} {
+		if got := BatchKernels(tt.cands); got != tt.want {
+			t.Errorf("%v: %s, want %s", tt.cands, got, tt.want)
+		}
+		if !currentKernels(tt.want) {
+			t.Errorf("%s is not one of this build's versions", tt.want)
+		}
+	}
+}
+
 // A file whose wgmma kernels changed keeps the batches that had no wg
 // candidate and drops the others, saying which.
 func TestTunedLookupDropsStaleBatches(t *testing.T) {

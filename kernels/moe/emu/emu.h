@@ -386,6 +386,11 @@ inline float __uint_as_float(u32 u) {
     std::memcpy(&f, &u, 4);
     return f;
 }
+inline u32 __float_as_uint(float f) {
+    u32 u;
+    std::memcpy(&u, &f, 4);
+    return u;
+}
 inline float __expf(float x) { return std::exp(x); }
 inline float __fdividef(float x, float y) { return y > 8.5070592e37f ? 0.f * x : x / y; }  // 2^126: what the device returns
 
