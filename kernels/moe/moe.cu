@@ -771,6 +771,7 @@ __device__ __forceinline__ void gv(const bf16_t* __restrict__ W, const bf16_t* _
         gv_dots_for<1, 8>(nv, w, x, K, lane, acc);
 #pragma unroll
         for (int t = 0; t < 8; ++t) {
+            if (t >= nv) break;  // the real tokens' sums only: 5 shuffles each
             const float v = gv_warp_sum(acc[0][t]);
             if (lane == t) s_part[warp][t] = v;
         }
@@ -788,12 +789,14 @@ __device__ __forceinline__ void gv(const bf16_t* __restrict__ W, const bf16_t* _
         for (int r = 0; r < GV_R2; ++r) w[r] = W + ((size_t)e * N + (n0 + r < N ? n0 + r : 0)) * K;
         gv_dots_for<GV_R2, 2>(nv, w, x, K, lane, acc);
 #pragma unroll
-        for (int r = 0; r < GV_R2; ++r)
+        for (int t = 0; t < 8; ++t) {
+            if (t >= nv) break;  // the real tokens' sums only (short rows: the sums cost as much as the loads)
 #pragma unroll
-            for (int t = 0; t < 8; ++t) {
+            for (int r = 0; r < GV_R2; ++r) {
                 const float v = gv_warp_sum(acc[r][t]);
-                if (lane == t && t < nv && n0 + r < N) dst[(size_t)s_tok[t] * N + n0 + r] = f2bf(v * wts[s_tok[t]]);
+                if (lane == r && n0 + r < N) dst[(size_t)s_tok[t] * N + n0 + r] = f2bf(v * wts[s_tok[t]]);
             }
+        }
     }
     if (FC) {
         // As skinny's fused combine: the last block of this column tile sums
