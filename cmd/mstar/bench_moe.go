@@ -358,7 +358,7 @@ Models:
 	f.IntVar(&samples, "samples", 0, "timed samples per batch and round (0: 20 on CUDA, 6 on the CPU)")
 	f.IntVar(&rounds, "rounds", bench.DefaultRounds, "repeat the whole sweep this many times, interleaved, so that 'report diff' sees the noise between rounds")
 	f.Uint64Var(&seed, "seed", 1, "seed of weights, inputs and routing")
-	f.StringVar(&config, "config", "auto", "kernels: auto, skinny:nt=1|2|4, tiled:NAME|bm=…,bn=…,bk=…,wm=…,wn=…,stages=…, tc:NAME|bm=…,…,gm=…,minb=…, (Hopper) wg:nc=1|2,bn=…,stages=…,gm=…[,pp=1][,tma=1][,mc=1|2][,l2=4], or GEMM1+GEMM2, each GEMM its own; ,pl=1 on a GEMM (sm_90+) launches it programmatically")
+	f.StringVar(&config, "config", "auto", "kernels: auto, skinny:nt=1|2|4[,fc=1][,sa=1][,gv=1], tiled:NAME|bm=…,bn=…,bk=…,wm=…,wn=…,stages=…, tc:NAME|bm=…,…,gm=…,minb=…, (Hopper) wg:nc=1|2,bn=…,stages=…,gm=…[,pp=1][,tma=1][,mc=1|2][,l2=4], or GEMM1+GEMM2, each GEMM its own; ,pl=1 on a GEMM (sm_90+) launches it programmatically")
 	f.BoolVar(&tune, "tune", false, "CUDA: per batch, check and time every candidate configuration and measure with the fastest correct one")
 	f.BoolVar(&stages, "stages", false, "also time each stage of the pass (align, gemm1, gemm2, combine), each GEMM against its own floor")
 	f.IntVar(&tuneSamples, "tune-samples", 6, "timed samples per candidate under --tune (6, also for 0: the fewest that give a 95% interval)")
