@@ -108,7 +108,10 @@ func TuneCandidates(ctx context.Context, run CandidateRunner, cands []moe.Config
 		}
 		outs = append(outs, tuneOne(run, c, chk, samples))
 	}
-	if split, ok := bestSplit(outs); ok && ctx.Err() == nil {
+	for _, split := range bestSplits(outs) {
+		if ctx.Err() != nil {
+			break
+		}
 		if progress != nil {
 			progress(fmt.Sprintf("tune split %v", split))
 		}
@@ -255,32 +258,55 @@ func tuneOne(run CandidateRunner, c moe.Config, chk TuneCheck, samples int) Tune
 	return o
 }
 
-// bestSplit is the configuration of the eligible candidates' fastest gemm1
-// and fastest gemm2 (by median), when those are different candidates and it
-// was not timed already. It may be a single configuration: two skinny
+// bestSplits are the splits worth timing from the eligible candidates'
+// GEMM times (medians): the fastest gemm1 with the fastest gemm2; and,
+// because a GEMM timed alone does not pay for the alignment launch that a
+// gemm2 on other token blocks adds to the pass, the fastest gemm1 with the
+// fastest gemm2 on its blocks, and the fastest gemm2 with the fastest gemm1
+// on its blocks. Each at most once, none timed already, none that is one
+// candidate's own pair. A split may be a single configuration: two skinny
 // candidates that differ only in their warps per GEMM combine into one.
-func bestSplit(outs []TuneOutcome) (moe.Config, bool) {
-	b1, b2 := -1, -1
-	m1, m2 := math.Inf(1), math.Inf(1)
-	for i, o := range outs {
-		if o.Reject != "" || len(o.Latency) == 0 || len(o.Gemm1) == 0 || len(o.Gemm2) == 0 {
+func bestSplits(outs []TuneOutcome) []moe.Config {
+	// fastest is the eligible outcome with the smallest median of the
+	// GEMM's times among those whose other GEMM could share its blocks.
+	fastest := func(gemm int, block int) int {
+		best, m := -1, math.Inf(1)
+		for i, o := range outs {
+			if o.Reject != "" || len(o.Latency) == 0 || len(o.Gemm1) == 0 || len(o.Gemm2) == 0 {
+				continue
+			}
+			if block > 0 && o.Config.Gemm(gemm).Block() != block {
+				continue
+			}
+			t := o.Gemm1
+			if gemm == 2 {
+				t = o.Gemm2
+			}
+			if v := results.Summarize(t).Median; v < m {
+				best, m = i, v
+			}
+		}
+		return best
+	}
+	b1, b2 := fastest(1, 0), fastest(2, 0)
+	if b1 < 0 || b2 < 0 {
+		return nil
+	}
+	pairs := [][2]int{{b1, b2},
+		{b1, fastest(2, outs[b1].Config.Gemm(1).Block())},
+		{fastest(1, outs[b2].Config.Gemm(2).Block()), b2}}
+	var out []moe.Config
+	for _, p := range pairs {
+		if p[0] < 0 || p[1] < 0 || p[0] == p[1] {
 			continue
 		}
-		if v := results.Summarize(o.Gemm1).Median; v < m1 {
-			b1, m1 = i, v
+		c := moe.Split(outs[p[0]].Config, outs[p[1]].Config)
+		if timedAlready(outs, c) || slices.ContainsFunc(out, func(o moe.Config) bool { return o.String() == c.String() }) {
+			continue
 		}
-		if v := results.Summarize(o.Gemm2).Median; v < m2 {
-			b2, m2 = i, v
-		}
+		out = append(out, c)
 	}
-	if b1 < 0 || b2 < 0 || b1 == b2 {
-		return moe.Config{}, false
-	}
-	c := moe.Split(outs[b1].Config, outs[b2].Config)
-	if timedAlready(outs, c) {
-		return moe.Config{}, false
-	}
-	return c, true
+	return out
 }
 
 // gpuCandidates runs candidates through the CUDA kernels.

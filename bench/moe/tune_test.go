@@ -469,14 +469,48 @@ func TestBestSplitCombinesSkinnyWarps(t *testing.T) {
 		{Config: a, Latency: fast, Gemm1: fast, Gemm2: slow},
 		{Config: b, Latency: fast, Gemm1: slow, Gemm2: fast},
 	}
-	c, ok := bestSplit(outs)
+	cs := bestSplits(outs)
 	want := moe.Config{Kernel: "skinny", NT: 1, W2: 16}
-	if !ok || c.IsSplit() || c.String() != want.String() {
-		t.Fatalf("bestSplit = %v, %v; want %v, not split", c, ok, want)
+	if len(cs) != 1 || cs[0].IsSplit() || cs[0].String() != want.String() {
+		t.Fatalf("bestSplits = %v; want %v alone, not split", cs, want)
 	}
 	outs = append(outs, TuneOutcome{Config: want, Latency: fast, Gemm1: fast, Gemm2: fast})
-	if c, ok := bestSplit(outs); ok {
-		t.Errorf("bestSplit = %v again, though %v was timed", c, want)
+	if cs := bestSplits(outs); len(cs) != 0 {
+		t.Errorf("bestSplits = %v again, though %v was timed", cs, want)
+	}
+}
+
+// A gemm2 on other token blocks than gemm1's costs an alignment launch
+// that neither GEMM's time shows, so besides the fastest pair the tuner
+// tries the fastest gemm2 on the fastest gemm1's blocks (and the other way
+// round): gv's gemm1 (blocks of 8) with skinny's gemm2, not only with the
+// 16-row tc gemm2 that is faster alone (an H100, deepseek-v3 tp8 M=1).
+func TestBestSplitsShareTheAlignment(t *testing.T) {
+	ms := func(v float64) []float64 { return []float64{v} }
+	gv := moe.Config{Kernel: "skinny", NT: 1, GV: 1, SA: 1}
+	sk := moe.Config{Kernel: "skinny", NT: 1, W1: 16, SA: 1}
+	tc16 := moe.Config{Kernel: "tc", BM: 16, BN: 128, BK: 128, WM: 1, WN: 4, Stages: 3, GM: 8, MinBlocks: 2, OV: 2}
+	tc32 := moe.Config{Kernel: "tc", BM: 32, BN: 256, BK: 128, WM: 1, WN: 8, Stages: 3, GM: 8, MinBlocks: 1, OV: 2}
+	outs := []TuneOutcome{
+		{Config: gv, Latency: ms(50), Gemm1: ms(22), Gemm2: ms(25)},
+		{Config: sk, Latency: ms(41), Gemm1: ms(26), Gemm2: ms(12)},
+		{Config: tc16, Latency: ms(45), Gemm1: ms(28), Gemm2: ms(11)},
+		{Config: tc32, Latency: ms(60), Gemm1: ms(27), Gemm2: ms(30)},
+	}
+	var got []string
+	for _, c := range bestSplits(outs) {
+		got = append(got, c.String())
+	}
+	want := []string{moe.Split(gv, tc16).String(), moe.Split(gv, sk).String()}
+	if !slices.Equal(got, want) {
+		t.Errorf("bestSplits:\n got %q\nwant %q", got, want)
+	}
+	// The fastest gemm2's blocks (16) have no other gemm1 but its own
+	// candidate's: no third split. A 16-row gemm1 faster than tc16's own
+	// gives one.
+	outs = append(outs, TuneOutcome{Config: moe.Config{Kernel: "skinny", NT: 2}, Latency: ms(70), Gemm1: ms(24), Gemm2: ms(40)})
+	if cs := bestSplits(outs); len(cs) != 3 || cs[2].String() != moe.Split(moe.Config{Kernel: "skinny", NT: 2}, tc16).String() {
+		t.Errorf("with a 16-row skinny gemm1: %v", cs)
 	}
 }
 
