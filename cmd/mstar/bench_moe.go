@@ -162,6 +162,7 @@ Models:
   mstar bench moe --model qwen3-235b-a22b --batch 1,64,4096 --tune --device cuda:0 --out tuned.json
   mstar bench moe --model mixtral-8x7b --batch 256,4096 --stages --device cuda:0
   mstar bench moe --model qwen3-235b-a22b --batch 1,4,8 --weight-copies 4 --device cuda:0
+  mstar bench moe --model deepseek-v3 --tp 8 --batch 1 --device cuda:0 --config skinny:nt=1,gv=1
   mstar bench moe --model qwen3-30b-a3b --peers --triton-peer .dev/peers/triton_moe_ref.py`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
