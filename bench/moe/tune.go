@@ -537,6 +537,10 @@ type MoETuneOptions struct {
 	// Runner, when set, replaces the device's own candidates for batch m
 	// (tests: a candidate that returns wrong numbers must be rejected).
 	Runner func(m int, l *moe.Layer, x []float32, r routing.Routing) (CandidateRunner, []moe.Config)
+	// Candidates, when set, is the candidate list of batch m as Runner's
+	// will be, before any weights are made: what decides whether a batch in
+	// the file met this build's candidates (nil: the device's, on CUDA).
+	Candidates func(m int) []moe.Config
 	// Earlier is the document an earlier, interrupted run wrote to the same
 	// --out: the candidates of the batches this run skips are carried from
 	// it, so a resumed tune's document still holds every batch's candidates.
@@ -752,13 +756,32 @@ func RunMoETune(ctx context.Context, dev gpu.Device, opt MoETuneOptions) (*MoETu
 	f.KernelVersion = moe.KernelVersion
 	rep.File = f
 
-	var todo []int
+	// A batch tuned before this build's candidates for it (a kernel family
+	// added since, gv=1 say) names other kernels than they would
+	// (moe.BatchKernels): it is still valid, but it never met them, so it
+	// is tuned again. Not on the CPU, which tunes one implementation.
+	cands := opt.Candidates
+	if cands == nil && onGPU {
+		cands = func(m int) []moe.Config { return moe.CandidatesOn(info.CC(), local, m) }
+	}
+	var todo, stale []int
 	for _, m := range mo.Batches {
-		if f.Has(m) && !opt.Force {
+		if slices.Contains(todo, m) || slices.Contains(rep.Skipped, m) {
+			continue
+		}
+		switch {
+		case f.Has(m) && !opt.Force && cands != nil && f.Batches[strconv.Itoa(m)].Kernels != moe.BatchKernels(cands(m)):
+			stale = append(stale, m)
+			todo = append(todo, m)
+		case f.Has(m) && !opt.Force:
 			rep.Skipped = append(rep.Skipped, m)
-		} else if !slices.Contains(todo, m) {
+		default:
 			todo = append(todo, m)
 		}
+	}
+	if len(stale) > 0 {
+		rep.Warnings = append(rep.Warnings, fmt.Sprintf("re-tuning M=%s: tuned before this build's candidates for them (kernels %s, now %s)",
+			moe.JoinBatches(stale), f.Batches[strconv.Itoa(stale[0])].Kernels, moe.BatchKernels(cands(stale[0]))))
 	}
 	if opt.Shortlist != nil && len(todo) > 0 {
 		// Another shape's (or routing's, or seed's) document is almost

@@ -937,3 +937,50 @@ func TestTuneTriesTrafficVariants(t *testing.T) {
 }
 
 func withMC(c moe.Config, mc int) moe.Config { c.MC = mc; return c }
+
+// A batch in the file that never met this build's candidates for it (its
+// kernels version is not what they compile from: a kernel family added
+// since) is tuned again without --force; the others are skipped.
+func TestTuneRetunesBatchesBeforeNewCandidates(t *testing.T) {
+	dir := t.TempDir()
+	sk := moe.Config{Kernel: "skinny", NT: 1}
+	gv := moe.Config{Kernel: "skinny", NT: 1, GV: 1}
+	old := func(int) []moe.Config { return []moe.Config{sk} }
+	run := func(cands func(int) []moe.Config) *MoETuneReport {
+		t.Helper()
+		opt := tuneOpts(dir, []int{2, 5}, nil, nil)
+		inner := opt.Runner
+		opt.Runner = func(m int, l *moe.Layer, x []float32, r routing.Routing) (CandidateRunner, []moe.Config) {
+			run, _ := inner(m, l, x, r)
+			return run, cands(m)
+		}
+		opt.Candidates = cands
+		rep, err := RunMoETune(t.Context(), gpu.NewCPU(), opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rep
+	}
+	if rep := run(old); !slices.Equal(rep.Tuned, []int{2, 5}) {
+		t.Fatalf("first run tuned %v", rep.Tuned)
+	}
+	if rep := run(old); len(rep.Tuned) != 0 || !slices.Equal(rep.Skipped, []int{2, 5}) {
+		t.Fatalf("same candidates: tuned %v, skipped %v; want none, both", rep.Tuned, rep.Skipped)
+	}
+	withGV := func(m int) []moe.Config {
+		if m == 2 {
+			return []moe.Config{sk, gv}
+		}
+		return old(m)
+	}
+	rep := run(withGV)
+	if !slices.Equal(rep.Tuned, []int{2}) || !slices.Equal(rep.Skipped, []int{5}) {
+		t.Fatalf("gv added at M=2: tuned %v, skipped %v; want [2], [5]", rep.Tuned, rep.Skipped)
+	}
+	if got := rep.File.Batches["2"].Kernels; got != moe.GVKernelVersion {
+		t.Errorf("M=2 re-tuned for kernels %s, want %s", got, moe.GVKernelVersion)
+	}
+	if !slices.ContainsFunc(rep.Warnings, func(w string) bool { return strings.Contains(w, "re-tuning M=2: tuned before") }) {
+		t.Errorf("warnings %q do not say why M=2 was tuned again", rep.Warnings)
+	}
+}

@@ -72,10 +72,12 @@ blocks start while the one before it finishes). The fastest is written to
 a JSON file for (E, N = local intermediate size, K = hidden size, top-k,
 dtype, device name), holding per batch the configuration, its timings, the
 static table's, what was rejected, the date, the mstar commit and the
-kernels' version: a hash of moe.cu where a wgmma configuration was a
-candidate, else of moe.cu less its wgmma section. Batches tuned on other
-kernels are ignored, with a warning saying which, and tuned again; so a
-change to the wgmma kernels alone re-tunes only the batches they ran in.
+kernels' version: a hash of the parts of moe.cu its candidates compile
+from (the wgmma and the gv sections only where such a configuration was a
+candidate). Batches tuned on other kernels are ignored, with a warning
+saying which, and tuned again; so a change to the wgmma kernels alone
+re-tunes only the batches they ran in. A batch that is valid but never met
+this build's candidates (a kernel family added since) is tuned again too.
 
 The file is saved after every batch: an interrupted tune resumes where it
 stopped, skipping the batches already in the file (--force re-tunes them).
