@@ -15,8 +15,9 @@
 # A shape whose tune finished (its comparison included) is marked
 # $OUT/docs/tune-<shape>.done and skipped when the script runs again, so a
 # resumed call spends its time on the shapes left (FORCE=1 re-runs them).
-# RETUNE=1 re-tunes the batches the files already have (tune moe --force):
-# after new candidates, e.g. RETUNE=1 BATCH=1,2,4,8,16,32 for decode kernels.
+# RETUNE=1 re-tunes the batches the files already have (tune moe --force),
+# also when run again after a cut, so it does not resume a shape; tune moe
+# re-tunes by itself the batches that never met this build's candidates.
 # Environment: SHAPES (default the four), BATCH (default bench moe's 13),
 # MSTAR (default bin/mstar), DEADLINE (seconds, default 560), ROUNDS (of the
 # tuned-versus-static comparison, default 2; 1 halves its time), SAMPLES (its

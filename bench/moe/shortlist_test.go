@@ -146,3 +146,43 @@ func TestTuneShortlistWithoutTheseBatches(t *testing.T) {
 		t.Errorf("no warning for M=4: %q", rep.Warnings)
 	}
 }
+
+// A batch records the kernels of all its candidates, not only of the
+// shortlist's: a gv candidate the shortlist drops still counts, so the next
+// run with the same shortlist finds the batch current and skips it (it would
+// otherwise re-tune it on every run).
+func TestTuneShortlistKeepsTheBatchCurrent(t *testing.T) {
+	a, gv := moe.Config{Kernel: "skinny", NT: 1}, moe.Config{Kernel: "skinny", NT: 1, GV: 1}
+	all := []moe.Config{a, gv}
+	opt := tuneOpts(t.TempDir(), []int{2}, all, nil)
+	opt.Candidates = func(int) []moe.Config { return all }
+	mo := opt.MoE
+	local, err := PrepareMoE(&mo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := func(cfg moe.Config, us float64) results.Result {
+		p := MoEParams(mo, local, 2, "mstar")
+		p[MoEConfigParam] = cfg.String()
+		return results.Result{Name: MoETuneResult, Params: p, Metrics: []results.Metric{{Name: MoETuneLatency, Samples: []float64{us}}}}
+	}
+	opt.Shortlist = &results.Document{Suite: "tune moe", Results: []results.Result{rec(a, 40), rec(gv, 90)}}
+	opt.ShortlistKeep = 1
+	rep, err := RunMoETune(t.Context(), gpu.NewCPU(), opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(rep.Outcomes[2]); n != 1 {
+		t.Fatalf("M=2 ran %d candidates, want the shortlist's one", n)
+	}
+	if got := rep.File.Batches["2"].Kernels; got != moe.GVKernelVersion {
+		t.Errorf("M=2 recorded kernels %s, want %s (gv was a candidate, though not run)", got, moe.GVKernelVersion)
+	}
+	rep, err = RunMoETune(t.Context(), gpu.NewCPU(), opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Tuned) != 0 || !slices.Equal(rep.Skipped, []int{2}) {
+		t.Errorf("second run with the same shortlist: tuned %v, skipped %v; want M=2 skipped", rep.Tuned, rep.Skipped)
+	}
+}

@@ -889,6 +889,9 @@ func RunMoETune(ctx context.Context, dev gpu.Device, opt MoETuneOptions) (*MoETu
 			}
 			runner, cands = cpuCandidates{ctx: ctx, g: cpuRun, x: x, r: r}, []moe.Config{{}}
 		}
+		// The batch's kernels are those of every candidate, not only of
+		// the shortlist's: the version the next run checks it against.
+		kernels := moe.BatchKernels(cands)
 		if opt.Shortlist != nil {
 			recs := candidateRecords(opt.Shortlist, mo, local, m)
 			if len(recs) == 0 {
@@ -947,7 +950,7 @@ func RunMoETune(ctx context.Context, dev gpu.Device, opt MoETuneOptions) (*MoETu
 			continue
 		}
 		b := moe.TunedBatch{Config: outs[best].Config.String(), LatencyUS: round3(outs[best].Median()), Candidates: len(outs),
-			Date: now().UTC().Truncate(time.Second), Commit: opt.Commit, Routing: mo.routingName(), Kernels: moe.BatchKernels(cands)}
+			Date: now().UTC().Truncate(time.Second), Commit: opt.Commit, Routing: mo.routingName(), Kernels: kernels}
 		for _, v := range outs[best].Latency {
 			b.Samples = append(b.Samples, round3(v))
 		}

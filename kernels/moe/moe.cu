@@ -749,8 +749,8 @@ __device__ __forceinline__ void gv(const bf16_t* __restrict__ W, const bf16_t* _
         s_nv = n;
     }
     __syncthreads();
-    const int nv = s_nv;
-    if (nv == 0) return;  // no group is all padding; whole block, so no barrier waits
+    const int nv = s_nv;  // ≥ 1: no group is all padding (an expert pads to less than a group)
+    if (nv == 0 && !FC) return;  // whole block, so no barrier waits; an FC block still counts itself below
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const bf16_t* x[8];
 #pragma unroll
@@ -782,7 +782,7 @@ __device__ __forceinline__ void gv(const bf16_t* __restrict__ W, const bf16_t* _
         if (f < GV_COLS1 && t < nv && nf < N)
             dst[(size_t)s_tok[t] * N + nf] = f2bf(silu(s_part[2 * f][t]) * s_part[2 * f + 1][t]);
         return;
-    } else {
+    } else if (nv > 0) {
         const int n0 = blockIdx.x * GV_COLS2 + warp * GV_R2;
         const bf16_t* w[GV_R2];
 #pragma unroll

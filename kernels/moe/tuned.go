@@ -382,7 +382,7 @@ func (l TunedLookup) Find(key TunedKey) (*TunedFile, string, []string, error) {
 					where, was, KernelVersion))
 				return nil
 			case len(stale) > 0:
-				warns = append(warns, fmt.Sprintf("ignored M=%s of tuned config file %s: tuned for kernels %s, this build's are %s (moe.cu's wgmma kernels changed): run 'mstar tune moe' again",
+				warns = append(warns, fmt.Sprintf("ignored M=%s of tuned config file %s: tuned for kernels %s, this build's are %s (moe.cu's wgmma or gv kernels changed): run 'mstar tune moe' again",
 					JoinBatches(stale), where, was, KernelVersion))
 			}
 			return f
