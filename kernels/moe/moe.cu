@@ -824,43 +824,41 @@ __device__ __forceinline__ void gv(const bf16_t* __restrict__ W, const bf16_t* _
     }
 }
 
+// The entry points, with skinny's arguments (SKINNY_*_KERNEL above).
+#define GV_KERNEL(NAME, MODE)                                                                           \
+    extern "C" __global__ void __launch_bounds__(GV_WARPS * 32)                                          \
+    NAME(const bf16_t* __restrict__ W, const bf16_t* __restrict__ src, bf16_t* __restrict__ dst,          \
+         const float* __restrict__ wts, const int* __restrict__ sorted, const int* __restrict__ bexp,     \
+         const int* __restrict__ total, int N, int K, int topk, int pad) {                                \
+        grid_dep_sync();                                                                                  \
+        gv<MODE>(W, src, dst, wts, sorted, bexp, total, N, K, topk, pad);                                 \
+    }                                                                                                    \
+    MOE_EMU_GEMM(NAME)
+#define GV_FC_KERNEL(NAME)                                                                              \
+    extern "C" __global__ void __launch_bounds__(GV_WARPS * 32)                                          \
+    NAME(const bf16_t* __restrict__ W, const bf16_t* __restrict__ src, bf16_t* __restrict__ dst,          \
+         const float* __restrict__ wts, const int* __restrict__ sorted, const int* __restrict__ bexp,     \
+         const int* __restrict__ total, int N, int K, int topk, int pad, const int* __restrict__ ids,      \
+         bf16_t* __restrict__ out, int* cnt, int M) {                                                     \
+        grid_dep_sync();                                                                                  \
+        gv<2, 1>(W, src, dst, wts, sorted, bexp, total, N, K, topk, pad, ids, out, cnt, M);               \
+    }                                                                                                    \
+    MOE_EMU_GEMM_FC(NAME)
+#define GV_SA_KERNEL(NAME)                                                                              \
+    extern "C" __global__ void __launch_bounds__(GV_WARPS * 32)                                          \
+    NAME(const bf16_t* __restrict__ W, const bf16_t* __restrict__ src, bf16_t* __restrict__ dst,          \
+         const float* __restrict__ wts, int* sorted, int* bexp, int* total, int N, int K, int topk,      \
+         int pad, const int* __restrict__ ids) {                                                          \
+        grid_dep_sync();                                                                                  \
+        gv<1, 0, 1>(W, src, dst, wts, sorted, bexp, total, N, K, topk, pad, ids);                         \
+    }                                                                                                    \
+    MOE_EMU_GEMM_SA(NAME)
+
 #ifndef MOE_TC_ONLY
-extern "C" __global__ void __launch_bounds__(GV_WARPS * 32)
-moe_gemm1_skinny_nt1_gv(const bf16_t* __restrict__ W, const bf16_t* __restrict__ src, bf16_t* __restrict__ dst,
-                        const float* __restrict__ wts, const int* __restrict__ sorted, const int* __restrict__ bexp,
-                        const int* __restrict__ total, int N, int K, int topk, int pad) {
-    grid_dep_sync();
-    gv<1>(W, src, dst, wts, sorted, bexp, total, N, K, topk, pad);
-}
-MOE_EMU_GEMM(moe_gemm1_skinny_nt1_gv)
-
-extern "C" __global__ void __launch_bounds__(GV_WARPS * 32)
-moe_gemm2_skinny_nt1_gv(const bf16_t* __restrict__ W, const bf16_t* __restrict__ src, bf16_t* __restrict__ dst,
-                        const float* __restrict__ wts, const int* __restrict__ sorted, const int* __restrict__ bexp,
-                        const int* __restrict__ total, int N, int K, int topk, int pad) {
-    grid_dep_sync();
-    gv<2>(W, src, dst, wts, sorted, bexp, total, N, K, topk, pad);
-}
-MOE_EMU_GEMM(moe_gemm2_skinny_nt1_gv)
-
-extern "C" __global__ void __launch_bounds__(GV_WARPS * 32)
-moe_gemm1_skinny_nt1_gv_sa(const bf16_t* __restrict__ W, const bf16_t* __restrict__ src, bf16_t* __restrict__ dst,
-                           const float* __restrict__ wts, int* sorted, int* bexp, int* total, int N, int K, int topk,
-                           int pad, const int* __restrict__ ids) {
-    grid_dep_sync();
-    gv<1, 0, 1>(W, src, dst, wts, sorted, bexp, total, N, K, topk, pad, ids);
-}
-MOE_EMU_GEMM_SA(moe_gemm1_skinny_nt1_gv_sa)
-
-extern "C" __global__ void __launch_bounds__(GV_WARPS * 32)
-moe_gemm2_skinny_nt1_gv_fc(const bf16_t* __restrict__ W, const bf16_t* __restrict__ src, bf16_t* __restrict__ dst,
-                           const float* __restrict__ wts, const int* __restrict__ sorted,
-                           const int* __restrict__ bexp, const int* __restrict__ total, int N, int K, int topk,
-                           int pad, const int* __restrict__ ids, bf16_t* __restrict__ out, int* cnt, int M) {
-    grid_dep_sync();
-    gv<2, 1>(W, src, dst, wts, sorted, bexp, total, N, K, topk, pad, ids, out, cnt, M);
-}
-MOE_EMU_GEMM_FC(moe_gemm2_skinny_nt1_gv_fc)
+GV_KERNEL(moe_gemm1_skinny_nt1_gv, 1)
+GV_KERNEL(moe_gemm2_skinny_nt1_gv, 2)
+GV_SA_KERNEL(moe_gemm1_skinny_nt1_gv_sa)
+GV_FC_KERNEL(moe_gemm2_skinny_nt1_gv_fc)
 #endif
 // MOE_GV section: end
 
