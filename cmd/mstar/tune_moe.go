@@ -66,7 +66,9 @@ written) — a wrong candidate is rejected with the reason and never chosen —
 and the others are timed (--tune-samples each, CUDA-graph replays with the
 weights rotated past L2, as bench moe times them). On CUDA two more steps
 follow, each candidate checked the same way: the split of the fastest gemm1
-and the fastest gemm2 (GEMM1+GEMM2), and, on sm_90 and newer, the fastest so
+and the fastest gemm2 (GEMM1+GEMM2), and of each with the fastest other GEMM
+on its own token blocks (a gemm2 on other blocks adds an alignment launch
+that no GEMM's own time shows), and, on sm_90 and newer, the fastest so
 far with gemm1, gemm2 and both launched programmatically (pl=1: a kernel's
 blocks start while the one before it finishes). The fastest is written to
 a JSON file for (E, N = local intermediate size, K = hidden size, top-k,
