@@ -15,9 +15,8 @@
 # A shape whose tune finished (its comparison included) is marked
 # $OUT/docs/tune-<shape>.done and skipped when the script runs again, so a
 # resumed call spends its time on the shapes left (FORCE=1 re-runs them).
-# RETUNE=1 re-tunes the batches the files already have (tune moe --force),
-# also when run again after a cut, so it does not resume a shape; tune moe
-# re-tunes by itself the batches that never met this build's candidates.
+# Batches that never met this build's candidates (a kernel family added
+# since) are re-tuned by tune moe itself; the others are skipped.
 # Environment: SHAPES (default the four), BATCH (default bench moe's 13),
 # MSTAR (default bin/mstar), DEADLINE (seconds, default 560), ROUNDS (of the
 # tuned-versus-static comparison, default 2; 1 halves its time), SAMPLES (its
@@ -38,7 +37,6 @@ export MSTAR_MOE_CONFIG_DIR="$OUT/configs"
 log="$OUT/run.log"
 batch=()
 [ -n "${BATCH:-}" ] && batch=(--batch "$BATCH")
-[ -n "${RETUNE:-}" ] && batch+=(--force)
 [ -s "$OUT/ceilings.json" ] || "$MSTAR" bench ceilings --device cuda:0 --out "$OUT/ceilings.json" 2>&1 | tee -a "$log"
 status=0
 for s in $SHAPES; do

@@ -537,9 +537,10 @@ type MoETuneOptions struct {
 	// Runner, when set, replaces the device's own candidates for batch m
 	// (tests: a candidate that returns wrong numbers must be rejected).
 	Runner func(m int, l *moe.Layer, x []float32, r routing.Routing) (CandidateRunner, []moe.Config)
-	// Candidates, when set, is the candidate list of batch m as Runner's
-	// will be, before any weights are made: what decides whether a batch in
-	// the file met this build's candidates (nil: the device's, on CUDA).
+	// Candidates, when set, is the candidate list of batch m (nil: the
+	// device's, on CUDA): what a CUDA tune runs, and, before any weights
+	// are made, what decides whether a batch in the file met this build's
+	// candidates (a Runner's list should be the same).
 	Candidates func(m int) []moe.Config
 	// Earlier is the document an earlier, interrupted run wrote to the same
 	// --out: the candidates of the batches this run skips are carried from
@@ -760,9 +761,9 @@ func RunMoETune(ctx context.Context, dev gpu.Device, opt MoETuneOptions) (*MoETu
 	// added since, gv=1 say) names other kernels than they would
 	// (moe.BatchKernels): it is still valid, but it never met them, so it
 	// is tuned again. Not on the CPU, which tunes one implementation.
-	cands := opt.Candidates
-	if cands == nil && onGPU {
-		cands = func(m int) []moe.Config { return moe.CandidatesOn(info.CC(), local, m) }
+	candidatesOf := opt.Candidates
+	if candidatesOf == nil && onGPU {
+		candidatesOf = func(m int) []moe.Config { return moe.CandidatesOn(info.CC(), local, m) }
 	}
 	var todo, stale []int
 	for _, m := range mo.Batches {
@@ -770,7 +771,7 @@ func RunMoETune(ctx context.Context, dev gpu.Device, opt MoETuneOptions) (*MoETu
 			continue
 		}
 		switch {
-		case f.Has(m) && !opt.Force && cands != nil && f.Batches[strconv.Itoa(m)].Kernels != moe.BatchKernels(cands(m)):
+		case f.Has(m) && !opt.Force && candidatesOf != nil && f.Batches[strconv.Itoa(m)].Kernels != moe.BatchKernels(candidatesOf(m)):
 			stale = append(stale, m)
 			todo = append(todo, m)
 		case f.Has(m) && !opt.Force:
@@ -781,7 +782,7 @@ func RunMoETune(ctx context.Context, dev gpu.Device, opt MoETuneOptions) (*MoETu
 	}
 	if len(stale) > 0 {
 		rep.Warnings = append(rep.Warnings, fmt.Sprintf("re-tuning M=%s: tuned before this build's candidates for them (kernels %s, now %s)",
-			moe.JoinBatches(stale), f.Batches[strconv.Itoa(stale[0])].Kernels, moe.BatchKernels(cands(stale[0]))))
+			moe.JoinBatches(stale), f.Batches[strconv.Itoa(stale[0])].Kernels, moe.BatchKernels(candidatesOf(stale[0]))))
 	}
 	if opt.Shortlist != nil && len(todo) > 0 {
 		// Another shape's (or routing's, or seed's) document is almost
@@ -879,7 +880,7 @@ func RunMoETune(ctx context.Context, dev gpu.Device, opt MoETuneOptions) (*MoETu
 		case opt.Runner != nil:
 			runner, cands = opt.Runner(m, layer, x, r)
 		case onGPU:
-			runner, cands = gpuCandidates{g: gk, m: m, x: x, r: r}, moe.CandidatesOn(info.CC(), local, m)
+			runner, cands = gpuCandidates{g: gk, m: m, x: x, r: r}, candidatesOf(m)
 		default:
 			if cpuRun == nil {
 				if cpuRun, err = moe.NewRunner(dev, layer, nil); err != nil {

@@ -213,7 +213,7 @@ func alignLaunches(s Shape, slots, groups, block, maxRows int, sorted, blockExpe
 
 // gvWarps, gvCols1 and gvCols2 are moe.cu's GV_WARPS, GV_COLS1 and
 // GV_COLS2: a gv block's warps, and the features it computes in gemm1 and
-// gemm2 (TestGVConstants holds them equal).
+// gemm2 (TestGVConfig holds them to moe.cu's).
 const (
 	gvWarps = 8
 	gvCols1 = gvWarps / 2

@@ -42,28 +42,29 @@ const EnvConfigDir = "MSTAR_MOE_CONFIG_DIR"
 // combination has a version; the two that predate the gv section keep their
 // spelling, so files tuned before it stay valid.
 var (
-	// KernelVersion: moe.cu less its gv section (base and wgmma), the
-	// version files record as the build that wrote them.
-	KernelVersion = kernelVersion(Source)
+	// KernelVersion: the base and the wgmma section, the version files
+	// record as the build that wrote them.
+	KernelVersion = sourceVersion(Source, true, false)
 	// BaseKernelVersion: the tc, skinny and tiled kernels.
-	BaseKernelVersion = baseKernelVersion(Source)
+	BaseKernelVersion = sourceVersion(Source, false, false)
 	// GVKernelVersion: the base and the gv section.
-	GVKernelVersion = versionOf("moe.cu-gv", withoutSection(Source, wgSectionBegin, wgSectionEnd))
+	GVKernelVersion = sourceVersion(Source, false, true)
 	// WGGVKernelVersion: the whole file.
-	WGGVKernelVersion = versionOf("moe.cu-wg-gv", Source)
+	WGGVKernelVersion = sourceVersion(Source, true, true)
 )
 
-func versionOf(prefix, src string) string {
+// sourceVersion is the version of src's base plus, as wg and gv say, its
+// wgmma and gv sections (the prefixes of the two older versions unchanged).
+func sourceVersion(src string, wg, gv bool) string {
+	if !gv {
+		src = withoutSection(src, gvSectionBegin, gvSectionEnd)
+	}
+	if !wg {
+		src = withoutSection(src, wgSectionBegin, wgSectionEnd)
+	}
+	prefix := map[[2]bool]string{{false, false}: "moe.cu-base", {true, false}: "moe.cu", {false, true}: "moe.cu-gv", {true, true}: "moe.cu-wg-gv"}[[2]bool{wg, gv}]
 	sum := sha256.Sum256([]byte(src))
 	return fmt.Sprintf("%s-%x", prefix, sum[:6])
-}
-
-func kernelVersion(src string) string {
-	return versionOf("moe.cu", withoutSection(src, gvSectionBegin, gvSectionEnd))
-}
-
-func baseKernelVersion(src string) string {
-	return versionOf("moe.cu-base", withoutWGSection(withoutSection(src, gvSectionBegin, gvSectionEnd)))
 }
 
 // The wgmma section's first and last lines in moe.cu (the MOE_WG_LIST
@@ -73,14 +74,10 @@ const (
 	gvSectionBegin, gvSectionEnd = "\n// MOE_GV section: begin\n", "\n// MOE_GV section: end\n"
 )
 
-// withoutWGSection is src less the wgmma section; src itself when the
-// section's markers are not found (then the base version changes with any
-// edit, as the full one does).
-func withoutWGSection(src string) string { return withoutSection(src, wgSectionBegin, wgSectionEnd) }
-
 // withoutSection is src less the lines from begin's to end's (both kept
 // from the newline that ends the line before), or src when they are not
-// both found in order.
+// both found in order (then a version without the section changes with any
+// edit, as the whole file's does).
 func withoutSection(src, begin, end string) string {
 	i := strings.Index(src, begin)
 	j := strings.Index(src, end)
@@ -101,15 +98,7 @@ func BatchKernels(cands []Config) string {
 			gv = gv || g.GV != 0
 		}
 	}
-	switch {
-	case wg && gv:
-		return WGGVKernelVersion
-	case wg:
-		return KernelVersion
-	case gv:
-		return GVKernelVersion
-	}
-	return BaseKernelVersion
+	return [2][2]string{{BaseKernelVersion, GVKernelVersion}, {KernelVersion, WGGVKernelVersion}}[b2i(wg)][b2i(gv)]
 }
 
 // currentKernels says whether v is one of this build's batch versions.

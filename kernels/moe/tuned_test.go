@@ -191,22 +191,22 @@ func TestTunedPickNearest(t *testing.T) {
 // The base version covers moe.cu less its wgmma section: an edit inside the
 // section changes only the full version, one outside changes both.
 func TestBaseKernelVersion(t *testing.T) {
-	if withoutWGSection(Source) == Source {
+	if withoutSection(Source, wgSectionBegin, wgSectionEnd) == Source {
 		t.Fatalf("moe.cu has no %q … %q section: BaseKernelVersion would equal the whole file's", wgSectionBegin, wgSectionEnd)
 	}
-	if base := withoutWGSection(Source); strings.Contains(base, "wgmma.mma_async") || !strings.Contains(base, "moe_combine") {
+	if base := withoutSection(Source, wgSectionBegin, wgSectionEnd); strings.Contains(base, "wgmma.mma_async") || !strings.Contains(base, "moe_combine") {
 		t.Errorf("the base source keeps wgmma code or lost the rest")
 	}
 	i := strings.Index(Source, wgSectionBegin) + len(wgSectionBegin)
 	inside := Source[:i] + "// edit\n" + Source[i:]
-	if kernelVersion(inside) == KernelVersion || baseKernelVersion(inside) != BaseKernelVersion {
-		t.Errorf("an edit inside the wg section: full %s, base %s", kernelVersion(inside), baseKernelVersion(inside))
+	if sourceVersion(inside, true, false) == KernelVersion || sourceVersion(inside, false, false) != BaseKernelVersion {
+		t.Errorf("an edit inside the wg section: full %s, base %s", sourceVersion(inside, true, false), sourceVersion(inside, false, false))
 	}
 	outside := "// edit\n" + Source
-	if kernelVersion(outside) == KernelVersion || baseKernelVersion(outside) == BaseKernelVersion {
-		t.Errorf("an edit outside it: full %s, base %s", kernelVersion(outside), baseKernelVersion(outside))
+	if sourceVersion(outside, true, false) == KernelVersion || sourceVersion(outside, false, false) == BaseKernelVersion {
+		t.Errorf("an edit outside it: full %s, base %s", sourceVersion(outside, true, false), sourceVersion(outside, false, false))
 	}
-	if noMarks := "x"; baseKernelVersion(noMarks) == baseKernelVersion("y") {
+	if noMarks := "x"; sourceVersion(noMarks, false, false) == sourceVersion("y", false, false) {
 		t.Errorf("without the markers the base version ignores edits")
 	}
 	s := Shape{E: 128, K: 8, H: 2048, I: 768}
@@ -233,7 +233,7 @@ func TestGVKernelVersion(t *testing.T) {
 		t.Errorf("the source less the gv section keeps gv kernels or lost the skinny ones")
 	}
 	versions := func(src string) [4]string {
-		return [4]string{kernelVersion(src), baseKernelVersion(src), versionOf("moe.cu-gv", withoutWGSection(src)), versionOf("moe.cu-wg-gv", src)}
+		return [4]string{sourceVersion(src, true, false), sourceVersion(src, false, false), sourceVersion(src, false, true), sourceVersion(src, true, true)}
 	}
 	now := versions(Source)
 	if now != [4]string{KernelVersion, BaseKernelVersion, GVKernelVersion, WGGVKernelVersion} {
@@ -269,7 +269,7 @@ func TestGVKernelVersion(t *testing.T) {
 		}
 	}
 	// A file's batch tuned with a gv candidate is kept by the lookup.
-	if !currentKernels(GVKernelVersion) || !currentKernels(WGGVKernelVersion) || currentKernels(versionOf("moe.cu-gv", "other")) {
+	if !currentKernels(GVKernelVersion) || !currentKernels(WGGVKernelVersion) || currentKernels(sourceVersion("other", false, true)) {
 		t.Errorf("currentKernels does not take exactly this build's gv versions")
 	}
 }
