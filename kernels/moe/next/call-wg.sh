@@ -50,6 +50,18 @@ nvidia-smi --query-gpu=name,uuid,driver_version,clocks.sm,clocks.mem,power.draw,
 	--format=csv >"$X/gpu.txt" 2>&1
 [ -x bin/mstar-v$V ] || tar xJf .dev/bins$V.tar.xz || { echo "no .dev/bins$V.tar.xz: build it here first: kernels/moe/next/build.sh $V" >&2; exit 2; }
 COOP="wg:nc=2,bn=256,stages=4,gm=8,tma=1"
+# AB_ROWS: python3 reading report diff's csv on stdin, printing one line per
+# latency row of a pass or GEMM: "<case> M=<b> <stage> base -> new µs delta p verdict".
+AB_ROWS='
+import csv, re, sys
+for r in csv.DictReader(sys.stdin):
+    if r["metric"] != "latency" or r["name"] not in ("moe", "moe_stage"): continue
+    m = re.search(r"batch=(\d+)", r["params"]); st = re.search(r"stage=(\w+)", r["params"])
+    if r["name"] == "moe_stage" and not (st and st.group(1).startswith("gemm")): continue
+    print("%s M=%s %s %.1f -> %.1f µs %+.1f%% p=%.3f %s" % (sys.argv[1], m.group(1) if m else "?",
+        st.group(1) if st else "pass", float(r["base_median"]), float(r["new_median"]),
+        float(r["delta_pct"]), float(r["p"] or "nan"), r["verdict"]))
+'
 
 # stage_rows FILE: one line per batch of a bench moe --stages printout,
 # "M pass gemm1 gemm2" (µs; "-" where the run printed no such line).
@@ -151,11 +163,15 @@ ab() {
 			bench moe $args --batch "$batches" --config "$cfg" --stages --rounds 1 --device cuda:0 --ceilings "$X/ceilings.json" >/dev/null 2>&1
 		echo "ab $n (v$base vs v$V): exit $? [$SECONDS s]" | tee -a "$X/summary.txt"
 	done
-	# Each case's pass and GEMMs as report diff read them (ab-builds.sh
-	# writes each case's diff.txt): base -> variant, delta, p, noise.
-	echo "# case M stage: v$base -> v$V (report diff of the pooled runs)" >"$X/ab-table.txt"
-	grep -HE '^(moe/batch=|moe_stage/batch=[0-9]+/stage=gemm)[^ ]*: .* -> ' "$X"/ab-*/diff.txt 2>/dev/null |
-		sed -E "s|^$X/ab-([^/]*)/diff.txt:|\1 |; s|moe/batch=([0-9]+):|M=\1 pass:|; s|moe_stage/batch=([0-9]+)/stage=|M=\1 |; s/(noise [0-9.]+%).*/\1/" >>"$X/ab-table.txt"
+	# Each case's pass and GEMMs from report diff's csv of the pooled runs
+	# (ab-builds.sh writes each case's a.json and b.json): base -> variant,
+	# delta, p, verdict.
+	echo "# case M stage: v$base -> v$V µs, delta, p, verdict (report diff of the pooled runs)" >"$X/ab-table.txt"
+	for d in "$X"/ab-*/; do
+		[ -f "$d/a.json" ] && [ -f "$d/b.json" ] || continue
+		bin/mstar-v$V report diff --format csv "$d/a.json" "$d/b.json" 2>/dev/null |
+			python3 -c "$AB_ROWS" "$(basename "$d" | sed 's/^ab-//')" >>"$X/ab-table.txt"
+	done
 	cat "$X/ab-table.txt"
 }
 
