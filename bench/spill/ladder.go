@@ -101,11 +101,21 @@ func runLadder(ctx context.Context, e *cellEnv) error {
 			slowest = rate
 		}
 	}
+	if e.cfg.mut.slowCalibration {
+		slowest = float64(p.Bytes()) / (poolTicks * moveShare * 0.03) // the interval stretches to 30 ms
+	}
 	interval := e.cfg.Interval
-	if need := time.Duration(float64(p.Bytes()) / (poolTicks * moveShare * slowest) * float64(time.Second)); need > interval && !e.cfg.mut.fixedInterval {
+	if need := time.Duration(float64(p.Bytes()) / (poolTicks * moveShare * slowest) * float64(time.Second)); need > interval {
 		interval = need.Round(time.Millisecond)
 	}
 	maxMove := max(blockLen, int64(moveShare*slowest*interval.Seconds())/blockLen*blockLen)
+	// An injected stall stands for a tier that falls behind its regulator:
+	// it outlasts the interval however far a slow calibration (a loaded
+	// machine) lengthened it, or the tick-cost gate would not see it.
+	if f := e.cfg.Faults; f.Stall > 0 && f.Stall < 2*interval {
+		f.Stall = 2 * interval
+		pinned, deep = tier.Inject(tier.Unwrap(pinned), f), tier.Inject(tier.Unwrap(deep), f)
+	}
 	cfg := regulator.Config{
 		Budget:   int64(float64(p.Bytes()) / ladderPoolShare),
 		Cooldown: e.cfg.Cooldown,

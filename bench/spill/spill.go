@@ -232,7 +232,7 @@ type mutations struct {
 	partialDraw       bool // co-residency: an unfundable ask draws what is free instead of refusing
 	retrySmaller      bool // co-residency: a release refused at the floor is retried smaller
 	leaveHole         bool // co-residency: a tenant claims less than another freed
-	fixedInterval     bool // ladder: keep the configured tick interval, however slow the calibrated moves (a test's stall must exceed it)
+	slowCalibration   bool // ladder: the calibrated moves as slow as a loaded machine's, so the interval stretches to 30 ms
 }
 
 func (c *Config) defaults() error {

@@ -126,9 +126,10 @@ func TestGatesFailOnPurpose(t *testing.T) {
 		{"short restore", "hibernate/file", tier.Faults{ShortRestore: 4096}, mutations{}, 0, GReached, "measured by read-back"},
 		{"short restore, restore gate", "restore-gate/device", tier.Faults{ShortRestore: 4096}, mutations{}, 0, GReached, "reached"},
 		{"stalled copies", "hibernate/pinned", tier.Faults{Stall: 20 * time.Millisecond}, mutations{}, 0, GBandwidth + ".spill", "below the floor"},
-		// The interval stays at the configured 3 ms: calibrated on a loaded
-		// machine it could stretch past the 20 ms stall.
-		{"stalled ladder", "ladder/pageable", tier.Faults{Stall: 20 * time.Millisecond}, mutations{fixedInterval: true}, 0, "tick-cost", "cost more than"},
+		{"stalled ladder", "ladder/pageable", tier.Faults{Stall: 20 * time.Millisecond}, mutations{}, 0, "tick-cost", "cost more than"},
+		// Calibrated as on a loaded machine, the interval stretches past the
+		// 20 ms stall, one block a tick: the stall must stretch with it.
+		{"stalled ladder, slow calibration", "ladder/pageable", tier.Faults{Stall: 20 * time.Millisecond}, mutations{slowCalibration: true}, 0, "tick-cost", "cost more than"},
 		{"tenant does not overwrite", "partial/pageable", tier.Faults{}, mutations{tenantNoWrite: true}, 0, "overwritten", "proves nothing"},
 		{"compute on unverified bytes", "restore-gate/pageable", tier.Faults{}, mutations{computeUnverified: true}, 0, "short-caught", "compute started"},
 		{"requested bytes quoted", "restore-gate/pageable", tier.Faults{}, mutations{quoteRequested: true}, 0, "short-caught", "a read-back measures"},

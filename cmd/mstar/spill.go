@@ -24,7 +24,8 @@ var spillHolder tier.Holder
 
 // stallFor is how long --inject stall holds every spill and restore: far
 // longer than a block's copy, so the bandwidth floor and the ladder's tick
-// budget are both missed.
+// budget are both missed (the ladder stretches it to twice its interval
+// where a slow calibration made that longer).
 const stallFor = 25 * time.Millisecond
 
 // parseInject turns --inject values into faults.
@@ -99,7 +100,8 @@ peer (a /dev/shm segment created and held by another process: this binary,
 re-executed).
 
 --inject makes the matching gate fail on purpose: short-restore (reached),
-corrupt (identical), stall (bandwidth, and the ladder's tick cost).
+corrupt (identical), stall (bandwidth, and the ladder's tick cost: each move
+sleeps 25 ms, or twice the ladder's tick interval where that is longer).
 
 Prints the matrix (PASS with the key figure, or FAIL with the first failing
 gate), writes a results document with --out, exits 1 when any gate fails.
