@@ -12,6 +12,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/mstar-dev/mstar/internal/doctor"
 	"github.com/spf13/cobra"
 )
 
@@ -250,6 +251,35 @@ func TestHelpFitsIn100Columns(t *testing.T) {
 			if n := utf8.RuneCountInString(line); n > 100 {
 				t.Errorf("mstar %s --help: a line of %d columns: %q", strings.Join(p, " "), n, line)
 			}
+		}
+	}
+}
+
+// doctor's text keeps to 100 columns however long a detail runs (the
+// library checks list every path they searched), and loses no word.
+func TestDoctorTextFitsIn100Columns(t *testing.T) {
+	t.Setenv("COLUMNS", "")
+	long := "not found (searched MSTAR_NVRTC (unset), /usr/local/cuda/lib64, " +
+		"/usr/local/lib/python3.11/dist-packages/nvidia/cuda_nvrtc/lib, /usr/lib/python3/dist-packages/nvidia/cu13/lib, " +
+		"libnvrtc.so.13, libnvrtc.so.12 via the dynamic loader (LD_LIBRARY_PATH, ld.so.cache))"
+	checks := []doctor.Check{
+		{Name: "NVRTC", Status: doctor.Warn, Detail: long, Fix: "install it (CUDA toolkit or the nvidia pip wheels) or set MSTAR_NVRTC to its path"},
+		{Name: "cgroup memory", Status: doctor.OK, Detail: "no limit"},
+	}
+	var buf bytes.Buffer
+	printChecks(&app{stdout: &buf}, checks)
+	for _, line := range strings.Split(strings.TrimRight(buf.String(), "\n"), "\n") {
+		if n := utf8.RuneCountInString(line); n > 100 {
+			t.Errorf("%d columns: %q", n, line)
+		}
+	}
+	// Wrapping only adds line breaks and indents: the text without its
+	// white space is the checks' without theirs.
+	squeeze := func(s string) string { return strings.Join(strings.Fields(s), "") }
+	got := squeeze(buf.String())
+	for _, want := range []string{"WARN NVRTC " + long, "fix: " + checks[0].Fix, "OK cgroup memory no limit"} {
+		if !strings.Contains(got, squeeze(want)) {
+			t.Errorf("doctor text lost %q:\n%s", want, buf.String())
 		}
 	}
 }

@@ -3,9 +3,11 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"text/tabwriter"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/mstar-dev/mstar/internal/doctor"
+	"github.com/mstar-dev/mstar/internal/units"
 	"github.com/spf13/cobra"
 )
 
@@ -57,15 +59,23 @@ exits 1 only when a check FAILs.`,
 	})
 }
 
+// printChecks prints a check a line, its detail and fix wrapped at the
+// help width under the detail column (the search paths run long).
 func printChecks(a *app, checks []doctor.Check) {
-	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+	statusW, nameW := 0, 0
 	for _, c := range checks {
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", c.Status, c.Name, c.Detail)
+		statusW = max(statusW, len(c.Status))
+		nameW = max(nameW, utf8.RuneCountInString(c.Name))
+	}
+	indent := strings.Repeat(" ", statusW+2+nameW+2)
+	width := helpWidth()
+	for _, c := range checks {
+		head := fmt.Sprintf("%-*s  %-*s  ", statusW, c.Status, nameW, c.Name)
+		fmt.Fprintln(a.stdout, units.Wrap(head+c.Detail, width, indent))
 		if c.Fix != "" {
-			fmt.Fprintf(tw, "\t\tfix: %s\n", c.Fix)
+			fmt.Fprintln(a.stdout, units.Wrap(indent+"fix: "+c.Fix, width, indent+"     "))
 		}
 	}
-	tw.Flush()
 }
 
 func countStatus(checks []doctor.Check, s doctor.Status) int {
