@@ -39,11 +39,18 @@ def median(metric):
 
 
 def shape_of(params):
+    """The row name: the model (or E/k/H/I of a custom shape), its tp and
+    ep, and its routing where it is not uniform, so runs of one model under
+    other settings keep their own rows."""
     name = params.get("model", "?")
+    if name == "custom":
+        name = "E{}k{}H{}I{}".format(*(params.get(k, "?") for k in ("experts", "topk", "hidden", "inter")))
     if params.get("tp", "1") != "1":
         name += "-tp" + params["tp"]
     if params.get("ep", "1") != "1":
         name += "-ep" + params["ep"]
+    if params.get("routing", "uniform") != "uniform":
+        name += "-" + params["routing"]
     return name
 
 
@@ -84,7 +91,8 @@ def main(args):
         return print_markdown(order, cells)
     if targets:
         return print_targets(order, cells, extra)
-    print(f"{'shape':18s} {'M':>5s} {'mstar us':>10s} {'triton-ref us':>14s} {'ratio':>6s} {'cublas-bmm us':>14s}")
+    w = max([18] + [len(k[0]) for k in order])
+    print(f"{'shape':{w}s} {'M':>5s} {'mstar us':>10s} {'triton-ref us':>14s} {'ratio':>6s} {'cublas-bmm us':>14s}")
     ratios = []
     for key in order:
         impls = cells[key]
@@ -98,7 +106,7 @@ def main(args):
             ratio = f"{tr / ms:.2f}"
         note = "" if tr is not None else f"  (triton-ref unmeasured: {why[:60]})"
         note += "" if ok else "  (mstar FAILED its gate)"
-        print(f"{key[0]:18s} {key[1]:5d} {fmt(ms):>10s} {fmt(tr):>14s} {ratio:>6s} {fmt(bm):>14s}{note}")
+        print(f"{key[0]:{w}s} {key[1]:5d} {fmt(ms):>10s} {fmt(tr):>14s} {ratio:>6s} {fmt(bm):>14s}{note}")
     if ratios:
         # Counted on the rounded ratio, as printed.
         at = sum(round(x, 2) >= 1.0 for x in ratios)
@@ -111,7 +119,8 @@ def main(args):
 
 def print_targets(order, cells, extra):
     rows = 0
-    print(f"{'shape':18s} {'M':>5s} {'mstar us':>9s} {'% floor':>8s} {'target us':>10s} {'to go':>7s} "
+    w = max([18] + [len(k[0]) for k in order])
+    print(f"{'shape':{w}s} {'M':>5s} {'mstar us':>9s} {'% floor':>8s} {'target us':>10s} {'to go':>7s} "
           f"{'floor us':>9s} {'floor/target':>13s} {'% read':>7s}")
     for key in order:
         m = cells[key].get("mstar", (None, False, "", None))
@@ -131,7 +140,7 @@ def print_targets(order, cells, extra):
         pct = f"{m[3]:.0f}%" if m[3] else "-"
         read = ceil.get("pct_bw_ceiling")
         rd = f"{read:.1f}" if read and 16 <= key[1] <= 512 else "-"
-        print(f"{key[0]:18s} {key[1]:5d} {m[0]:9.1f} {pct:>8s} {want:10.1f} {go:>7s} {fl:>9s} {share:>13s} {rd:>7s}")
+        print(f"{key[0]:{w}s} {key[1]:5d} {m[0]:9.1f} {pct:>8s} {want:10.1f} {go:>7s} {fl:>9s} {share:>13s} {rd:>7s}")
         rows += 1
     if rows == 0:
         print("no cell has an mstar row and a triton-ref row that both passed their gates "

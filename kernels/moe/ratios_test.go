@@ -40,3 +40,40 @@ func TestRatiosTargetsScript(t *testing.T) {
 		}
 	}
 }
+
+// The ratio table keeps a model's runs under other routings and the custom
+// shapes (--experts ...) in rows of their own, so a generality run (zipf,
+// EP, an odd shape) beside the reference table never merges into it.
+func TestRatiosRowsPerRoutingAndShape(t *testing.T) {
+	row := func(p map[string]string, impl string, us float64) docResult {
+		q := map[string]string{"batch": "64", "impl": impl}
+		for k, v := range p {
+			q[k] = v
+		}
+		return docResult{Name: "moe", Params: q, Metrics: []docMetric{{"latency", []float64{us}}}, Gates: []docGate{{true}}}
+	}
+	uniform := map[string]string{"model": "qwen3-30b-a3b", "routing": "uniform"}
+	zipf := map[string]string{"model": "qwen3-30b-a3b", "routing": "zipf:1.2", "ep": "4"}
+	odd := map[string]string{"model": "custom", "experts": "60", "topk": "4", "hidden": "1536", "inter": "352"}
+	path := writeDoc(t, "peers.json", []docResult{
+		row(uniform, "mstar", 100), row(uniform, "triton-ref", 110),
+		row(zipf, "mstar", 100), row(zipf, "triton-ref", 90),
+		row(odd, "mstar", 50), row(odd, "triton-ref", 50),
+	})
+	out, err := runScript(t, "moe-ratios.py", path)
+	if err != nil {
+		t.Fatalf("moe-ratios.py: %v\n%s", err, out)
+	}
+	want := map[string]string{"qwen3-30b-a3b": "1.10", "qwen3-30b-a3b-ep4-zipf:1.2": "0.90", "E60k4H1536I352": "1.00"}
+	for _, line := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(line); len(f) >= 5 && want[f[0]] != "" {
+			if f[4] != want[f[0]] {
+				t.Errorf("%s: ratio %s, want %s", f[0], f[4], want[f[0]])
+			}
+			delete(want, f[0])
+		}
+	}
+	if len(want) != 0 {
+		t.Errorf("rows missing: %v\n%s", want, out)
+	}
+}
