@@ -523,7 +523,7 @@ func runMoERound(ctx context.Context, dev gpu.Device, opt MoEOptions) (*MoERepor
 		sampler.Start()
 		if opt.Tune { // on the GPU only: the CPU has nothing to tune
 			want = moe.ReferenceTokens(layer, x, r, tokens)
-			tuned = tune(ctx, run, info.CC(), x, r, tokens, want, opt.TuneSamples, func(s string) { progress(fmt.Sprintf("M=%d %s", m, s)) })
+			tuned = tune(ctx, run, tableGPU(info), x, r, tokens, want, opt.TuneSamples, func(s string) { progress(fmt.Sprintf("M=%d %s", m, s)) })
 			if err := ctx.Err(); err != nil {
 				return rep, err // the batch in flight is left out
 			}
@@ -577,7 +577,7 @@ func runMoERound(ctx context.Context, dev gpu.Device, opt MoEOptions) (*MoERepor
 			rep.Warnings = append(rep.Warnings, fmt.Sprintf("M=%d: %s", m, note))
 		}
 		if tuned != nil {
-			res = withTuning(info.CC(), local, m, res, tuned)
+			res = withTuning(tableGPU(info), local, m, res, tuned)
 			res.Params[MoEConfigSourceParam] = "--tune"
 			for _, o := range tuned {
 				rep.Results = append(rep.Results, tuneResult(opt, local, m, o))
@@ -635,7 +635,7 @@ func rejections(outs []TuneOutcome) []string {
 
 // withTuning names the chosen configuration in the batch's result (param
 // "config") and says what it was chosen over.
-func withTuning(cc int, local moe.Shape, m int, res results.Result, outs []TuneOutcome) results.Result {
+func withTuning(g moe.GPU, local moe.Shape, m int, res results.Result, outs []TuneOutcome) results.Result {
 	var chosen moe.Config
 	var others []string
 	for _, o := range outs {
@@ -649,7 +649,7 @@ func withTuning(cc int, local moe.Shape, m int, res results.Result, outs []TuneO
 		}
 	}
 	res.Params[MoEConfigParam] = chosen.String()
-	static := moe.ChooseConfigOn(cc, local, m)
+	static := moe.ChooseConfigFor(g, local, m)
 	res.Warnings = append(res.Warnings, fmt.Sprintf("tuned over %d candidates (static table: %v): chose %v; others: %s",
 		len(outs), static, chosen, strings.Join(others, "; ")))
 	return res
@@ -713,10 +713,10 @@ func checkFits(dev gpu.Device, local moe.Shape, opt MoEOptions, maxM int) error 
 	if dev.Info().Backend == gpu.CUDA {
 		cfgs := []moe.Config{opt.Config}
 		if opt.Config.Kernel == "" {
-			cfgs = []moe.Config{moe.ChooseConfigOn(dev.Info().CC(), local, maxM)}
+			cfgs = []moe.Config{moe.ChooseConfigFor(tableGPU(dev.Info()), local, maxM)}
 		}
 		if opt.Tune {
-			cfgs = moe.CandidatesOn(dev.Info().CC(), local, maxM)
+			cfgs = moe.CandidatesFor(tableGPU(dev.Info()), local, maxM)
 		}
 		var plan int64
 		for _, c := range cfgs {
@@ -752,11 +752,15 @@ func settleWarmUp(onGPU bool) func(call func() (float64, error)) error {
 // shared loop (TuneCandidates): a checked pass and, for those that pass,
 // `samples` timed samples. A canceled ctx stops it before the next
 // candidate (the caller then drops the batch).
-func tune(ctx context.Context, g *moe.Runner, cc int, x []float32, r routing.Routing, tokens []int, want []float64, samples int, progress func(string)) []TuneOutcome {
+func tune(ctx context.Context, g *moe.Runner, dev moe.GPU, x []float32, r routing.Routing, tokens []int, want []float64, samples int, progress func(string)) []TuneOutcome {
 	shape := g.Layer().Shape
-	return TuneCandidates(ctx, gpuCandidates{g: g, m: r.M, x: x, r: r}, moe.CandidatesOn(cc, shape, r.M),
+	return TuneCandidates(ctx, gpuCandidates{g: g, m: r.M, x: x, r: r}, moe.CandidatesFor(dev, shape, r.M),
 		TuneCheck{Tokens: tokens, Want: want, H: shape.H}, samples, progress)
 }
+
+// tableGPU is what moe's static table knows of a device: its compute
+// capability and multiprocessors.
+func tableGPU(i gpu.Info) moe.GPU { return moe.GPU{CC: i.CC(), SMs: i.SMs} }
 
 func firstLine(s string) string {
 	line, _, _ := strings.Cut(s, "\n")

@@ -197,7 +197,7 @@ func TestTuneResults(t *testing.T) {
 	}
 	r := moe.UniformRouting(1024, 128, 8, 1)
 	res := moeResult(opt, local, 1024, r, []float64{401, 402}, 2.9e-3, good.String(), 64)
-	res = withTuning(0, local, 1024, res, outs)
+	res = withTuning(moe.GPU{}, local, 1024, res, outs)
 	if res.Params[MoEConfigParam] != good.String() {
 		t.Errorf("config param %q, want %q", res.Params[MoEConfigParam], good.String())
 	}

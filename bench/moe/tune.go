@@ -464,7 +464,7 @@ func ResolveMoEConfigs(local moe.Shape, dev gpu.Info, batches []int, opt MoEOpti
 	}
 	static := func(note string) {
 		for _, m := range batches {
-			out[m] = BatchConfig{Config: moe.ChooseConfigOn(dev.CC(), local, m), Source: "static", Note: note}
+			out[m] = BatchConfig{Config: moe.ChooseConfigFor(tableGPU(dev), local, m), Source: "static", Note: note}
 		}
 	}
 	if opt.StaticConfigs {
@@ -498,9 +498,9 @@ func ResolveMoEConfigs(local moe.Shape, dev gpu.Info, batches []int, opt MoEOpti
 		c, note := f.Pick(local, m)
 		switch {
 		case c.Kernel == "" && note == fmt.Sprintf("batch %d", m):
-			out[m] = BatchConfig{Config: moe.ChooseConfigOn(dev.CC(), local, m), Source: "static", Note: "the tuned file says auto: static table"}
+			out[m] = BatchConfig{Config: moe.ChooseConfigFor(tableGPU(dev), local, m), Source: "static", Note: "the tuned file says auto: static table"}
 		case c.Kernel == "":
-			out[m] = BatchConfig{Config: moe.ChooseConfigOn(dev.CC(), local, m), Source: "static", Note: note}
+			out[m] = BatchConfig{Config: moe.ChooseConfigFor(tableGPU(dev), local, m), Source: "static", Note: note}
 		case note == fmt.Sprintf("batch %d", m):
 			out[m] = BatchConfig{Config: c, Source: src}
 		default:
@@ -763,7 +763,7 @@ func RunMoETune(ctx context.Context, dev gpu.Device, opt MoETuneOptions) (*MoETu
 	// is tuned again. Not on the CPU, which tunes one implementation.
 	candidatesOf := opt.Candidates
 	if candidatesOf == nil && onGPU {
-		candidatesOf = func(m int) []moe.Config { return moe.CandidatesOn(info.CC(), local, m) }
+		candidatesOf = func(m int) []moe.Config { return moe.CandidatesFor(tableGPU(info), local, m) }
 	}
 	var todo, stale []int
 	for _, m := range mo.Batches {
@@ -933,7 +933,7 @@ func RunMoETune(ctx context.Context, dev gpu.Device, opt MoETuneOptions) (*MoETu
 		rep.Outcomes[m] = outs
 		static := moe.Config{}.String()
 		if onGPU || opt.Runner != nil {
-			static = moe.ChooseConfigOn(info.CC(), local, m).String()
+			static = moe.ChooseConfigFor(tableGPU(info), local, m).String()
 		}
 		first := len(rep.Results)
 		for i, o := range outs {

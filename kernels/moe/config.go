@@ -865,23 +865,56 @@ func ChooseConfig(s Shape, m int) Config { return ChooseConfigOn(0, s, m) }
 // kernels run on.
 const Hopper = 90
 
-// ChooseConfigOn is ChooseConfig for a GPU of compute capability cc
-// (major*10+minor; 0 when unknown). On Hopper, by slots per touched expert:
-// up to 8 (from 32 slots in all) the tc kernel's 16×256×128 tiles with the
-// prologue overlapped, up to 32 its 32×256×128 tiles (from two full H200
-// tunings, reports/measured/h200/moe-fused/tune and moe-next/tune); from
-// 32 the wg kernel with tensor-map weight loads, fitted by
-// scripts/moe-static-fit.py to the H200 tune of v25 and the H100 tune of
-// v29 (the same wg kernels; 28 batches at 32–1024 slots per expert): 64-row
-// ping-pong tiles at 32–63 and 128–255, cooperative 128-row tiles with 3
-// stages at 64–127 and with 4 from 256, each within 1.5, 2.8, 4.2 and 2.4%
-// of its batch's best pass. The picks before tensor maps (ping-pong from
-// 32, cooperative from 256, no tma) were up to 20% slower than the tuned
-// files there (mixtral M=256 on the H200, 28% on the H100); they stay for
-// shapes a tensor map cannot load (H or I not a multiple of 8).
-func ChooseConfigOn(cc int, s Shape, m int) Config {
-	if cc == Hopper {
+// GPU is what the static table knows of a device.
+type GPU struct {
+	CC  int // compute capability, major*10+minor; 0 when unknown
+	SMs int // multiprocessors; 0 when unknown (then hopperSMs)
+}
+
+// hopperSMs is the multiprocessor count of the H100 SXM and the H200, the
+// static table's wave arithmetic where a caller knows only the compute
+// capability.
+const hopperSMs = 132
+
+// ChooseConfigOn is ChooseConfigFor a GPU of compute capability cc whose
+// multiprocessors are not known.
+func ChooseConfigOn(cc int, s Shape, m int) Config { return ChooseConfigFor(GPU{CC: cc}, s, m) }
+
+// ChooseConfigFor is ChooseConfig for GPU g. On Hopper, by slots per
+// touched expert:
+//   - up to 2, and up to 8 where 16×256 tiles would leave the last wave
+//     under three quarters full (fillsWaves), the tc kernel's 16×64×128
+//     tiles with the prologue overlapped (ov=2) and, at 64 slots or fewer,
+//     the alignment fused into gemm1 (sa=1); up to 8 otherwise its 16×256×128
+//     tiles. Fitted to the H200 tunings of v34 and v38, the H100 tunings of
+//     v29 and v32 and an H100 tune of an odd shape (E60 k4 H1536 I352) by
+//     each GEMM's time against the batch's best (kernels/moe/NOTES.md,
+//     "static table"): over those 44, 38 and 52 batches the pick's GEMMs
+//     went from 1.083, 1.069 and 1.029 of the best (geometric mean) to
+//     1.025, 1.029 and 1.016, the worst from 1.42 to 1.14. 16×256 tiles
+//     launch a quarter of the blocks: at a few slots per expert, or on a
+//     narrow shape, too few to fill the machine.
+//   - up to 32, 32×256×128 tiles, or the 16×64 ones where those would not
+//     fill their waves (the odd shape at M = 128–256: 1.09–1.13× the best
+//     against 1.01–1.03);
+//   - from 32 the wg kernel with tensor-map weight loads, fitted by
+//     scripts/moe-static-fit.py to the H200 tune of v25 and the H100 tune
+//     of v29 (the same wg kernels; 28 batches at 32–1024 slots per expert):
+//     64-row ping-pong tiles at 32–63 and 128–255, cooperative 128-row
+//     tiles with 3 stages at 64–127 and with 4 from 256, each within 1.5,
+//     2.8, 4.2 and 2.4% of its batch's best pass. The picks before tensor
+//     maps (ping-pong from 32, cooperative from 256, no tma) were up to 20%
+//     slower than the tuned files there (mixtral M=256 on the H200, 28% on
+//     the H100); they stay for shapes a tensor map cannot load (H or I not
+//     a multiple of 8).
+func ChooseConfigFor(g GPU, s Shape, m int) Config {
+	if g.CC == Hopper {
 		per := perExpert(s, m)
+		narrow := tcTable["16x64k128s4b2"]
+		narrow.OV = 2
+		if sa, ok := SelfAligning(narrow, s, m); ok {
+			narrow = sa
+		}
 		var c Config
 		switch {
 		case per >= 256:
@@ -894,8 +927,13 @@ func ChooseConfigOn(cc int, s Shape, m int) Config {
 			c = wgTable["64x256s4pptma"]
 		case per > 8:
 			c = tcTable["32x256k128s3w8"]
-		case m*s.K >= 32:
+			if !fillsWaves(g, s, m, 32, 256) {
+				c = narrow
+			}
+		case per > 2 && fillsWaves(g, s, m, 16, 256):
 			c = tcTable["16x256k128s3w8ov"]
+		default:
+			c = narrow
 		}
 		if c.TMA != 0 && CheckConfigShape(c, s, m) != nil {
 			// No tensor map for this shape: the cp.async twins.
@@ -909,6 +947,29 @@ func ChooseConfigOn(cc int, s Shape, m int) Config {
 		}
 	}
 	return chooseConfig(s, m)
+}
+
+// fillsWaves says whether tiles of bm×bn rows and columns, one block a
+// multiprocessor, keep both GEMMs' last wave at least three quarters full
+// under uniform routing (perExpert's touched experts, each its slots in
+// bm-row tiles): a GEMM of 180 tiles on 132 multiprocessors runs two waves
+// for 1.36 waves of work.
+func fillsWaves(g GPU, s Shape, m, bm, bn int) bool {
+	sms := g.SMs
+	if sms <= 0 {
+		sms = hopperSMs
+	}
+	slots := m * s.K
+	touched := max(1, min(s.E, slots))
+	rows := touched * ((slots + touched*bm - 1) / (touched * bm)) // ⌈per/bm⌉ tiles an expert
+	for _, n := range []int{2 * s.I, s.H} {
+		tiles := rows * ((n + bn - 1) / bn)
+		waves := (tiles + sms - 1) / sms
+		if 4*tiles < 3*waves*sms {
+			return false
+		}
+	}
+	return true
 }
 
 func chooseConfig(s Shape, m int) Config {
@@ -936,15 +997,20 @@ func chooseConfig(s Shape, m int) Config {
 // 256-token tiles from ~48), each once.
 func Candidates(s Shape, m int) []Config { return CandidatesOn(0, s, m) }
 
+// CandidatesFor is CandidatesOn with ChooseConfigFor(g)'s pick first.
+func CandidatesFor(g GPU, s Shape, m int) []Config { return candidatesOn(g, s, m) }
+
 // CandidatesOn is Candidates for a GPU of compute capability cc, with
 // ChooseConfigOn's pick first. On Hopper it leaves out the configurations
 // that were never within 3% of the best gemm1, gemm2 or pass time in any
 // batch of two full H200 tunings of the four reference shapes (dominated),
 // unless MSTAR_MOE_TUNE_ALL is set: over the four shapes' 13 batches, 792
 // candidates instead of 1325, and 18 tc modules to compile instead of 44.
-func CandidatesOn(cc int, s Shape, m int) []Config {
-	out := candidates(ChooseConfigOn(cc, s, m), s, m)
-	if cc == Hopper && os.Getenv(EnvTuneAll) == "" {
+func CandidatesOn(cc int, s Shape, m int) []Config { return candidatesOn(GPU{CC: cc}, s, m) }
+
+func candidatesOn(g GPU, s Shape, m int) []Config {
+	out := candidates(ChooseConfigFor(g, s, m), s, m)
+	if g.CC == Hopper && os.Getenv(EnvTuneAll) == "" {
 		kept := out[:1] // the static pick stays, as the baseline
 		for _, c := range out[1:] {
 			if !dominatedOnHopper(c) {

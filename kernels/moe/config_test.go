@@ -149,11 +149,11 @@ func TestTuneFilter(t *testing.T) {
 	}
 }
 
-// On Hopper the static table picks by slots per touched expert: 16-row tc
-// tiles up to 8 (from 32 slots in all), 32-row ones up to 32, the wg
-// kernel's ping-pong tiles from 32 and its cooperative 128-row tiles from
-// 256 (where the H200 tunings put them); on every other GPU the portable
-// table.
+// On Hopper the static table picks by slots per touched expert: 16×64 tc
+// tiles up to 2 (self-aligning at 64 slots or fewer), 16×256 ones up to 8,
+// 32×256 ones up to 32, the wg kernel's ping-pong tiles from 32 and its
+// cooperative 128-row tiles from 256 (where the tunings put them); on every
+// other GPU the portable table.
 func TestChooseConfigOnHopper(t *testing.T) {
 	shapes := map[string]Shape{
 		"qwen3-30b-a3b":   {E: 128, K: 8, H: 2048, I: 768},
@@ -180,14 +180,40 @@ func TestChooseConfigOnHopper(t *testing.T) {
 				want = "wg:nc=2,bn=256,stages=4,gm=8,pp=1,tma=1"
 			case per > 8:
 				want = "tc:bm=32,bn=256,bk=128,wm=1,wn=8,stages=3,gm=8,minb=1"
-			case m*s.K >= 32:
+			case per > 2:
 				want = "tc:bm=16,bn=256,bk=128,wm=1,wn=8,stages=3,gm=8,minb=1,ov=1"
+			case m*s.K <= 64:
+				want = "tc:bm=16,bn=64,bk=128,wm=1,wn=4,stages=4,gm=8,minb=2,ov=2,sa=1"
 			default:
-				want = ChooseConfig(s, m).String()
+				want = "tc:bm=16,bn=64,bk=128,wm=1,wn=4,stages=4,gm=8,minb=2,ov=2"
 			}
 			if hopper.String() != want {
 				t.Errorf("%s M=%d (%.1f slots per expert, %d in all): Hopper picks %v, want %s", name, m, per, m*s.K, hopper, want)
 			}
+		}
+	}
+	// A narrow shape (E60 k4 H1536 I352: gemm1 704 columns wide) would run
+	// 16×256 and 32×256 tiles in 180-tile waves of 132 multiprocessors,
+	// the second a third full: 16×64 tiles instead (the H100 tune of the
+	// shape picked them at every M up to 256, 1.09–1.16× faster than the
+	// wider tiles). With 114 multiprocessors (an H100 PCIe) mixtral's gemm2
+	// at M=64, 128 tiles of 32×256, would take two waves for 1.12.
+	narrow := Shape{E: 60, K: 4, H: 1536, I: 352}
+	for _, tt := range []struct {
+		s    Shape
+		sms  int
+		m    int
+		want string
+	}{
+		{narrow, 0, 64, "tc:bm=16,bn=64,bk=128,wm=1,wn=4,stages=4,gm=8,minb=2,ov=2"},
+		{narrow, 132, 256, "tc:bm=16,bn=64,bk=128,wm=1,wn=4,stages=4,gm=8,minb=2,ov=2"},
+		{narrow, 132, 16, "tc:bm=16,bn=64,bk=128,wm=1,wn=4,stages=4,gm=8,minb=2,ov=2,sa=1"},
+		{shapes["mixtral-8x7b"], 132, 64, "tc:bm=32,bn=256,bk=128,wm=1,wn=8,stages=3,gm=8,minb=1"},
+		{shapes["mixtral-8x7b"], 114, 64, "tc:bm=16,bn=64,bk=128,wm=1,wn=4,stages=4,gm=8,minb=2,ov=2"},
+		{shapes["qwen3-30b-a3b"], 114, 64, "tc:bm=16,bn=256,bk=128,wm=1,wn=8,stages=3,gm=8,minb=1,ov=1"},
+	} {
+		if c := ChooseConfigFor(GPU{CC: Hopper, SMs: tt.sms}, tt.s, tt.m); c.String() != tt.want {
+			t.Errorf("%v M=%d on %d multiprocessors: %v, want %s", tt.s, tt.m, tt.sms, c, tt.want)
 		}
 	}
 	// A shape no tensor map can load (H not a multiple of 8) gets the

@@ -228,14 +228,14 @@ type tmapKey struct {
 }
 
 // NewPlan allocates a plan's buffers for m tokens with configuration c (the
-// empty Config: ChooseConfigOn's pick for this GPU), compiling c's module if needed.
+// empty Config: ChooseConfigFor's pick for this GPU), compiling c's module if needed.
 func (k *Kernels) NewPlan(s Shape, m int, c Config) (*Plan, error) {
 	if err := CheckCUDAShape(s); err != nil {
 		return nil, err
 	}
 	if c.Kernel == "" {
 		pr := k.ctx.Props()
-		c = ChooseConfigOn(pr.CCMajor*10+pr.CCMinor, s, m)
+		c = ChooseConfigFor(GPU{CC: pr.CCMajor*10 + pr.CCMinor, SMs: pr.SMs}, s, m)
 	}
 	if err := c.Validate(); err != nil {
 		return nil, err
