@@ -17,8 +17,9 @@ import (
 // DiffFormats lists the formats RenderDiff accepts.
 var DiffFormats = []string{FormatText, FormatMarkdown, FormatCSV, FormatJSON}
 
-// TextWidth is the width text tables are fitted into unless asked to be wide.
-const TextWidth = 120
+// TextWidth is the width text tables are fitted into unless asked to be
+// wide: a 100-column terminal's.
+const TextWidth = units.TextWidth
 
 // RenderDiff writes the comparison in one of DiffFormats. Text and
 // markdown: what decides, failed gates and missing results first, a table
@@ -189,7 +190,7 @@ func renderDiffText(w io.Writer, c *Comparison, markdown, wide bool) error {
 		b.WriteString(wrap(s, width, "    ") + "\n")
 	}
 	opt := c.Options
-	item(fmt.Sprintf("alpha %s, threshold %s%% (also the noise bar: rounds of a side spread wider than it are too noisy to tell)", trimFloat(opt.Alpha), trimFloat(opt.Threshold)))
+	item(fmt.Sprintf("alpha %s, threshold %s%% (also the noise bar: a side whose rounds spread wider is too noisy to tell)", trimFloat(opt.Alpha), trimFloat(opt.Threshold)))
 	decide, shown := c.Deciding()
 	how := "every measured metric of the results under test"
 	if opt.Metrics != nil {
@@ -397,19 +398,23 @@ func condense(g *diffGroup) string {
 }
 
 // diffTable renders one group's table, fitted into width (0: any): with
-// shorter labels first, else one row per line.
+// shorter labels first, then with verdicts over two lines in their cells,
+// else one row per line.
 func diffTable(c *Comparison, g *diffGroup, markdown bool, width int) (table string, lines, labels []string, err error) {
 	ids := make([]Result, len(g.rows))
 	for j, m := range g.rows {
 		ids[j] = Result{Name: m.Name, Params: m.LabelParams()}
 	}
-	for _, limit := range []int{maxLabel, 24} {
-		lines, labels = rowLabelsWithin(ids, limit)
+	for _, try := range []struct {
+		limit   int
+		verdict int // the width verdicts wrap at; 0: not wrapped
+	}{{maxLabel, 0}, {24, 0}, {maxLabel, 9}, {24, 9}} {
+		lines, labels = rowLabelsWithin(ids, try.limit)
 		var b strings.Builder
 		tab := newTableWriter(&b, markdown)
 		tab.Header([]string{"result", "base", "new", "delta", "p", "n", "noise", "verdict"})
 		for j, m := range g.rows {
-			row := []string{labels[j], "", "", m.deltaCell(), "", "", m.noiseCell(), m.shortVerdict()}
+			row := []string{labels[j], "", "", m.deltaCell(), "", "", m.noiseCell(), wrap(m.shortVerdict(), try.verdict, "")}
 			if m.Unmeasured == "" {
 				row[1], row[2] = summaryCell(m.Base, m.Unit), summaryCell(m.New, m.Unit)
 				row[4], row[5] = formatP(m.P), fmt.Sprintf("%d+%d", m.Base.N, m.New.N)

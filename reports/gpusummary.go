@@ -162,7 +162,7 @@ func SummarizeGPUs(d *Document) (rows []GPURow, warnings []string) {
 
 // WriteGPUSummary prints the rows as a table, one GPU a line, flags last.
 func WriteGPUSummary(w io.Writer, rows []GPURow) error {
-	fmt.Fprintf(w, "# per-GPU summary (%s): a copy bandwidth more than %.0f%% below its peers' median, or a PCIe link below its max, is flagged\n", units.Plural(len(rows), "GPU"), 100*OutlierFraction)
+	fmt.Fprintln(w, units.Comment(fmt.Sprintf("per-GPU summary (%s): a copy bandwidth more than %.0f%% below its peers' median, or a PCIe link below its max, is flagged", units.Plural(len(rows), "GPU"), 100*OutlierFraction)))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "#\tdevice\tgpu\tuuid\tpcie\tresults\tcompared\tworst vs peers\tflags")
 	for _, g := range rows {

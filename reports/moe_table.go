@@ -9,6 +9,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/mstar-dev/mstar/internal/units"
 	"github.com/mstar-dev/mstar/reports/results"
 	"github.com/mstar-dev/mstar/scripts/peers"
 )
@@ -50,15 +51,17 @@ func moeTable(w io.Writer, d *Document) error {
 	} else if len(stages) > 0 {
 		p = stages[0].Params
 	}
-	fmt.Fprintf(w, "# mstar bench moe: %s, local shape E%s k%s H%s I%s (tp %s, ep %s), routing %s, seed %s\n",
-		p["model"], p["experts"], p["topk"], p["hidden"], p["inter"], p["tp"], p["ep"], p["routing"], p["seed"])
-	fmt.Fprintf(w, "# device %s\n", deviceLine(d))
-	fmt.Fprintf(w, "# ceilings: read %s, d2d %s, gemm %s\n", ceilingText(ceil["read"]), ceilingText(ceil["d2d"]), ceilingText(ceil["gemm"]))
+	fmt.Fprintln(w, units.Comment(fmt.Sprintf("mstar bench moe: %s, local shape E%s k%s H%s I%s (tp %s, ep %s)",
+		p["model"], p["experts"], p["topk"], p["hidden"], p["inter"], p["tp"], p["ep"])))
+	fmt.Fprintln(w, units.Comment(fmt.Sprintf("routing %s, seed %s", p["routing"], p["seed"])))
+	fmt.Fprintln(w, units.Comment("device "+deviceLine(d)))
+	fmt.Fprintln(w, units.Comment(fmt.Sprintf("ceilings: read %s, d2d %s, gemm %s", ceilingText(ceil["read"]), ceilingText(ceil["d2d"]), ceilingText(ceil["gemm"]))))
 	for _, warn := range d.Warnings {
 		writeWarning(w, warn)
 	}
 	fmt.Fprintln(w, "#")
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	// One space between columns: two take the table past 100 columns.
+	tw := tabwriter.NewWriter(w, 0, 4, 1, ' ', tabwriter.AlignRight)
 	io.WriteString(tw, "#\tbatch\tslots\texperts\tlatency(us)\t±95%\tTFLOP/s\tGB/s\t%bw\t%compute\t%floor\trel_l2\tgate\t\n")
 	kernels := make([]string, len(batches))
 	for i, r := range batches {
@@ -94,14 +97,14 @@ func moeTable(w io.Writer, d *Document) error {
 		source = src
 	}
 	if source != "" {
-		fmt.Fprintf(w, "# kernels (configurations from %s):\n", source)
+		fmt.Fprintln(w, units.Comment(fmt.Sprintf("kernels (configurations from %s):", source)))
 	}
 	for i, r := range batches {
 		k := kernels[i]
 		if source != "" {
 			k = strings.TrimSuffix(k, from+source)
 		}
-		fmt.Fprintf(w, "# M=%s kernels: %s\n", r.Params["batch"], k)
+		fmt.Fprintln(w, units.Comment(fmt.Sprintf("M=%s kernels: %s", r.Params["batch"], k)))
 	}
 	for _, b := range batches {
 		var rows []Result
@@ -113,23 +116,30 @@ func moeTable(w io.Writer, d *Document) error {
 		if len(rows) == 0 {
 			continue
 		}
-		how := "each stage's kernels timed alone"
+		how := "their kernels timed alone"
 		if strings.HasPrefix(rows[0].Params["kernel"], "cpu:") {
-			how = "each stage timed within further passes"
+			how = "each timed within further passes"
 		}
-		fmt.Fprintf(w, "#\n# M=%s stages, %s (a GEMM's %%floor is of its own bytes and flops):\n", b.Params["batch"], how)
-		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-		io.WriteString(tw, "#\tstage\tlatency(us)\t±95%\tshare\tTFLOP/s\tGB/s\t%floor\tkernel\t\n")
+		fmt.Fprintln(w, "#")
+		fmt.Fprintln(w, units.Comment(fmt.Sprintf("M=%s stages, %s (a GEMM's %%floor is of its own bytes and flops):", b.Params["batch"], how)))
+		// The kernel, last, is left to run on after the aligned columns:
+		// a fused kernel's long name wraps under itself.
+		var aligned strings.Builder
+		tw := tabwriter.NewWriter(&aligned, 0, 4, 1, ' ', tabwriter.AlignRight)
+		io.WriteString(tw, "#\tstage\tlatency(us)\t±95%\tshare\tTFLOP/s\tGB/s\t%floor\t\t\n")
+		kernels := []string{"kernel"}
 		for _, s := range rows {
 			lat := summaryOf(&s, "latency")
 			share := "-"
 			if v := medianOf(&s, "pct_of_pass"); !math.IsNaN(v) {
 				share = fmt.Sprintf("%.0f%%", v)
 			}
-			fmt.Fprintf(tw, "\t%s\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t\n", s.Params["stage"], lat.Median, ciText(lat), share,
-				dashIfNaN(medianOf(&s, "throughput")), dashIfNaN(medianOf(&s, "bandwidth")), pctText(medianOf(&s, "pct_floor")), s.Params["kernel"])
+			fmt.Fprintf(tw, "\t%s\t%.1f\t%s\t%s\t%s\t%s\t%s\t\t\n", s.Params["stage"], lat.Median, ciText(lat), share,
+				dashIfNaN(medianOf(&s, "throughput")), dashIfNaN(medianOf(&s, "bandwidth")), pctText(medianOf(&s, "pct_floor")))
+			kernels = append(kernels, s.Params["kernel"])
 		}
 		tw.Flush()
+		writeTails(w, aligned.String(), kernels)
 	}
 	for _, b := range batches {
 		var cands []Result
@@ -147,7 +157,8 @@ func moeTable(w io.Writer, d *Document) error {
 				static = m[1]
 			}
 		}
-		fmt.Fprintf(w, "#\n# M=%s tuned (static table: %s):\n", b.Params["batch"], static)
+		fmt.Fprintln(w, "#")
+		fmt.Fprintln(w, units.Comment(fmt.Sprintf("M=%s tuned (static table: %s):", b.Params["batch"], static)))
 		for _, c := range cands {
 			// A split configuration is two halves: the first on a line
 			// of its own, so that the rows keep within 100 columns.
@@ -164,18 +175,18 @@ func moeTable(w io.Writer, d *Document) error {
 				chosen = chosen || strings.HasPrefix(warn, "chosen: ")
 			}
 			if reject != "" {
-				fmt.Fprintf(w, "#   %-*s rejected: %s\n", tuneConfigWidth, name, reject)
+				fmt.Fprintln(w, wrap(fmt.Sprintf("#   %-*s rejected: %s", tuneConfigWidth, name, reject), TextWidth, "#       "))
 				continue
 			}
 			mark := ""
 			if chosen {
-				mark = "  <- chosen"
+				mark = " <- chosen"
 			}
 			rel := math.NaN()
 			if m := c.Metric("rel_l2"); m != nil && m.Measured() {
 				rel = m.Samples[0]
 			}
-			fmt.Fprintf(w, "#   %-*s %9.1f us  rel_l2 %.2g%s\n", tuneConfigWidth, name, medianOf(&c, "tune_latency"), rel, mark)
+			fmt.Fprintln(w, wrap(fmt.Sprintf("#   %-*s %9.1f us rel_l2 %.2g%s", tuneConfigWidth, name, medianOf(&c, "tune_latency"), rel, mark), TextWidth, "#       "))
 		}
 	}
 	if peered {
@@ -250,6 +261,6 @@ func writeWarning(w io.Writer, warn string) {
 		if i > 0 {
 			lead = "#   "
 		}
-		fmt.Fprintln(w, wrap(lead+l, 100, "#   "))
+		fmt.Fprintln(w, wrap(lead+l, TextWidth, "#   "))
 	}
 }

@@ -3,7 +3,9 @@ package reports
 import (
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
+	"unicode/utf8"
 
 	"github.com/mstar-dev/mstar/reports/results"
 )
@@ -57,10 +59,25 @@ func ciText(s Summary) string {
 	return "±?"
 }
 
+// writeTails writes each line of aligned, a tabwriter's output, followed
+// by its tail: free text in the last column, like a kernel's name, that
+// wraps under itself rather than pass TextWidth.
+func writeTails(w io.Writer, aligned string, tails []string) error {
+	for i, l := range strings.Split(strings.TrimSuffix(aligned, "\n"), "\n") {
+		if _, err := fmt.Fprintln(w, wrap(l+tails[i], TextWidth, strings.Repeat(" ", utf8.RuneCountInString(l)))); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func ceilingsTable(w io.Writer, d *Document) error {
 	fmt.Fprintf(w, "device: %s\n", deviceLine(d))
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ceiling\tmedian\t±95% CI\tunit\tsamples\tsize\tmethod")
+	// The method, last, wraps under itself.
+	var aligned strings.Builder
+	tw := tabwriter.NewWriter(&aligned, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ceiling\tmedian\t±95% CI\tunit\tsamples\tsize\t")
+	methods := []string{"method"}
 	for _, r := range d.Results {
 		if r.Name != "ceiling" || len(r.Metrics) == 0 {
 			continue
@@ -68,20 +85,25 @@ func ceilingsTable(w io.Writer, d *Document) error {
 		m := r.Metrics[0]
 		what := r.Params["what"]
 		if !m.Measured() {
-			fmt.Fprintf(tw, "%s\tunmeasured\t\t%s\t0\t%s\t%s\n", what, m.Unit, r.Params["size"], m.Unmeasured)
+			fmt.Fprintf(tw, "%s\tunmeasured\t\t%s\t0\t%s\t\n", what, m.Unit, r.Params["size"])
+			methods = append(methods, m.Unmeasured)
 			continue
 		}
 		s := results.Summarize(m.Samples)
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", what, FormatValue(s.Median), ciText(s), m.Unit, s.N, r.Params["size"], r.Params["method"])
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t\n", what, FormatValue(s.Median), ciText(s), m.Unit, s.N, r.Params["size"])
+		methods = append(methods, r.Params["method"])
 	}
 	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if err := writeTails(w, aligned.String(), methods); err != nil {
 		return err
 	}
 	// The GPU's state: ceilings measured while throttled, or why it was
 	// not sampled (the document's warnings).
 	for _, r := range d.Results {
 		if note := r.ThrottleNote(); r.Name == "ceiling" && note != "" {
-			fmt.Fprintf(w, "note: %s %s\n", r.Params["what"], note)
+			fmt.Fprintln(w, wrap(fmt.Sprintf("note: %s %s", r.Params["what"], note), TextWidth, "    "))
 		}
 	}
 	var ceils []results.Result
@@ -91,10 +113,10 @@ func ceilingsTable(w io.Writer, d *Document) error {
 		}
 	}
 	if note := results.BusyHostNote(ceils); note != "" {
-		fmt.Fprintln(w, "note: ceilings: "+note)
+		fmt.Fprintln(w, wrap("note: ceilings: "+note, TextWidth, "    "))
 	}
 	for _, warn := range d.Warnings {
-		fmt.Fprintln(w, "note: "+warn)
+		fmt.Fprintln(w, wrap("note: "+warn, TextWidth, "    "))
 	}
 	return nil
 }

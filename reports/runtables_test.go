@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/mstar-dev/mstar/reports/results"
 )
@@ -40,5 +41,32 @@ func TestMoETablePeers(t *testing.T) {
 	b.Reset()
 	if err := RunTable(&b, d); err != nil || strings.Contains(b.String(), "peers") {
 		t.Errorf("a run without peers: %v\n%s", err, b.String())
+	}
+}
+
+// The run tables of real documents, GPU ones with long kernel names and
+// methods among them, fit TextWidth columns.
+func TestRunTablesFitWidth(t *testing.T) {
+	for _, path := range []string{
+		"measured/h200/moe-qwen3-30b-a3b.json",
+		"measured/h100/moe-v36/ab-q30/a.json", // --stages
+		"measured/h200/ceilings.json",
+		"measured/h200/arena-sweep.json",
+		"measured/arena/stress-30s-kill1pct.json",
+		"measured/h200/moe-final-a/tune/docs/tune-mixtral-8x7b.json",
+	} {
+		d, err := results.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b bytes.Buffer
+		if err := RunTable(&b, d); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		for _, l := range strings.Split(b.String(), "\n") {
+			if n := utf8.RuneCountInString(l); n > TextWidth {
+				t.Errorf("%s: a line of %d columns: %q", path, n, l)
+			}
+		}
 	}
 }

@@ -20,7 +20,7 @@ func stressTable(w io.Writer, d *Document) error {
 		}
 	}
 	for i := range runs {
-		fmt.Fprintf(w, "# arena stress: transport %s\n", runs[i].Params["transport"])
+		fmt.Fprintln(w, units.Comment("arena stress: transport "+runs[i].Params["transport"]))
 		if err := stressSummary(w, &runs[i]); err != nil {
 			return err
 		}
@@ -63,8 +63,14 @@ func stressSummary(w io.Writer, r *Result) error {
 			stopped = s
 		}
 	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	line := func(k, format string, a ...any) { fmt.Fprintf(tw, "%s\t%s\n", k, fmt.Sprintf(format, a...)) }
+	// A long value wraps under itself, clear of the names.
+	var aligned strings.Builder
+	tw := tabwriter.NewWriter(&aligned, 0, 0, 2, ' ', 0)
+	var vals []string
+	line := func(k, format string, a ...any) {
+		fmt.Fprintf(tw, "%s\t\n", k)
+		vals = append(vals, fmt.Sprintf(format, a...))
+	}
 	line("transport", "%s, %s x %s, fan-out %s, sizes %s-%s log-uniform", p["transport"], units.Plural(producers, "producer"),
 		units.Plural(consumers, "consumer"), p["fanout"], units.Bytes(minSize), units.Bytes(maxSize))
 	line("run", "%.1fs (%s), kill rate %s", secs, stopped, p["kill_rate"])
@@ -84,6 +90,9 @@ func stressSummary(w io.Writer, r *Result) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if err := writeTails(w, aligned.String(), vals); err != nil {
+		return err
+	}
 	for _, g := range r.Gates {
 		mark := "PASS"
 		if !g.Pass {
@@ -93,7 +102,7 @@ func stressSummary(w io.Writer, r *Result) error {
 		if g.Reason != "" {
 			text += ": " + g.Reason
 		}
-		if _, err := fmt.Fprintln(w, text); err != nil {
+		if _, err := fmt.Fprintln(w, wrap(text, TextWidth, "      ")); err != nil {
 			return err
 		}
 	}

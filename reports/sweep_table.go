@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"text/tabwriter"
 
+	"github.com/mstar-dev/mstar/internal/units"
 	"github.com/mstar-dev/mstar/reports/results"
 )
 
@@ -70,12 +71,12 @@ func sweepTables(w io.Writer, rs []Result) error {
 			tw.Flush()
 			fmt.Fprintln(w)
 		}
-		fmt.Fprintln(w, title)
+		fmt.Fprintln(w, units.Comment(title))
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	}
 	if rs := by["copy"]; len(rs) > 0 {
 		order(rs, "memory", "dir")
-		section("# copy: host<->device; time per copy, medians; \"both\" is D2H and H2D at once on two streams (GB/s counts both)")
+		section("copy: host<->device; time per copy, medians; \"both\" is D2H and H2D at once on two streams (GB/s counts both)")
 		io.WriteString(tw, "#size(B)\tcount\tmemory\tdir\ttime(us)\tGB/s\t%pinned\t%ceil\t%PCIe\t#wrong\t\n")
 		for _, r := range rs {
 			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", size(r), sum(r, "count"), r.Params["memory"], r.Params["dir"],
@@ -84,7 +85,7 @@ func sweepTables(w io.Writer, rs []Result) error {
 	}
 	if rs := by["register"]; len(rs) > 0 {
 		order(rs)
-		section("# register: cuMemHostRegister of a fresh, committed /dev/shm segment, and its unregister")
+		section("register: cuMemHostRegister of a fresh, committed /dev/shm segment, and its unregister")
 		fmt.Fprintln(tw, "#size(B)\tregister(ms)\tunregister(ms)\tms/GiB\t")
 		for _, r := range rs {
 			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t\n", size(r), med(r, "register"), med(r, "unregister"), med(r, "register_per_gib"))
@@ -92,7 +93,7 @@ func sweepTables(w io.Writer, rs []Result) error {
 	}
 	if rs := by["transport"]; len(rs) > 0 {
 		order(rs, "transport")
-		section("# transport: producer -> consumer through the arena or per-tensor files, next to a one-thread memcpy; time per tensor, medians")
+		section("transport: producer -> consumer through the arena or per-tensor files, next to a one-thread memcpy; time per tensor, medians")
 		io.WriteString(tw, "#size(B)\tcount\ttransport\ttime(us)\ttensors/s\tGB/s\t%memcpy\tvs file\t#wrong\t\n")
 		for _, r := range rs {
 			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", size(r), sum(r, "count"), r.Params["transport"],
@@ -110,7 +111,7 @@ func sweepTables(w io.Writer, rs []Result) error {
 	}
 	sort.Strings(ns)
 	for _, n := range ns {
-		if _, err := fmt.Fprintln(w, "# n/a: "+n); err != nil {
+		if _, err := fmt.Fprintln(w, units.Comment("n/a: "+n)); err != nil {
 			return err
 		}
 	}
@@ -161,9 +162,9 @@ func sweepTable(w io.Writer, d *Document) error {
 	}
 	if d.Rounds > 1 {
 		// The samples of every round are joined: say how many each round took.
-		fmt.Fprintf(w, "# arena sweep on %s, %d samples per point in each of %d rounds\n", deviceLine(d), samples/d.Rounds, d.Rounds)
+		fmt.Fprintln(w, units.Comment(fmt.Sprintf("arena sweep on %s, %d samples per point in each of %d rounds", deviceLine(d), samples/d.Rounds, d.Rounds)))
 		return sweepTables(w, d.Results)
 	}
-	fmt.Fprintf(w, "# arena sweep on %s, %d samples per point\n", deviceLine(d), samples)
+	fmt.Fprintln(w, units.Comment(fmt.Sprintf("arena sweep on %s, %d samples per point", deviceLine(d), samples)))
 	return sweepTables(w, d.Results)
 }

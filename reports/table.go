@@ -447,7 +447,8 @@ func (t *Table) notes() []string {
 			}
 		}
 		for _, w := range r.Warnings {
-			add(fmt.Sprintf("warning %s: %s", key, oneLine(w)))
+			// A producer's warning may start with the result's key already.
+			add(fmt.Sprintf("warning %s: %s", key, strings.TrimPrefix(oneLine(w), key+": ")))
 		}
 	}
 	for _, r := range t.Rows {
@@ -615,6 +616,14 @@ func (t *Table) render(b *strings.Builder, markdown bool, width int) error {
 	for j := range all {
 		all[j] = j
 	}
+	blocks := rows // blocks say each value whole
+	if width > 0 && ident < len(header) {
+		widest := 0
+		for j := ident; j < len(header); j++ {
+			widest = max(widest, colWidth[j])
+		}
+		rows = narrowIdent(header, rows, colWidth, ident, sum(identCols)+widest-width)
+	}
 	if width == 0 || sum(all) <= width {
 		return writeTable(b, markdown, header, rows, all)
 	}
@@ -630,7 +639,7 @@ func (t *Table) render(b *strings.Builder, markdown bool, width int) error {
 	groups = append(groups, cur)
 	// A few results over many tables read better as blocks.
 	if slices.ContainsFunc(groups, func(g []int) bool { return sum(g) > width }) || len(groups) > 3 || (len(groups) > 1 && len(rows) <= 2) {
-		return writeBlocks(b, header, rows, ident, width)
+		return writeBlocks(b, header, blocks, ident, width)
 	}
 	for i, g := range groups {
 		if i > 0 {
@@ -641,6 +650,40 @@ func (t *Table) render(b *strings.Builder, markdown bool, width int) error {
 		}
 	}
 	return nil
+}
+
+// minWrapped is the narrowest a column's text is wrapped to.
+const minWrapped = 16
+
+// narrowIdent wraps the cells of the widest parameter column onto lines
+// cut runes shorter, so that the columns that name a row leave room for a
+// value column: a long description (a ceiling's method) then reads over
+// two lines rather than pushing the table into blocks. It returns the rows
+// with that column wrapped and sets its colWidth; a cut that would leave
+// the column under minWrapped runes is not made.
+func narrowIdent(header []string, rows [][]string, colWidth []int, ident, cut int) [][]string {
+	if cut <= 0 || ident < 2 {
+		return rows
+	}
+	j := 1 // the name column stays whole
+	for k := 2; k < ident; k++ {
+		if colWidth[k] > colWidth[j] {
+			j = k
+		}
+	}
+	text := colWidth[j] - 3 - cut
+	if text < minWrapped {
+		return rows
+	}
+	wrapped := make([][]string, len(rows))
+	colWidth[j] = utf8.RuneCountInString(header[j])
+	for i, r := range rows {
+		wrapped[i] = slices.Clone(r)
+		wrapped[i][j] = units.Wrap(r[j], text, "")
+		colWidth[j] = max(colWidth[j], maxWidth(wrapped[i][j]))
+	}
+	colWidth[j] += 3
+	return wrapped
 }
 
 func writeTable(b *strings.Builder, markdown bool, header []string, rows [][]string, cols []int) error {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/mstar-dev/mstar/internal/units"
 	"github.com/mstar-dev/mstar/reports/results"
 )
 
@@ -92,8 +93,8 @@ func tuneTable(w io.Writer, d *Document) error {
 	if ep == "" {
 		ep = "1"
 	}
-	fmt.Fprintf(w, "# mstar tune moe: %s (tp %s, ep %s) on %s: %s\n", model, tp, ep, deviceLine(d), d.Env[EnvTunedKey])
-	fmt.Fprintf(w, "# file %s (kernels %s)\n", d.Env[EnvTunedFile], d.Env[envKernelsVersion])
+	fmt.Fprintln(w, units.Comment(fmt.Sprintf("mstar tune moe: %s (tp %s, ep %s) on %s: %s", model, tp, ep, deviceLine(d), d.Env[EnvTunedKey])))
+	fmt.Fprintln(w, units.Comment(fmt.Sprintf("file %s (kernels %s)", d.Env[EnvTunedFile], d.Env[envKernelsVersion])))
 	for _, warn := range d.Warnings {
 		if warn == results.WarnInterrupted {
 			continue // said on stderr, as every measuring command does
@@ -210,7 +211,7 @@ func tuneRows(w io.Writer, cands []Result, batches []string) {
 		} else if c.static != "" {
 			line += " (the static table's pick)"
 		}
-		fmt.Fprintln(w, wrap(line, 100, "#     "))
+		fmt.Fprintln(w, wrap(line, TextWidth, "#     "))
 		// tune moe --finalists: how each finalist read in fresh processes.
 		var fin []string
 		for _, o := range byBatch[b] {
@@ -223,13 +224,13 @@ func tuneRows(w io.Writer, cands []Result, batches []string) {
 			}
 		}
 		if len(fin) > 0 {
-			fmt.Fprintln(w, wrap(fmt.Sprintf("# M=%s in fresh processes: %s", b, strings.Join(fin, "; ")), 100, "#     "))
+			fmt.Fprintln(w, wrap(fmt.Sprintf("# M=%s in fresh processes: %s", b, strings.Join(fin, "; ")), TextWidth, "#     "))
 		}
 	}
 	for _, b := range tunedBatches {
 		for _, c := range byBatch[b] {
 			if c.reject != "" {
-				fmt.Fprintf(w, "# M=%s rejected %s: %s\n", b, c.config, c.reject)
+				fmt.Fprintln(w, units.Comment(fmt.Sprintf("M=%s rejected %s: %s", b, c.config, c.reject)))
 			}
 		}
 	}

@@ -400,10 +400,11 @@ func TestRenderDiffFormatsGolden(t *testing.T) {
 	}
 }
 
-// report show of real documents fits 120 columns and loses no column;
-// Wide gives the whole tables.
+// report show of real documents fits TextWidth (100) columns and loses no
+// column; Wide gives the whole tables.
 func TestRenderFitsWidth(t *testing.T) {
-	for _, path := range []string{"measured/h200/moe-qwen3-30b-a3b.json", "measured/h200/spill.json", "measured/arena/stress-30s.json", "measured/h200/ablate-router.json"} {
+	for _, path := range []string{"measured/h200/moe-qwen3-30b-a3b.json", "measured/h200/spill.json", "measured/arena/stress-30s.json", "measured/h200/ablate-router.json",
+		"measured/h200/ceilings.json"} {
 		t.Run(path, func(t *testing.T) {
 			d, err := results.ReadFile(path)
 			if err != nil {
@@ -442,9 +443,12 @@ func TestRenderFlagsInterruptedAndFailed(t *testing.T) {
 	if err := Render(&b, []*Document{d}, FormatText, TableOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	lines := strings.SplitN(b.String(), "\n", 3)
-	if !strings.HasPrefix(lines[0], "INTERRUPTED: document 1 (bench moe run run-x) stopped before it completed") ||
-		!strings.HasPrefix(lines[1], "FAILED: 1 gate (moe/batch=16: correct)") {
+	// The alerts come first, before the first blank line (a long one
+	// wraps onto indented lines).
+	top, _, _ := strings.Cut(b.String(), "\n\n")
+	alert := strings.Join(strings.Fields(top), " ")
+	if !strings.HasPrefix(alert, "INTERRUPTED: document 1 (bench moe run run-x) stopped before it completed") ||
+		!strings.Contains(top, "\nFAILED: 1 gate (moe/batch=16: correct)") {
 		t.Errorf("the top lines do not flag the run:\n%s", b.String())
 	}
 }

@@ -778,36 +778,47 @@ func Table(w io.Writer, d *results.Document) error {
 	case uniform != nil:
 		p = uniform.Params
 	default:
-		fmt.Fprintln(w, "# ablate router: no router finished (interrupted before the first one?)")
+		comment(w, "ablate router: no router finished (interrupted before the first one?)")
 		for _, warn := range d.Warnings {
-			fmt.Fprintln(w, "# warning: "+warn)
+			comment(w, "warning: "+warn)
 		}
 		return nil
 	}
 	atoi := func(k string) int { n, _ := strconv.Atoi(p[k]); return n }
-	fmt.Fprintf(w, "# %s: E=%s k=%s H=%s I=%s, %s × %s", p["model"], p["experts"], p["topk"], p["hidden"], p["inter"],
+	head := fmt.Sprintf("%s: E=%s k=%s H=%s I=%s, %s × %s", p["model"], p["experts"], p["topk"], p["hidden"], p["inter"],
 		units.Plural(atoi("layers"), "layer"), units.Plural(atoi("tokens"), "token"))
 	if p["batch"] != "" {
-		fmt.Fprintf(w, " in batches of %s", p["batch"])
+		head += " in batches of " + p["batch"]
 	}
-	fmt.Fprintf(w, "; input %s\n", p["input"])
+	comment(w, head)
+	comment(w, "input: "+p["input"])
+	// Each table's legend comes above it.
+	var kernelLegend []string
 	ran := p["kernel_tokens"] != ""
 	if ran {
 		layers := 0
 		if uniform != nil {
 			layers = len(uniform.Metric("kernel_time").Samples) / max(kernelSamples, 1)
 		}
-		fmt.Fprintf(w, "# kernel: %s; the last %s of %s tokens of the last %s, %s (median); ×uniform = time / time under perfectly uniform routing; relL2 = output difference vs %s\n",
-			p["kernel"], p["kernel_tokens"], p["tokens"], units.Plural(layers, "layer"), units.Plural(kernelSamples, "sample"), p["baseline"])
-		fmt.Fprintln(w, "# touched = experts the kernel's tokens use; with few tokens, routing that spreads wider reads more expert weights, so ×uniform < 1 is expected there")
+		kernelLegend = []string{
+			"kernel: " + p["kernel"],
+			fmt.Sprintf("timed: the last %s of %s tokens of the last %s, %s (median)",
+				p["kernel_tokens"], p["tokens"], units.Plural(layers, "layer"), units.Plural(kernelSamples, "sample")),
+			"×uniform = time / time under perfectly uniform routing",
+			"relL2 = output difference vs " + p["baseline"],
+			"touched = experts the kernel's tokens use; with few tokens, routing that spreads wider reads more expert weights, so ×uniform < 1 is expected there",
+		}
 	} else if k, ok := strings.CutPrefix(p["kernel"], "not run: "); ok {
-		fmt.Fprintln(w, "# kernel: not run: "+k)
+		kernelLegend = []string{"kernel: not run: " + k}
 	} else {
-		fmt.Fprintf(w, "# kernel: %s\n", p["kernel"])
+		kernelLegend = []string{"kernel: " + p["kernel"]}
 	}
 	// report show gives the median of a result's samples, here the layers'
 	// values; say which this table shows, so the two can be told apart.
-	fmt.Fprintln(w, "# load metrics: mean over layers (report show: median over layers); MaxVio = max/mean load − 1, balance = mean/max, entropy normalised (1 = uniform)")
+	loadLegend := []string{
+		"load metrics: mean over layers (report show: median over layers)",
+		"MaxVio = max/mean load − 1, balance = mean/max, entropy normalised (1 = uniform)",
+	}
 	// Values first, then one format per column.
 	var names []string
 	var vals [][]float64  // [row][column]; NaN: none
@@ -850,15 +861,6 @@ func Table(w io.Writer, d *results.Document) error {
 		vals = append(vals, row)
 		kernelCI = append(kernelCI, ciText(uniform.Metric("kernel_time").Samples))
 	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	hdr := []string{"router"}
-	for _, c := range columns {
-		hdr = append(hdr, c.header)
-		if c.name == "kernel_time" {
-			hdr = append(hdr, "±95%")
-		}
-	}
-	fmt.Fprintln(tw, strings.Join(hdr, "\t")+"\t")
 	formats := make([]func(float64) string, len(columns))
 	for j, c := range columns {
 		col := make([]float64, len(vals))
@@ -867,33 +869,67 @@ func Table(w io.Writer, d *results.Document) error {
 		}
 		formats[j] = columnFormat(c, col)
 	}
-	for i, name := range names {
-		row := []string{name}
-		for j, v := range vals[i] {
-			switch {
-			case math.IsNaN(v) && name == "(uniform)":
-				row = append(row, "")
-			case math.IsNaN(v):
-				row = append(row, "-")
-			default:
-				row = append(row, formats[j](v))
-			}
+	// Two tables, load then time and output, each within 100 columns.
+	split := slices.IndexFunc(columns, func(c column) bool { return c.name == "route_time" })
+	for t, cols := range [][]int{seq(0, split), seq(split, len(columns))} {
+		if t > 0 {
+			fmt.Fprintln(w, "#")
+		}
+		for _, l := range [][]string{loadLegend, kernelLegend}[t] {
+			comment(w, l)
+		}
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		hdr := []string{"router"}
+		for _, j := range cols {
+			hdr = append(hdr, columns[j].header)
 			if columns[j].name == "kernel_time" {
-				row = append(row, kernelCI[i])
+				hdr = append(hdr, "±95%")
 			}
 		}
-		fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
-	}
-	if err := tw.Flush(); err != nil {
-		return err
+		fmt.Fprintln(tw, strings.Join(hdr, "\t")+"\t")
+		for i, name := range names {
+			row := []string{name}
+			for _, j := range cols {
+				switch v := vals[i][j]; {
+				case math.IsNaN(v) && name == "(uniform)":
+					row = append(row, "")
+				case math.IsNaN(v):
+					row = append(row, "-")
+				default:
+					row = append(row, formats[j](v))
+				}
+				if columns[j].name == "kernel_time" {
+					row = append(row, kernelCI[i])
+				}
+			}
+			if strings.TrimSpace(strings.Join(row[1:], "")) == "" {
+				continue // the uniform reference has no load metrics
+			}
+			fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
 	}
 	skipped := strings.TrimPrefix(p["kernel"], "not run: ")
 	for _, warn := range d.Warnings {
 		if warn != skipped { // said in the header
-			fmt.Fprintln(w, "# warning: "+warn)
+			comment(w, "warning: "+warn)
 		}
 	}
 	return nil
+}
+
+// comment writes s as "# " lines within 100 columns.
+func comment(w io.Writer, s string) { fmt.Fprintln(w, units.Comment(s)) }
+
+// seq is the integers from lo up to hi.
+func seq(lo, hi int) []int {
+	s := make([]int, 0, hi-lo)
+	for i := lo; i < hi; i++ {
+		s = append(s, i)
+	}
+	return s
 }
 
 // ciText is the half-width of the 95% interval of v's median, in % ("±?"

@@ -324,21 +324,34 @@ func checkColumnFormats(t *testing.T, tab string) {
 		}
 		return "0"
 	}
+	// Two tables: the load metrics, then from the route time on.
+	split := slices.IndexFunc(columns, func(c column) bool { return c.name == "route_time" })
 	forms := map[int]map[string]string{} // column -> form -> a cell
-	rows := 0
+	rows, table := 0, -1
 	for _, line := range strings.Split(tab, "\n") {
 		f := strings.Fields(line)
-		if len(f) != len(columns)+2 || strings.HasPrefix(line, "#") || f[0] == "router" {
+		if len(f) > 0 && f[0] == "router" {
+			table++
 			continue
 		}
-		// The kernel time's interval has a column of its own, after it.
-		k := slices.IndexFunc(columns, func(c column) bool { return c.name == "kernel_time" }) + 2
-		if ci := f[k]; !strings.HasPrefix(ci, "±") {
-			t.Errorf("kernel time's interval column holds %q", ci)
+		first, n := 0, split // the table's first column and column count
+		if table == 1 {
+			first, n = split, len(columns)-split+1 // and the kernel time's interval
 		}
-		f = append(f[:k], f[k+1:]...)
+		if table < 0 || len(f) != n+1 || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if table == 1 {
+			// The kernel time's interval has a column of its own, after it.
+			k := slices.IndexFunc(columns, func(c column) bool { return c.name == "kernel_time" }) - split + 2
+			if ci := f[k]; !strings.HasPrefix(ci, "±") {
+				t.Errorf("kernel time's interval column holds %q", ci)
+			}
+			f = append(f[:k], f[k+1:]...)
+		}
 		rows++
-		for j, cell := range f[1:] {
+		for i, cell := range f[1:] {
+			j := first + i
 			if cell == "-" {
 				continue
 			}
@@ -348,8 +361,8 @@ func checkColumnFormats(t *testing.T, tab string) {
 			forms[j][form(cell)] = cell
 		}
 	}
-	if rows < 2 {
-		t.Fatalf("found %d rows in:\n%s", rows, tab)
+	if rows < 2 || table != 1 {
+		t.Fatalf("found %d rows in %d tables, want two tables, in:\n%s", rows, table+1, tab)
 	}
 	for j, fs := range forms {
 		if len(fs) > 1 {

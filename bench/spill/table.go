@@ -266,7 +266,7 @@ func Table(w io.Writer, d *results.Document) error {
 		}
 		writeMatrix(tw, tiers, rows)
 		for _, why := range na {
-			fmt.Fprintf(tw, "n/a: %s: %s\n", strings.Join(naCells[why], ", "), why)
+			fmt.Fprintln(tw, units.Wrap(fmt.Sprintf("n/a: %s: %s", strings.Join(naCells[why], ", "), why), matrixWidth, "    "))
 		}
 		fmt.Fprintln(tw)
 	}
@@ -348,7 +348,7 @@ func ceilingsTable(tw io.Writer, d *results.Document) {
 
 // matrixWidth is the widest a scenario × tier grid may print; a wider one
 // (five tiers of 30–46 columns each) prints a line per cell instead.
-const matrixWidth = 120
+const matrixWidth = units.TextWidth
 
 // writeMatrix writes rows (scenario, then one text per tier) as a grid
 // when it fits matrixWidth, else as one line per cell under its scenario.

@@ -137,7 +137,7 @@ out-of-range expert id.`,
 				}
 				var note string
 				if m, note = hfRouterModel(c); note != "" {
-					fmt.Fprintln(a.stderr, "mstar: "+note)
+					say(a.stderr, "%s", note)
 				}
 			} else if m, err = router.ModelByName(model); err != nil {
 				return usageErr("--model: %v", err)
@@ -187,7 +187,7 @@ out-of-range expert id.`,
 					continue
 				}
 				if !slices.ContainsFunc(compared, func(n string) bool { return n != "" && router.Uses(n, cfg, s) }) {
-					fmt.Fprintf(a.stderr, "mstar: warning: --%s: none of the routers compared uses it\n", s.Name)
+					say(a.stderr, "warning: --%s: none of the routers compared uses it", s.Name)
 				}
 			}
 			opt := ablate.AblationOptions{
@@ -263,7 +263,7 @@ out-of-range expert id.`,
 						}
 						opt.UseKernel(k, cmd.Flags().Changed("kernel-tokens"), cmd.Flags().Changed("kernel-samples"))
 						if note != "" {
-							fmt.Fprintln(a.stderr, "mstar: "+note)
+							say(a.stderr, "%s", note)
 						}
 					}
 					last := 0
@@ -307,7 +307,7 @@ out-of-range expert id.`,
 						if err := f.Close(); err != nil {
 							return fmt.Errorf("writing %s: %w", heatmap, err)
 						}
-						fmt.Fprintf(a.stderr, "mstar: wrote %s\n", heatmap)
+						say(a.stderr, "wrote %s", heatmap)
 					}
 					if recordPath == "" {
 						return nil
@@ -322,7 +322,7 @@ out-of-range expert id.`,
 					tr, err := res.Trace(name)
 					switch {
 					case err != nil && stopped: // interrupted before that router ran
-						fmt.Fprintf(a.stderr, "mstar: --routing-out: not written: %v\n", err)
+						say(a.stderr, "--routing-out: not written: %v", err)
 						return nil
 					case err != nil:
 						return badInput(fmt.Errorf("--routing-out: %w", err))
@@ -338,7 +338,7 @@ out-of-range expert id.`,
 					if err := f.Close(); err != nil {
 						return fmt.Errorf("writing %s: %w", recordPath, err)
 					}
-					fmt.Fprintf(a.stderr, "mstar: wrote %s (%s's routing)\n", recordPath, name)
+					say(a.stderr, "wrote %s (%s's routing)", recordPath, name)
 					return nil
 				},
 				failed: func(*results.Document) error { return nil }, // no gates: the table is the answer

@@ -217,7 +217,7 @@ with "-transport" added to its name).`,
 						return err
 					}
 					for _, w := range doc.Warnings {
-						fmt.Fprintln(a.stderr, "mstar: warning: "+w)
+						say(a.stderr, "warning: %s", w)
 					}
 					return nil
 				},
@@ -287,12 +287,12 @@ func arenaPlots(a *app, path string, doc *results.Document) error {
 		// Transport rates span decades; copy rates mostly sit within one.
 		warns, err := reports.PlotFile(p, []*results.Document{d}, reports.PlotOptions{Metric: sweep.MetricBandwidth, X: "size", LogX: true, LogY: name == "transport", Title: title})
 		for _, w := range warns {
-			fmt.Fprintln(a.stderr, "mstar: plot: "+w)
+			say(a.stderr, "plot: %s", w)
 		}
 		if err != nil {
 			return fmt.Errorf("plotting %s: %w", p, err)
 		}
-		fmt.Fprintf(a.stderr, "mstar: wrote %s\n", p)
+		say(a.stderr, "wrote %s", p)
 	}
 	return nil
 }
@@ -404,7 +404,7 @@ ratio.`,
 							ShmDir: shmDir, SegmentSize: seg, MaxSegments: maxSegs, Inflight: inflight,
 							Interval: interval, Seed: seed, Exe: exe, Args: wargs, Env: wenv, Live: live,
 						}
-						fmt.Fprintf(a.stderr, "mstar: arena stress, transport %s\n", tr)
+						say(a.stderr, "arena stress, transport %s", tr)
 						s, err := stress.Run(ctx, opt)
 						if err != nil {
 							return nil, err
@@ -535,7 +535,7 @@ what would go.`,
 					if parent == dir {
 						return badInput(err)
 					}
-					fmt.Fprintf(a.stderr, "mstar: warning: %v\n", err)
+					say(a.stderr, "warning: %v", err)
 					continue
 				}
 				if parent != dir {

@@ -212,7 +212,7 @@ Models:
 					return usageErr("routing file %s is over %d experts, the shape has %d", traceIn, tr.Experts, opt.Shape.E)
 				}
 				if len(tr.Layers) > 1 {
-					fmt.Fprintf(a.stderr, "mstar: routing file %s has %d layers; replaying its first (layer %d)\n", traceIn, len(tr.Layers), tr.Layers[0])
+					say(a.stderr, "routing file %s has %d layers; replaying its first (layer %d)", traceIn, len(tr.Layers), tr.Layers[0])
 				}
 				r := tr.Routings[0]
 				if traceOut != "" && r.DroppedSlots() > 0 {
@@ -283,7 +283,7 @@ Models:
 						}
 					}
 					if len(opt.Batches) == 0 && m.dev.Info().Backend != gpu.CUDA {
-						fmt.Fprintf(a.stderr, "mstar: on the CPU the default sweep is --batch %s (the GPU's goes to 4096)\n", moe.JoinBatches(moebench.DefaultCPUBatches))
+						say(a.stderr, "on the CPU the default sweep is --batch %s (the GPU's goes to 4096)", moe.JoinBatches(moebench.DefaultCPUBatches))
 					}
 					total := batches(m.dev)
 					opt.Sink = m.sink
@@ -316,7 +316,7 @@ Models:
 						}
 					}
 					if rep.Compile != "" {
-						fmt.Fprintln(a.stderr, "mstar: "+rep.Compile)
+						say(a.stderr, "%s", rep.Compile)
 					}
 					o := &outcome{warnings: rep.Warnings, rounds: rep.Rounds, done: fmt.Sprintf("%d of %d batches done", rep.Batches, total)}
 					if rounds > 1 {

@@ -116,7 +116,7 @@ func (p *peerFlags) run(ctx context.Context, a *app, dev gpu.Info, opt moebench.
 	doc.Warnings = append(doc.Warnings, pdoc.Warnings...)
 	for _, r := range pdoc.Results {
 		if !r.Passed() {
-			fmt.Fprintf(a.stderr, "mstar: warning: peer %s at M=%s failed its correctness gate: %s\n", r.Params["impl"], r.Params["batch"], r.Gates[0].Reason)
+			say(a.stderr, "warning: peer %s at M=%s failed its correctness gate: %s", r.Params["impl"], r.Params["batch"], r.Gates[0].Reason)
 		}
 	}
 	return nil

@@ -14,7 +14,7 @@ import (
 func runCeilingsCLI(args ...string) (stdout, stderr string, code int) {
 	var out, errb bytes.Buffer
 	code = run(args, strings.NewReader(""), &out, &errb)
-	return out.String(), errb.String(), code
+	return out.String(), unsay(errb.String()), code
 }
 
 func TestBenchCeilingsCPUWritesDocument(t *testing.T) {

@@ -17,8 +17,17 @@ import (
 )
 
 // runMstar drives the whole CLI in-process and returns what it printed and
-// its exit code.
+// its exit code; stderr with each message on one line again (unsay), for
+// tests of what a message says rather than how it wraps.
 func runMstar(t *testing.T, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	stdout, stderr, code = runMstarWrapped(t, args...)
+	return stdout, unsay(stderr), code
+}
+
+// runMstarWrapped is runMstar with stderr as mstar wrote it: messages
+// wrapped at the help width.
+func runMstarWrapped(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
 	var out, errb bytes.Buffer
 	code = run(args, strings.NewReader(""), &out, &errb)

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"fmt"
-
 	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/spf13/cobra"
 )
@@ -26,7 +24,7 @@ func (a *app) openDevice(spec string) (gpu.Device, error) {
 		return nil, usageErr("--device %s: %v", spec, err)
 	}
 	if note != "" {
-		fmt.Fprintln(a.stderr, "mstar: "+note)
+		say(a.stderr, "%s", note)
 	}
 	return dev, nil
 }

@@ -280,7 +280,7 @@ func (a *app) runFanOut(f fanOut, suite, out string, after func(*results.Documen
 		ws[k] = w
 		said = append(said, fmt.Sprintf("%s (pid %d, %s)", g.Spec, w.cmd.Process.Pid, w.pinned))
 	}
-	fmt.Fprintf(a.stderr, "mstar: %s on %s: %s; logs in %s\n", suite, units.Plural(len(ws), "GPU"), strings.Join(said, ", "), dir)
+	say(a.stderr, "%s on %s: %s; logs in %s", suite, units.Plural(len(ws), "GPU"), strings.Join(said, ", "), dir)
 	var wg sync.WaitGroup
 	for _, w := range ws {
 		wg.Add(1)
@@ -376,7 +376,7 @@ func (a *app) joinWorkers(ws []*worker, f fanOut, outer shard.Shard, suite, out,
 	}
 	fmt.Fprint(a.stdout, "\n"+b.String())
 	for _, w := range warns {
-		fmt.Fprintln(a.stderr, "mstar: warning: "+w)
+		say(a.stderr, "warning: %s", w)
 	}
 	if after != nil {
 		if err := after(m); err != nil {

@@ -94,7 +94,7 @@ func (a *app) measure(m measurement) error {
 			return
 		}
 		if sinkErr = stream.add(r); sinkErr != nil {
-			fmt.Fprintf(a.stderr, "mstar: warning: %s: %v (the document is still written at the end)\n", stream.path, sinkErr)
+			say(a.stderr, "warning: %s: %v (the document is still written at the end)", stream.path, sinkErr)
 		}
 	}
 	total := 0
@@ -210,5 +210,5 @@ func (p *partial) abandon(stderr io.Writer) {
 		return
 	}
 	p.w.Abandon() // no footer: readers mark the document interrupted
-	fmt.Fprintf(stderr, "mstar: the %s finished before the error are in %s ('mstar report show' reads it)\n", units.Plural(p.n, "result"), p.path)
+	say(stderr, "the %s finished before the error are in %s ('mstar report show' reads it)", units.Plural(p.n, "result"), p.path)
 }

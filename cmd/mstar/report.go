@@ -82,7 +82,7 @@ func (a *app) readDocs(paths []string) ([]*results.Document, error) {
 			// in FILE.partial.ndjson.
 			if _, serr := os.Stat(p); errors.Is(serr, fs.ErrNotExist) {
 				if _, perr := os.Stat(p + partialSuffix); perr == nil {
-					fmt.Fprintf(a.stderr, "mstar: %s does not exist; reading %s, the results its run finished\n", p, p+partialSuffix)
+					say(a.stderr, "%s does not exist; reading %s, the results its run finished", p, p+partialSuffix)
 					p += partialSuffix
 				}
 			}
@@ -107,7 +107,7 @@ func (a *app) readDocs(paths []string) ([]*results.Document, error) {
 			if p == "-" {
 				name = "stdin"
 			}
-			fmt.Fprintf(a.stderr, "mstar: warning: %s: %s\n", name, results.WarnInterrupted)
+			say(a.stderr, "warning: %s: %s", name, results.WarnInterrupted)
 		}
 		docs = append(docs, d)
 	}
@@ -149,7 +149,7 @@ measured, and warnings. A metric that was not measured shows "unmeasured",
 never 0; an interval that needs more samples shows ±∞. Interrupted runs and
 failed gates are flagged at the top.
 
-Text tables fit 120 columns: a wider one is split into tables of fewer
+Text tables fit 100 columns: a wider one is split into tables of fewer
 metric columns, each repeating the name and parameters, and a result with
 many columns is printed as a block of "column  value" lines; --wide prints
 each table whole.
@@ -222,7 +222,7 @@ than 10% below its peers' median, a PCIe link below its max.`,
 	cmd.Flags().StringVar(&format, "format", reports.FormatText, "output format: "+strings.Join(reports.TableFormats, ", "))
 	cmd.Flags().StringSliceVar(&params, "params", nil, "parameter columns, in order (comma-separated; empty for none)")
 	cmd.Flags().StringSliceVar(&metrics, "metrics", nil, "metric columns, in order (comma-separated)")
-	cmd.Flags().BoolVar(&wide, "wide", false, "text: whole tables, however wide (default: fitted into 120 columns)")
+	cmd.Flags().BoolVar(&wide, "wide", false, "text: whole tables, however wide (default: fitted into 100 columns)")
 	cmd.Flags().BoolVar(&asRun, "run", false, "print the table the measuring command printed when it finished")
 	cmd.Flags().BoolVar(&gpus, "gpus", false, "print the per-GPU summary (several GPUs or machines merged) and its flags")
 	return cmd
@@ -284,7 +284,7 @@ did not:
                change within wider noise is "too noisy to tell at X%", with
                the numbers (exit 0, or 1 with --fail-noisy)
 
-Formats: text (tables fitted into 120 columns, metrics that do not decide in
+Formats: text (tables fitted into 100 columns, metrics that do not decide in
 one line each; --wide for all their tables), markdown (a PR comment), csv
 (one row per verdict, raw numbers), json (every verdict with its numbers, and
 the outcome).
@@ -347,11 +347,11 @@ nothing. The reasons go to stderr in at most three lines.`,
 				return err
 			}
 			if ct := c.CannotTell(); len(ct) > 0 {
-				fmt.Fprintf(a.stderr, "mstar: warning: cannot tell whether %d metric(s) changed: too few samples (at least %d a side needed): %s\n",
+				say(a.stderr, "warning: cannot tell whether %d metric(s) changed: too few samples (at least %d a side needed): %s",
 					len(ct), c.SamplesNeeded(), brief(strings.Join(c.CannotTellSummary(), "; "), 160))
 			}
 			if noisy := c.Noisy(); len(noisy) > 0 && !failNoisy {
-				fmt.Fprintf(a.stderr, "mstar: warning: %d change(s) too noisy to tell at %s%% (see the verdicts; --fail-noisy fails them)\n", len(noisy), strconv.FormatFloat(threshold, 'g', -1, 64))
+				say(a.stderr, "warning: %d change(s) too noisy to tell at %s%% (see the verdicts; --fail-noisy fails them)", len(noisy), strconv.FormatFloat(threshold, 'g', -1, 64))
 			}
 			if len(failures) > 0 {
 				return failed("%s", brief(strings.Join(failures, "; "), 400))
@@ -366,7 +366,7 @@ nothing. The reasons go to stderr in at most three lines.`,
 	f.StringSliceVar(&metrics, "metrics", nil, "metrics that decide, wherever they are (default: measured, not derived or context)")
 	f.BoolVar(&allowMissing, "allow-missing", false, "pass although NEW lacks results of BASE or was interrupted")
 	f.BoolVar(&failNoisy, "fail-noisy", false, "exit 1 also for a change within noise wider than --threshold")
-	f.BoolVar(&wide, "wide", false, "all tables, as wide as their cells (default: 120 columns)")
+	f.BoolVar(&wide, "wide", false, "all tables, as wide as their cells (default: 100 columns)")
 	return cmd
 }
 
@@ -501,9 +501,9 @@ machine measured it.`,
 				envs[m.EnvOf(&m.Results[i]).Key()] = true
 			}
 			for _, n := range notes {
-				fmt.Fprintln(a.stderr, "mstar: "+n)
+				say(a.stderr, "%s", n)
 			}
-			fmt.Fprintf(a.stderr, "mstar: merged %d document(s), %d result(s) from %d environment(s) into %s\n", len(docs), len(m.Results), len(envs), out)
+			say(a.stderr, "merged %d document(s), %d result(s) from %d environment(s) into %s", len(docs), len(m.Results), len(envs), out)
 			return nil
 		},
 	}
@@ -562,7 +562,7 @@ The image format follows OUT's extension: .png or .svg.`,
 			}
 			warnings, err := reports.PlotFile(out, docs, opt)
 			for _, w := range warnings {
-				fmt.Fprintln(a.stderr, "mstar: warning: "+w)
+				say(a.stderr, "warning: %s", w)
 			}
 			if err != nil {
 				return badInput(err)

@@ -142,13 +142,40 @@ decide it).`,
 // models), like the hand-wrapped prose beside them.
 const helpTextWidth = 80
 
-// helpWidth is the column --help wraps flag descriptions at: $COLUMNS
-// when it is set to something sane, else 100.
+// helpWidth is the column --help and mstar's messages wrap at: $COLUMNS
+// when it is set to something sane, else units.TextWidth.
 func helpWidth() int {
 	if n, err := strconv.Atoi(os.Getenv("COLUMNS")); err == nil && n >= 60 && n <= 400 {
 		return n
 	}
-	return 100
+	return units.TextWidth
+}
+
+// sayIndent starts the lines a message of say wraps onto.
+const sayIndent = "    "
+
+// say prints one of mstar's messages to w: "mstar: " and the message,
+// wrapped at the help width, so that a long path or reason stays readable
+// in the terminal.
+func say(w io.Writer, format string, a ...any) {
+	fmt.Fprintln(w, units.Wrap("mstar: "+fmt.Sprintf(format, a...), helpWidth(), sayIndent))
+}
+
+// unsay undoes say's wrapping in s, text mstar wrote to stderr: each
+// message, and each line of a message of several, on one line again. (A
+// line say broke after a "/" of a long path comes back with a space.)
+func unsay(s string) string {
+	var out []string
+	said := false // the line before belongs to a message of say's
+	for _, l := range strings.Split(s, "\n") {
+		if rest, ok := strings.CutPrefix(l, sayIndent); ok && said {
+			out[len(out)-1] += " " + rest
+			continue
+		}
+		said = strings.HasPrefix(l, "mstar: ") || (said && strings.HasPrefix(l, " "))
+		out = append(out, l)
+	}
+	return strings.Join(out, "\n")
 }
 
 // run is main without the process: it takes the arguments and the streams
@@ -168,12 +195,12 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	// package (badinput, wrapped with %w) is 2, a failed gate or an
 	// interrupted run carries its code, anything else is 3.
 	if badinput.Is(err) {
-		fmt.Fprintln(stderr, "mstar: "+err.Error())
+		say(stderr, "%v", err)
 		return exitBadInput
 	}
 	var ee *exitError
 	if errors.As(err, &ee) {
-		fmt.Fprintln(stderr, "mstar: "+err.Error())
+		say(stderr, "%v", err)
 		return ee.code
 	}
 	// A wrong argument count, from cobra, says which command and how to
@@ -183,10 +210,10 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			k, _ := strconv.Atoi(argCount.FindStringSubmatch(m)[1])
 			return units.Plural(k, "argument")
 		})
-		fmt.Fprintf(stderr, "mstar: %s%s (usage: %s; see '%s --help')\n", subcommand(cmd), msg, strings.TrimSuffix(cmd.UseLine(), " [flags]"), cmd.CommandPath())
+		say(stderr, "%s%s (usage: %s; see '%s --help')", subcommand(cmd), msg, strings.TrimSuffix(cmd.UseLine(), " [flags]"), cmd.CommandPath())
 		return exitBadInput
 	}
-	fmt.Fprintln(stderr, "mstar: "+err.Error())
+	say(stderr, "%v", err)
 	// cobra's own errors (unknown command, wrong argument count) are usage errors.
 	if strings.Contains(err.Error(), "unknown command") || strings.Contains(err.Error(), "arg(s)") ||
 		strings.Contains(err.Error(), "unknown flag") || strings.Contains(err.Error(), "required flag") {
@@ -245,7 +272,7 @@ func (a *app) writeResults(path string, doc *results.Document) error {
 	if err := results.WriteFile(path, doc); err != nil {
 		return err
 	}
-	fmt.Fprintf(a.stderr, "mstar: wrote %s\n", path)
+	say(a.stderr, "wrote %s", path)
 	return nil
 }
 
@@ -288,7 +315,7 @@ func (a *app) stopProfile() error {
 	if err != nil {
 		return fmt.Errorf("--cpuprofile: %w", err)
 	}
-	fmt.Fprintf(a.stderr, "mstar: wrote %s\n", a.cpuProfile)
+	say(a.stderr, "wrote %s", a.cpuProfile)
 	return nil
 }
 

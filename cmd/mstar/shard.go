@@ -35,7 +35,7 @@ func pickCells[T any](m *measuring, all []T, name func(T) string) []T {
 	}
 	m.part = shardPart(m.shard, names)
 	if m.part != nil && m.note != nil {
-		fmt.Fprintln(m.note, "mstar: "+shardNote(m.suite, m.part))
+		say(m.note, "%s", shardNote(m.suite, m.part))
 	}
 	return shard.Pick(m.shard, all)
 }

@@ -224,7 +224,7 @@ above 105% of its tier's ceiling is listed with a warning naming the ceiling.`,
 								kept += s.Written
 								dropped += s.Suppressed
 							}
-							fmt.Fprintf(a.stderr, "mstar: trace %s: %d records kept, %d suppressed by the throttle (--trace-every %s)\n", tracePath, kept, dropped, traceEvery)
+							say(a.stderr, "trace %s: %d records kept, %d suppressed by the throttle (--trace-every %s)", tracePath, kept, dropped, traceEvery)
 						}
 						if m == nil {
 							return nil, err

@@ -59,10 +59,10 @@ func (a *app) readTrace(path string, strict bool) (*trace.File, error) {
 		if i == maxBadLines {
 			break
 		}
-		fmt.Fprintf(a.stderr, "mstar: %s: %s%s\n", path, b, what)
+		say(a.stderr, "%s: %s%s", path, b, what)
 	}
 	if f.BadCount > maxBadLines {
-		fmt.Fprintf(a.stderr, "mstar: %s: %s%s\n", path, units.Plural(f.BadCount-maxBadLines, "more bad line"), what)
+		say(a.stderr, "%s: %s%s", path, units.Plural(f.BadCount-maxBadLines, "more bad line"), what)
 	}
 	if strict && f.BadCount > 0 {
 		return nil, badInput(fmt.Errorf("%s: %s (--strict)", path, units.Plural(f.BadCount, "bad line")))

@@ -27,7 +27,7 @@ func (a *app) tuneFanOut(f fanOut, dir, out string) error {
 	return a.runFanOut(f, "tune moe", out, func(*results.Document) error {
 		written, err := joinTunedDirs(dir, wdirs)
 		for _, p := range written {
-			fmt.Fprintf(a.stderr, "mstar: wrote %s\n", p)
+			say(a.stderr, "wrote %s", p)
 		}
 		return err
 	})

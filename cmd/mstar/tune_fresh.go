@@ -99,9 +99,10 @@ func (f *freshBench) TimeFresh(ctx context.Context, m int, c moe.Config, ceil *c
 	return 0, fmt.Errorf("bench moe's document has no M=%d row", m)
 }
 
-// lastLine is the last non-empty line of s, without mstar's prefix.
+// lastLine is the last non-empty line of s, what mstar wrote to stderr,
+// with say's wrapping undone and without mstar's prefix.
 func lastLine(s string) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
+	lines := strings.Split(strings.TrimSpace(unsay(s)), "\n")
 	return strings.TrimPrefix(strings.TrimSpace(lines[len(lines)-1]), "mstar: ")
 }
 

@@ -227,7 +227,7 @@ Exit 1 when every candidate of some batch was rejected.`,
 						}
 					}
 					if m.dev.Info().Backend != gpu.CUDA {
-						fmt.Fprintln(m.note, "mstar: tune moe on the CPU: one implementation, nothing to choose; it is checked, timed and compared with itself")
+						say(m.note, "tune moe on the CPU: one implementation, nothing to choose; it is checked, timed and compared with itself")
 					}
 					// A cell is one batch size; each shard writes its part of
 					// the tuned file to its own --dir.
@@ -246,7 +246,7 @@ Exit 1 when every candidate of some batch was rejected.`,
 						}
 					}
 					if earlierErr != nil {
-						fmt.Fprintf(m.note, "mstar: warning: %s is not an earlier tune document (%v): its candidates are not carried over\n", earlierFrom, earlierErr)
+						say(m.note, "warning: %s is not an earlier tune document (%v): its candidates are not carried over", earlierFrom, earlierErr)
 					}
 					topt := moebench.MoETuneOptions{MoE: mo, Dir: dir, Force: force, Commit: version.Get().Commit, Rounds: rounds, Earlier: earlier,
 						Shortlist: shortDoc, ShortlistKeep: shortlistKeep}
@@ -282,9 +282,9 @@ Exit 1 when every candidate of some batch was rejected.`,
 					}
 					if stopped {
 						if rep.File != nil && len(rep.File.Batches) > 0 {
-							fmt.Fprintf(m.note, "mstar: %s keeps the %d batch(es) tuned so far; run the same command again to resume\n", rep.Path, len(rep.File.Batches))
+							say(m.note, "%s keeps the %d batch(es) tuned so far; run the same command again to resume", rep.Path, len(rep.File.Batches))
 						} else {
-							fmt.Fprintf(m.note, "mstar: no batch was tuned before the interrupt, so no tuned file was written; run the same command again to start\n")
+							say(m.note, "no batch was tuned before the interrupt, so no tuned file was written; run the same command again to start")
 						}
 						o.done = fmt.Sprintf("%d of %d batches tuned", len(rep.Tuned), len(mo.Batches)-len(rep.Skipped))
 					}

@@ -2,6 +2,8 @@ package gpu
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -61,6 +63,9 @@ func TestOpenWithoutCUDA(t *testing.T) {
 	}
 	if !strings.Contains(note, "CPU") || !strings.Contains(note, "libcuda") {
 		t.Errorf("auto's note %q should say it uses the CPU and why (libcuda)", note)
+	}
+	if strings.Contains(note, "searched") {
+		t.Errorf("auto's note %q lists where it searched; that is doctor's", note)
 	}
 	if _, ok := CUDAOf(d); ok {
 		t.Error("CUDAOf(cpu device) = ok")
@@ -193,5 +198,22 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// auto's note names the missing library and leaves the places searched,
+// a few hundred columns of them, to doctor; other reasons pass whole.
+func TestBriefly(t *testing.T) {
+	nf := &cuda.NotFoundError{Names: []string{"libcuda.so.1"}, Searched: []string{"MSTAR_LIBCUDA (unset)", "/usr/lib64"}}
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{fmt.Errorf("no CUDA driver: %w", nf), "no CUDA driver: libcuda.so.1 not found (see 'mstar doctor')"},
+		{errors.New("no CUDA device: cuInit: CUDA_ERROR_NO_DEVICE"), "no CUDA device: cuInit: CUDA_ERROR_NO_DEVICE"},
+	} {
+		if got := briefly(tc.err); got != tc.want {
+			t.Errorf("briefly(%q) = %q, want %q", tc.err, got, tc.want)
+		}
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/mstar-dev/mstar/internal/gpu/cuda"
 )
 
 // Backend names a device implementation.
@@ -139,6 +141,17 @@ func ParseSpec(s string) (Spec, error) {
 	return Spec{}, fmt.Errorf("bad device %q: want auto, cpu or cuda:N", s)
 }
 
+// briefly is why CUDA did not open, short enough for one line: auto says
+// it on every run, so where a missing library was looked for is left to
+// doctor.
+func briefly(err error) string {
+	var nf *cuda.NotFoundError
+	if !errors.As(err, &nf) {
+		return err.Error()
+	}
+	return strings.Replace(err.Error(), nf.Error(), nf.Short()+" (see 'mstar doctor')", 1)
+}
+
 // Open opens the device a spec names. For "auto" it tries cuda:0 and falls
 // back to the CPU; note then says why, for the user to see.
 func Open(spec Spec) (d Device, note string, err error) {
@@ -147,7 +160,7 @@ func Open(spec Spec) (d Device, note string, err error) {
 		if err == nil {
 			return d, "auto: using cuda:0 (" + d.Info().Name + ")", nil
 		}
-		return NewCPU(), "auto: using the CPU backend because CUDA is unavailable: " + err.Error(), nil
+		return NewCPU(), "auto: using the CPU backend: " + briefly(err), nil
 	}
 	if spec.Backend == CPU {
 		return NewCPU(), "", nil

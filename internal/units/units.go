@@ -71,19 +71,38 @@ func Plural(n int, noun string) string {
 	return strconv.Itoa(n) + " " + noun + "s"
 }
 
-// Wrap breaks s into lines of at most width runes at spaces (or at "/"
-// and "," in long words), continuing lines with indent; width 0 leaves it.
+// TextWidth is the width mstar's text output fits: a 100-column terminal.
+const TextWidth = 100
+
+// Wrap breaks each line of s into lines of at most width runes at spaces
+// (or after "/", "," and "+" in long words), continuing them with indent;
+// width 0 leaves s as it is.
 func Wrap(s string, width int, indent string) string {
-	if width <= 0 || utf8.RuneCountInString(s) <= width {
+	if width <= 0 {
+		return s
+	}
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		lines[i] = wrapLine(l, width, indent)
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Comment is s as "# " comment lines of at most TextWidth runes, wrapped
+// lines continued as "#   ".
+func Comment(s string) string { return Wrap("# "+s, TextWidth, "#   ") }
+
+func wrapLine(s string, width int, indent string) string {
+	if utf8.RuneCountInString(s) <= width {
 		return s
 	}
 	var out []string
 	line := ""
 	for _, word := range strings.SplitAfter(s, " ") {
-		for _, piece := range splitLong(word, width-len(indent)) {
-			if line != "" && utf8.RuneCountInString(line+piece) > width {
+		for _, piece := range splitLong(word, width-utf8.RuneCountInString(indent)) {
+			if strings.TrimSpace(line) != "" && utf8.RuneCountInString(line+piece) > width {
 				out = append(out, strings.TrimRight(line, " "))
-				line = indent
+				line, piece = indent, strings.TrimLeft(piece, " ")
 			}
 			line += piece
 		}
@@ -94,7 +113,7 @@ func Wrap(s string, width int, indent string) string {
 	return strings.Join(out, "\n")
 }
 
-// splitLong cuts a word longer than n after its "/" or "," separators.
+// splitLong cuts a word longer than n after its "/", "," or "+" separators.
 func splitLong(word string, n int) []string {
 	if n <= 0 || utf8.RuneCountInString(word) <= n {
 		return []string{word}
@@ -102,7 +121,7 @@ func splitLong(word string, n int) []string {
 	var out []string
 	start := 0
 	for i, r := range word {
-		if (r == '/' || r == ',') && i+1-start > 0 {
+		if (r == '/' || r == ',' || r == '+') && i+1-start > 0 {
 			out = append(out, word[start:i+1])
 			start = i + 1
 		}

@@ -384,8 +384,9 @@ func (c *Comparison) Render(w io.Writer) {
 		}
 		b.WriteString("\n")
 	}
-	b.WriteString("ratio = peer µs / mstar µs: above 1, mstar is faster. The peers' times exclude token alignment (done once\n" +
-		"per routing), mstar's include it; cublas-bmm is a bound (the GEMMs alone, balanced), never the best peer.\n")
+	b.WriteString("ratio = peer µs / mstar µs: above 1, mstar is faster. The peers' times exclude token\n" +
+		"alignment (done once per routing), mstar's include it; cublas-bmm is a bound (the GEMMs alone,\n" +
+		"balanced), never the best peer.\n")
 	for _, n := range notes {
 		fmt.Fprintf(&b, "%s: %s\n", n.impl, n.why)
 	}

@@ -199,7 +199,7 @@ func loadDriver() error {
 	driverOnce.Do(func() {
 		driverLib = loadLibrary(driverSpec, realEnv())
 		if driverLib.err != nil {
-			driverErr = fmt.Errorf("no CUDA driver: %v", driverLib.err)
+			driverErr = fmt.Errorf("no CUDA driver: %w", driverLib.err)
 			return
 		}
 		b := &binder{lib: "libcuda", h: driverLib.handle}

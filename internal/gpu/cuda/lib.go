@@ -58,14 +58,26 @@ func loadLibrary(spec libSpec, e sysEnv) *library {
 		}
 		return l
 	}
-	msg := fmt.Sprintf("%s not found (searched %s)", strings.Join(spec.byName, " or "), strings.Join(searched, ", "))
+	l.err = &NotFoundError{Names: spec.byName, Searched: searched}
 	if len(failures) > 0 {
-		msg = fmt.Sprintf("%s found but failed to load: %s", spec.name, strings.Join(failures, "; "))
+		l.err = fmt.Errorf("%s found but failed to load: %s", spec.name, strings.Join(failures, "; "))
 	}
-	l.comp.Err = msg
-	l.err = errors.New(msg)
+	l.comp.Err = l.err.Error()
 	return l
 }
+
+// NotFoundError is a library that is nowhere mstar looked.
+type NotFoundError struct {
+	Names    []string // the file names tried ("libcuda.so.1")
+	Searched []string // where, in order
+}
+
+func (e *NotFoundError) Error() string {
+	return fmt.Sprintf("%s not found (searched %s)", strings.Join(e.Names, " or "), strings.Join(e.Searched, ", "))
+}
+
+// Short is the error without the places searched, which run long.
+func (e *NotFoundError) Short() string { return strings.Join(e.Names, " or ") + " not found" }
 
 // preloadSiblings loads cuBLASLt from beside cuBLAS; other libraries have
 // no siblings they need.
