@@ -164,7 +164,7 @@ func SummarizeGPUs(d *Document) (rows []GPURow, warnings []string) {
 func WriteGPUSummary(w io.Writer, rows []GPURow) error {
 	fmt.Fprintln(w, units.Comment(fmt.Sprintf("per-GPU summary (%s): a copy bandwidth more than %.0f%% below its peers' median, or a PCIe link below its max, is flagged", units.Plural(len(rows), "GPU"), 100*OutlierFraction)))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "#\tdevice\tgpu\tuuid\tpcie\tresults\tcompared\tworst vs peers\tflags")
+	fmt.Fprintln(tw, "# device\tgpu\tuuid\tpcie\tresults\tvs peers\tworst\tflags")
 	for _, g := range rows {
 		dev := g.Device
 		if g.Host != "" && slices.ContainsFunc(rows, func(o GPURow) bool { return o.Host != g.Host }) {
@@ -178,9 +178,28 @@ func WriteGPUSummary(w io.Writer, rows []GPURow) error {
 		if worst == "" {
 			worst = "-"
 		}
-		fmt.Fprintf(tw, "\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", dev, dash(g.GPU), dash(g.UUID), dash(g.PCIe), g.Results, g.Compared, worst, flags)
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", dev, dash(g.GPU), dash(shortUUID(g.UUID)), dash(atMax(g.PCIe)), g.Results, g.Compared, worst, flags)
 	}
 	return tw.Flush()
+}
+
+// shortUUID is a GPU's UUID as the table shows it: "GPU-" and its first 8
+// hex digits (as nvidia-smi's short form; unique among a host's cards in
+// practice), so the row fits 100 columns; the results keep the whole UUID.
+func shortUUID(u string) string {
+	if strings.HasPrefix(u, "GPU-") && len(u) > 12 {
+		return u[:12]
+	}
+	return u
+}
+
+// atMax is a PCIe link as the table shows it: "gen5 x16" where it runs at
+// its max ("gen5 x16 (max gen5 x16)"), else the whole string.
+func atMax(link string) string {
+	if now, max, ok := strings.Cut(link, " (max "); ok && strings.TrimSuffix(max, ")") == now {
+		return now
+	}
+	return link
 }
 
 func dash(s string) string {

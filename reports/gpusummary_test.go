@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/mstar-dev/mstar/reports/results"
 )
@@ -77,5 +78,25 @@ func TestSummarizeGPUsPCIe(t *testing.T) {
 	}
 	if out := b.String(); !strings.Contains(out, "cuda:0") || !strings.Contains(out, "FLAG: PCIe link x8") {
 		t.Errorf("summary:\n%s", out)
+	}
+}
+
+// The summary shows a UUID by its short form, so a row of an unflagged
+// card fits 100 columns; the rows themselves keep the whole UUID.
+func TestGPUSummaryShortUUID(t *testing.T) {
+	full := "GPU-475fb897-7929-14f9-ea6c-461affbc2aa1"
+	rows := []GPURow{{Device: "cuda:0", GPU: "NVIDIA H100 80GB HBM3", UUID: full, PCIe: "gen5 x16 (max gen5 x16)", Results: 12, Compared: 12, Worst: "-3.1% d2d 256 MiB"}}
+	var b bytes.Buffer
+	if err := WriteGPUSummary(&b, rows); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	if !strings.Contains(out, "GPU-475fb897 ") || strings.Contains(out, full) {
+		t.Errorf("want the short UUID, not the whole one:\n%s", out)
+	}
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		if n := utf8.RuneCountInString(l); n > 100 {
+			t.Errorf("%d columns: %q", n, l)
+		}
 	}
 }
