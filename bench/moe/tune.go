@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"path/filepath"
 	"slices"
@@ -494,6 +495,9 @@ func ResolveMoEConfigs(local moe.Shape, dev gpu.Info, batches []int, opt MoEOpti
 		src = "cache:" + key.FileName()
 	}
 	warns = append(warns, fmt.Sprintf("kernel configurations from the tuned %s (%d batches, updated %s)", where, len(f.Batches), f.Updated.Format("2006-01-02")))
+	if w := routingMismatch(f, batches, opt.routingName()); w != "" {
+		warns = append(warns, w)
+	}
 	for _, m := range batches {
 		c, note := f.Pick(local, m)
 		switch {
@@ -508,6 +512,29 @@ func ResolveMoEConfigs(local moe.Shape, dev gpu.Info, batches []int, opt MoEOpti
 		}
 	}
 	return out, warns, nil
+}
+
+// routingMismatch says which of batches the tuned file f picked under
+// another routing than this run's: a tuned file is per shape and device,
+// and a skewed routing can want other tiles (deepseek-v3 tp8 M=256 under
+// zipf:1.2 on an H100: 0.95× triton-ref with the uniform picks, 0.99×
+// with its own, reports/measured/h100/moe-general/).
+func routingMismatch(f *moe.TunedFile, batches []int, run string) string {
+	var ms []string
+	tunedUnder := map[string]bool{}
+	for _, m := range batches {
+		b, ok := f.Batches[strconv.Itoa(m)]
+		if !ok || b.Routing == "" || b.Routing == run {
+			continue
+		}
+		ms = append(ms, strconv.Itoa(m))
+		tunedUnder[b.Routing] = true
+	}
+	if len(ms) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("M=%s tuned under %s routing, run under %s: 'mstar tune moe --routing %s --batch %s' tunes them for it",
+		strings.Join(ms, ","), strings.Join(slices.Sorted(maps.Keys(tunedUnder)), " and "), run, run, strings.Join(ms, ","))
 }
 
 // withConfigSource names a batch's configuration and its source in its

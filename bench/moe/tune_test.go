@@ -350,6 +350,28 @@ func TestBenchPicksShippedFile(t *testing.T) {
 	}
 }
 
+// The shipped files were tuned under uniform routing: a run under another
+// says which batches, and how to tune them for it; a uniform run says
+// nothing of routing.
+func TestBenchWarnsOfTunedRouting(t *testing.T) {
+	t.Setenv(moe.EnvConfigDir, t.TempDir())
+	shape := moe.Shape{E: 128, K: 8, H: 2048, I: 768} // qwen3-30b-a3b
+	h200 := gpu.Info{Name: "NVIDIA H200"}
+	_, warns, err := ResolveMoEConfigs(shape, h200, []int{16, 256, 300}, MoEOptions{Routing: "zipf:1.2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "M=16,256 tuned under uniform routing, run under zipf:1.2: 'mstar tune moe --routing zipf:1.2 --batch 16,256'"
+	if len(warns) != 2 || !strings.Contains(warns[1], want) {
+		t.Errorf("zipf run: warnings %q, want one with %q", warns, want)
+	}
+	for _, opt := range []MoEOptions{{}, {Routing: "uniform"}} {
+		if _, warns, _ := ResolveMoEConfigs(shape, h200, []int{16, 256}, opt); len(warns) != 1 {
+			t.Errorf("routing %q: warnings %q, want only the file's", opt.Routing, warns)
+		}
+	}
+}
+
 func mustConfig(t *testing.T, s string) moe.Config {
 	t.Helper()
 	c, err := moe.ParseConfig(s)
