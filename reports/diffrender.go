@@ -398,21 +398,37 @@ func condense(g *diffGroup) string {
 }
 
 // diffTable renders one group's table, fitted into width (0: any): with
-// shorter labels first, then with verdicts over two lines in their cells,
-// else one row per line.
+// shorter labels first, then without the noise column where no row has a
+// noise figure (the warnings say why), then with verdicts over two lines in
+// their cells, else one row per line.
 func diffTable(c *Comparison, g *diffGroup, markdown bool, width int) (table string, lines, labels []string, err error) {
 	ids := make([]Result, len(g.rows))
+	noNoise := true
 	for j, m := range g.rows {
 		ids[j] = Result{Name: m.Name, Params: m.LabelParams()}
+		if n := m.noiseCell(); n != "-" && n != "" && m.Unmeasured == "" {
+			noNoise = false
+		}
 	}
 	for _, try := range []struct {
 		limit   int
-		verdict int // the width verdicts wrap at; 0: not wrapped
-	}{{maxLabel, 0}, {24, 0}, {maxLabel, 9}, {24, 9}} {
+		dropped bool // the noise column left out (only where noNoise)
+		verdict int  // the width verdicts wrap at; 0: not wrapped
+	}{{maxLabel, false, 0}, {24, false, 0}, {maxLabel, true, 0}, {24, true, 0}, {maxLabel, false, 9}, {24, false, 9}} {
+		if try.dropped && !noNoise {
+			continue
+		}
 		lines, labels = rowLabelsWithin(ids, try.limit)
 		var b strings.Builder
 		tab := newTableWriter(&b, markdown)
-		tab.Header([]string{"result", "base", "new", "delta", "p", "n", "noise", "verdict"})
+		// cells drops the noise column (index 6) from a row where asked.
+		cells := func(row []string) []string {
+			if try.dropped {
+				return append(row[:6:6], row[7:]...)
+			}
+			return row
+		}
+		tab.Header(cells([]string{"result", "base", "new", "delta", "p", "n", "noise", "verdict"}))
 		for j, m := range g.rows {
 			row := []string{labels[j], "", "", m.deltaCell(), "", "", m.noiseCell(), wrap(m.shortVerdict(), try.verdict, "")}
 			if m.Unmeasured == "" {
@@ -421,14 +437,14 @@ func diffTable(c *Comparison, g *diffGroup, markdown bool, width int) (table str
 			} else {
 				row[6] = ""
 			}
-			if err := tab.Append(row); err != nil {
+			if err := tab.Append(cells(row)); err != nil {
 				return "", nil, nil, err
 			}
 		}
 		for _, gm := range c.Geomeans {
 			if gm.Metric == g.col.Name && gm.Unit == g.col.Unit && g.decides {
 				row := []string{"geomean", FormatQuantity(gm.Base, gm.Unit), FormatQuantity(gm.New, gm.Unit), formatDelta(gm.Delta), "", strconv.Itoa(gm.N), "", ""}
-				if err := tab.Append(row); err != nil {
+				if err := tab.Append(cells(row)); err != nil {
 					return "", nil, nil, err
 				}
 			}
