@@ -889,9 +889,10 @@ func ChooseConfigOn(cc int, s Shape, m int) Config { return ChooseConfigFor(GPU{
 //     tiles. Fitted to the H200 tunings of v34 and v38, the H100 tunings of
 //     v29 and v32 and an H100 tune of an odd shape (E60 k4 H1536 I352) by
 //     each GEMM's time against the batch's best (kernels/moe/NOTES.md,
-//     v45): over those 44, 38 and 52 batches the pick's GEMMs
-//     went from 1.083, 1.069 and 1.029 of the best (geometric mean) to
-//     1.025, 1.029 and 1.016, the worst from 1.42 to 1.14. 16×256 tiles
+//     v45; TestStaticTableFitsTunes): over those 48, 38 and 57 batches
+//     the pick's GEMMs went from 1.096, 1.057 and 1.032 of the best
+//     (geometric mean) to 1.020, 1.020 and 1.015, the worst from 2.04 to
+//     1.14. 16×256 tiles
 //     launch a quarter of the blocks: at a few slots per expert, or on a
 //     narrow shape, too few to fill the machine.
 //   - up to 32, 32×256×128 tiles, or the 16×64 ones where those would not

@@ -1,6 +1,12 @@
 package moe
 
 import (
+	"compress/gzip"
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -37,4 +43,174 @@ func TestStaticFitScript(t *testing.T) {
 	if out, err := runScript(t, "moe-static-fit.py", "2000", "3000", path); err == nil {
 		t.Errorf("a range with no batch exits 0:\n%s", out)
 	}
+}
+
+// The Hopper static table up to 32 slots per touched expert (ChooseConfigFor,
+// NOTES v45) against the tunes it was fitted to, from their recorded GEMM
+// times: each batch's pick, gemm1 plus gemm2, over the fastest gemm1 plus
+// the fastest gemm2 any candidate ran: 1.020, 1.020 and 1.015 (geometric
+// mean) with the worst batch at 1.10, 1.14 and 1.10, where the table before
+// it reads 1.096, 1.057 and 1.032, worst 2.04, 1.30 and 1.20. A change to
+// the table that drifts from these tunes fails here.
+func TestStaticTableFitsTunes(t *testing.T) {
+	root := filepath.Join("..", "..", "reports", "measured")
+	sets := []struct {
+		name          string
+		globs         []string
+		geomean, wors float64
+	}{
+		{"H200 v34 and the odd shape (H100)", []string{"h200/moe-v34/tune/docs/tune-*.json.gz", "h100/moe-general/tuned13/tune-odd.json.gz"}, 1.03, 1.12},
+		{"H200 v38", []string{"h200/moe-v38/tune/docs/tune-*.json.gz"}, 1.035, 1.15},
+		{"H100 v29 and v32", []string{"h100/moe-v29/tune/docs/tune-*.json.gz", "h100/moe-v32/tune/docs/tune-*.json.gz"}, 1.02, 1.12},
+	}
+	for _, set := range sets {
+		var ratios, before []float64
+		batches := 0
+		for _, g := range set.globs {
+			paths, _ := filepath.Glob(filepath.Join(root, g))
+			if len(paths) == 0 {
+				t.Fatalf("%s: no tune documents at %s", set.name, g)
+			}
+			for _, p := range paths {
+				for _, b := range tuneBatches(t, p) {
+					if perExpert(b.shape, b.m) > 32 {
+						continue
+					}
+					batches++
+					pick := ChooseConfigFor(GPU{CC: Hopper, SMs: 132}, b.shape, b.m)
+					// Where the tune timed no self-aligning twin of the pick, its plain twin.
+					lookup := func(c Config) ([2]float64, bool) {
+						g, ok := b.gemm[c.String()]
+						if !ok && c.SA != 0 {
+							c.SA = 0
+							g, ok = b.gemm[c.String()]
+						}
+						return g, ok
+					}
+					ratio := func(c Config) (float64, bool) {
+						g1, ok1 := lookup(c.Gemm(1))
+						g2, ok2 := lookup(c.Gemm(2))
+						return (g1[0] + g2[1]) / (b.best[0] + b.best[1]), ok1 && ok2
+					}
+					r, ok := ratio(pick)
+					was, wasOK := ratio(tableBeforeV45(b.shape, b.m))
+					if !ok || !wasOK {
+						continue
+					}
+					ratios = append(ratios, r)
+					before = append(before, was)
+				}
+			}
+		}
+		if len(ratios) < batches*3/4 {
+			t.Errorf("%s: the picks were timed in %d of %d batches", set.name, len(ratios), batches)
+			continue
+		}
+		geo, worst := geomeanMax(ratios)
+		geoWas, worstWas := geomeanMax(before)
+		t.Logf("%s: %d batches, the picks' GEMMs %.3f of the best (geometric mean), worst %.3f; before v45 %.3f, worst %.3f",
+			set.name, len(ratios), geo, worst, geoWas, worstWas)
+		if geo > set.geomean || worst > set.wors || geo >= geoWas {
+			t.Errorf("%s: the static table's GEMMs at %.3f of the best (worst %.3f), want at most %.3f (%.2f) and under the table before v45's %.3f",
+				set.name, geo, worst, set.geomean, set.wors, geoWas)
+		}
+	}
+}
+
+func geomeanMax(xs []float64) (geo, worst float64) {
+	logs := 0.0
+	for _, x := range xs {
+		logs += math.Log(x)
+		worst = max(worst, x)
+	}
+	return math.Exp(logs / float64(len(xs))), worst
+}
+
+// tableBeforeV45 is the Hopper static table's tc rows before v45: 16×256
+// tiles up to 8 slots per touched expert from 32 slots in all, the skinny
+// kernel below 32 (its warps as chooseConfig sets them), 32×256 up to 32.
+func tableBeforeV45(s Shape, m int) Config {
+	switch per := perExpert(s, m); {
+	case per >= 32:
+		return ChooseConfigFor(GPU{CC: Hopper}, s, m)
+	case per > 8:
+		return tcTable["32x256k128s3w8"]
+	case m*s.K >= 32:
+		return tcTable["16x256k128s3w8ov"]
+	}
+	return chooseConfig(s, m)
+}
+
+// tuneBatch is one batch of a tune document: the shape, each single
+// configuration's median gemm1 and gemm2 times (its pl=1 twin's folded
+// in), and the fastest of each.
+type tuneBatch struct {
+	shape Shape
+	m     int
+	gemm  map[string][2]float64
+	best  [2]float64
+}
+
+func tuneBatches(t *testing.T, path string) []tuneBatch {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	var doc struct {
+		Results []struct {
+			Name    string            `json:"name"`
+			Params  map[string]string `json:"params"`
+			Metrics []struct {
+				Name    string    `json:"name"`
+				Samples []float64 `json:"samples"`
+			} `json:"metrics"`
+		} `json:"results"`
+	}
+	if err := json.NewDecoder(zr).Decode(&doc); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	by := map[int]*tuneBatch{}
+	var order []int
+	for _, r := range doc.Results {
+		cfg := r.Params["config"]
+		if r.Name != "moe_tune" || strings.Contains(cfg, "+") {
+			continue
+		}
+		num := func(k string) int { n, _ := strconv.Atoi(r.Params[k]); return n }
+		var g [2]float64
+		for _, m := range r.Metrics {
+			if i := slices.Index([]string{"tune_gemm1", "tune_gemm2"}, m.Name); i >= 0 && len(m.Samples) > 0 {
+				s := slices.Sorted(slices.Values(m.Samples))
+				g[i] = s[len(s)/2]
+			}
+		}
+		if g[0] == 0 || g[1] == 0 {
+			continue // rejected, or not timed alone
+		}
+		m := num("batch")
+		b := by[m]
+		if b == nil {
+			b = &tuneBatch{shape: Shape{E: num("experts"), K: num("topk"), H: num("hidden"), I: num("inter")}, m: m,
+				gemm: map[string][2]float64{}, best: [2]float64{math.Inf(1), math.Inf(1)}}
+			by[m] = b
+			order = append(order, m)
+		}
+		key := strings.Replace(cfg, ",pl=1", "", 1)
+		if old, ok := b.gemm[key]; ok {
+			g = [2]float64{min(old[0], g[0]), min(old[1], g[1])}
+		}
+		b.gemm[key] = g
+		b.best = [2]float64{min(b.best[0], g[0]), min(b.best[1], g[1])}
+	}
+	out := make([]tuneBatch, 0, len(order))
+	for _, m := range order {
+		out = append(out, *by[m])
+	}
+	return out
 }
