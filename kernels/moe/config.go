@@ -846,10 +846,12 @@ func TCConfigs() []Config {
 // perExpert is the mean number of slots per touched expert under uniform
 // routing: what decides between the kernel families.
 func perExpert(s Shape, m int) float64 {
-	slots := m * s.K
-	touched := max(1, min(s.E, slots))
-	return float64(slots) / float64(touched)
+	return float64(m*s.K) / float64(touchedExperts(s, m))
 }
+
+// touchedExperts is how many experts m tokens touch under uniform routing,
+// as perExpert counts them: every slot another expert, up to E.
+func touchedExperts(s Shape, m int) int { return max(1, min(s.E, m*s.K)) }
 
 // ChooseConfig is the configuration table, from the H200 tuning sweep of
 // the four reference shapes (reports/measured/h200/moe-tune-v4.txt, kernels/moe/NOTES.md),
@@ -911,10 +913,14 @@ func ChooseConfigOn(cc int, s Shape, m int) Config { return ChooseConfigFor(GPU{
 func ChooseConfigFor(g GPU, s Shape, m int) Config {
 	if g.CC == Hopper {
 		per := perExpert(s, m)
-		narrow := tcTable["16x64k128s4b2"]
-		narrow.OV = 2
-		if sa, ok := SelfAligning(narrow, s, m); ok {
-			narrow = sa
+		// narrow is the 16×64 tile, self-aligning where it can.
+		narrow := func() Config {
+			c := tcTable["16x64k128s4b2"]
+			c.OV = 2
+			if sa, ok := SelfAligning(c, s, m); ok {
+				return sa
+			}
+			return c
 		}
 		var c Config
 		switch {
@@ -929,12 +935,12 @@ func ChooseConfigFor(g GPU, s Shape, m int) Config {
 		case per > 8:
 			c = tcTable["32x256k128s3w8"]
 			if !fillsWaves(g, s, m, 32, 256) {
-				c = narrow
+				c = narrow()
 			}
 		case per > 2 && fillsWaves(g, s, m, 16, 256):
 			c = tcTable["16x256k128s3w8ov"]
 		default:
-			c = narrow
+			c = narrow()
 		}
 		if c.TMA != 0 && CheckConfigShape(c, s, m) != nil {
 			// No tensor map for this shape: the cp.async twins.
@@ -960,8 +966,7 @@ func fillsWaves(g GPU, s Shape, m, bm, bn int) bool {
 	if sms <= 0 {
 		sms = hopperSMs
 	}
-	slots := m * s.K
-	touched := max(1, min(s.E, slots))
+	slots, touched := m*s.K, touchedExperts(s, m)
 	rows := touched * ((slots + touched*bm - 1) / (touched * bm)) // ⌈per/bm⌉ tiles an expert
 	for _, n := range []int{2 * s.I, s.H} {
 		tiles := rows * ((n + bn - 1) / bn)
@@ -977,7 +982,7 @@ func chooseConfig(s Shape, m int) Config {
 	per := perExpert(s, m)
 	switch {
 	case per <= 6:
-		touched := max(1, min(s.E, m*s.K))
+		touched := touchedExperts(s, m)
 		return Config{Kernel: "skinny", NT: 1, W1: skinnyWarps(s.I, s.H, touched), W2: skinnyWarps(s.H, s.I, touched)}
 	}
 	c := tcTable["128x256k64s3"]
@@ -1059,7 +1064,7 @@ func dominatedOnHopper(c Config) bool {
 
 func candidates(first Config, s Shape, m int) []Config {
 	per := perExpert(s, m)
-	touched := max(1, min(s.E, m*s.K))
+	touched := touchedExperts(s, m)
 	out := []Config{first}
 	add := func(base ...Config) {
 		var cs []Config

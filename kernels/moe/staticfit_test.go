@@ -1,15 +1,14 @@
 package moe
 
 import (
-	"compress/gzip"
-	"encoding/json"
 	"math"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 // scripts/moe-static-fit.py ranks the single configurations timed in every
@@ -153,27 +152,9 @@ type tuneBatch struct {
 
 func tuneBatches(t *testing.T, path string) []tuneBatch {
 	t.Helper()
-	f, err := os.Open(path)
+	doc, err := results.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
-	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
-	var doc struct {
-		Results []struct {
-			Name    string            `json:"name"`
-			Params  map[string]string `json:"params"`
-			Metrics []struct {
-				Name    string    `json:"name"`
-				Samples []float64 `json:"samples"`
-			} `json:"metrics"`
-		} `json:"results"`
-	}
-	if err := json.NewDecoder(zr).Decode(&doc); err != nil {
-		t.Fatalf("%s: %v", path, err)
 	}
 	by := map[int]*tuneBatch{}
 	var order []int
@@ -185,9 +166,8 @@ func tuneBatches(t *testing.T, path string) []tuneBatch {
 		num := func(k string) int { n, _ := strconv.Atoi(r.Params[k]); return n }
 		var g [2]float64
 		for _, m := range r.Metrics {
-			if i := slices.Index([]string{"tune_gemm1", "tune_gemm2"}, m.Name); i >= 0 && len(m.Samples) > 0 {
-				s := slices.Sorted(slices.Values(m.Samples))
-				g[i] = s[len(s)/2]
+			if i := slices.Index([]string{"tune_gemm1", "tune_gemm2"}, m.Name); i >= 0 && m.Measured() {
+				g[i] = results.Median(m.Samples)
 			}
 		}
 		if g[0] == 0 || g[1] == 0 {

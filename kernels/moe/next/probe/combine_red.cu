@@ -30,6 +30,8 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include "probe.cuh"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -38,15 +40,6 @@
 #include <numeric>
 #include <random>
 #include <vector>
-
-#define CK(x)                                                                                   \
-    do {                                                                                        \
-        cudaError_t e_ = (x);                                                                   \
-        if (e_ != cudaSuccess) {                                                                \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-            exit(1);                                                                            \
-        }                                                                                       \
-    } while (0)
 
 typedef unsigned int u32;
 

@@ -20,20 +20,13 @@
 //   /tmp/ds E R K        (one shape: E experts × R rows × K; default: the four below)
 #include <cuda_runtime.h>
 
+#include "probe.cuh"
+
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
-
-#define CK(x)                                                                              \
-    do {                                                                                   \
-        cudaError_t e_ = (x);                                                              \
-        if (e_ != cudaSuccess) {                                                           \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-            exit(1);                                                                       \
-        }                                                                                  \
-    } while (0)
 
 __device__ __forceinline__ uint4 ld_stream(const uint4* p) {
     uint4 v;
