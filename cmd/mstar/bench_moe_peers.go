@@ -105,12 +105,12 @@ func (p *peerFlags) run(ctx context.Context, a *app, dev gpu.Info, opt moebench.
 		return err
 	}
 	pdoc, err := peers.Run(ctx, peers.Options{Python: p.python, TritonPeer: p.tritonPeer, Impls: p.impls, Samples: opt.Samples, MinCopies: opt.WeightCopies, Device: ordinal, Log: a.stderr}, doc, routing, dumpDir)
-	if err != nil {
-		if ctx.Err() != nil {
-			return err
-		}
+	if err != nil && ctx.Err() == nil {
 		unavailable(err.Error())
 		return nil
+	}
+	if pdoc == nil { // interrupted before the peers finished a batch
+		return err
 	}
 	doc.Results = append(doc.Results, pdoc.Results...)
 	doc.Warnings = append(doc.Warnings, pdoc.Warnings...)
@@ -119,5 +119,5 @@ func (p *peerFlags) run(ctx context.Context, a *app, dev gpu.Info, opt moebench.
 			say(a.stderr, "warning: peer %s at M=%s failed its correctness gate: %s", r.Params["impl"], r.Params["batch"], r.Gates[0].Reason)
 		}
 	}
-	return nil
+	return err // interrupted: the batches the peers finished are kept
 }

@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/mstar-dev/mstar/reports/results"
 )
@@ -108,7 +109,8 @@ func lastLine(s string) string {
 // from the seed), routing (routingPath: bench moe's --routing-out) and, for
 // the cross-check, mstar's outputs (dumpDir). It returns the peers'
 // document (results named "moe" with impl set to each peer). The script's
-// output goes to opt.Log.
+// output goes to opt.Log. When ctx ends first, it returns ctx's error with
+// the batches the script finished, if any (the document says how many).
 func Run(ctx context.Context, opt Options, mstarDoc *results.Document, routingPath, dumpDir string) (*results.Document, error) {
 	python := Python(opt.Python)
 	if _, err := CheckTorch(ctx, python); err != nil {
@@ -152,8 +154,10 @@ func Run(ctx context.Context, opt Options, mstarDoc *results.Document, routingPa
 	cmd := exec.CommandContext(ctx, Python(opt.Python), args...)
 	cmd.Env = append(os.Environ(), "PYTHONUNBUFFERED=1", "PYTHONDONTWRITEBYTECODE=1", "CUDA_VISIBLE_DEVICES="+visibleDevice(os.Getenv("CUDA_VISIBLE_DEVICES"), opt.Device))
 	// Its own process group: a terminal's Ctrl-C reaches mstar, which
-	// stops it (CommandContext kills it when ctx ends).
+	// stops it when ctx ends, the group whole (a compiler it started too).
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
 	var tail []string
@@ -178,6 +182,11 @@ func Run(ctx context.Context, opt Options, mstarDoc *results.Document, routingPa
 	pw.Close()
 	<-done
 	if ctx.Err() != nil {
+		// The script rewrites its document after each batch: what it
+		// finished before it was stopped is kept (nil when nothing was).
+		if doc, err := results.ReadFile(ppath); err == nil {
+			return doc, ctx.Err()
+		}
 		return nil, ctx.Err()
 	}
 	doc, readErr := results.ReadFile(ppath)

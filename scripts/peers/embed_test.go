@@ -1,6 +1,7 @@
 package peers
 
 import (
+	"context"
 	"errors"
 	"math"
 	"os"
@@ -159,5 +160,60 @@ func TestScriptCompiles(t *testing.T) {
 	}
 	if out, err := exec.Command(py, p, "--selftest").CombinedOutput(); err != nil || !strings.Contains(string(out), "match") {
 		t.Errorf("--selftest: %v\n%s", err, out)
+	}
+}
+
+// cancelOn is a log that ends a run when the script prints a line.
+type cancelOn struct {
+	line   string
+	cancel context.CancelFunc
+	strings.Builder
+}
+
+func (c *cancelOn) Write(p []byte) (int, error) {
+	if strings.Contains(string(p), c.line) {
+		c.cancel()
+	}
+	return c.Builder.Write(p)
+}
+
+// An interrupted run keeps the batches the script finished: the script
+// rewrites its document after each batch, and a stop between batches leaves
+// the last one.
+func TestRunInterruptedKeepsFinishedBatches(t *testing.T) {
+	mdoc := &results.Document{Format: results.Format, Schema: results.SchemaVersion, Suite: "bench moe",
+		Results: []results.Result{moeResult("mstar", "1", []float64{10}, "", true), moeResult("mstar", "2", []float64{12}, "", true)}}
+	partial := `{"format": "mstar.results", "schema": 1, "suite": "bench moe peers", "start": "2026-12-01T00:00:00Z", "end": "2026-12-01T00:00:01Z",
+"env": {}, "warnings": ["peers stopped early: 1 of 2 batches measured (up to M=1)"], "results": [{"name": "moe", "params": {"batch": "1", "impl": "triton-ref"},
+"metrics": [{"name": "latency", "unit": "µs", "better": "lower", "samples": [12]}], "gates": [{"name": "correctness", "pass": true}]}]}`
+	dir := t.TempDir()
+	py := filepath.Join(dir, "python")
+	// The second batch never ends; its child sleeps too (the whole process group is stopped).
+	script := "#!/bin/sh\n[ \"$1\" = -c ] && { echo 2.9.0 13.0 True; exit 0; }\nout=\nwhile [ $# -gt 0 ]; do [ \"$1\" = --out ] && out=$2; shift; done\n" +
+		"cat > \"$out\" <<'EOF'\n" + partial + "\nEOF\necho 'batch 1 done'\nsleep 600 &\nwait\n"
+	if err := os.WriteFile(py, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	log := &cancelOn{line: "batch 1 done", cancel: cancel}
+	doc, err := Run(ctx, Options{Python: py, Log: log}, mdoc, "routing.json", "")
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err %v, want the context's", err)
+	}
+	if doc == nil || len(doc.Results) != 1 || doc.Results[0].Params["batch"] != "1" {
+		t.Fatalf("doc %+v, want batch 1's result", doc)
+	}
+	if len(doc.Warnings) != 1 || !strings.Contains(doc.Warnings[0], "1 of 2 batches") {
+		t.Errorf("warnings %q, want the partial document's", doc.Warnings)
+	}
+
+	// Stopped before any batch: no document, the context's error.
+	os.WriteFile(py, []byte("#!/bin/sh\n[ \"$1\" = -c ] && { echo 2.9.0 13.0 True; exit 0; }\necho started\nexec sleep 600\n"), 0o755)
+	ctx, cancel = context.WithCancel(t.Context())
+	defer cancel()
+	doc, err = Run(ctx, Options{Python: py, Log: &cancelOn{line: "started", cancel: cancel}}, mdoc, "routing.json", "")
+	if doc != nil || !errors.Is(err, context.Canceled) {
+		t.Errorf("doc %v, err %v: want none and the context's error", doc, err)
 	}
 }

@@ -617,7 +617,25 @@ def main():
 
     results = []
     copies_cache = [(w1, w2)]
-    for r in sorted(rows, key=lambda r: int(r["params"]["batch"])):
+
+    def write_doc(partial):
+        """The document so far, replaced atomically: a run stopped between
+        batches (mstar's timeout or Ctrl-C) leaves the batches it finished."""
+        doc = {
+            "format": "mstar.results", "schema": 1, "suite": "bench moe peers",
+            "command": [sys.executable] + sys.argv,
+            "start": start.isoformat(), "end": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+            "env": mdoc.get("env", {}), "results": results, "warnings": warnings + ([partial] if partial else []),
+        }
+        tmp = args.out + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(doc, f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, args.out)
+
+    batches = sorted(rows, key=lambda r: int(r["params"]["batch"]))
+    for bi, r in enumerate(batches):
         M = int(r["params"]["batch"])
         ids = localize(trace["ids"][:M], E * ep, ep)
         wts = trace["weights"][:M] if trace.get("weights") else [[1.0 / K] * K for _ in range(M)]
@@ -671,19 +689,10 @@ def main():
                 results.append(result_for(r["params"], impl, None, H, I, M, rt.touched, rt.slots, ceil, math.nan, None,
                                           f"{impl} failed: {ex.__class__.__name__}: {str(ex)[:300]}"))
                 print(f"{p0['model']:16s} M={M:<5d} {impl:28s} failed: {ex}", flush=True)
+        if bi + 1 < len(batches):
+            write_doc(f"peers stopped early: {bi + 1} of {len(batches)} batches measured (up to M={M})")
 
-    doc = {
-        "format": "mstar.results", "schema": 1, "suite": "bench moe peers",
-        "command": [sys.executable] + sys.argv,
-        "start": start.isoformat(), "end": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-        "env": mdoc.get("env", {}), "results": results, "warnings": warnings,
-    }
-    tmp = args.out + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(doc, f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, args.out)
+    write_doc(None)
     failed = [r for r in results if any(not g["pass"] for g in r.get("gates", []))]
     for r in failed:
         print("correctness gate failed:", r["params"]["impl"], "M=" + r["params"]["batch"], r["gates"][0]["reason"], file=sys.stderr)
