@@ -896,7 +896,8 @@ func ChooseConfigOn(cc int, s Shape, m int) Config { return ChooseConfigFor(GPU{
 //     (geometric mean) to 1.020, 1.020 and 1.015, the worst from 2.04 to
 //     1.14. 16×256 tiles
 //     launch a quarter of the blocks: at a few slots per expert, or on a
-//     narrow shape, too few to fill the machine.
+//     narrow shape, too few to fill the machine. The 16×64 pick launches
+//     both GEMMs programmatically (pl=1; NOTES v46).
 //   - up to 32, 32×256×128 tiles, or the 16×64 ones where those would not
 //     fill their waves (the odd shape at M = 128–256: 1.09–1.13× the best
 //     against 1.01–1.03);
@@ -913,13 +914,16 @@ func ChooseConfigOn(cc int, s Shape, m int) Config { return ChooseConfigFor(GPU{
 func ChooseConfigFor(g GPU, s Shape, m int) Config {
 	if g.CC == Hopper {
 		per := perExpert(s, m)
-		// narrow is the 16×64 tile, self-aligning where it can.
+		// narrow is the 16×64 tile, self-aligning where it can, both GEMMs
+		// launched programmatically (v46: the tunes' pick with and without
+		// pl, 0.3–1.7 µs faster in each of the 16 batches that timed both).
 		narrow := func() Config {
 			c := tcTable["16x64k128s4b2"]
 			c.OV = 2
 			if sa, ok := SelfAligning(c, s, m); ok {
-				return sa
+				c = sa
 			}
+			c.PL = 1
 			return c
 		}
 		var c Config

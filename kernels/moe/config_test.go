@@ -150,7 +150,8 @@ func TestTuneFilter(t *testing.T) {
 }
 
 // On Hopper the static table picks by slots per touched expert: 16×64 tc
-// tiles up to 2 (self-aligning at 64 slots or fewer), 16×256 ones up to 8,
+// tiles up to 2 (self-aligning at 64 slots or fewer, launched
+// programmatically), 16×256 ones up to 8,
 // 32×256 ones up to 32, the wg kernel's ping-pong tiles from 32 and its
 // cooperative 128-row tiles from 256 (where the tunings put them); on every
 // other GPU the portable table.
@@ -183,9 +184,9 @@ func TestChooseConfigOnHopper(t *testing.T) {
 			case per > 2:
 				want = "tc:bm=16,bn=256,bk=128,wm=1,wn=8,stages=3,gm=8,minb=1,ov=1"
 			case m*s.K <= 64:
-				want = "tc:bm=16,bn=64,bk=128,wm=1,wn=4,stages=4,gm=8,minb=2,ov=2,sa=1"
+				want = "tc:bm=16,bn=64,bk=128,wm=1,wn=4,stages=4,gm=8,minb=2,ov=2,sa=1,pl=1"
 			default:
-				want = "tc:bm=16,bn=64,bk=128,wm=1,wn=4,stages=4,gm=8,minb=2,ov=2"
+				want = "tc:bm=16,bn=64,bk=128,wm=1,wn=4,stages=4,gm=8,minb=2,ov=2,pl=1"
 			}
 			if hopper.String() != want {
 				t.Errorf("%s M=%d (%.1f slots per expert, %d in all): Hopper picks %v, want %s", name, m, per, m*s.K, hopper, want)
@@ -205,11 +206,11 @@ func TestChooseConfigOnHopper(t *testing.T) {
 		m    int
 		want string
 	}{
-		{narrow, 0, 64, "tc:bm=16,bn=64,bk=128,wm=1,wn=4,stages=4,gm=8,minb=2,ov=2"},
-		{narrow, 132, 256, "tc:bm=16,bn=64,bk=128,wm=1,wn=4,stages=4,gm=8,minb=2,ov=2"},
-		{narrow, 132, 16, "tc:bm=16,bn=64,bk=128,wm=1,wn=4,stages=4,gm=8,minb=2,ov=2,sa=1"},
+		{narrow, 0, 64, "tc:bm=16,bn=64,bk=128,wm=1,wn=4,stages=4,gm=8,minb=2,ov=2,pl=1"},
+		{narrow, 132, 256, "tc:bm=16,bn=64,bk=128,wm=1,wn=4,stages=4,gm=8,minb=2,ov=2,pl=1"},
+		{narrow, 132, 16, "tc:bm=16,bn=64,bk=128,wm=1,wn=4,stages=4,gm=8,minb=2,ov=2,sa=1,pl=1"},
 		{shapes["mixtral-8x7b"], 132, 64, "tc:bm=32,bn=256,bk=128,wm=1,wn=8,stages=3,gm=8,minb=1"},
-		{shapes["mixtral-8x7b"], 114, 64, "tc:bm=16,bn=64,bk=128,wm=1,wn=4,stages=4,gm=8,minb=2,ov=2"},
+		{shapes["mixtral-8x7b"], 114, 64, "tc:bm=16,bn=64,bk=128,wm=1,wn=4,stages=4,gm=8,minb=2,ov=2,pl=1"},
 		{shapes["qwen3-30b-a3b"], 114, 64, "tc:bm=16,bn=256,bk=128,wm=1,wn=8,stages=3,gm=8,minb=1,ov=1"},
 	} {
 		if c := ChooseConfigFor(GPU{CC: Hopper, SMs: tt.sms}, tt.s, tt.m); c.String() != tt.want {

@@ -77,8 +77,10 @@ func TestStaticTableFitsTunes(t *testing.T) {
 					}
 					batches++
 					pick := ChooseConfigFor(GPU{CC: Hopper, SMs: 132}, b.shape, b.m)
-					// Where the tune timed no self-aligning twin of the pick, its plain twin.
+					// Where the tune timed no self-aligning twin of the pick, its plain twin;
+					// the GEMMs alone were timed without programmatic launch.
 					lookup := func(c Config) ([2]float64, bool) {
+						c.PL = 0
 						g, ok := b.gemm[c.String()]
 						if !ok && c.SA != 0 {
 							c.SA = 0
@@ -193,4 +195,56 @@ func tuneBatches(t *testing.T, path string) []tuneBatch {
 		out = append(out, *by[m])
 	}
 	return out
+}
+
+// The Hopper static table's 16×64 pick launches both GEMMs programmatically
+// (pl=1, NOTES v46) because the tunes say so: wherever a tune timed a 16×64
+// configuration (one kernel for both GEMMs) with and without pl=1, the pass
+// with it was faster in every one of the 16 batches that timed both (by
+// 0.3–1.7 µs, up to 12% of the pass: the odd shape E60 k4 H1536 I352 at M = 1).
+// A re-tune that stops saying so fails here.
+func TestStaticNarrowPickLaunchesProgrammatically(t *testing.T) {
+	root := filepath.Join("..", "..", "reports", "measured")
+	var gains []float64 // µs saved by pl=1, one per (document, batch, config)
+	for _, g := range []string{"h200/moe-v34/tune/docs/tune-*.json.gz", "h200/moe-v38/tune/docs/tune-*.json.gz",
+		"h100/moe-v29/tune/docs/tune-*.json.gz", "h100/moe-v32/tune/docs/tune-*.json.gz", "h100/moe-general/tuned13/tune-odd.json.gz"} {
+		paths, _ := filepath.Glob(filepath.Join(root, g))
+		for _, p := range paths {
+			doc, err := results.ReadFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pass := map[[2]string]float64{} // (batch, config) → median pass µs
+			for _, r := range doc.Results {
+				if r.Name != "moe_tune" {
+					continue
+				}
+				for _, m := range r.Metrics {
+					if m.Name == "tune_latency" && m.Measured() {
+						pass[[2]string{r.Params["batch"], r.Params["config"]}] = results.Median(m.Samples)
+					}
+				}
+			}
+			for k, with := range pass {
+				plain, isPL := strings.CutSuffix(k[1], ",pl=1")
+				if !isPL || strings.Contains(plain, "+") || !strings.HasPrefix(plain, "tc:bm=16,bn=64,") {
+					continue
+				}
+				if without, ok := pass[[2]string{k[0], plain}]; ok {
+					gains = append(gains, without-with)
+				}
+			}
+		}
+	}
+	faster := 0
+	for _, g := range gains {
+		if g > 0 {
+			faster++
+		}
+	}
+	slices.Sort(gains)
+	if len(gains) < 12 || faster < len(gains)*9/10 {
+		t.Fatalf("pl=1 on the 16×64 tiles faster in %d of %d pairs (gains %v µs): the tunes no longer support the static pick's pl=1", faster, len(gains), gains)
+	}
+	t.Logf("pl=1 on the 16×64 tiles: faster in %d of %d pairs, %.1f to %.1f µs, median %.1f", faster, len(gains), gains[0], gains[len(gains)-1], gains[len(gains)/2])
 }
