@@ -56,7 +56,8 @@ type LeftFile struct {
 func (r CleanReport) String() string {
 	s := fmt.Sprintf("removed %d orphaned files (%d bytes), %d in use, %d left alone", len(r.Removed), r.RemovedBytes, len(r.InUse), len(r.Left))
 	if len(r.RemovedDirs)+len(r.InUseDirs) > 0 {
-		s += fmt.Sprintf("; removed %d run directories of dead runs, %d of live runs in use", len(r.RemovedDirs), len(r.InUseDirs))
+		// A line of its own: one line would run past 100 columns.
+		s += fmt.Sprintf("\nremoved %d run directories of dead runs, %d of live runs in use", len(r.RemovedDirs), len(r.InUseDirs))
 	}
 	return s
 }

@@ -242,3 +242,18 @@ func TestCleanupAll(t *testing.T) {
 		t.Fatal("file survived CleanupAll")
 	}
 }
+
+// The summary fits 100 columns however large its counts.
+func TestCleanReportFits100Columns(t *testing.T) {
+	many := make([]string, 123456)
+	r := CleanReport{Removed: many, RemovedBytes: 1 << 50, InUse: many, RemovedDirs: many, InUseDirs: many}
+	r.Left = make([]LeftFile, 123456)
+	for _, line := range strings.Split(r.String(), "\n") {
+		if len(line) > 100 {
+			t.Errorf("%d columns: %q", len(line), line)
+		}
+	}
+	if !strings.Contains(r.String(), "removed 123456 run directories") {
+		t.Errorf("summary lacks the run directories: %q", r.String())
+	}
+}

@@ -8,6 +8,7 @@ import (
 	benchceil "github.com/mstar-dev/mstar/bench/ceilings"
 	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/mstar-dev/mstar/reports"
+	"github.com/mstar-dev/mstar/reports/results"
 )
 
 func init() {
@@ -71,7 +72,13 @@ with --ceilings FILE.`,
 						}
 						// On an interrupt the ceilings not measured yet are
 						// left unmeasured; those done are still written.
-						return &outcome{results: c.Results(), warnings: stateWarnings(c.StateNote)}, err
+						// Here the ceilings are what is measured, not context
+						// for another run: report diff judges them.
+						res := c.Results()
+						for i := range res {
+							res[i].Role = results.RoleMeasured
+						}
+						return &outcome{results: res, warnings: stateWarnings(c.StateNote)}, err
 					},
 					table: reports.RunTable,
 				})

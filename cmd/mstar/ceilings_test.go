@@ -47,6 +47,11 @@ func TestBenchCeilingsCPUWritesDocument(t *testing.T) {
 			t.Errorf("ceiling %+v: want measured with 2 samples", ce)
 		}
 	}
+	// Its own ceilings are what it measured: report diff judges them, and
+	// a document against itself passes.
+	if out, errOut, code := runMstar(t, "report", "diff", path, path); code != exitOK || !strings.Contains(out, "deciding: bandwidth, throughput") {
+		t.Errorf("report diff of a ceilings document against itself: exit %d\n%s%s", code, out, errOut)
+	}
 }
 
 func TestBenchCeilingsBadInput(t *testing.T) {

@@ -92,6 +92,10 @@ func TestUsageMessages(t *testing.T) {
 		{[]string{"report", "diff", "a1.json", "a2.json", "b.json"},
 			"mstar: report diff: accepts 2 arguments (BASE NEW), received 3\n" +
 				"  for several runs a side, merge each side first: mstar report merge -o base.json RUN ...\n"},
+		{[]string{"tune", "moe", "--device", "cpu", "--dir", ""},
+			"mstar: tune moe: --dir: empty value; give one, or leave the flag out for its default\n"},
+		{[]string{"bench", "moe", "--batch=", "--device", "cpu"},
+			"mstar: bench moe: --batch: empty value; give one, or leave the flag out for its default\n"},
 		{[]string{"completion", "nosuch"},
 			"mstar: unknown shell \"nosuch\" for 'mstar completion': want bash, zsh, fish or powershell\n"},
 	} {

@@ -6,6 +6,8 @@ import (
 	"os"
 
 	"github.com/mstar-dev/mstar/internal/gpu"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // number is a numeric flag's type (time.Duration is an int64).
@@ -98,4 +100,17 @@ func errIf(cond bool, format string, a ...any) error {
 // than is available (gpu.CheckFits, as bench moe does), before it starts.
 func checkHostFits(what string, need int64, hint string) error {
 	return badInput(gpu.CheckFits(gpu.NewCPU(), what, need, hint))
+}
+
+// checkEmptyFlags refuses a string flag given an empty value (--dir ”,
+// often an unset shell variable): leaving the flag out is how its default
+// is asked for, so an empty one is a mistake, not a choice.
+func checkEmptyFlags(cmd *cobra.Command) error {
+	var err error
+	cmd.Flags().Visit(func(f *pflag.Flag) {
+		if err == nil && f.Value.Type() == "string" && f.Value.String() == "" {
+			err = usageErr("%s--%s: empty value; give one, or leave the flag out for its default", subcommand(cmd), f.Name)
+		}
+	})
+	return err
 }

@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"regexp"
 	"runtime/pprof"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/mstar-dev/mstar/internal/badinput"
 	"github.com/mstar-dev/mstar/internal/units"
@@ -117,6 +119,9 @@ decide it).`,
 	// An output path that cannot be written is bad input, found before a
 	// long run rather than after it.
 	root.PersistentPreRunE = func(cmd *cobra.Command, args []string) error {
+		if err := checkEmptyFlags(cmd); err != nil {
+			return err
+		}
 		if err := checkOutputFlags(cmd); err != nil {
 			return err
 		}
@@ -181,6 +186,9 @@ func unsay(s string) string {
 // run is main without the process: it takes the arguments and the streams
 // and returns the exit code, so tests can drive the whole CLI.
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	// A closed stdout (mstar … | head) must not end a run before it writes
+	// --out: writes to it fail instead, and the run goes on.
+	signal.Ignore(syscall.SIGPIPE)
 	a := &app{stdin: stdin, stdout: stdout, stderr: stderr, args: append([]string{"mstar"}, args...)}
 	root := newRoot(a)
 	root.SetArgs(args)
