@@ -119,6 +119,12 @@ func (f *File) parse(line int, b []byte) {
 				_, col := jsonpos.Position(b, off)
 				msg = fmt.Sprintf("column %d: %v (torn or garbled line)", col, err)
 			}
+			var te *json.UnmarshalTypeError
+			if errors.As(err, &te) {
+				// "column C: field session: expected a string, found number",
+				// not Go's struct and field names.
+				msg = strings.TrimPrefix(jsonpos.Error(b, 0, err).Error(), "line 1, ")
+			}
 			return msg
 		})
 		return

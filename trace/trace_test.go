@@ -152,6 +152,7 @@ func TestReadBadLines(t *testing.T) {
 		{"torn last line", strings.Join(lines[:3], "\n") + "\n" + lines[3][:len(lines[3])/2], []int{4}, 3, "torn or garbled"},
 		{"garbage in the middle", lines[0] + "\n" + "\x00\xffnot json\n" + strings.Join(lines[1:], "\n") + "\n", []int{2}, 4, "invalid character"},
 		{"valid JSON, invalid record", lines[0] + "\n" + `{"session":"","tick":1}` + "\n" + lines[1] + "\n", []int{2}, 2, "no session"},
+		{"a field of the wrong type", lines[0] + "\n" + `{"session":5,"tick":1}` + "\n", []int{2}, 1, "column 12: field session: expected a string, found number"},
 		{"blank lines skipped", lines[0] + "\n\n\n" + lines[1] + "\n", nil, 2, ""},
 		{"over-long line", lines[0] + "\n" + strings.Repeat("x", maxLine+10) + "\n" + lines[1], []int{2}, 2, "longer than"},
 		{"empty file", "", nil, 0, ""},

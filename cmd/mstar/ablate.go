@@ -176,6 +176,11 @@ out-of-range expert id.`,
 			if err != nil {
 				return err
 			}
+			for i, r := range routers {
+				if slices.Contains(routers[:i], r) {
+					return usageErr("--routers: %s is listed twice", r)
+				}
+			}
 			// A router setting that no router compared uses would
 			// silently not apply. (--seed seeds the workload too.)
 			compared := append(append([]string{}, routers...), baseline, m.Router)

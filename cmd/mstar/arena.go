@@ -353,6 +353,9 @@ ratio.`,
 				if err != nil {
 					return usageErr("--transport: %v", err)
 				}
+				if slices.Contains(trs, tr) {
+					return usageErr("--transport: %s is listed twice", strings.TrimSpace(t))
+				}
 				trs = append(trs, tr)
 			}
 			if cmd.Flags().Changed("count") && !cmd.Flags().Changed("duration") {

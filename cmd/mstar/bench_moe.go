@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -379,6 +380,9 @@ func parseBatches(s string) ([]int, error) {
 		n, err := strconv.Atoi(p)
 		if err != nil || n <= 0 {
 			return nil, fmt.Errorf("%q is not a positive token count", p)
+		}
+		if slices.Contains(out, n) {
+			return nil, fmt.Errorf("%d is listed twice", n) // two results of one key would merge in report
 		}
 		out = append(out, n)
 	}

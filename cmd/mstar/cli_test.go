@@ -96,6 +96,12 @@ func TestUsageMessages(t *testing.T) {
 			"mstar: tune moe: --dir: empty value; give one, or leave the flag out for its default\n"},
 		{[]string{"bench", "moe", "--batch=", "--device", "cpu"},
 			"mstar: bench moe: --batch: empty value; give one, or leave the flag out for its default\n"},
+		{[]string{"bench", "moe", "--model", "qwen3-30b-a3b", "--batch", "1,4,1", "--device", "cpu"},
+			"mstar: --batch: 1 is listed twice\n"},
+		{[]string{"arena", "stress", "--transport", "arena,arena"},
+			"mstar: --transport: arena is listed twice\n"},
+		{[]string{"ablate", "router", "--routers", "switch,switch"},
+			"mstar: --routers: switch is listed twice\n"},
 		{[]string{"completion", "nosuch"},
 			"mstar: unknown shell \"nosuch\" for 'mstar completion': want bash, zsh, fish or powershell\n"},
 	} {

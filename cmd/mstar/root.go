@@ -86,8 +86,9 @@ turns results documents into tables, diffs them with statistics for CI, and
 plots them.
 
 Exit codes: 0 ok; 1 a gate, a correctness check or a regression failed;
-2 bad usage or bad input; 3 the run could not complete (an I/O, device or
-internal error), so a CI job can tell a failed gate from a broken run; 4 no
+2 bad usage or bad input (a --device that cannot be opened included); 3 the
+run could not complete (an I/O, device or internal error during it), so a CI
+job can tell a failed gate from a broken run; 4 no
 gate failed but one could not tell (arena stress: too few tensors to judge;
 spill-matrix: a bandwidth interval that straddles its floor, more --samples
 decide it).`,
