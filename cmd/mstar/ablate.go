@@ -172,6 +172,9 @@ out-of-range expert id.`,
 				atLeast("strength", strength, 0, ""), within("correlation", corr, 0, 1, "")); err != nil {
 				return err
 			}
+			if layers > 0 && kLayers > layers && cmd.Flags().Changed("kernel-layers") {
+				return usageErr("--kernel-layers %d exceeds the %d layers routed (--layers)", kLayers, layers)
+			}
 			cfg, err := rf.config(cmd)
 			if err != nil {
 				return err

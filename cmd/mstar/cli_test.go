@@ -100,6 +100,8 @@ func TestUsageMessages(t *testing.T) {
 			"mstar: --batch: 1 is listed twice\n"},
 		{[]string{"arena", "stress", "--transport", "arena,arena"},
 			"mstar: --transport: arena is listed twice\n"},
+		{[]string{"ablate", "router", "--layers", "1", "--kernel-layers", "5"},
+			"mstar: --kernel-layers 5 exceeds the 1 layers routed (--layers)\n"},
 		{[]string{"ablate", "router", "--routers", "switch,switch"},
 			"mstar: --routers: switch is listed twice\n"},
 		{[]string{"completion", "nosuch"},
