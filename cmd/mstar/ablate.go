@@ -237,6 +237,8 @@ out-of-range expert id.`,
 				}
 				if !cmd.Flags().Changed("tokens") {
 					opt.Tokens = 0 // every token of the trace
+				} else if opt.Tokens > tr.Tokens() {
+					return usageErr("--tokens %d exceeds the %d tokens of --routing-file %s (0 or leave it out: all of them)", opt.Tokens, tr.Tokens(), tracePath)
 				}
 			}
 			need := opt.HostBytes()

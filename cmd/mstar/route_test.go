@@ -271,6 +271,11 @@ func TestRoutingFileRoundTrip(t *testing.T) {
 			if !strings.Contains(stdout, "1 layer × 24 tokens") {
 				t.Errorf("ablate did not replay the file's 24 tokens:\n%s", stdout)
 			}
+			// More tokens than the file holds is a mistake, not a quiet cut.
+			over := append([]string{"ablate", "router", "--routing-file", routed, "--routers", "trace", "--tokens", "25", "--kernel-tokens", "0"}, tinyModel...)
+			if _, stderr, code := runMstar(t, over...); code != exitBadInput || !strings.Contains(stderr, "--tokens 25 exceeds the 24 tokens") {
+				t.Errorf("ablate router --tokens 25 over a 24-token file: exit %d: %s", code, stderr)
+			}
 			doc, err = results.ReadFile(ablateDoc)
 			if err != nil {
 				t.Fatal(err)
