@@ -133,6 +133,9 @@ above 105% of its tier's ceiling is listed with a warning naming the ceiling.`,
 					atLeast("trace-every", traceEvery, 0, "0: keep every record")); err != nil {
 					return err
 				}
+				if samples < 6 {
+					say(a.stderr, "warning: --samples %d: below 6 the bandwidth gates judge the samples' range, not a 95%% interval, so a pass or a fail can differ from run to run", samples)
+				}
 				if shmDir != "" {
 					if err := checkShmDir("shm-dir", shmDir, true); err != nil {
 						return err

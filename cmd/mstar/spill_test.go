@@ -49,6 +49,10 @@ func TestSpillMatrixWritesDocumentAndTrace(t *testing.T) {
 			t.Errorf("matrix lacks %q:\n%s", want, stdout)
 		}
 	}
+	// One sample a figure: the gates judge a range, and the run says so.
+	if !strings.Contains(stderr, "--samples 1: below 6 the bandwidth gates judge the samples' range") {
+		t.Errorf("no warning about --samples 1:\n%s", stderr)
+	}
 	doc, err := results.ReadFile(out)
 	if err != nil {
 		t.Fatal(err)
