@@ -436,3 +436,24 @@ func TestCellsAndOnly(t *testing.T) {
 		t.Errorf("cell name %q", got)
 	}
 }
+
+// Two threads' memcpy beats one thread's by design: the reference rows
+// above one another warn of nothing; a transport above one-thread memcpy
+// still does.
+func TestTransportWarnsOnlyForTransports(t *testing.T) {
+	pt := func(tr string, secs float64) *transportPoint {
+		return &transportPoint{transport: tr, size: 1 << 20, count: 10, secs: []float64{secs, secs, secs}}
+	}
+	rs := transportResults([]*transportPoint{pt(TrMemcpy, 0.010), pt(TrMemcpy2, 0.005), pt(TrArena, 0.004)})
+	warned := map[string]bool{}
+	for _, w := range overWarnings(rs) {
+		for _, tr := range []string{TrMemcpy2, TrArena} {
+			if strings.Contains(w, "transport="+tr+":") {
+				warned[tr] = true
+			}
+		}
+	}
+	if warned[TrMemcpy2] || !warned[TrArena] {
+		t.Errorf("warnings %q: want the arena's only", overWarnings(rs))
+	}
+}
