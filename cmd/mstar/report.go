@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -13,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/mstar-dev/mstar/internal/limits"
+	"github.com/mstar-dev/mstar/kernels/router"
 	"github.com/mstar-dev/mstar/reports"
 	"github.com/mstar-dev/mstar/reports/results"
 	"github.com/mstar-dev/mstar/trace"
@@ -74,8 +74,10 @@ func (a *app) readDocs(paths []string) ([]*results.Document, error) {
 			if b, err = limits.ReadAll(a.stdin, true); err != nil {
 				return nil, badInput(fmt.Errorf("reading stdin: %w", err))
 			}
-			if d, err = results.Read(bytes.NewReader(b), "stdin"); err != nil && isTrace(bytes.NewReader(b)) {
-				return nil, usageErr("stdin: this is a trace; use mstar trace summarize")
+			if d, err = results.Read(bytes.NewReader(b), "stdin"); err != nil {
+				if hint := otherKind(b); hint != "" {
+					return nil, usageErr("stdin: %s", hint)
+				}
 			}
 		} else {
 			// A run killed before it wrote FILE left its finished results
@@ -88,13 +90,13 @@ func (a *app) readDocs(paths []string) ([]*results.Document, error) {
 			}
 			d, err = results.ReadFile(p)
 			if err != nil {
-				// The two kinds of file are easy to mix up; the JSON error
-				// about one read as the other would not say so.
+				// The kinds of file are easy to mix up; the JSON error about
+				// one read as another would not say so.
 				if f, ferr := os.Open(p); ferr == nil {
-					trace := isTrace(f)
+					b, _ := limits.ReadAll(f, true)
 					f.Close()
-					if trace {
-						return nil, usageErr("%s: this is a trace; use mstar trace summarize", p)
+					if hint := otherKind(b); hint != "" {
+						return nil, usageErr("%s: %s", p, hint)
 					}
 				}
 			}
@@ -114,10 +116,16 @@ func (a *app) readDocs(paths []string) ([]*results.Document, error) {
 	return docs, nil
 }
 
-// isTrace reports whether r holds a regulator trace (NDJSON records).
-func isTrace(r io.Reader) bool {
-	f, err := trace.Read(r, "")
-	return err == nil && len(f.Records) > 0
+// otherKind says what b is when it is one of mstar's other files, a
+// regulator trace or a routing file, and which command reads it; "" else.
+func otherKind(b []byte) string {
+	if f, err := trace.Read(bytes.NewReader(b), ""); err == nil && len(f.Records) > 0 {
+		return "this is a trace; use mstar trace summarize"
+	}
+	if _, err := router.ReadTrace(bytes.NewReader(b)); err == nil {
+		return "this is a routing file; replay it with bench moe --routing-file or ablate router --routing-file"
+	}
+	return ""
 }
 
 func oneOf(flag, v string, allowed []string) error {

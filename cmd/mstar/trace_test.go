@@ -156,6 +156,13 @@ func TestTraceAndResultsDocumentsToldApart(t *testing.T) {
 	if code != exitBadInput || !strings.Contains(stderr, "this is a trace; use mstar trace summarize") {
 		t.Errorf("report show on a trace: exit %d: %s", code, stderr)
 	}
+	// A routing file (route's and --routing-out's JSON Lines) likewise.
+	routing := filepath.Join(t.TempDir(), "routing.jsonl")
+	os.WriteFile(routing, []byte(`{"format":"mstar.routing-trace","experts":4,"topk":2}`+"\n"+`{"layer":0,"ids":[0,1],"weights":[0.5,0.5]}`+"\n"), 0o644)
+	_, stderr, code = runMstar(t, "report", "show", routing)
+	if code != exitBadInput || !strings.Contains(stderr, "this is a routing file; replay it with bench moe --routing-file") {
+		t.Errorf("report show on a routing file: exit %d: %s", code, stderr)
+	}
 
 	// Many bad lines: the first few, then a count.
 	garbled := filepath.Join(t.TempDir(), "garbled.jsonl")
