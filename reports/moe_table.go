@@ -25,6 +25,19 @@ var moeStatic = regexp.MustCompile(`\(static table: ([^)]*)\)`)
 // moeTable is bench moe's run table: nccl-tests-like, a commented header,
 // one aligned row per batch, then each batch's kernels, stages and tuning.
 func moeTable(w io.Writer, d *Document) error {
+	// A merged document may hold runs of other shapes, routings or seeds:
+	// a table each, so that no row sits under another run's header.
+	if groups := moeRunGroups(d); len(groups) > 1 {
+		for i, g := range groups {
+			if i > 0 {
+				fmt.Fprintln(w)
+			}
+			if err := moeTable(w, g); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	var batches, stages, tuned []Result
 	peered := false
 	var ceil = map[string]Result{}
@@ -263,4 +276,66 @@ func writeWarning(w io.Writer, warn string) {
 		}
 		fmt.Fprintln(w, wrap(lead+l, TextWidth, "#   "))
 	}
+}
+
+// moeHeaderParams are the parameters bench moe's table header states once.
+var moeHeaderParams = []string{"model", "experts", "topk", "hidden", "inter", "tp", "ep", "routing", "seed"}
+
+// moeRunGroups splits d by its results' header parameters, in order of first
+// appearance: one document when they agree (a run, or its shards merged).
+// Each group keeps the ceilings of its own runs (all of them when the
+// ceilings name no run of the group) and the first keeps d's warnings.
+func moeRunGroups(d *Document) []*Document {
+	key := func(r *Result) string {
+		var b strings.Builder
+		for _, k := range moeHeaderParams {
+			b.WriteString(r.Params[k] + "\x00")
+		}
+		return b.String()
+	}
+	var order []string
+	members := map[string][]Result{}
+	runs := map[string]map[string]bool{}
+	var ceilings, other []Result
+	for _, r := range d.Results {
+		switch r.Name {
+		case "moe", "moe_stage", "moe_tune":
+			k := key(&r)
+			if _, ok := members[k]; !ok {
+				order = append(order, k)
+				runs[k] = map[string]bool{}
+			}
+			members[k] = append(members[k], r)
+			runs[k][r.Run] = true
+		case "ceiling":
+			ceilings = append(ceilings, r)
+		default:
+			other = append(other, r)
+		}
+	}
+	if len(order) < 2 {
+		return nil
+	}
+	out := make([]*Document, len(order))
+	for i, k := range order {
+		sub := *d
+		sub.Results = members[k]
+		var own []Result
+		for _, c := range ceilings {
+			if runs[k][c.Run] {
+				own = append(own, c)
+			}
+		}
+		if len(own) == 0 {
+			own = ceilings
+		}
+		sub.Results = append(sub.Results, own...)
+		if i == 0 {
+			sub.Results = append(sub.Results, other...)
+		} else {
+			sub.Warnings = nil
+		}
+		out[i] = &sub
+	}
+	return out
 }

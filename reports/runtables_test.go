@@ -44,6 +44,45 @@ func TestMoETablePeers(t *testing.T) {
 	}
 }
 
+// A merged document of two routings prints a table per routing, each row
+// under its own header and each with its own run's ceilings; a document of
+// one routing (a run, or its shards merged) stays one table.
+func TestMoETableMergedRuns(t *testing.T) {
+	row := func(run, routing, batch string, lat float64) Result {
+		return Result{Name: "moe", Run: run, Params: Params{"batch": batch, "model": "m1", "routing": routing, "seed": "1"},
+			Metrics: []Metric{{Name: "latency", Unit: "µs", Better: results.LowerIsBetter, Samples: []float64{lat, lat, lat}}},
+			Gates:   []Gate{{Name: "correctness", Pass: true}}}
+	}
+	ceil := func(run string, gbs float64) Result {
+		return Result{Name: "ceiling", Run: run, Role: results.RoleContext, Params: Params{"what": "read"},
+			Metrics: []Metric{{Name: "bandwidth", Unit: "GB/s", Better: results.HigherIsBetter, Samples: []float64{gbs}}}}
+	}
+	d := &Document{Suite: "bench moe", Env: Env{"device": "cpu"}, Warnings: []string{"merged 2 documents"}, Results: []Result{
+		row("a", "uniform", "1", 11), row("b", "zipf:1.2", "64", 640), row("a", "uniform", "16", 160), ceil("a", 50), ceil("b", 70),
+	}}
+	var b bytes.Buffer
+	if err := RunTable(&b, d); err != nil {
+		t.Fatal(err)
+	}
+	first, second, ok := strings.Cut(b.String(), "\n\n")
+	if !ok {
+		t.Fatalf("one table for two routings:\n%s", b.String())
+	}
+	if !strings.Contains(first, "routing uniform") || !strings.Contains(first, "160.0") || strings.Contains(first, "640.0") ||
+		!strings.Contains(first, "read 50 GB/s") || !strings.Contains(first, "merged 2 documents") {
+		t.Errorf("the uniform run's table:\n%s", first)
+	}
+	if !strings.Contains(second, "routing zipf:1.2") || !strings.Contains(second, "640.0") || strings.Contains(second, "160.0") ||
+		!strings.Contains(second, "read 70 GB/s") || strings.Contains(second, "merged") {
+		t.Errorf("the zipf run's table:\n%s", second)
+	}
+	d.Results[1].Params["routing"] = "uniform" // one routing: one table
+	b.Reset()
+	if err := RunTable(&b, d); err != nil || strings.Count(b.String(), "# routing") != 1 {
+		t.Errorf("one routing, several tables: %v\n%s", err, b.String())
+	}
+}
+
 // The run tables of real documents, GPU ones with long kernel names and
 // methods among them, fit TextWidth columns.
 func TestRunTablesFitWidth(t *testing.T) {
