@@ -52,6 +52,7 @@ func TestWriteFileRefusesInvalid(t *testing.T) {
 	}{
 		{"zero metric is not unmeasured", func(d *Document) { d.Results[0].Metrics[0].Samples = nil }, "neither samples nor an unmeasured reason"},
 		{"NaN sample", func(d *Document) { d.Results[0].Metrics[0].Samples[2] = nan() }, "sample 2 is NaN"},
+		{"negative time", func(d *Document) { d.Results[0].Metrics[0].Samples[1] = -3 }, "sample 1 is -3 us: a time cannot be negative"},
 		{"no format", func(d *Document) { d.Format = "" }, "not an mstar results document"},
 		{"bad direction", func(d *Document) { d.Results[1].Metrics[0].Better = "up" }, `direction "up"`},
 		{"duplicate metric", func(d *Document) { d.Results[0].Metrics[1].Name = "latency" }, `metric "latency" appears twice`},

@@ -444,6 +444,9 @@ func (d *Document) Validate() error {
 				if math.IsNaN(v) || math.IsInf(v, 0) {
 					return fmt.Errorf("result %q: metric %q: sample %d is %v (JSON cannot carry it; mark the metric unmeasured instead)", r.Key(), m.Name, k, v)
 				}
+				if v < 0 && timeUnits[m.Unit] {
+					return fmt.Errorf("result %q: metric %q: sample %d is %v %s: a time cannot be negative", r.Key(), m.Name, k, v, m.Unit)
+				}
 			}
 		}
 		for _, m := range r.Metrics {
@@ -588,3 +591,6 @@ func joinGPUState(a, b *GPUState) *GPUState {
 	j.PowerThrottled, j.ThermalThrottled = a.PowerThrottled || b.PowerThrottled, a.ThermalThrottled || b.ThermalThrottled
 	return &j
 }
+
+// timeUnits are the units of durations, which no sample may take below 0.
+var timeUnits = map[string]bool{"ns": true, "us": true, "µs": true, "ms": true, "s": true}
