@@ -402,11 +402,7 @@ func transportResults(points []*transportPoint) []results.Result {
 		}
 		r.Metrics = append(r.Metrics, results.Metric{Name: MetricWrong, Unit: "copies", Better: results.LowerIsBetter, Samples: p.wrong}, countMetric("tensors/sample", p.count))
 		r.Gates = []results.Gate{verifiedGate(p.wrong, p.count, "tensors")}
-		if r.Role != results.RoleContext {
-			// memcpy-2t beats one thread's memcpy by design: a reference
-			// row above another is no claim about the code under test.
-			warnOver(&r, MetricPctMemcpy, "a one-thread memcpy of the same bytes", memcpyBW[p.size])
-		}
+		warnOver(&r, MetricPctMemcpy, "a one-thread memcpy of the same bytes", memcpyBW[p.size])
 		rs = append(rs, r)
 	}
 	return rs

@@ -179,10 +179,8 @@ out-of-range expert id.`,
 			if err != nil {
 				return err
 			}
-			for i, r := range routers {
-				if slices.Contains(routers[:i], r) {
-					return usageErr("--routers: %s is listed twice", r)
-				}
+			if err := checkNoRepeats("routers", routers); err != nil {
+				return err
 			}
 			// A router setting that no router compared uses would
 			// silently not apply. (--seed seeds the workload too.)

@@ -353,10 +353,10 @@ ratio.`,
 				if err != nil {
 					return usageErr("--transport: %v", err)
 				}
-				if slices.Contains(trs, tr) {
-					return usageErr("--transport: %s is listed twice", strings.TrimSpace(t))
-				}
 				trs = append(trs, tr)
+			}
+			if err := checkNoRepeats("transport", trs); err != nil {
+				return err
 			}
 			if cmd.Flags().Changed("count") && !cmd.Flags().Changed("duration") {
 				duration = 0

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -381,10 +380,10 @@ func parseBatches(s string) ([]int, error) {
 		if err != nil || n <= 0 {
 			return nil, fmt.Errorf("%q is not a positive token count", p)
 		}
-		if slices.Contains(out, n) {
-			return nil, fmt.Errorf("%d is listed twice", n) // two results of one key would merge in report
-		}
 		out = append(out, n)
+	}
+	if n, ok := firstRepeat(out); ok {
+		return nil, fmt.Errorf("%d is listed twice", n) // two results of one key would merge in report
 	}
 	return out, nil
 }

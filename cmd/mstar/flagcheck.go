@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"os"
+	"slices"
 
 	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/spf13/cobra"
@@ -100,6 +101,26 @@ func errIf(cond bool, format string, a ...any) error {
 // than is available (gpu.CheckFits, as bench moe does), before it starts.
 func checkHostFits(what string, need int64, hint string) error {
 	return badInput(gpu.CheckFits(gpu.NewCPU(), what, need, hint))
+}
+
+// checkNoRepeats refuses a list flag naming one value twice: its results
+// would share a key, and report would merge them as one.
+func checkNoRepeats[T comparable](flag string, xs []T) error {
+	if x, ok := firstRepeat(xs); ok {
+		return usageErr("--%s: %v is listed twice", flag, x)
+	}
+	return nil
+}
+
+// firstRepeat is the first value xs holds a second time.
+func firstRepeat[T comparable](xs []T) (T, bool) {
+	for i, x := range xs {
+		if slices.Contains(xs[:i], x) {
+			return x, true
+		}
+	}
+	var zero T
+	return zero, false
 }
 
 // checkEmptyFlags refuses a string flag given an empty value (--dir ”,

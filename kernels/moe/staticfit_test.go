@@ -52,25 +52,19 @@ func TestStaticFitScript(t *testing.T) {
 // it reads 1.096, 1.057 and 1.032, worst 2.04, 1.30 and 1.20. A change to
 // the table that drifts from these tunes fails here.
 func TestStaticTableFitsTunes(t *testing.T) {
-	root := filepath.Join("..", "..", "reports", "measured")
 	sets := []struct {
-		name          string
-		globs         []string
+		tuneSet
 		geomean, wors float64
 	}{
-		{"H200 v34 and the odd shape (H100)", []string{"h200/moe-v34/tune/docs/tune-*.json.gz", "h100/moe-general/tuned13/tune-odd.json.gz"}, 1.03, 1.12},
-		{"H200 v38", []string{"h200/moe-v38/tune/docs/tune-*.json.gz"}, 1.035, 1.15},
-		{"H100 v29 and v32", []string{"h100/moe-v29/tune/docs/tune-*.json.gz", "h100/moe-v32/tune/docs/tune-*.json.gz"}, 1.02, 1.12},
+		{tuneSets[0], 1.03, 1.12},
+		{tuneSets[1], 1.035, 1.15},
+		{tuneSets[2], 1.02, 1.12},
 	}
 	for _, set := range sets {
 		var ratios, before []float64
 		batches := 0
 		for _, g := range set.globs {
-			paths, _ := filepath.Glob(filepath.Join(root, g))
-			if len(paths) == 0 {
-				t.Fatalf("%s: no tune documents at %s", set.name, g)
-			}
-			for _, p := range paths {
+			for _, p := range tuneDocs(t, g) {
 				for _, b := range tuneBatches(t, p) {
 					if perExpert(b.shape, b.m) > 32 {
 						continue
@@ -150,6 +144,29 @@ type tuneBatch struct {
 	m     int
 	gemm  map[string][2]float64
 	best  [2]float64
+	pass  map[string]float64 // each single configuration's median pass, pl=1 twins apart
+}
+
+// tuneSet is committed tune documents the static table is checked against.
+type tuneSet struct {
+	name  string
+	globs []string // under reports/measured
+}
+
+var tuneSets = []tuneSet{
+	{"H200 v34 and the odd shape (H100)", []string{"h200/moe-v34/tune/docs/tune-*.json.gz", "h100/moe-general/tuned13/tune-odd.json.gz"}},
+	{"H200 v38", []string{"h200/moe-v38/tune/docs/tune-*.json.gz"}},
+	{"H100 v29 and v32", []string{"h100/moe-v29/tune/docs/tune-*.json.gz", "h100/moe-v32/tune/docs/tune-*.json.gz"}},
+}
+
+// tuneDocs are the committed documents glob names; none is a failure.
+func tuneDocs(t *testing.T, glob string) []string {
+	t.Helper()
+	paths, _ := filepath.Glob(filepath.Join("..", "..", "reports", "measured", glob))
+	if len(paths) == 0 {
+		t.Fatalf("no tune documents at %s", glob)
+	}
+	return paths
 }
 
 func tuneBatches(t *testing.T, path string) []tuneBatch {
@@ -167,21 +184,31 @@ func tuneBatches(t *testing.T, path string) []tuneBatch {
 		}
 		num := func(k string) int { n, _ := strconv.Atoi(r.Params[k]); return n }
 		var g [2]float64
+		pass := 0.0
 		for _, m := range r.Metrics {
 			if i := slices.Index([]string{"tune_gemm1", "tune_gemm2"}, m.Name); i >= 0 && m.Measured() {
 				g[i] = results.Median(m.Samples)
 			}
+			if m.Name == "tune_latency" && m.Measured() {
+				pass = results.Median(m.Samples)
+			}
 		}
-		if g[0] == 0 || g[1] == 0 {
-			continue // rejected, or not timed alone
+		if pass == 0 && (g[0] == 0 || g[1] == 0) {
+			continue // rejected
 		}
 		m := num("batch")
 		b := by[m]
 		if b == nil {
 			b = &tuneBatch{shape: Shape{E: num("experts"), K: num("topk"), H: num("hidden"), I: num("inter")}, m: m,
-				gemm: map[string][2]float64{}, best: [2]float64{math.Inf(1), math.Inf(1)}}
+				gemm: map[string][2]float64{}, best: [2]float64{math.Inf(1), math.Inf(1)}, pass: map[string]float64{}}
 			by[m] = b
 			order = append(order, m)
+		}
+		if pass > 0 {
+			b.pass[cfg] = pass
+		}
+		if g[0] == 0 || g[1] == 0 {
+			continue // not timed alone
 		}
 		key := strings.Replace(cfg, ",pl=1", "", 1)
 		if old, ok := b.gemm[key]; ok {
@@ -204,34 +231,20 @@ func tuneBatches(t *testing.T, path string) []tuneBatch {
 // 0.3–1.7 µs, up to 12% of the pass: the odd shape E60 k4 H1536 I352 at M = 1).
 // A re-tune that stops saying so fails here.
 func TestStaticNarrowPickLaunchesProgrammatically(t *testing.T) {
-	root := filepath.Join("..", "..", "reports", "measured")
 	var gains []float64 // µs saved by pl=1, one per (document, batch, config)
-	for _, g := range []string{"h200/moe-v34/tune/docs/tune-*.json.gz", "h200/moe-v38/tune/docs/tune-*.json.gz",
-		"h100/moe-v29/tune/docs/tune-*.json.gz", "h100/moe-v32/tune/docs/tune-*.json.gz", "h100/moe-general/tuned13/tune-odd.json.gz"} {
-		paths, _ := filepath.Glob(filepath.Join(root, g))
-		for _, p := range paths {
-			doc, err := results.ReadFile(p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			pass := map[[2]string]float64{} // (batch, config) → median pass µs
-			for _, r := range doc.Results {
-				if r.Name != "moe_tune" {
-					continue
-				}
-				for _, m := range r.Metrics {
-					if m.Name == "tune_latency" && m.Measured() {
-						pass[[2]string{r.Params["batch"], r.Params["config"]}] = results.Median(m.Samples)
+	for _, set := range tuneSets {
+		for _, g := range set.globs {
+			for _, p := range tuneDocs(t, g) {
+				for _, b := range tuneBatches(t, p) {
+					for c, with := range b.pass {
+						plain, isPL := strings.CutSuffix(c, ",pl=1")
+						if !isPL || !strings.HasPrefix(plain, "tc:bm=16,bn=64,") {
+							continue
+						}
+						if without, ok := b.pass[plain]; ok {
+							gains = append(gains, without-with)
+						}
 					}
-				}
-			}
-			for k, with := range pass {
-				plain, isPL := strings.CutSuffix(k[1], ",pl=1")
-				if !isPL || strings.Contains(plain, "+") || !strings.HasPrefix(plain, "tc:bm=16,bn=64,") {
-					continue
-				}
-				if without, ok := pass[[2]string{k[0], plain}]; ok {
-					gains = append(gains, without-with)
 				}
 			}
 		}
