@@ -6,7 +6,8 @@
 # call-land.sh and call-wg.sh unpack there (carry .dev).
 #   kernels/moe/next/build.sh 35                      # main as it is
 #   kernels/moe/next/build.sh 35 wg-mn-spill.patch    # main plus a patch
-# Keep .dev under ~20 MB: the checkout and the carried paths share 64 MiB.
+# The checkout (~52 MiB tracked) and the carried paths share 64 MiB: carry
+# this tarball by name, not all of .dev.
 set -eu
 [ $# -ge 1 ] && [[ $1 =~ ^[0-9a-z]+$ ]] || {
 	echo "usage: $0 V [PATCH ...]  (V names the build: bin/mstar-vV, .dev/binsV.tar.xz)" >&2
