@@ -130,18 +130,23 @@ func (a *app) measure(m measurement) error {
 		noteInterrupted(doc)
 	}
 	doc.Finish()
+	// --out first: a stdout that cannot be written (a full disk, a closed
+	// terminal) must not cost the results.
+	if m.out != "" {
+		if err := results.WriteFile(m.out, doc); err != nil {
+			stream.abandon(a.stderr)
+			return err
+		}
+	}
+	stream.remove()
 	if m.table != nil {
 		if err := m.table(a.stdout, doc); err != nil {
 			return err
 		}
 	}
 	if m.out != "" {
-		if err := a.writeResults(m.out, doc); err != nil {
-			stream.abandon(a.stderr)
-			return err
-		}
+		say(a.stderr, "wrote %s", m.out)
 	}
-	stream.remove()
 	if m.after != nil {
 		if err := m.after(doc); err != nil {
 			return err

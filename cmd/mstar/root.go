@@ -190,6 +190,10 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	// A closed stdout (mstar … | head) must not end a run before it writes
 	// --out: writes to it fail instead, and the run goes on.
 	signal.Ignore(syscall.SIGPIPE)
+	// The failed writes are dropped rather than returned, so no command
+	// stops at its table, before its --out, and the reader's leaving is not
+	// an error (exit 0, as for a reader that read everything).
+	stdout = &pipeGuard{w: stdout}
 	a := &app{stdin: stdin, stdout: stdout, stderr: stderr, args: append([]string{"mstar"}, args...)}
 	root := newRoot(a)
 	root.SetArgs(args)
@@ -230,6 +234,25 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	// Exit 1 means a gate or a regression failed, and only that.
 	return exitBroken
+}
+
+// pipeGuard is stdout once its reader may have gone: after a write fails
+// with EPIPE every write "succeeds" unwritten.
+type pipeGuard struct {
+	w    io.Writer
+	gone bool
+}
+
+func (g *pipeGuard) Write(p []byte) (int, error) {
+	if g.gone {
+		return len(p), nil
+	}
+	n, err := g.w.Write(p)
+	if err != nil && errors.Is(err, syscall.EPIPE) {
+		g.gone = true
+		return len(p), nil
+	}
+	return n, err
 }
 
 // argCount finds "N arg(s)" in cobra's argument-count errors.
