@@ -17,9 +17,10 @@ import (
 // DiffOptions are the thresholds of a comparison and what decides it.
 type DiffOptions struct {
 	// Threshold is the smallest change, in percent, that counts as a
-	// regression (5 means 5%). Zero counts any significant change. It is
-	// also the noise bar: a side whose rounds spread wider than it is too
-	// noisy to tell a change of this size.
+	// regression (5 means 5%), on top of the wider side's noise. Zero counts
+	// any significant change. It is also the noise bar: a change short of
+	// threshold + noise, where a side's rounds spread wider than the
+	// threshold, is too noisy to tell.
 	Threshold float64
 	// Alpha is the significance level of the Mann-Whitney U test; zero
 	// means 0.05.
@@ -97,8 +98,10 @@ type MetricDiff struct {
 	// count the rounds.
 	BaseNoise, NewNoise   float64
 	BaseRounds, NewRounds int
-	// Noisy: a side's noise is wider than the threshold, so a change of
-	// the threshold's size cannot be told from the noise.
+	// Noisy: a side's noise is wider than the threshold and the change,
+	// over the threshold, does not clear it by that noise: it cannot be
+	// told from the noise. (A change that clears threshold + noise decides,
+	// however noisy the sides: a 2× slowdown is not hidden by 18% rounds.)
 	Noisy bool
 
 	Warnings []string // too few samples, with how many are needed
@@ -117,19 +120,21 @@ func (m *MetricDiff) Improvement() bool {
 	return m.changed() && !m.Worse && m.Delta != 0 && !m.Noisy
 }
 
-// TooNoisy reports whether the metric moved by more than the threshold,
-// significantly, but the noise of a side was wider than the threshold.
-func (m *MetricDiff) TooNoisy() bool { return m.changed() && m.Delta != 0 && m.Noisy }
+// TooNoisy reports whether the metric moved significantly by more than the
+// threshold, but not by threshold + noise, with a side's noise wider than
+// the threshold.
+func (m *MetricDiff) TooNoisy() bool {
+	return m.Unmeasured == "" && m.Significant && m.EnoughSamples && m.Noisy && m.Delta != 0
+}
 
 func (m *MetricDiff) changed() bool {
 	return m.Unmeasured == "" && m.Significant && m.OverThreshold && m.EnoughSamples
 }
 
 // Margin is the noise a change must clear on top of the threshold: the
-// wider side's noise, 0 when unknown or when a side is too noisy (then the
-// change is "too noisy to tell" instead).
+// wider side's noise, 0 when unknown.
 func (m *MetricDiff) Margin() float64 {
-	if n := m.Noise(); !m.Noisy && !math.IsNaN(n) {
+	if n := m.Noise(); !math.IsNaN(n) {
 		return n
 	}
 	return 0
@@ -156,13 +161,13 @@ func (m *MetricDiff) Verdict(opt DiffOptions) string {
 		return fmt.Sprintf("cannot tell: too few samples (n=%d+%d)", m.Base.N, m.New.N)
 	case !m.Significant:
 		return fmt.Sprintf("no significant change (p=%s > %s)", formatP(m.P), formatP(opt.Alpha))
+	case m.Noisy:
+		return fmt.Sprintf("too noisy to tell at %s%%: %s %s, but the rounds spread %s (base, %s) and %s (new, %s)",
+			trimFloat(opt.Threshold), m.change(), m.direction(), formatNoise(m.BaseNoise), units.Plural(m.BaseRounds, "round"), formatNoise(m.NewNoise), units.Plural(m.NewRounds, "round"))
 	case !m.OverThreshold && m.Margin() > 0 && math.Abs(m.Delta) > opt.Threshold:
 		return fmt.Sprintf("significant but within threshold and noise (%s, threshold %s%% + noise %s)", formatDelta(m.Delta), trimFloat(opt.Threshold), formatNoise(m.Margin()))
 	case !m.OverThreshold:
 		return fmt.Sprintf("significant but within threshold (%s, threshold %s%%)", formatDelta(m.Delta), trimFloat(opt.Threshold))
-	case m.Noisy:
-		return fmt.Sprintf("too noisy to tell at %s%%: %s %s, but the rounds spread %s (base, %s) and %s (new, %s)",
-			trimFloat(opt.Threshold), m.change(), m.direction(), formatNoise(m.BaseNoise), units.Plural(m.BaseRounds, "round"), formatNoise(m.NewNoise), units.Plural(m.NewRounds, "round"))
 	case m.Worse:
 		return fmt.Sprintf("REGRESSION: %s worse, p=%s, n=%d+%d, threshold %s%%%s", m.change(), formatP(m.P), m.Base.N, m.New.N, trimFloat(opt.Threshold), m.noiseNote())
 	}
@@ -506,11 +511,11 @@ func compareMetric(key string, bm, nm *pooled, opt DiffOptions) MetricDiff {
 	d.EnoughSamples = d.Significant || minUTestP(len(bm.Samples), len(nm.Samples)) <= opt.Alpha
 	d.BaseNoise, d.BaseRounds = bm.noise()
 	d.NewNoise, d.NewRounds = nm.noise()
-	d.Noisy = d.Noise() > opt.Threshold
 	// The rounds of one run spread by the noise, so two runs of the same
 	// code can sit that far apart: a change counts only when it clears the
 	// threshold by more than that (H200 A/A: +5.18% at noise 2.0%).
 	d.OverThreshold = math.IsNaN(d.Delta) || math.Abs(d.Delta)-d.Margin() > opt.Threshold
+	d.Noisy = d.Noise() > opt.Threshold && !d.OverThreshold && math.Abs(d.Delta) > opt.Threshold
 	return d
 }
 

@@ -83,12 +83,12 @@ func (m *MetricDiff) shortVerdict() string {
 		return "too few samples"
 	case !m.Significant:
 		return "~"
+	case m.Noisy:
+		return "too noisy"
 	case !m.OverThreshold:
 		return "within threshold"
 	case m.Delta == 0:
 		return "~"
-	case m.Noisy:
-		return "too noisy"
 	case m.Worse && m.Decides:
 		return "REGRESSION"
 	case m.Worse:
@@ -190,7 +190,7 @@ func renderDiffText(w io.Writer, c *Comparison, markdown, wide bool) error {
 		b.WriteString(wrap(s, width, "    ") + "\n")
 	}
 	opt := c.Options
-	item(fmt.Sprintf("alpha %s, threshold %s%% (also the noise bar: a side whose rounds spread wider is too noisy to tell)", trimFloat(opt.Alpha), trimFloat(opt.Threshold)))
+	item(fmt.Sprintf("alpha %s, threshold %s%% + noise (short of it, rounds spread past %s%% are too noisy to tell)", trimFloat(opt.Alpha), trimFloat(opt.Threshold), trimFloat(opt.Threshold)))
 	decide, shown := c.Deciding()
 	how := "every measured metric of the results under test"
 	if opt.Metrics != nil {

@@ -217,6 +217,18 @@ func TestDiffNoise(t *testing.T) {
 	if f := c.Failures(); len(f) != 1 || !strings.Contains(f[0], "2 metrics too noisy to tell at 5% (--fail-noisy)") {
 		t.Errorf("--fail-noisy: failures %q", f)
 	}
+	// A change that clears threshold + noise decides however noisy the
+	// rounds: 2× slower against 18% rounds is a regression, not "too noisy".
+	twice := moeDoc(rng, "run-2x", 3, 6, 220, 0.10)
+	c = diffOf(base, twice, DiffOptions{})
+	m = metricOf(t, c, "moe/batch=1", "latency")
+	if m.Noisy || m.TooNoisy() || !m.Regression() || !strings.HasPrefix(m.Verdict(c.Options), "REGRESSION: +") ||
+		!strings.Contains(m.Verdict(c.Options), ", noise 1") {
+		t.Errorf("2× slower, noisy rounds: noisy %v too noisy %v regression %v, verdict %q", m.Noisy, m.TooNoisy(), m.Regression(), m.Verdict(c.Options))
+	}
+	if f := c.Failures(); len(f) == 0 {
+		t.Errorf("2× slower with noisy rounds did not fail the diff")
+	}
 	// Quiet rounds: the same slowdown is a regression, naming the noise.
 	quiet := moeDoc(rng, "run-c", 3, 6, 100, 0.005)
 	c = diffOf(quiet, next, DiffOptions{})

@@ -369,7 +369,7 @@ nothing. The reasons go to stderr in at most three lines.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&format, "format", reports.FormatText, "output format: "+strings.Join(reports.DiffFormats, ", "))
-	f.Float64Var(&threshold, "threshold", 5, "smallest change (%) that counts; also the noise bar")
+	f.Float64Var(&threshold, "threshold", 5, "smallest change (%) that counts, on top of the wider side's noise; also the noise bar")
 	f.Float64Var(&alpha, "alpha", 0.05, "significance level of the Mann-Whitney U test")
 	f.StringSliceVar(&metrics, "metrics", nil, "metrics that decide, wherever they are (default: measured, not derived or context)")
 	f.BoolVar(&allowMissing, "allow-missing", false, "pass although NEW lacks results of BASE or was interrupted")
