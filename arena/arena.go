@@ -28,7 +28,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"sync"
 	"time"
 
@@ -275,7 +274,7 @@ func (a *Arena) Warnings() []string {
 // newSegment creates and, within the budget, pins a segment. Called
 // without a.mu held: fallocate of a large segment takes a while.
 func (a *Arena) newSegment(size int64, dedicated bool) (*segment, error) {
-	name := Name{Kind: KindSegment, Entity: a.cfg.Entity, PID: os.Getpid(), Token: newToken()}.String()
+	name := NewName(KindSegment, a.cfg.Entity).String()
 	f, err := createSegmentFile(a.cfg.Dir, name, size, true)
 	if err != nil {
 		return nil, err
@@ -554,7 +553,7 @@ func (a *Arena) publish(s *Slot, data []byte, m Meta, fanout int) (Descriptor, e
 	d := Descriptor{ID: s.id, Size: s.size, DType: m.DType, Shape: m.Shape, Checksum: m.Checksum, HasChecksum: m.HasChecksum}
 	var spillName string
 	if s.spilled {
-		spillName = Name{Kind: KindSpill, Entity: a.cfg.Entity, PID: os.Getpid(), Token: newToken()}.String()
+		spillName = NewName(KindSpill, a.cfg.Entity).String()
 		d.Loc, d.File = InFile, spillName
 	} else {
 		d.Loc, d.File, d.Offset = InSegment, s.seg.file.name, s.blk.Off

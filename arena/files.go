@@ -256,7 +256,7 @@ func MapScratch(dir, entity string, size int64) (mem []byte, remove func() error
 	if size <= 0 {
 		return nil, nil, fmt.Errorf("scratch mapping of %d bytes", size)
 	}
-	name := Name{Kind: KindSegment, Entity: entity, PID: os.Getpid(), Token: newToken()}.String()
+	name := NewName(KindSegment, entity).String()
 	f, err := createFile(dir, name, size, true)
 	if err != nil {
 		return nil, nil, err

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 )
@@ -110,6 +111,13 @@ func ParseName(s string) (Name, error) {
 	}
 	n.Token = parts[3]
 	return n, nil
+}
+
+// NewName names a new file of this process: its pid and a fresh token.
+// Every file mstar puts in the shared-memory directory is named by it, so
+// that ParseName, and with it arena clean, knows each one.
+func NewName(kind, entity string) Name {
+	return Name{Kind: kind, Entity: entity, PID: os.Getpid(), Token: newToken()}
 }
 
 // newToken returns 16 random hex digits.

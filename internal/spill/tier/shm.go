@@ -1,13 +1,13 @@
 package tier
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/mstar-dev/mstar/arena"
 )
 
 // DefaultShmDir is where shared segments live: /dev/shm when it exists.
@@ -29,18 +29,14 @@ type segment struct {
 	owner bool // created it: unlinks it on close
 }
 
-func token() string {
-	var b [6]byte
-	rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
-
-// createSegment creates and maps a new segment of size bytes in dir.
+// createSegment creates and maps a new segment of size bytes in dir, named
+// as arena names its spill files, so that arena clean finds it after a
+// crash (its 12-digit tokens once left killed runs' segments behind).
 func createSegment(dir, entity string, size int64) (*segment, error) {
 	if size <= 0 {
 		return nil, fmt.Errorf("segment of %d bytes", size)
 	}
-	path := filepath.Join(dir, fmt.Sprintf("mstar_spill_%s_%d_%s", entity, os.Getpid(), token()))
+	path := filepath.Join(dir, arena.NewName(arena.KindSpill, entity).String())
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("creating segment: %w", err)

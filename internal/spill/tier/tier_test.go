@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
+	"github.com/mstar-dev/mstar/arena"
 	"github.com/mstar-dev/mstar/internal/gpu"
 )
 
@@ -294,5 +296,22 @@ func TestParseKinds(t *testing.T) {
 	}
 	if _, err := ParseKinds("nvme"); err == nil || !strings.Contains(err.Error(), `unknown tier "nvme"`) {
 		t.Errorf("nvme: %v", err)
+	}
+}
+
+// A segment is named as arena names its spill files, so arena clean finds
+// it when a killed run leaves it behind (12-digit tokens once did not parse).
+func TestSegmentNameParses(t *testing.T) {
+	seg, err := createSegment(t.TempDir(), "pinned", 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer seg.close()
+	n, err := arena.ParseName(filepath.Base(seg.path))
+	if err != nil {
+		t.Fatalf("arena.ParseName(%q): %v", filepath.Base(seg.path), err)
+	}
+	if n.Kind != arena.KindSpill || n.Entity != "pinned" || n.PID != os.Getpid() {
+		t.Errorf("parsed %+v, want kind spill, entity pinned, pid %d", n, os.Getpid())
 	}
 }
