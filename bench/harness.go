@@ -10,6 +10,7 @@
 package bench
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -26,6 +27,18 @@ type Timing struct {
 	// Settle, when set, continues the warm-up after Warmup calls until
 	// the timing of a sample (Reps calls) stops improving (see Settle).
 	Settle *Settle
+	// Ctx, when set, ends the timing at its cancellation, between samples:
+	// the samples taken come back with its error (an interrupt does not
+	// wait for a million samples to finish).
+	Ctx context.Context
+}
+
+// stopped is Ctx's error, nil without one.
+func (t Timing) stopped() error {
+	if t.Ctx == nil {
+		return nil
+	}
+	return t.Ctx.Err()
 }
 
 func (t Timing) check() (Timing, error) {
@@ -61,6 +74,9 @@ func Time(s gpu.Stream, t Timing, fn func() error) ([]float64, error) {
 	}
 	out := make([]float64, 0, t.Samples)
 	for i := 0; i < t.Samples; i++ {
+		if err := t.stopped(); err != nil {
+			return out, err
+		}
 		sec, err := timeOnce(s, t.Reps, fn)
 		if err != nil {
 			return out, fmt.Errorf("sample %d: %w", i, err)
@@ -77,6 +93,9 @@ func (t Timing) warmUp(fn func() error) (Timing, error) {
 		return t, err
 	}
 	for i := 0; i < t.Warmup; i++ {
+		if err := t.stopped(); err != nil {
+			return t, err
+		}
 		if err := fn(); err != nil {
 			return t, fmt.Errorf("warm-up: %w", err)
 		}
@@ -132,6 +151,9 @@ func TimeWall(t Timing, fn func() error) ([]float64, error) {
 	}
 	out := make([]float64, 0, t.Samples)
 	for i := 0; i < t.Samples; i++ {
+		if err := t.stopped(); err != nil {
+			return out, err
+		}
 		sec, err := sample()
 		if err != nil {
 			return out, fmt.Errorf("sample %d: %w", i, err)
@@ -167,7 +189,7 @@ func TimeGraph(s gpu.Stream, t Timing, fn func() error) ([]float64, error) {
 	}
 	defer exec.Destroy()
 	replay := func() error { return exec.Launch(cs) }
-	samples, err := Time(s, Timing{Warmup: max(t.Warmup, 1), Samples: t.Samples, Reps: 1, Settle: t.Settle}, replay)
+	samples, err := Time(s, Timing{Warmup: max(t.Warmup, 1), Samples: t.Samples, Reps: 1, Settle: t.Settle, Ctx: t.Ctx}, replay)
 	for i := range samples {
 		samples[i] /= float64(t.Reps)
 	}

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -90,5 +91,26 @@ func TestRates(t *testing.T) {
 	}
 	if _, err := Rates(nil, 1, 1); err == nil {
 		t.Error("no samples gave rates")
+	}
+}
+
+// A cancelled Ctx ends the samples between two of them: the ones taken
+// come back with its error, the rest are not run.
+func TestTimingStopsAtCtx(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	calls := 0
+	fn := func() error {
+		calls++
+		if calls == 5 {
+			cancel()
+		}
+		return nil
+	}
+	out, err := TimeWall(Timing{Warmup: 1, Samples: 1_000_000, Ctx: ctx}, fn)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err %v, want context.Canceled", err)
+	}
+	if len(out) != 4 || calls != 5 {
+		t.Errorf("%d samples after %d calls, want 4 after 5 (1 warm-up)", len(out), calls)
 	}
 }

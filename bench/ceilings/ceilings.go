@@ -203,7 +203,7 @@ func MeasureCeilings(ctx context.Context, dev gpu.Device, opt CeilingOptions) (*
 	}
 	progress("d2d")
 	c.D2D = sampled(func() Ceiling {
-		return measureD2D(dev, s, opt.CopyBytes, bench.Timing{Warmup: 2, Samples: opt.Samples, Reps: copyReps, Settle: settle})
+		return measureD2D(dev, s, opt.CopyBytes, bench.Timing{Warmup: 2, Samples: opt.Samples, Reps: copyReps, Settle: settle, Ctx: ctx})
 	})
 	opt.Sink.Send(c.Result("d2d"))
 	if err := ctx.Err(); err != nil {
@@ -212,11 +212,11 @@ func MeasureCeilings(ctx context.Context, dev gpu.Device, opt CeilingOptions) (*
 	progress("read")
 	if onGPU {
 		c.Read = sampled(func() Ceiling {
-			return measureReadCUDA(dev, s, opt.ReadBytes, bench.Timing{Warmup: 2, Samples: opt.Samples, Reps: 10, Settle: settle})
+			return measureReadCUDA(dev, s, opt.ReadBytes, bench.Timing{Warmup: 2, Samples: opt.Samples, Reps: 10, Settle: settle, Ctx: ctx})
 		})
 	} else {
 		c.Read = sampled(func() Ceiling {
-			return measureReadCPU(opt.ReadBytes, bench.Timing{Warmup: 1, Samples: opt.Samples, Reps: 1, Settle: settle})
+			return measureReadCPU(opt.ReadBytes, bench.Timing{Warmup: 1, Samples: opt.Samples, Reps: 1, Settle: settle, Ctx: ctx})
 		})
 	}
 	opt.Sink.Send(c.Result("read"))
@@ -235,15 +235,15 @@ func MeasureCeilings(ctx context.Context, dev gpu.Device, opt CeilingOptions) (*
 	progress("gemm")
 	if onGPU {
 		c.GEMM = sampled(func() Ceiling {
-			return measureGEMMCUDA(dev, s, opt.GEMMSize, bench.Timing{Warmup: 30, Samples: opt.Samples, Reps: 5, Settle: settle})
+			return measureGEMMCUDA(dev, s, opt.GEMMSize, bench.Timing{Warmup: 30, Samples: opt.Samples, Reps: 5, Settle: settle, Ctx: ctx})
 		})
 	} else {
 		c.GEMM = sampled(func() Ceiling {
-			return measureGEMMCPU(opt.GEMMSize, bench.Timing{Warmup: 1, Samples: opt.Samples, Reps: 1})
+			return measureGEMMCPU(opt.GEMMSize, bench.Timing{Warmup: 1, Samples: opt.Samples, Reps: 1, Ctx: ctx})
 		})
 	}
 	opt.Sink.Send(c.Result("gemm"))
-	return c, nil
+	return c, ctx.Err()
 }
 
 // The ceilings' warm-ups: the quick ones ran 1.3 → 7.7 GB/s (H2D, CPU)
@@ -300,6 +300,10 @@ func unmeasured(unit, size, method, format string, a ...any) Ceiling {
 }
 
 func finish(c Ceiling, samples []float64, err error) Ceiling {
+	if errors.Is(err, context.Canceled) {
+		c.Unmeasured = "interrupted while it was measured"
+		return c
+	}
 	if err != nil {
 		c.Unmeasured = err.Error()
 		return c

@@ -5,6 +5,8 @@ import (
 	"math"
 	"os"
 	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/spf13/cobra"
@@ -131,6 +133,26 @@ func checkEmptyFlags(cmd *cobra.Command) error {
 	cmd.Flags().Visit(func(f *pflag.Flag) {
 		if err == nil && f.Value.Type() == "string" && f.Value.String() == "" {
 			err = usageErr("%s--%s: empty value; give one, or leave the flag out for its default", subcommand(cmd), f.Name)
+		}
+	})
+	return err
+}
+
+// maxSamples bounds every --*samples flag: each sample is kept (and some
+// suites make room for all of them up front), so 1e11 ran the Go runtime
+// out of memory; a million is past any use (a µs kernel at 20 a batch).
+const maxSamples = 1_000_000
+
+// checkSampleFlags refuses a --*samples value over maxSamples, for every
+// command, before any work.
+func checkSampleFlags(cmd *cobra.Command) error {
+	var err error
+	cmd.Flags().Visit(func(f *pflag.Flag) {
+		if err != nil || !strings.HasSuffix(f.Name, "samples") || f.Value.Type() != "int" {
+			return
+		}
+		if v, perr := strconv.Atoi(f.Value.String()); perr == nil && v > maxSamples {
+			err = usageErr("%s--%s %d: at most %d", subcommand(cmd), f.Name, v, maxSamples)
 		}
 	})
 	return err

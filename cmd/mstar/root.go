@@ -123,6 +123,9 @@ decide it).`,
 		if err := checkEmptyFlags(cmd); err != nil {
 			return err
 		}
+		if err := checkSampleFlags(cmd); err != nil {
+			return err
+		}
 		if err := checkOutputFlags(cmd); err != nil {
 			return err
 		}
