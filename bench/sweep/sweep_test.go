@@ -3,6 +3,7 @@ package sweep
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"slices"
@@ -13,6 +14,7 @@ import (
 	"github.com/mstar-dev/mstar/arena"
 	"github.com/mstar-dev/mstar/internal/badinput"
 	"github.com/mstar-dev/mstar/internal/gpu"
+	"github.com/mstar-dev/mstar/internal/units"
 	"github.com/mstar-dev/mstar/reports/results"
 )
 
@@ -455,5 +457,32 @@ func TestTransportWarnsOnlyForTransports(t *testing.T) {
 	}
 	if warned[TrMemcpy2] || !warned[TrArena] {
 		t.Errorf("warnings %q: want the arena's only", overWarnings(rs))
+	}
+}
+
+// The sink gets each size's four results as soon as that size is done, not
+// at the end of the sweep: a killed run keeps its finished sizes.
+func TestTransportSweepStreamsEachSize(t *testing.T) {
+	opt := small(shmDir(t), ModeTransport)
+	var sent []string // the size of each result, in the order the sink got them
+	var started []string
+	opt.Sink = func(r results.Result) { sent = append(sent, r.Params["size"]) }
+	opt.Progress = func(step string) {
+		// By the time a size's first transport starts, every earlier
+		// size's results are in the sink.
+		started = append(started, fmt.Sprintf("%s after %d sent", step, len(sent)))
+	}
+	if _, err := Run(t.Context(), opt); err != nil {
+		t.Fatal(err)
+	}
+	sizes := opt.Sizes()
+	if len(sent) != 4*len(sizes) {
+		t.Fatalf("sink got %d results, want %d", len(sent), 4*len(sizes))
+	}
+	for i, size := range sizes {
+		want := fmt.Sprintf("transport memcpy %s after %d sent", units.Size(size, ""), 4*i)
+		if !slices.Contains(started, want) {
+			t.Errorf("no progress step %q in %q", want, started)
+		}
 	}
 }

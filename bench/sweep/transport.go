@@ -41,18 +41,25 @@ type transportPoint struct {
 }
 
 func runTransport(ctx context.Context, opt Options, out *Outcome) error {
-	var points []*transportPoint
-	// Interrupted, the points done so far are still results, finished (and
-	// handed to the sink) with the sweep: their ratios are to its memcpy and
-	// file rates.
-	defer func() {
+	// A size's results go to the sink when its four transports are done
+	// (their ratios are to that size's memcpy and file rates), so a killed
+	// sweep keeps every finished size in FILE.partial.ndjson; interrupted,
+	// the points of the size in flight are results too.
+	var all []results.Result
+	var points []*transportPoint // the size in flight's
+	finish := func() {
 		rs := transportResults(points)
-		out.Results = append(out.Results, rs...)
-		out.Warnings = append(out.Warnings, overWarnings(rs)...)
-		if note := results.BusyHostNote(rs); note != "" {
+		all = append(all, rs...)
+		opt.Sink.Send(rs...)
+		points = nil
+	}
+	defer func() {
+		finish()
+		out.Results = append(out.Results, all...)
+		out.Warnings = append(out.Warnings, overWarnings(all)...)
+		if note := results.BusyHostNote(all); note != "" {
 			out.Warnings = append(out.Warnings, "transport: "+note)
 		}
-		opt.Sink.Send(rs...)
 	}()
 	sampler, _ := bench.NewStateSampler(nil) // host memory only: the host's state
 	defer sampler.Close()
@@ -91,6 +98,7 @@ func runTransport(ctx context.Context, opt Options, out *Outcome) error {
 			}
 			points = append(points, p)
 		}
+		finish()
 	}
 	return nil
 }
