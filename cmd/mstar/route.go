@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/mstar-dev/mstar/internal/jsonpos"
 	"github.com/mstar-dev/mstar/internal/limits"
 	"github.com/mstar-dev/mstar/internal/units"
 	"github.com/mstar-dev/mstar/kernels/router"
@@ -218,7 +219,10 @@ func readLogits(a *app, path string) ([]float32, int, int, error) {
 	}
 	var rows [][]float64
 	if err := json.Unmarshal(data, &rows); err != nil {
-		return nil, 0, 0, fmt.Errorf("%s: want a JSON array of rows of numbers (one row per token): %v", name, err)
+		return nil, 0, 0, fmt.Errorf("%s: want a JSON array of rows of numbers (one row per token): %v", name, jsonpos.Error(data, 0, err))
+	}
+	if err := jsonpos.NullError(data, 0, "a logit"); err != nil {
+		return nil, 0, 0, fmt.Errorf("%s: %v", name, err)
 	}
 	if len(rows) == 0 {
 		return nil, 0, 0, fmt.Errorf("%s: no rows (no tokens)", name)
@@ -250,7 +254,10 @@ func readVector(path string) ([]float32, error) {
 	}
 	var v []float64
 	if err := json.Unmarshal(data, &v); err != nil {
-		return nil, fmt.Errorf("%s: want a JSON array of numbers: %v", path, err)
+		return nil, fmt.Errorf("%s: want a JSON array of numbers: %v", path, jsonpos.Error(data, 0, err))
+	}
+	if err := jsonpos.NullError(data, 0, "a number"); err != nil {
+		return nil, fmt.Errorf("%s: %v", path, err)
 	}
 	out := make([]float32, len(v))
 	for i, x := range v {

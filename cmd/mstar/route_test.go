@@ -127,6 +127,9 @@ func TestRouteBadInput(t *testing.T) {
 	notJSON := writeFile(t, dir, "bad.json", "[[1,2,")
 	bias := writeFile(t, dir, "bias.json", "[0,0,0]")
 	bias4 := writeFile(t, dir, "bias4.json", "[0,0,0,9]")
+	nullLogit := writeFile(t, dir, "null.json", "[[1,2,3,0],\n [0,null,5,5]]")
+	nullBias := writeFile(t, dir, "nullbias.json", "[null,null,null,null]")
+	badBias := writeFile(t, dir, "badbias.json", "[0,0,]")
 	tests := []struct {
 		name string
 		args []string
@@ -136,7 +139,10 @@ func TestRouteBadInput(t *testing.T) {
 		{"groups not dividing experts", []string{"--router", "deepseek-v3", "--logits", logits, "--n-group", "3", "--topk-group", "1"}, "n_group 3 does not divide the 4 experts"},
 		{"deepseek-v3 defaults need 8 groups", []string{"--router", "deepseek-v3", "--logits", logits}, "n_group 8 does not divide the 4 experts"},
 		{"ragged rows", []string{"--router", "mixtral", "--logits", ragged}, "row 1 has 3 numbers, row 0 has 4"},
-		{"not JSON", []string{"--router", "mixtral", "--logits", notJSON}, "want a JSON array of rows of numbers"},
+		{"not JSON", []string{"--router", "mixtral", "--logits", notJSON}, "want a JSON array of rows of numbers (one row per token): line 1, column 7: unexpected end of input"},
+		{"a null logit", []string{"--router", "mixtral", "--logits", nullLogit}, "line 2, column 5: null where a logit belongs"},
+		{"a null bias", []string{"--router", "deepseek-v3", "--logits", logits, "--bias", nullBias, "--n-group", "1", "--topk-group", "1"}, "line 1, column 2: null where a number belongs"},
+		{"a bias not JSON", []string{"--router", "deepseek-v3", "--logits", logits, "--bias", badBias, "--n-group", "1", "--topk-group", "1"}, "line 1, column 6: invalid character ']'"},
 		{"bias length", []string{"--router", "deepseek-v3", "--logits", logits, "--bias", bias, "--n-group", "1", "--topk-group", "1"}, "3 bias values, want one per expert (4"},
 		{"unknown router", []string{"--router", "nope", "--logits", logits}, `unknown router "nope"`},
 		{"no router", []string{"--logits", logits}, "--router is required"},

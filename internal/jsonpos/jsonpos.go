@@ -85,3 +85,44 @@ func Position(b []byte, off int64) (line, col int) {
 	col = int(off) - (bytes.LastIndexByte(head, '\n') + 1) + 1
 	return line, col
 }
+
+// NullElement is the offset in b of the first null that is an array's
+// element, or -1. encoding/json decodes such a null into a number as
+// nothing at all, leaving 0, so the readers of number arrays (logits,
+// biases, routing ids and weights) refuse it by this. b must be valid JSON
+// (decode it first): strings are skipped, escapes included.
+func NullElement(b []byte) int64 {
+	var prev byte // the last byte outside strings and blanks
+	for i := 0; i < len(b); i++ {
+		switch c := b[i]; c {
+		case '"':
+			for i++; i < len(b) && b[i] != '"'; i++ {
+				if b[i] == '\\' {
+					i++
+				}
+			}
+			prev = '"'
+		case ' ', '\t', '\n', '\r':
+		case 'n':
+			// In an object a comma is followed by a key, never by null.
+			if prev == '[' || prev == ',' {
+				return int64(i)
+			}
+			prev = c
+		default:
+			prev = c
+		}
+	}
+	return -1
+}
+
+// NullError is NullElement's finding as an error ("line L, column C: ..."),
+// nil where b has no null element.
+func NullError(b []byte, base int, want string) error {
+	off := NullElement(b)
+	if off < 0 {
+		return nil
+	}
+	line, col := Position(b, off)
+	return fmt.Errorf("line %d, column %d: null where %s belongs", base+line, col, want)
+}

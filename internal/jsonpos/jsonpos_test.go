@@ -34,3 +34,25 @@ func TestError(t *testing.T) {
 		t.Errorf("syntax error: %v", err)
 	}
 }
+
+func TestNullElement(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want int64
+	}{
+		{`[[1,null]]`, 4},
+		{`[null]`, 1},
+		{"[1,\n  null]", 6},
+		{`{"a":null,"b":[1,2]}`, -1},
+		{`{"s":"[null", "x":[1]}`, -1},
+		{`{"s":"a\"[,null", "ids":[3, null]}`, 28},
+		{`[1, 2, 3]`, -1},
+	} {
+		if got := NullElement([]byte(tc.in)); got != tc.want {
+			t.Errorf("NullElement(%s) = %d, want %d", tc.in, got, tc.want)
+		}
+	}
+	if err := NullError([]byte("[1,\n null]"), 0, "a number"); err == nil || err.Error() != "line 2, column 2: null where a number belongs" {
+		t.Errorf("NullError: %v", err)
+	}
+}

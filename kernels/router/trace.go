@@ -120,6 +120,9 @@ func ReadTrace(r io.Reader) (*Trace, error) {
 		line, col := jsonpos.Position(data, dec.InputOffset())
 		return nil, fmt.Errorf("line %d, column %d: unexpected data after the trace object", line, col)
 	}
+	if err := jsonpos.NullError(data, 0, "an expert id, weight or flag"); err != nil {
+		return nil, err
+	}
 	if err := checkTraceHeader(doc.Experts, doc.TopK); err != nil {
 		return nil, err
 	}
@@ -177,7 +180,10 @@ func readTraceLines(data []byte, hdr traceHeader) (*Trace, error) {
 		dec := json.NewDecoder(bytes.NewReader(sc.Bytes()))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&tl); err != nil {
-			return nil, fmt.Errorf("line %d: %v", line, err)
+			return nil, jsonpos.Error(sc.Bytes(), line-1, err)
+		}
+		if err := jsonpos.NullError(sc.Bytes(), line-1, "an expert id, weight or flag"); err != nil {
+			return nil, err
 		}
 		if tl.Layer == nil || *tl.Layer < 0 {
 			return nil, fmt.Errorf("line %d: want a non-negative \"layer\"", line)
