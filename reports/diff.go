@@ -978,12 +978,13 @@ func orNone(v string) string {
 
 // settingParams say how a result was obtained (the kernel configuration,
 // where it came from, and the kernel it ran: a stage of bench moe --stages
-// names its kernel, which a changed config renames), not what was
-// measured: a result of base whose exact key new lacks pairs with the one
-// result of new that differs from it only in these, so that a changed
-// --config is compared (and can be a regression) instead of reading as a
-// missing result.
-var settingParams = []string{"config", "config_source", "kernel"}
+// names its kernel, which a changed config renames; ablate router's kernel
+// run, its tokens and baseline, which a host too small for the kernel
+// leaves out), not what was measured: a result of base whose exact key new
+// lacks pairs with the one result of new that differs from it only in
+// these, so that a changed --config is compared (and can be a regression)
+// instead of reading as a missing result.
+var settingParams = []string{"config", "config_source", "kernel", "kernel_tokens", "baseline"}
 
 func settingsFree(r Result) string {
 	p := Params{}

@@ -287,6 +287,22 @@ func TestDiffPairsAcrossChangedConfig(t *testing.T) {
 	if !strings.Contains(js.String(), `"new_params"`) || !strings.Contains(js.String(), `"config_source": "--config"`) {
 		t.Errorf("the JSON verdict lacks new's params:\n%s", js.String())
 	}
+	// ablate router on a host too small for the kernel leaves out its
+	// kernel, tokens and baseline: its load metrics still pair with a run
+	// that timed the kernel.
+	ablated := func(kernel bool) *Document {
+		d := oneMetric(HigherIsBetter, noisy(rng, 20, 0.9, 0.01))
+		d.Results[0].Params["router"] = "softmax-topk"
+		if kernel {
+			d.Results[0].Params["kernel"], d.Results[0].Params["kernel_tokens"], d.Results[0].Params["baseline"] = "cpu", "16", "softmax-topk-norm"
+		} else {
+			d.Results[0].Params["kernel"] = "not run: kernel skipped: exceeds half of this host's memory"
+		}
+		return d
+	}
+	if ac := Diff([]*Document{ablated(true)}, []*Document{ablated(false)}, DiffOptions{Threshold: 5}); len(ac.Missing) != 0 || ac.Compared() != 1 {
+		t.Errorf("ablate with and without its kernel: missing %q, %d compared; want the load metric paired", ac.Missing, ac.Compared())
+	}
 	// A stage of bench moe --stages names its kernel, which the new config
 	// renames: it pairs too.
 	stage := func(config, kernel string, mean float64) *Document {

@@ -147,7 +147,7 @@ func (c *tableCell) figure() string {
 	case Uneven:
 		return fmt.Sprintf("%d shards ", len(strings.Split(r.Params["shares"], ":"))) + bandwidthFigure(r)
 	case PingPong:
-		return fmt.Sprintf("pred %.2f/meas %.2f ms (%.0f%%)", results.Median(samples(r, "predicted")), results.Median(samples(r, "turn")), results.Median(samples(r, "model_error")))
+		return fmt.Sprintf("pred %.2f/meas %.2f ms (error %.0f%%, median of turns)", results.Median(samples(r, "predicted")), results.Median(samples(r, "turn")), results.Median(samples(r, "model_error")))
 	case MultiSession:
 		return fmt.Sprintf("%s sessions, %.0f ops, %.0f switches", r.Params["sessions"], first(r, "operations"), first(r, "switches"))
 	case Ladder:
