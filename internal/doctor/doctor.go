@@ -98,8 +98,11 @@ func Gather(libs []Library, shmDir string) Sources {
 		s.ShmErr = errors.New("not a directory")
 	} else if err := unix.Statfs(shmDir, &st); err != nil {
 		s.ShmErr = err
-	} else if err := unix.Access(shmDir, unix.W_OK|unix.X_OK); err != nil {
-		s.ShmErr = fmt.Errorf("not writable: %w", err)
+	} else if err := canCreateIn(shmDir); err != nil {
+		// A probe file, not access(2): root passes W_OK on /proc and
+		// read-only mounts, where the arena then fails (as arena sweep
+		// and stress do refuse).
+		s.ShmErr = fmt.Errorf("cannot create files there: %w", err)
 	} else {
 		s.Shm = &Statfs{Total: int64(st.Blocks) * st.Bsize, Free: int64(st.Bavail) * st.Bsize}
 	}
@@ -261,7 +264,7 @@ func shmCheck(s Sources) Check {
 	c := Check{Name: "shm"}
 	if s.Shm == nil {
 		c.Status, c.Detail = Fail, fmt.Sprintf("%s: %v", s.ShmDir, s.ShmErr)
-		c.Fix = "mount a tmpfs there (mount -t tmpfs -o size=16g tmpfs /dev/shm) or pass --shm-dir"
+		c.Fix = fmt.Sprintf("mount a tmpfs there (mount -t tmpfs -o size=16g tmpfs %s) or pass --shm-dir", s.ShmDir)
 		return c
 	}
 	c.Detail = fmt.Sprintf("%s: %s total, %s free", s.ShmDir, units.Bytes(s.Shm.Total), units.Bytes(s.Shm.Free))
@@ -370,4 +373,15 @@ func cgroupMemMax() int64 {
 		return n
 	}
 	return 0
+}
+
+// canCreateIn creates and removes a file in dir.
+func canCreateIn(dir string) error {
+	f, err := os.CreateTemp(dir, ".mstar-doctor-*")
+	if err != nil {
+		return errors.Unwrap(err)
+	}
+	name := f.Name()
+	f.Close()
+	return os.Remove(name)
 }

@@ -139,3 +139,20 @@ func TestHostCheck(t *testing.T) {
 		t.Errorf("unread: %+v", c)
 	}
 }
+
+// A folder no file can be created in (/proc, which root may write by its
+// mode bits) fails the shm check, its fix naming that folder.
+func TestGatherShmDirNotWritable(t *testing.T) {
+	if _, err := os.Stat("/proc/self"); err != nil {
+		t.Skip("no /proc here")
+	}
+	for _, c := range Run(Gather(nil, "/proc")) {
+		if c.Name == "shm" {
+			if c.Status != Fail || !strings.Contains(c.Detail, "/proc: cannot create files there") || !strings.Contains(c.Fix, "tmpfs /proc") {
+				t.Errorf("shm check on /proc: %s %q, fix %q", c.Status, c.Detail, c.Fix)
+			}
+			return
+		}
+	}
+	t.Error("no shm check")
+}
