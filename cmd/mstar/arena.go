@@ -558,8 +558,19 @@ what would go.`,
 			for _, n := range rep.InUseDirs {
 				fmt.Fprintln(a.stdout, "in use   "+n+" (run directory of a live run)")
 			}
+			would := 0 // --dry-run: what a run without it removes
 			for _, l := range rep.Left {
+				if what, ok := strings.CutSuffix(l.Reason, " (dry run: not removed)"); ok {
+					would++
+					fmt.Fprintf(a.stdout, "would remove  %s (%s)\n", l.Name, what)
+					continue
+				}
 				fmt.Fprintf(a.stdout, "left     %s: %s\n", l.Name, l.Reason)
+			}
+			if dry {
+				fmt.Fprintf(a.stdout, "dry run: %d would be removed, %d in use, %d left alone\n",
+					would, len(rep.InUse)+len(rep.InUseDirs), len(rep.Left)-would)
+				return nil
 			}
 			fmt.Fprintln(a.stdout, rep.String())
 			return nil

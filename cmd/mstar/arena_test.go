@@ -195,7 +195,8 @@ func TestArenaClean(t *testing.T) {
 		t.Fatal(err)
 	}
 	stdout, _, code := runMstar(t, "arena", "clean", "--shm-dir", dir, "--dry-run")
-	if code != exitOK || !strings.Contains(stdout, orphan) {
+	if code != exitOK || !strings.Contains(stdout, "would remove  "+orphan+" (orphan)") ||
+		!strings.Contains(stdout, "dry run: 1 would be removed, 0 in use, 0 left alone") {
 		t.Fatalf("dry run: exit %d\n%s", code, stdout)
 	}
 	if _, err := os.Stat(filepath.Join(dir, orphan)); err != nil {

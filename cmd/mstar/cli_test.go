@@ -98,6 +98,8 @@ func TestUsageMessages(t *testing.T) {
 			"mstar: bench ceilings: --samples 99999999999: at most 1000000\n"},
 		{[]string{"ablate", "router", "--layers", "1", "--tokens", "64", "--kernel-samples", "2000000"},
 			"mstar: ablate router: --kernel-samples 2000000: at most 1000000\n"},
+		{[]string{"ablate", "router", "--layers", "1", "--tokens", "64", "--routers", ""},
+			"mstar: ablate router: --routers: empty value; give one, or leave the flag out for its default\n"},
 		{[]string{"bench", "moe", "--batch=", "--device", "cpu"},
 			"mstar: bench moe: --batch: empty value; give one, or leave the flag out for its default\n"},
 		{[]string{"bench", "moe", "--model", "qwen3-30b-a3b", "--batch", "1,4,1", "--device", "cpu"},

@@ -11,6 +11,7 @@ import (
 	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/mstar-dev/mstar/internal/shard"
 	"github.com/mstar-dev/mstar/internal/spill/tier"
+	"github.com/mstar-dev/mstar/internal/units"
 	"github.com/mstar-dev/mstar/reports"
 	"github.com/mstar-dev/mstar/reports/results"
 	"github.com/mstar-dev/mstar/trace"
@@ -125,6 +126,9 @@ above 105% of its tier's ceiling is listed with a warning naming the ceiling.`,
 				if err != nil {
 					return usageErr("--tiers: %v", err)
 				}
+				if err := checkNoRepeats("tiers", kinds); err != nil {
+					return err
+				}
 				if err := firstErr(errIf(!(floor > 0 && floor <= 1), "--floor %v: must be in (0, 1]", floor),
 					within("hibernate-pinned-floor", pinnedFloor, 0, 1, "0: 0.9 on CUDA, --floor on the CPU"),
 					atLeast("pingpong-tol", ppTol, 0, "0: 0.10 on CUDA, 0.25 on the CPU"),
@@ -165,6 +169,9 @@ above 105% of its tier's ceiling is listed with a warning naming the ceiling.`,
 						sz, err := spill.ParseSizes(sizes)
 						if err != nil {
 							return nil, usageErr("--sizes: %v", err)
+						}
+						if x, ok := firstRepeat(sz); ok {
+							return nil, usageErr("--sizes: %s is listed twice", units.Size(x, ""))
 						}
 						list, err := spill.Match(spill.Cells(spill.Scenarios, kinds, sz), cells)
 						if err != nil {

@@ -159,6 +159,8 @@ func TestSpillMatrixBadUsage(t *testing.T) {
 		{"ladder has no device column", []string{"spill-matrix", "--device", "cpu", "--cells", "ladder/device"}, "no cell matches"},
 		{"bad size", []string{"spill-matrix", "--device", "cpu", "--sizes", "lots"}, "bad size"},
 		{"bad tier", []string{"spill-matrix", "--tiers", "nvme"}, `unknown tier "nvme"`},
+		{"a tier twice", []string{"spill-matrix", "--tiers", "pageable,pageable"}, "--tiers: pageable is listed twice"},
+		{"a size twice", []string{"spill-matrix", "--device", "cpu", "--sizes", "1MiB,1024KiB"}, "--sizes: 1MiB is listed twice"},
 		{"floor out of range", []string{"spill-matrix", "--floor", "2"}, "--floor"},
 		{"no such device", []string{"spill-matrix", "--device", "cuda:7"}, "cuda:7"},
 		{"holder without a size", []string{"spill-holder", "--size", "0"}, "--size must be positive"},
