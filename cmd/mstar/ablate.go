@@ -245,7 +245,7 @@ out-of-range expert id.`,
 			}
 			if L, T, _ := opt.Dims(); true {
 				what := fmt.Sprintf("routing %d layers × %d tokens with %d experts", L, T, m.E)
-				if err := checkHostFits(what, need, "try fewer --tokens or --layers"); err != nil {
+				if err := checkHostFits(what, need, "try fewer --tokens, --layers or experts"); err != nil {
 					return err
 				}
 			}

@@ -139,7 +139,7 @@ func TestAblateRouterBadInput(t *testing.T) {
 		{"override of zero experts", []string{"--experts", "0"}, "--experts 0: must be at least 1"},
 		// Refused with the numbers before anything is allocated, not a Go
 		// out-of-memory crash.
-		{"too large for memory", []string{"--tokens", "2000000000", "--layers", "100000"}, "try fewer --tokens or --layers"},
+		{"too large for memory", []string{"--tokens", "2000000000", "--layers", "100000"}, "try fewer --tokens, --layers or experts"},
 		{"heat map named .jpg", []string{"--heatmap", filepath.Join(dir, "load.jpg")}, "the heat map is a PNG image: name it .png"},
 	}
 	for _, tc := range tests {

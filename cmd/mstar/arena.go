@@ -407,7 +407,9 @@ ratio.`,
 							ShmDir: shmDir, SegmentSize: seg, MaxSegments: maxSegs, Inflight: inflight,
 							Interval: interval, Seed: seed, Exe: exe, Args: wargs, Env: wenv, Live: live,
 						}
-						say(a.stderr, "arena stress, transport %s", tr)
+						if len(trs) > 1 { // which one's progress follows
+							say(a.stderr, "arena stress, transport %s", tr)
+						}
 						s, err := stress.Run(ctx, opt)
 						if err != nil {
 							return nil, err
