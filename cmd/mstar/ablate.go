@@ -179,6 +179,9 @@ out-of-range expert id.`,
 			if err != nil {
 				return err
 			}
+			if cmd.Flags().Changed("routers") && len(routers) == 0 { // --routers '' is not "all"
+				return usageErr("ablate router: --routers: empty value; give one, or leave the flag out for its default")
+			}
 			if err := checkNoRepeats("routers", routers); err != nil {
 				return err
 			}

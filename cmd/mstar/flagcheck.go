@@ -131,9 +131,7 @@ func firstRepeat[T comparable](xs []T) (T, bool) {
 func checkEmptyFlags(cmd *cobra.Command) error {
 	var err error
 	cmd.Flags().Visit(func(f *pflag.Flag) {
-		empty := f.Value.Type() == "string" && f.Value.String() == "" ||
-			strings.HasSuffix(f.Value.Type(), "Slice") && f.Value.String() == "[]" // --routers ''
-		if err == nil && empty {
+		if err == nil && f.Value.Type() == "string" && f.Value.String() == "" {
 			err = usageErr("%s--%s: empty value; give one, or leave the flag out for its default", subcommand(cmd), f.Name)
 		}
 	})

@@ -554,8 +554,19 @@ The image format follows OUT's extension: .png or .svg.`,
   mstar report plot --metric bandwidth --x size --where dir=h2d --logx -o h2d.png sw1.json sw2.json`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if opt.Metric == "" || opt.X == "" || out == "" {
-				return usageErr("plot: --metric, --x and -o are required")
+			var missing []string
+			for _, f := range []struct{ flag, v string }{{"--metric", opt.Metric}, {"--x", opt.X}, {"-o", out}} {
+				if f.v == "" {
+					missing = append(missing, f.flag)
+				}
+			}
+			switch len(missing) {
+			case 0:
+			case 1:
+				return usageErr("plot: %s is required (see 'mstar report plot --help')", missing[0])
+			default:
+				return usageErr("plot: %s and %s are required (see 'mstar report plot --help')",
+					strings.Join(missing[:len(missing)-1], ", "), missing[len(missing)-1])
 			}
 			if _, err := reports.PlotFormat(out); err != nil {
 				return usageErr("%v", err)
@@ -575,6 +586,7 @@ The image format follows OUT's extension: .png or .svg.`,
 			if err != nil {
 				return badInput(err)
 			}
+			say(a.stderr, "wrote %s", out)
 			return nil
 		},
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"time"
 
 	"github.com/mstar-dev/mstar/internal/units"
@@ -169,7 +170,13 @@ extension: .png or .svg.`,
 				if err := traceplot.Plot(f, outPath, traceplot.PlotOptions{Sessions: sessions, Title: title}); err != nil {
 					return badInput(err)
 				}
-				fmt.Fprintf(a.stdout, "wrote %s (%d records)\n", outPath, len(f.Records))
+				n := 0 // the records plotted: --session's only
+				for _, r := range f.Records {
+					if len(sessions) == 0 || slices.Contains(sessions, r.Session) {
+						n++
+					}
+				}
+				fmt.Fprintf(a.stdout, "wrote %s (%s)\n", outPath, units.Plural(n, "record"))
 				return nil
 			},
 		}
