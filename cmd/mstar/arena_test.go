@@ -118,7 +118,7 @@ func TestArenaSweepCPU(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
-	for _, want := range []string{"# copy:", "# transport:", "# register:", "%pinned", "tensors/s", "vs file", "#wrong"} {
+	for _, want := range []string{"# copy:", "# transport:", "# register:", "%pinned", "tensors/s", "vs file", "#wrong", "# note: CPU backend: the copy rows time memcpy"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("stdout lacks %q:\n%s", want, stdout)
 		}
