@@ -335,7 +335,7 @@ tensors (e.g. --max-size 1GiB --duration 2s) cannot tell: it says so
 ratio.`,
 		Example: `  mstar arena stress --duration 30s
   mstar arena stress --duration 30s --kill-rate 0.01
-  mstar arena stress --producers 4 --consumers 4 --count 100000 --kill-rate 0.01 --out stress.json
+  mstar arena stress --producers 4 --consumers 4 --count 100000 --kill-rate 0.01  # ~9 min, 2 cores
   mstar arena stress --duration 20s --max-size 1MiB --transport arena,file`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -81,6 +81,8 @@ func TestUsageMessages(t *testing.T) {
 		args []string
 		want string // the whole of stderr
 	}{
+		{[]string{"bench", "ceilings", "--samples", strings.Repeat("7", 5000) + "x"},
+			"mstar: bench ceilings: --samples: invalid value \"" + strings.Repeat("7", 60) + "…\": not an integer (see 'mstar bench ceilings --help')\n"},
 		{[]string{"bench", "ceilings", "--samples", "abc"},
 			"mstar: bench ceilings: --samples: invalid value \"abc\": not an integer (see 'mstar bench ceilings --help')\n"},
 		{[]string{"arena", "stress", "--interval", "soon"},

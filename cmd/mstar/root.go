@@ -299,7 +299,11 @@ func flagErrorText(err error) string {
 			want = c.Error()
 		}
 	}
-	return fmt.Sprintf("--%s: invalid value %q: %s", f.Name, ive.GetValue(), want)
+	v := ive.GetValue()
+	if r := []rune(v); len(r) > 60 { // a pasted file, not a typo: the start is enough
+		v = string(r[:60]) + "…"
+	}
+	return fmt.Sprintf("--%s: invalid value %q: %s", f.Name, v, want)
 }
 
 // writeResults writes a results document atomically and says where.
