@@ -109,7 +109,9 @@ func WritePlot(w io.Writer, format string, f *trace.File, opt PlotOptions) error
 			if err != nil {
 				return fmt.Errorf("%s: %w", name, err)
 			}
+			// Past the palette's colours, dashes tell the sessions apart.
 			l.Color = plotutil.Color(j)
+			l.Dashes = plotutil.Dashes(j / len(plotutil.DefaultColors))
 			l.Width = vg.Points(1.2)
 			if pn.step {
 				l.StepStyle = plotter.PostStep
@@ -120,6 +122,14 @@ func WritePlot(w io.Writer, format string, f *trace.File, opt PlotOptions) error
 			}
 		}
 		p.Legend.Top = true
+		if i == 0 && len(names) > 1 {
+			// Room above the lines for the legend's rows (8-point text,
+			// ~10 points a row, of a panel's ~150-point data area), so that
+			// it covers no data.
+			p.Legend.TextStyle.Font.Size = vg.Points(8)
+			frac := min(0.7, float64(len(names))*10/150)
+			p.Y.Max = p.Y.Min + (p.Y.Max-p.Y.Min)/(1-frac)
+		}
 		plots[i] = []*plot.Plot{p}
 	}
 	width, height := 10*vg.Inch, vg.Length(3*len(panels))*vg.Inch
