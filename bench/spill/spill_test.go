@@ -403,7 +403,7 @@ func TestTable(t *testing.T) {
 		"PASS R 1.2/2.2/3.0 GB/s",
 		"PASS caught −4109 B, verify 0.3 ms",
 		"CANNOT-TELL bandwidth.restore",
-		"PASS pred 2.00/meas 3.00 ms (20%)",
+		"PASS pred 2.00/meas 3.00 ms (error 20%, median of turns)",
 		"PASS 4 sessions, 48 ops, 28 switches",
 		"PASS changes 5/2/4, ≤2/cooldown, tick ≤13% of interval",
 		"PASS stranded 3 MiB → reclaimed after 51ms",
