@@ -190,7 +190,7 @@ func renderDiffText(w io.Writer, c *Comparison, markdown, wide bool) error {
 		b.WriteString(wrap(s, width, "    ") + "\n")
 	}
 	opt := c.Options
-	item(fmt.Sprintf("alpha %s, threshold %s%% + noise (short of it, rounds spread past %s%% are too noisy to tell)", trimFloat(opt.Alpha), trimFloat(opt.Threshold), trimFloat(opt.Threshold)))
+	item(fmt.Sprintf("alpha %s, threshold %s%% + noise (%d× the noise where rounds spread past %s%%)", trimFloat(opt.Alpha), trimFloat(opt.Threshold), NoisyMargin, trimFloat(opt.Threshold)))
 	decide, shown := c.Deciding()
 	how := "every measured metric of the results under test"
 	if opt.Metrics != nil {

@@ -11,7 +11,8 @@
 #       bench moe --model qwen3-30b-a3b --batch 1,16 --device cpu
 #   scripts/aa-pairs.sh -n 10 -o aa-h200/arena -- \
 #       arena sweep --device cuda:0 --mode copy --max-size 64MiB
-# DIR receives pair-NN-a.json, pair-NN-b.json, pair-NN.diff.txt (the diff's
+# DIR receives pair-NN-a.json, pair-NN-b.json (-r reads them gzipped too, as
+# committed), pair-NN.diff.txt (the diff's
 # stdout and stderr), exits.txt (one "NN EXIT" line a pair) and summary.txt.
 # Re-diff stored pairs with other flags: -r (no new runs).
 set -u
@@ -41,6 +42,8 @@ mkdir -p "$dir" || exit 2
 declare -A count=()
 for i in $(seq -f %02g 1 "$n"); do
 	a=$dir/pair-$i-a.json b=$dir/pair-$i-b.json
+	# Stored pairs may be gzipped (the committed ones are: report reads both).
+	if [ $rediff -eq 1 ] && [ ! -e "$a" ] && [ -e "$a.gz" ]; then a=$a.gz b=$b.gz; fi
 	if [ $rediff -eq 0 ]; then
 		for f in "$a" "$b"; do
 			if "$mstar" "$@" --out "$f" >/dev/null 2>"$f.stderr"; then

@@ -18,11 +18,14 @@ import sys
 d = sys.argv[1]
 mstar = sys.argv[2] if len(sys.argv) > 2 else "bin/mstar"
 old = sys.argv[3] if len(sys.argv) > 3 else None
-pairs = sorted({f.split("-")[1] for f in os.listdir(d) if f.startswith("pair-") and f.endswith("-a.json")})
+# The committed pairs are gzipped (mstar report reads either).
+pairs = sorted({f.split("-")[1] for f in os.listdir(d) if f.startswith("pair-") and f.endswith(("-a.json", "-a.json.gz"))})
 print("pair exit old_exit deciding too_noisy fail_without_noise_rule max_noise_pct min_noise_pct")
 n = ok = old_ok = noisy_pairs = would = 0
 for i in pairs:
     a, b = f"{d}/pair-{i}-a.json", f"{d}/pair-{i}-b.json"
+    if not os.path.exists(a) and os.path.exists(a + ".gz"):
+        a, b = a + ".gz", b + ".gz"
     if not os.path.exists(b):
         continue
     r = subprocess.run([mstar, "report", "diff", "--format", "json", a, b], capture_output=True, text=True)
