@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -372,11 +373,19 @@ Models:
 	return cmd
 }
 
+// maxBatch bounds --batch: past it the memory estimates overflow int64
+// (2^59 tokens panicked in the routing instead of failing the check), and
+// no layer runs 2^30 tokens at once.
+const maxBatch = 1 << 30
+
 func parseBatches(s string) ([]int, error) {
 	var out []int
 	for _, p := range strings.Split(s, ",") {
 		p = strings.TrimSpace(p)
 		n, err := strconv.Atoi(p)
+		if errors.Is(err, strconv.ErrRange) || err == nil && n > maxBatch {
+			return nil, fmt.Errorf("%s tokens: at most %d", p, maxBatch)
+		}
 		if err != nil || n <= 0 {
 			return nil, fmt.Errorf("%q is not a positive token count", p)
 		}

@@ -83,6 +83,8 @@ func TestUsageMessages(t *testing.T) {
 	}{
 		{[]string{"bench", "ceilings", "--samples", strings.Repeat("7", 5000) + "x"},
 			"mstar: bench ceilings: --samples: invalid value \"" + strings.Repeat("7", 60) + "…\": not an integer (see 'mstar bench ceilings --help')\n"},
+		{[]string{"bench", "moe", "--experts", "8", "--topk", "2", "--hidden", "256", "--inter", "128", "--device", "cpu", "--batch", "576460752303423488"},
+			"mstar: --batch: 576460752303423488 tokens: at most 1073741824\n"},
 		{[]string{"bench", "ceilings", "--samples", "abc"},
 			"mstar: bench ceilings: --samples: invalid value \"abc\": not an integer (see 'mstar bench ceilings --help')\n"},
 		{[]string{"arena", "stress", "--interval", "soon"},

@@ -361,6 +361,19 @@ func (a *app) stopProfile() error {
 // checkOutputFlags checks that each output file a command was given can be
 // created: it is not a directory (the final rename would fail after the
 // run), and its folder exists and is writable.
+// fileKind names a non-regular file's type for a message.
+func fileKind(m os.FileMode) string {
+	switch {
+	case m&os.ModeDevice != 0:
+		return "a device"
+	case m&os.ModeNamedPipe != 0:
+		return "a named pipe"
+	case m&os.ModeSocket != 0:
+		return "a socket"
+	}
+	return m.Type().String()
+}
+
 func checkOutputFlags(cmd *cobra.Command) error {
 	for _, name := range outputFlags {
 		f := cmd.Flags().Lookup(name)
@@ -369,6 +382,10 @@ func checkOutputFlags(cmd *cobra.Command) error {
 		}
 		if st, err := os.Stat(f.Value.String()); err == nil && st.IsDir() {
 			return usageErr("--%s %s: is a directory; give a file path", name, f.Value.String())
+		} else if err == nil && !st.Mode().IsRegular() {
+			// The file is written beside and renamed over: a device or a
+			// FIFO would be replaced by a regular file (/dev/full was).
+			return usageErr("--%s %s: is not a regular file (%s); give a file path", name, f.Value.String(), fileKind(st.Mode()))
 		}
 		if err := canCreateIn(filepath.Dir(f.Value.String())); err != nil {
 			return usageErr("--%s %s: cannot write there: %v", name, f.Value.String(), err)

@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/mstar-dev/mstar/reports/results"
@@ -89,5 +90,22 @@ func TestFullStdoutKeepsOut(t *testing.T) {
 	}
 	if doc, err := results.ReadFile(out); err != nil || len(doc.Results) == 0 {
 		t.Errorf("--out not written before the table failed: %v", err)
+	}
+}
+
+// An --out that exists and is no regular file (a named pipe here; /dev/full
+// was replaced by a JSON file) is refused before the run.
+func TestOutNotARegularFile(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Skipf("no mkfifo here: %v", err)
+	}
+	_, stderr, code := runMstar(t, "bench", "moe", "--experts", "8", "--topk", "2", "--hidden", "256", "--inter", "128",
+		"--batch", "1", "--device", "cpu", "--out", fifo)
+	if code != exitBadInput || !strings.Contains(stderr, "is not a regular file (a named pipe)") {
+		t.Errorf("exit %d, stderr %q; want 2, not a regular file", code, stderr)
+	}
+	if st, err := os.Lstat(fifo); err != nil || st.Mode()&os.ModeNamedPipe == 0 {
+		t.Errorf("the FIFO was replaced: %v", err)
 	}
 }

@@ -78,6 +78,15 @@ func WriteFile(path string, d *Document) error {
 
 // WriteFileAtomic writes b to path the way WriteFile writes a document.
 func WriteFileAtomic(path string, b []byte) error {
+	// Through a symlink to its target: renaming over the link would
+	// replace it and leave the target as it was.
+	if st, err := os.Lstat(path); err == nil && st.Mode()&os.ModeSymlink != 0 {
+		target, err := filepath.EvalSymlinks(path)
+		if err != nil {
+			return err
+		}
+		path = target
+	}
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
 	if err != nil {

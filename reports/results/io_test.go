@@ -189,3 +189,25 @@ func TestReadGzipped(t *testing.T) {
 		t.Errorf("a gzip expanding past MSTAR_MAX_INPUT=64 was read")
 	}
 }
+
+// A results path that is a symlink is written through to its target; the
+// link stays.
+func TestWriteFileAtomicFollowsSymlink(t *testing.T) {
+	dir := t.TempDir()
+	target, link := filepath.Join(dir, "target.json"), filepath.Join(dir, "link.json")
+	if err := os.WriteFile(target, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(target, link); err != nil {
+		t.Skipf("no symlinks here: %v", err)
+	}
+	if err := WriteFileAtomic(link, []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Lstat(link); err != nil || st.Mode()&os.ModeSymlink == 0 {
+		t.Errorf("the link was replaced: %v", err)
+	}
+	if b, _ := os.ReadFile(target); string(b) != "{}" {
+		t.Errorf("target holds %q, want the written bytes", b)
+	}
+}
