@@ -64,9 +64,15 @@ func moeTable(w io.Writer, d *Document) error {
 	} else if len(stages) > 0 {
 		p = stages[0].Params
 	}
-	fmt.Fprintln(w, units.Comment(fmt.Sprintf("mstar bench moe: %s, local shape E%s k%s H%s I%s (tp %s, ep %s)",
-		p["model"], p["experts"], p["topk"], p["hidden"], p["inter"], p["tp"], p["ep"])))
-	fmt.Fprintln(w, units.Comment(fmt.Sprintf("routing %s, seed %s", p["routing"], p["seed"])))
+	if p == nil {
+		// Stopped before its first batch: no result names the shape, so
+		// the command does.
+		fmt.Fprintln(w, units.Comment("mstar bench moe: no batch finished ("+strings.Join(d.Command, " ")+")"))
+	} else {
+		fmt.Fprintln(w, units.Comment(fmt.Sprintf("mstar bench moe: %s, local shape E%s k%s H%s I%s (tp %s, ep %s)",
+			p["model"], p["experts"], p["topk"], p["hidden"], p["inter"], p["tp"], p["ep"])))
+		fmt.Fprintln(w, units.Comment(fmt.Sprintf("routing %s, seed %s", p["routing"], p["seed"])))
+	}
 	fmt.Fprintln(w, units.Comment("device "+deviceLine(d)))
 	fmt.Fprintln(w, units.Comment(fmt.Sprintf("ceilings: read %s, d2d %s, gemm %s", ceilingText(ceil["read"]), ceilingText(ceil["d2d"]), ceilingText(ceil["gemm"]))))
 	for _, warn := range d.Warnings {
