@@ -219,6 +219,10 @@ func PrepareMoE(opt *MoEOptions) (moe.Shape, error) {
 		}
 	} else if _, err := moe.ParseRoutingSpec(opt.Routing); err != nil {
 		return moe.Shape{}, badinput.Wrap(err)
+	} else {
+		// As parsed: "Uniform" is recorded as uniform, so its results pair
+		// with uniform runs' in report diff.
+		opt.Routing = strings.ToLower(strings.TrimSpace(opt.Routing))
 	}
 	if opt.Samples < 0 {
 		return moe.Shape{}, badinput.Errorf("--samples %d: must be at least 0 (0: 20 on CUDA, 6 on the CPU)", opt.Samples)

@@ -417,3 +417,17 @@ func TestRunMoEWeightCopiesOnCPU(t *testing.T) {
 		t.Errorf("%d CPU weight-copies warnings in %q, want 1", n, rep.Warnings)
 	}
 }
+
+// --routing is recorded as parsed: " Zipf:1.2" and "Uniform" read as
+// zipf:1.2 and uniform, so their results pair with other runs' in a diff.
+func TestPrepareMoERoutingCanonical(t *testing.T) {
+	for in, want := range map[string]string{" Zipf:1.2": "zipf:1.2", "Uniform": "uniform"} {
+		opt := MoEOptions{Shape: moe.Shape{E: 4, K: 2, H: 8, I: 8}, Routing: in}
+		if _, err := PrepareMoE(&opt); err != nil {
+			t.Fatal(err)
+		}
+		if opt.routingName() != want {
+			t.Errorf("--routing %q recorded as %q, want %q", in, opt.routingName(), want)
+		}
+	}
+}
