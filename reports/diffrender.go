@@ -307,7 +307,10 @@ func renderDiffText(w io.Writer, c *Comparison, markdown, wide bool) error {
 	if len(c.BaseFailedGates) > 0 {
 		warnings = append(warnings, fmt.Sprintf("%s failed in base (not deciding): %s", units.Plural(len(c.BaseFailedGates), "gate"), listSome(c.BaseFailedGates, 2)))
 	}
-	if !slices.ContainsFunc(c.Metrics, func(m MetricDiff) bool { return m.BaseRounds > 1 || m.NewRounds > 1 }) && len(c.Metrics) > 0 {
+	// Of the deciding metrics only: the ceilings (context) are one round in
+	// any run, and two runs of other shapes compare nothing else.
+	deciding := slices.ContainsFunc(c.Metrics, func(m MetricDiff) bool { return m.Decides })
+	if deciding && !slices.ContainsFunc(c.Metrics, func(m MetricDiff) bool { return m.Decides && (m.BaseRounds > 1 || m.NewRounds > 1) }) {
 		warnings = append(warnings, "noise between rounds unknown: each side is one round of one run (measure with --rounds 3, or merge several runs)")
 	}
 	var cannot []string

@@ -550,3 +550,24 @@ func TestDiffChangeMustClearNoise(t *testing.T) {
 		})
 	}
 }
+
+// Runs of other shapes compare only their one-round ceilings (context):
+// the diff does not tell them to measure with --rounds 3, which they did.
+func TestDiffNoRoundsNoteForContextOnly(t *testing.T) {
+	rng := rand.New(rand.NewPCG(31, 32))
+	ceiling := Result{Name: "ceiling", Role: results.RoleContext, Params: Params{"what": "read"},
+		Metrics: []Metric{{Name: "bandwidth", Unit: "GB/s", Better: HigherIsBetter, Samples: []float64{50, 51, 52, 50, 51, 52}}}}
+	base, next := moeDoc(rng, "run-a", 3, 6, 100, 0.01), moeDoc(rng, "run-b", 3, 6, 100, 0.01)
+	for i := range next.Results {
+		next.Results[i].Params["hidden"] = "1024" // another shape: nothing pairs
+	}
+	base.Results = append(base.Results, ceiling)
+	next.Results = append(next.Results, ceiling)
+	var b bytes.Buffer
+	if err := RenderDiff(&b, diffOf(base, next, DiffOptions{}), "text"); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(b.String(), "measure with --rounds 3") {
+		t.Errorf("a diff of two 3-round runs says to measure with --rounds 3:\n%s", b.String())
+	}
+}
