@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/mstar-dev/mstar/internal/jsonpos"
 )
 
 // HFConfig is the MoE layer of a Hugging Face model's config.json.
@@ -68,7 +70,7 @@ func ReadHFConfig(path string) (HFConfig, error) {
 func ParseHFConfig(b []byte, file string) (HFConfig, error) {
 	top, err := decodeObject(b)
 	if err != nil {
-		return HFConfig{}, &HFConfigError{File: file, Key: "(file)", Msg: "not a JSON object: " + err.Error()}
+		return HFConfig{}, &HFConfigError{File: file, Key: "(file)", Msg: "not one JSON object: " + err.Error()}
 	}
 	obj, prefix := top, ""
 	if !hasAny(top, hfExpertKeys) {
@@ -171,10 +173,14 @@ func decodeObject(b []byte) (map[string]json.RawMessage, error) {
 	var obj map[string]json.RawMessage
 	d := json.NewDecoder(bytes.NewReader(b))
 	if err := d.Decode(&obj); err != nil {
-		return nil, err
+		return nil, jsonpos.Error(b, 0, err)
 	}
 	if obj == nil {
 		return nil, errors.New("null")
+	}
+	if d.More() { // a second object, or garbage after the first
+		line, col := jsonpos.Position(b, d.InputOffset())
+		return nil, fmt.Errorf("line %d, column %d: unexpected data after the object", line, col)
 	}
 	return obj, nil
 }

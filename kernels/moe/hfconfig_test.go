@@ -70,8 +70,9 @@ func TestHFConfigBad(t *testing.T) {
 		{"not an integer", `{"num_experts": "many", "num_experts_per_tok": 4, "hidden_size": 1024, "intermediate_size": 512}`, "num_experts", `want a positive integer, got "many"`},
 		{"fraction", `{"num_experts": 64, "num_experts_per_tok": 4, "hidden_size": 1024.5, "intermediate_size": 512}`, "hidden_size", "want a positive integer"},
 		{"zero", `{"num_experts": 64, "num_experts_per_tok": 0, "hidden_size": 1024, "intermediate_size": 512}`, "num_experts_per_tok", "want a positive integer, got 0"},
-		{"not json", `{"num_experts": 64,`, "(file)", "not a JSON object"},
-		{"array", `[1, 2]`, "(file)", "not a JSON object"},
+		{"not json", `{"num_experts": 64,`, "(file)", "not one JSON object: line 1, column 20: unexpected end of input"},
+		{"array", `[1, 2]`, "(file)", "not one JSON object: line 1, column 1: the document: expected an object, found array"},
+		{"trailing data", "{\"num_experts\": 64}\n xx", "(file)", "not one JSON object: line 2, column 2: unexpected data after the object"},
 		{"nested missing", `{"text_config": {"num_experts": 64, "hidden_size": 1024, "moe_intermediate_size": 512}}`, "text_config.num_experts_per_tok", "missing"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
