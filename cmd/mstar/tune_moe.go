@@ -250,6 +250,11 @@ Exit 1 when every candidate of some batch was rejected.`,
 					}
 					topt := moebench.MoETuneOptions{MoE: mo, Dir: dir, Force: force, Commit: version.Get().Commit, Rounds: rounds, Earlier: earlier,
 						Shortlist: shortDoc, ShortlistKeep: shortlistKeep}
+					if finalists > 1 && m.dev.Info().Backend != gpu.CUDA {
+						// The CPU backend tunes its one configuration: no candidates to judge.
+						say(m.note, "warning: --finalists: the CPU backend has one configuration to tune, none to judge again")
+						finalists = 0
+					}
 					if finalists > 1 {
 						fresh, cleanup, err := newFreshBench(mo, m.dev.Info().ID)
 						if err != nil {

@@ -17,8 +17,12 @@ func TestTuneMoECPU(t *testing.T) {
 	t.Setenv(moe.EnvConfigDir, dir)
 	out := filepath.Join(dir, "tune.json")
 	args := []string{"tune", "moe", "--experts", "8", "--topk", "2", "--hidden", "64", "--inter", "32", "--batch", "1,5",
-		"--device", "cpu", "--samples", "4", "--tune-samples", "2"}
+		"--device", "cpu", "--samples", "4", "--tune-samples", "2", "--finalists", "3"}
 	stdout, stderr, code := runMstar(t, append(args, "--out", out)...)
+	// --finalists judges candidates again; the CPU has one: said, not run.
+	if !strings.Contains(stderr, "--finalists: the CPU backend has one configuration to tune") {
+		t.Errorf("no --finalists warning on the CPU: %s", stderr)
+	}
 	if code != exitOK {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
