@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/mstar-dev/mstar/internal/doctor"
 	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -72,23 +73,11 @@ func checkShmDir(flag, dir string, write bool) error {
 		return usageErr("--%s %s: not a directory", flag, dir)
 	}
 	if write {
-		if err := canCreateIn(dir); err != nil {
+		if err := doctor.CanCreateIn(dir); err != nil {
 			return usageErr("--%s %s: cannot write there: %v", flag, dir, err)
 		}
 	}
 	return nil
-}
-
-// canCreateIn probes that a file can be created in dir (by creating and
-// removing one), which permission bits alone do not tell (read-only mounts,
-// root).
-func canCreateIn(dir string) error {
-	f, err := os.CreateTemp(dir, ".mstar-check-*")
-	if err != nil {
-		return errors.Unwrap(err)
-	}
-	f.Close()
-	return os.Remove(f.Name())
 }
 
 // errIf is cond's usage error, else nil: a check that fits no helper above.

@@ -183,14 +183,21 @@ func TestArenaStressWorkersStopWhenParentDies(t *testing.T) {
 	}
 }
 
+// mstarProcess is an mstar command line as a separate process: this test
+// binary, run as mstar (runAsMstarEnv).
+func mstarProcess(args ...string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], append([]string{"-test.run=^$", "--"}, args...)...)
+	cmd.Env = append(os.Environ(), runAsMstarEnv+"=1")
+	return cmd
+}
+
 // startStress starts a long arena stress run over shm as a separate mstar
 // process, in a process group of its own (the group a terminal would
 // signal), its output collected; it is killed when the test ends.
 func startStress(t *testing.T, shm string) (cmd *exec.Cmd, stdout, stderr *bytes.Buffer) {
 	t.Helper()
-	cmd = exec.Command(os.Args[0], "-test.run=^$", "--", "arena", "stress", "--duration", "5m", "--producers", "2", "--consumers", "2",
+	cmd = mstarProcess("arena", "stress", "--duration", "5m", "--producers", "2", "--consumers", "2",
 		"--max-size", "64KiB", "--segment-size", "1MiB", "--max-segments", "2", "--interval", "100ms", "--shm-dir", shm)
-	cmd.Env = append(os.Environ(), runAsMstarEnv+"=1")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	stdout, stderr = new(bytes.Buffer), new(bytes.Buffer)
 	cmd.Stdout, cmd.Stderr = stdout, stderr

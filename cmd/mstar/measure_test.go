@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -21,10 +20,9 @@ func TestSIGKILLMidSweepKeepsFinishedBatches(t *testing.T) {
 	out := filepath.Join(dir, "moe.json")
 	partial := out + partialSuffix
 	// The last batch takes seconds on the CPU: the kill lands before it.
-	cmd := exec.Command(os.Args[0], "-test.run=^$", "--", "bench", "moe", "--device", "cpu",
+	cmd := mstarProcess("bench", "moe", "--device", "cpu",
 		"--experts", "16", "--topk", "2", "--hidden", "512", "--inter", "512",
 		"--batch", "1,2,4,8,16,4096", "--samples", "20", "--out", out)
-	cmd.Env = append(os.Environ(), runAsMstarEnv+"=1")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {

@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/mstar-dev/mstar/internal/badinput"
+	"github.com/mstar-dev/mstar/internal/doctor"
 	"github.com/mstar-dev/mstar/internal/units"
 	"github.com/mstar-dev/mstar/reports/results"
 	"github.com/spf13/cobra"
@@ -251,7 +252,7 @@ func (g *pipeGuard) Write(p []byte) (int, error) {
 		return len(p), nil
 	}
 	n, err := g.w.Write(p)
-	if err != nil && errors.Is(err, syscall.EPIPE) {
+	if errors.Is(err, syscall.EPIPE) {
 		g.gone = true
 		return len(p), nil
 	}
@@ -358,9 +359,6 @@ func (a *app) stopProfile() error {
 	return nil
 }
 
-// checkOutputFlags checks that each output file a command was given can be
-// created: it is not a directory (the final rename would fail after the
-// run), and its folder exists and is writable.
 // fileKind names a non-regular file's type for a message.
 func fileKind(m os.FileMode) string {
 	switch {
@@ -374,6 +372,10 @@ func fileKind(m os.FileMode) string {
 	return m.Type().String()
 }
 
+// checkOutputFlags checks that each output file a command was given can be
+// created: it is not a directory (the final rename would fail after the
+// run) nor another non-regular file (it would be replaced), and its folder
+// exists and is writable.
 func checkOutputFlags(cmd *cobra.Command) error {
 	for _, name := range outputFlags {
 		f := cmd.Flags().Lookup(name)
@@ -387,7 +389,7 @@ func checkOutputFlags(cmd *cobra.Command) error {
 			// FIFO would be replaced by a regular file (/dev/full was).
 			return usageErr("--%s %s: is not a regular file (%s); give a file path", name, f.Value.String(), fileKind(st.Mode()))
 		}
-		if err := canCreateIn(filepath.Dir(f.Value.String())); err != nil {
+		if err := doctor.CanCreateIn(filepath.Dir(f.Value.String())); err != nil {
 			return usageErr("--%s %s: cannot write there: %v", name, f.Value.String(), err)
 		}
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -56,8 +55,7 @@ func TestClosedStdoutIsNotAnError(t *testing.T) {
 // gone before the first write; it returns the run's error and its stderr.
 func runClosedStdout(t *testing.T, args ...string) (error, string) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], append([]string{"-test.run=^$", "--"}, args...)...)
-	cmd.Env = append(os.Environ(), runAsMstarEnv+"=1")
+	cmd := mstarProcess(args...)
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
@@ -80,9 +78,7 @@ func TestFullStdoutKeepsOut(t *testing.T) {
 	}
 	defer full.Close()
 	out := filepath.Join(t.TempDir(), "r.json")
-	cmd := exec.Command(os.Args[0], "-test.run=^$", "--", "arena", "sweep", "--device", "cpu", "--max-size", "4KiB",
-		"--samples", "1", "--rounds", "1", "--out", out)
-	cmd.Env = append(os.Environ(), runAsMstarEnv+"=1")
+	cmd := mstarProcess("arena", "sweep", "--device", "cpu", "--max-size", "4KiB", "--samples", "1", "--rounds", "1", "--out", out)
 	cmd.Stdout = full
 	runErr := cmd.Run()
 	if runErr == nil {

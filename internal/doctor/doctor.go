@@ -98,7 +98,7 @@ func Gather(libs []Library, shmDir string) Sources {
 		s.ShmErr = errors.New("not a directory")
 	} else if err := unix.Statfs(shmDir, &st); err != nil {
 		s.ShmErr = err
-	} else if err := canCreateIn(shmDir); err != nil {
+	} else if err := CanCreateIn(shmDir); err != nil {
 		// A probe file, not access(2): root passes W_OK on /proc and
 		// read-only mounts, where the arena then fails (as arena sweep
 		// and stress do refuse).
@@ -375,9 +375,12 @@ func cgroupMemMax() int64 {
 	return 0
 }
 
-// canCreateIn creates and removes a file in dir.
-func canCreateIn(dir string) error {
-	f, err := os.CreateTemp(dir, ".mstar-doctor-*")
+// CanCreateIn probes that a file can be created in dir, by creating and
+// removing one: permission bits alone do not tell (read-only mounts, /proc,
+// root). The doctor's shm check and the commands' output and --shm-dir
+// checks share it.
+func CanCreateIn(dir string) error {
+	f, err := os.CreateTemp(dir, ".mstar-check-*")
 	if err != nil {
 		return errors.Unwrap(err)
 	}
