@@ -88,11 +88,11 @@ func TestMoETableMergedRuns(t *testing.T) {
 func TestRunTablesFitWidth(t *testing.T) {
 	for _, path := range []string{
 		"measured/h200/moe-qwen3-30b-a3b.json",
-		"measured/h100/moe-v36/ab-q30/a.json", // --stages
+		"measured/h100/moe-v36/ab-q30/a.json.gz", // --stages
 		"measured/h200/ceilings.json",
 		"measured/h200/arena-sweep.json",
-		"measured/arena/stress-30s-kill1pct.json",
-		"measured/h200/moe-final-a/tune/docs/tune-mixtral-8x7b.json",
+		"measured/arena/stress-30s-kill1pct.json.gz",
+		"measured/h200/moe-final-a/tune/docs/tune-mixtral-8x7b.json.gz",
 	} {
 		d, err := results.ReadFile(path)
 		if err != nil {

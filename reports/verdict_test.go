@@ -415,7 +415,7 @@ func TestRenderDiffFormatsGolden(t *testing.T) {
 // report show of real documents fits TextWidth (100) columns and loses no
 // column; Wide gives the whole tables.
 func TestRenderFitsWidth(t *testing.T) {
-	for _, path := range []string{"measured/h200/moe-qwen3-30b-a3b.json", "measured/h200/spill.json", "measured/arena/stress-30s.json", "measured/h200/ablate-router.json",
+	for _, path := range []string{"measured/h200/moe-qwen3-30b-a3b.json", "measured/h200/spill.json", "measured/arena/stress-30s.json.gz", "measured/h200/ablate-router.json",
 		"measured/h200/ceilings.json"} {
 		t.Run(path, func(t *testing.T) {
 			d, err := results.ReadFile(path)

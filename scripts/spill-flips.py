@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""spill-flips.py RUN.json... — across repeated spill-matrix runs, each
+"""spill-flips.py RUN.json[.gz]... — across repeated spill-matrix runs, each
 cell's outcome per run (PASS, FAIL, or CANNOT-TELL when a gate could not
 tell and none failed), the cells that flipped between PASS and FAIL, and
 the device partial/uneven moves as % of their ceilings (median of runs).
 Exit 1 when a cell flipped."""
+import gzip
 import json
 import statistics
 import sys
@@ -19,7 +20,8 @@ def main(paths):
     outcome = defaultdict(dict)  # cell -> run -> PASS|FAIL|CANNOT-TELL
     pct = defaultdict(list)      # "partial/device fraction=25 restore" -> [% per run]
     for run, path in enumerate(paths):
-        with open(path) as f:
+        opener = gzip.open if path.endswith(".gz") else open
+        with opener(path, "rt") as f:
             doc = json.load(f)
         for r in doc.get("results", []):
             if r["name"] == "spill-ceiling" or "scenario" not in r.get("params", {}):
