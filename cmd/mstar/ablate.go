@@ -231,6 +231,9 @@ out-of-range expert id.`,
 				if err != nil {
 					return badInput(fmt.Errorf("--routing-file: %w", err))
 				}
+				for _, w := range tr.Warnings {
+					say(a.stderr, "warning: --routing-file: %s", w)
+				}
 				opt.Trace = tr
 				kernelK = tr.TopK
 				if !cmd.Flags().Changed("layers") {

@@ -89,6 +89,23 @@ func TestAblateRouterInputs(t *testing.T) {
 		if !strings.Contains(stdout, "2 layers × 64 tokens") || !strings.Contains(stdout, "trace") {
 			t.Errorf("trace run table:\n%s", stdout)
 		}
+		if strings.Contains(stderr, "warning") {
+			t.Errorf("a clean trace is warned of:\n%s", stderr)
+		}
+	})
+	// A negative weight replays, with a warning saying how many and where.
+	t.Run("trace with negative weights", func(t *testing.T) {
+		neg := writeFile(t, t.TempDir(), "neg.jsonl", `{"format":"mstar.routing-trace","experts":16,"topk":2}
+{"layer":0,"ids":[3,4],"weights":[0.5,0.5]}
+{"layer":0,"ids":[0,8],"weights":[1.5,-0.5]}
+`)
+		_, stderr, code := runMstar(t, append([]string{"ablate", "router", "--routing-file", neg, "--kernel-tokens", "0"}, tinyModel...)...)
+		if code != exitOK {
+			t.Fatalf("exit %d: %s", code, stderr)
+		}
+		if want := "warning: --routing-file: " + neg + ": 1 of 4 weights is negative, the first -0.5 at line 3 (layer 0, token 1), slot 1"; !strings.Contains(stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr)
+		}
 	})
 }
 

@@ -212,6 +212,9 @@ Models:
 				if tr.Experts != opt.Shape.E {
 					return usageErr("routing file %s is over %d experts, the shape has %d", traceIn, tr.Experts, opt.Shape.E)
 				}
+				for _, w := range tr.Warnings { // the whole file's: a broken one, though only its first layer replays
+					say(a.stderr, "warning: --routing-file: %s", w)
+				}
 				if len(tr.Layers) > 1 {
 					say(a.stderr, "routing file %s has %d layers; replaying its first (layer %d)", traceIn, len(tr.Layers), tr.Layers[0])
 				}

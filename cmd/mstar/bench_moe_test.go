@@ -42,8 +42,19 @@ func TestBenchMoECPU(t *testing.T) {
 	// The written routing replays.
 	_, stderr, code = runMstar(t, "bench", "moe", "--experts", "8", "--topk", "2", "--hidden", "64", "--inter", "32",
 		"--batch", "3", "--device", "cpu", "--samples", "1", "--routing-file", trace)
-	if code != exitOK {
+	if code != exitOK || strings.Contains(stderr, "warning: --routing-file") {
 		t.Errorf("replaying --routing-out: exit %d: %s", code, stderr)
+	}
+	// A negative weight replays, with the reader's warning.
+	neg := filepath.Join(t.TempDir(), "neg.jsonl")
+	os.WriteFile(neg, []byte(`{"format":"mstar.routing-trace","experts":8,"topk":2}
+{"layer":0,"ids":[3,4],"weights":[0.5,0.5]}
+{"layer":0,"ids":[0,5],"weights":[1.5,-0.5]}
+`), 0o644)
+	_, stderr, code = runMstar(t, "bench", "moe", "--experts", "8", "--topk", "2", "--hidden", "64", "--inter", "32",
+		"--batch", "2", "--device", "cpu", "--samples", "1", "--routing-file", neg)
+	if want := "warning: --routing-file: " + neg + ": 1 of 4 weights is negative"; code != exitOK || !strings.Contains(stderr, want) {
+		t.Errorf("negative weight: exit %d, stderr lacks %q:\n%s", code, want, stderr)
 	}
 }
 

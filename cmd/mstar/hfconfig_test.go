@@ -47,11 +47,14 @@ func TestHFConfigFlag(t *testing.T) {
 
 	bad := filepath.Join(dir, "bad.json")
 	os.WriteFile(bad, []byte(`{"num_experts": 8, "num_local_experts": 16, "num_experts_per_tok": 2, "hidden_size": 64, "intermediate_size": 32}`), 0o644)
+	dup := filepath.Join(dir, "dup.json")
+	os.WriteFile(dup, []byte("{\"num_experts\": 128,\n \"num_experts\": 64, \"num_experts_per_tok\": 2, \"hidden_size\": 64, \"intermediate_size\": 32}"), 0o644)
 	for _, tt := range []struct {
 		name string
 		args []string
 		want string
 	}{
+		{"duplicate key", []string{"ablate", "router", "--hf-config", dup}, "dup.json: num_experts: line 2, column 2: duplicate key (first at line 1, column 2)"},
 		{"contradictory", []string{"bench", "moe", "--hf-config", bad, "--device", "cpu"}, "num_experts/num_local_experts: contradictory: num_experts is 8 but num_local_experts is 16"},
 		{"missing key", []string{"ablate", "router", "--hf-config", out}, "num_experts: missing"},
 		{"no file", []string{"bench", "moe", "--hf-config", filepath.Join(dir, "none.json"), "--device", "cpu"}, "no such file"},

@@ -126,3 +126,82 @@ func NullError(b []byte, base int, want string) error {
 	line, col := Position(b, off)
 	return fmt.Errorf("line %d, column %d: null where %s belongs", base+line, col, want)
 }
+
+// DuplicateKey finds the first key that one object of b holds twice, at any
+// depth: keys compare after unescaping, as a decoder into a map sees them
+// (it keeps the last value silently). It returns the key's path ("a.b[2].c"),
+// the offsets of its first and second occurrence, and dup = -1 where no
+// object repeats a key. b must be valid JSON (decode it first).
+func DuplicateKey(b []byte) (path string, first, dup int64) {
+	type frame struct {
+		name   string           // the path to this object or array
+		keys   map[string]int64 // an object's keys so far, by offset
+		obj    bool
+		key    bool   // an object expecting a key next
+		cur    string // the path of the value being read
+		nelems int    // an array's elements so far
+	}
+	var stack []*frame
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber() // numbers stay text: 1e999 is no error here
+	// child is the path of the next value in the innermost container.
+	child := func() string {
+		if len(stack) == 0 {
+			return ""
+		}
+		f := stack[len(stack)-1]
+		if f.obj {
+			return f.cur
+		}
+		p := fmt.Sprintf("%s[%d]", f.name, f.nelems)
+		f.nelems++
+		return p
+	}
+	for {
+		start := d.InputOffset()
+		tok, err := d.Token()
+		if err != nil {
+			return "", -1, -1 // io.EOF, or invalid JSON (not this function's to report)
+		}
+		if n := len(stack); n > 0 && stack[n-1].key {
+			f := stack[n-1]
+			if delim, ok := tok.(json.Delim); ok && delim == '}' {
+				if stack = stack[:n-1]; len(stack) == 0 {
+					return "", -1, -1 // the first value is done
+				}
+				continue
+			}
+			k, _ := tok.(string)
+			// The key's quote follows the '{' or ',' and blanks before it.
+			for start < int64(len(b)) && b[start] != '"' {
+				start++
+			}
+			f.cur = k
+			if f.name != "" {
+				f.cur = f.name + "." + k
+			}
+			if at, ok := f.keys[k]; ok {
+				return f.cur, at, start
+			}
+			f.keys[k] = start
+			f.key = false
+			continue
+		}
+		if n := len(stack); n > 0 && stack[n-1].obj {
+			stack[n-1].key = true // after this value, a key or '}'
+		}
+		switch tok {
+		case json.Delim('{'):
+			stack = append(stack, &frame{name: child(), keys: map[string]int64{}, obj: true, key: true})
+		case json.Delim('['):
+			stack = append(stack, &frame{name: child()})
+		case json.Delim(']'):
+			stack = stack[:len(stack)-1]
+		default:
+			child() // a scalar: count it as an array's element
+		}
+		if len(stack) == 0 {
+			return "", -1, -1 // the first value is done
+		}
+	}
+}

@@ -56,3 +56,32 @@ func TestNullElement(t *testing.T) {
 		t.Errorf("NullError: %v", err)
 	}
 }
+
+func TestDuplicateKey(t *testing.T) {
+	for _, tc := range []struct {
+		in         string
+		path       string
+		first, dup int64
+	}{
+		{`{"a":1,"a":2}`, "a", 1, 7},
+		{"{\n  \"n\": 128,\n  \"n\": 64\n}", "n", 4, 16},
+		// Nested objects and arrays name their path.
+		{`{"rope":{"f":1,"t":"x","f":2}}`, "rope.f", 9, 23},
+		{`{"l":[1,{"a":1},{"b":[],"b":{}}]}`, "l[2].b", 17, 24},
+		{`[{"a":1},{"a":2,"c":3,"c":4}]`, "[1].c", 16, 22},
+		// Keys compare unescaped: "\u0061" is "a".
+		{`{"a":1,"\u0061":2}`, "a", 1, 7},
+		// The same key in sibling or nested objects, or as a value, is fine.
+		{`{"a":{"a":1},"b":{"a":2},"c":[{"a":3},{"a":4}]}`, "", -1, -1},
+		{`{"k":"k","s":"\"k\":1,\"k\"","x":"\\"}`, "", -1, -1},
+		{`{"a\"":1,"a":2,"a\\":3}`, "", -1, -1},
+		{`{}`, "", -1, -1},
+		{`[1, "a", null, {}]`, "", -1, -1},
+		{`3`, "", -1, -1},
+	} {
+		path, first, dup := DuplicateKey([]byte(tc.in))
+		if path != tc.path || first != tc.first || dup != tc.dup {
+			t.Errorf("DuplicateKey(%s) = %q %d %d, want %q %d %d", tc.in, path, first, dup, tc.path, tc.first, tc.dup)
+		}
+	}
+}

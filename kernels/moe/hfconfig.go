@@ -72,6 +72,14 @@ func ParseHFConfig(b []byte, file string) (HFConfig, error) {
 	if err != nil {
 		return HFConfig{}, &HFConfigError{File: file, Key: "(file)", Msg: "not one JSON object: " + err.Error()}
 	}
+	// The decoder keeps a repeated key's last value without a word; which
+	// one the model's own loader takes is anyone's guess.
+	if path, first, dup := jsonpos.DuplicateKey(b); dup >= 0 {
+		line, col := jsonpos.Position(b, dup)
+		fl, fc := jsonpos.Position(b, first)
+		return HFConfig{}, &HFConfigError{File: file, Key: path,
+			Msg: fmt.Sprintf("line %d, column %d: duplicate key (first at line %d, column %d): give it once", line, col, fl, fc)}
+	}
 	obj, prefix := top, ""
 	if !hasAny(top, hfExpertKeys) {
 		if tc, ok := top["text_config"]; ok {

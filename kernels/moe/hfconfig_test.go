@@ -73,6 +73,11 @@ func TestHFConfigBad(t *testing.T) {
 		{"not json", `{"num_experts": 64,`, "(file)", "not one JSON object: line 1, column 20: unexpected end of input"},
 		{"array", `[1, 2]`, "(file)", "not one JSON object: line 1, column 1: the document: expected an object, found array"},
 		{"trailing data", "{\"num_experts\": 64}\n xx", "(file)", "not one JSON object: line 2, column 2: unexpected data after the object"},
+		// A repeated key is refused, not read as its last value; nested too.
+		{"duplicate key", "{\"num_experts\": 128,\n \"num_experts\": 64, \"num_experts_per_tok\": 8, \"hidden_size\": 1024, \"intermediate_size\": 512}",
+			"num_experts", "line 2, column 2: duplicate key (first at line 1, column 2)"},
+		{"duplicate nested key", `{"num_experts": 64, "num_experts_per_tok": 8, "hidden_size": 1024, "intermediate_size": 512,
+			"rope_scaling": {"factor": 4.0, "type": "yarn", "factor": 8.0}}`, "rope_scaling.factor", "line 2, column 52: duplicate key (first at line 2, column 21)"},
 		{"nested missing", `{"text_config": {"num_experts": 64, "hidden_size": 1024, "moe_intermediate_size": 512}}`, "text_config.num_experts_per_tok", "missing"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -96,5 +101,18 @@ func TestHFConfigNestedAndFloats(t *testing.T) {
 	}
 	if c.Shape != (Shape{E: 128, K: 8, H: 2048, I: 768}) || c.From["hidden"] != "text_config.hidden_size" || c.Name != "omni-thinker" {
 		t.Errorf("got %+v", c)
+	}
+}
+
+// The same key in two different objects is not a duplicate.
+func TestHFConfigSiblingKeys(t *testing.T) {
+	c, err := ParseHFConfig([]byte(`{"num_experts": 64, "num_experts_per_tok": 8, "hidden_size": 1024, "intermediate_size": 512,
+		"rope_scaling": {"factor": 4.0, "type": "yarn"}, "quantization_config": {"factor": 2, "type": "fp8", "modules": [{"type": "a"}, {"type": "b"}]},
+		"text_config": {"num_experts": 64}}`), "c.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Shape != (Shape{E: 64, K: 8, H: 1024, I: 512}) {
+		t.Errorf("shape %v", c.Shape)
 	}
 }

@@ -33,7 +33,8 @@ const TraceFormat = "mstar.routing-trace"
 // Tokens of a layer are in line order (lines of different layers may
 // interleave); every layer must have the same number of tokens. "ids" holds
 // exactly topk distinct expert ids in [0, experts); "weights" is optional
-// (1/topk each when absent) and otherwise holds one finite number per id;
+// (1/topk each when absent) and otherwise holds one finite number per id
+// (negative ones are read, with a warning in Warnings);
 // "dropped" is optional too and marks the slots a router dropped for
 // capacity (routing.Routing.Dropped: named, weighing 0, computing nothing).
 // Layer numbers are the model's; replay maps the run's i-th layer to the
@@ -46,6 +47,9 @@ type Trace struct {
 	Experts, TopK int
 	Layers        []int             // the layer numbers, ascending
 	Routings      []routing.Routing // per layer, the same tokens, TopK slots each
+	// Warnings name what the file holds that replays but is likely a
+	// mistake (negative weights), for the commands that read it to print.
+	Warnings []string
 }
 
 // Tokens is the number of tokens every layer holds.
@@ -77,7 +81,8 @@ type traceDoc struct {
 	Dropped [][]bool    `json:"dropped"`
 }
 
-// ReadTraceFile reads a routing trace file; errors name the file and line.
+// ReadTraceFile reads a routing trace file; errors and warnings name the
+// file and line.
 func ReadTraceFile(path string) (*Trace, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -87,6 +92,9 @@ func ReadTraceFile(path string) (*Trace, error) {
 	tr, err := ReadTrace(f)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	for i, w := range tr.Warnings {
+		tr.Warnings[i] = path + ": " + w
 	}
 	return tr, nil
 }
@@ -133,6 +141,7 @@ func ReadTrace(r io.Reader) (*Trace, error) {
 		return nil, fmt.Errorf("%d rows of dropped for %d rows of ids", len(doc.Dropped), len(doc.IDs))
 	}
 	tr := &Trace{Experts: doc.Experts, TopK: doc.TopK, Layers: []int{0}, Routings: []routing.Routing{{K: doc.TopK}}}
+	var neg negatives
 	for t, ids := range doc.IDs {
 		var ws []float64
 		var dropped []bool
@@ -145,10 +154,12 @@ func ReadTrace(r io.Reader) (*Trace, error) {
 		if err := tr.appendRow(0, ids, ws, dropped); err != nil {
 			return nil, fmt.Errorf("row %d: %w", t, err)
 		}
+		neg.see(ws, func() string { return fmt.Sprintf("token %d", t) })
 	}
 	if tr.Tokens() == 0 {
 		return nil, fmt.Errorf("trace has no tokens")
 	}
+	tr.Warnings = neg.warnings(tr)
 	return tr, nil
 }
 
@@ -168,6 +179,7 @@ func readTraceLines(data []byte, hdr traceHeader) (*Trace, error) {
 	}
 	tr := &Trace{Experts: hdr.Experts, TopK: hdr.TopK}
 	byLayer := map[int]int{} // layer number → index in tr.Routings (in order of appearance)
+	var neg negatives
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	sc.Buffer(make([]byte, 1<<20), 1<<30)
 	line := 0
@@ -198,6 +210,9 @@ func readTraceLines(data []byte, hdr traceHeader) (*Trace, error) {
 		if err := tr.appendRow(li, tl.IDs, tl.Weights, tl.Dropped); err != nil {
 			return nil, fmt.Errorf("line %d: %w", line, err)
 		}
+		neg.see(tl.Weights, func() string {
+			return fmt.Sprintf("line %d (layer %d, token %d)", line, *tl.Layer, tr.Routings[li].M-1)
+		})
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("line %d: %v", line+1, err)
@@ -221,7 +236,42 @@ func readTraceLines(data []byte, hdr traceHeader) (*Trace, error) {
 			return nil, fmt.Errorf("layer %d has %d tokens, layer %d has %d: every layer needs the same tokens", l, n, tr.Layers[0], tr.Tokens())
 		}
 	}
+	tr.Warnings = neg.warnings(tr)
 	return tr, nil
+}
+
+// negatives counts a trace's negative weights. No router gives one (a
+// sign flipped, logits saved as weights), but the kernels compute them as
+// given, so they are warned of, not refused. NaN and ±Inf cannot be written
+// in JSON, and appendRow refuses what overflows float32.
+type negatives struct {
+	n     int
+	first string // where the first is
+}
+
+// see counts the negatives among one row's weights; where says where the
+// row is, asked only for the first.
+func (ng *negatives) see(ws []float64, where func() string) {
+	for j, w := range ws {
+		if w < 0 {
+			if ng.n == 0 {
+				ng.first = fmt.Sprintf("%g at %s, slot %d", w, where(), j)
+			}
+			ng.n++
+		}
+	}
+}
+
+func (ng *negatives) warnings(tr *Trace) []string {
+	if ng.n == 0 {
+		return nil
+	}
+	verb := "are"
+	if ng.n == 1 {
+		verb = "is"
+	}
+	return []string{fmt.Sprintf("%d of %d weights %s negative, the first %s: a router's weights are never negative, so the trace is likely broken",
+		ng.n, len(tr.Routings)*tr.Tokens()*tr.TopK, verb, ng.first)}
 }
 
 func (tr *Trace) appendRow(li int, ids []int64, ws []float64, dropped []bool) error {

@@ -2,6 +2,8 @@ package router
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -203,6 +205,54 @@ func TestLogitsMatchesFloat64(t *testing.T) {
 			if d := float64(got[tok*E+e]) - want; d > 1e-5 || d < -1e-5 {
 				t.Errorf("logit[%d][%d] = %v, want %v", tok, e, got[tok*E+e], want)
 			}
+		}
+	}
+}
+
+// A negative weight replays, but is warned of with the count and where the
+// first one is; NaN and ±Inf cannot get in.
+func TestReadTraceNegativeWeights(t *testing.T) {
+	hdr := `{"format":"mstar.routing-trace","experts":4,"topk":2}` + "\n"
+	for _, tc := range []struct {
+		name, text, want string
+	}{
+		{"clean, weights not summing to 1", hdr + `{"layer":0,"ids":[0,1],"weights":[0.9,0.7]}` + "\n" + `{"layer":0,"ids":[2,3],"weights":[0,-0]}`, ""},
+		{"clean, no weights", hdr + `{"layer":0,"ids":[0,1]}`, ""},
+		{"lines", hdr + `{"layer":3,"ids":[0,1],"weights":[0.5,0.5]}` + "\n" + `{"layer":1,"ids":[0,1],"weights":[0.5,0.5]}` + "\n" +
+			`{"layer":3,"ids":[2,3],"weights":[1.25,-0.25]}` + "\n" + `{"layer":1,"ids":[2,3],"weights":[-1,-2]}`,
+			"3 of 8 weights are negative, the first -0.25 at line 4 (layer 3, token 1), slot 1: a router's weights are never negative"},
+		{"object", `{"experts":4,"topk":2,"ids":[[0,1],[2,3]],"weights":[[1,0],[0.5,-0.5]]}`,
+			"1 of 4 weights is negative, the first -0.5 at token 1, slot 1: a router's weights are never negative"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr, err := ReadTrace(strings.NewReader(tc.text))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.want == "" {
+				if tr.Warnings != nil {
+					t.Errorf("warnings for a clean trace: %q", tr.Warnings)
+				}
+				return
+			}
+			if len(tr.Warnings) != 1 || !strings.HasPrefix(tr.Warnings[0], tc.want) {
+				t.Errorf("warnings %q, want one starting %q", tr.Warnings, tc.want)
+			}
+		})
+	}
+	// The file reader names the file in the warning.
+	p := filepath.Join(t.TempDir(), "neg.jsonl")
+	os.WriteFile(p, []byte(hdr+`{"layer":0,"ids":[0,1],"weights":[-1,2]}`), 0o644)
+	tr, err := ReadTraceFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tr.Warnings) != 1 || !strings.HasPrefix(tr.Warnings[0], p+": 1 of 2 weights is negative, the first -1 at line 2") {
+		t.Errorf("ReadTraceFile: warnings %q", tr.Warnings)
+	}
+	for _, bad := range []string{`[NaN,0]`, `[1e999,0]`, `[-1e999,0]`, `["Inf",0]`} {
+		if _, err := ReadTrace(strings.NewReader(hdr + `{"layer":0,"ids":[0,1],"weights":` + bad + `}`)); err == nil || !strings.Contains(err.Error(), "line 2") {
+			t.Errorf("weights %s: %v, want refused at line 2", bad, err)
 		}
 	}
 }
