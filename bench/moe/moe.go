@@ -220,9 +220,12 @@ func PrepareMoE(opt *MoEOptions) (moe.Shape, error) {
 	} else if _, err := moe.ParseRoutingSpec(opt.Routing); err != nil {
 		return moe.Shape{}, badinput.Wrap(err)
 	} else {
-		// As parsed: "Uniform" is recorded as uniform, so its results pair
-		// with uniform runs' in report diff.
-		opt.Routing = strings.ToLower(strings.TrimSpace(opt.Routing))
+		// As parsed: "Uniform" is recorded as uniform and "zipf:1.20" as
+		// zipf:1.2, so their results pair in report diff and their tuned
+		// picks are found.
+		if opt.Routing != "" {
+			opt.Routing = moe.CanonicalRouting(opt.Routing)
+		}
 	}
 	if opt.Samples < 0 {
 		return moe.Shape{}, badinput.Errorf("--samples %d: must be at least 0 (0: 20 on CUDA, 6 on the CPU)", opt.Samples)
@@ -257,6 +260,16 @@ func (opt *MoEOptions) routingName() string {
 		return "uniform"
 	}
 	return opt.Routing
+}
+
+// candidates are batch m's tuning candidates on g under this run's routing
+// (its first m tokens, local ids): CandidatesFor's under uniform routing,
+// more families under a skewed one (moe.CandidatesUnder).
+func (opt *MoEOptions) candidates(g moe.GPU, local moe.Shape, m int) []moe.Config {
+	if opt.routingName() == moe.Uniform {
+		return moe.CandidatesFor(g, local, m)
+	}
+	return moe.CandidatesUnder(g, local, m, opt.buildRouting(m).Localize(opt.Shape.E, opt.EP, 0))
 }
 
 // buildRouting makes the routing of the largest batch (global ids).
@@ -720,7 +733,7 @@ func checkFits(dev gpu.Device, local moe.Shape, opt MoEOptions, maxM int) error 
 			cfgs = []moe.Config{moe.ChooseConfigFor(tableGPU(dev.Info()), local, maxM)}
 		}
 		if opt.Tune {
-			cfgs = moe.CandidatesFor(tableGPU(dev.Info()), local, maxM)
+			cfgs = opt.candidates(tableGPU(dev.Info()), local, maxM)
 		}
 		var plan int64
 		for _, c := range cfgs {
@@ -758,7 +771,7 @@ func settleWarmUp(onGPU bool) func(call func() (float64, error)) error {
 // candidate (the caller then drops the batch).
 func tune(ctx context.Context, g *moe.Runner, dev moe.GPU, x []float32, r routing.Routing, tokens []int, want []float64, samples int, progress func(string)) []TuneOutcome {
 	shape := g.Layer().Shape
-	return TuneCandidates(ctx, gpuCandidates{g: g, m: r.M, x: x, r: r}, moe.CandidatesFor(dev, shape, r.M),
+	return TuneCandidates(ctx, gpuCandidates{g: g, m: r.M, x: x, r: r}, moe.CandidatesUnder(dev, shape, r.M, r),
 		TuneCheck{Tokens: tokens, Want: want, H: shape.H}, samples, progress)
 }
 

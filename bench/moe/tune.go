@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -494,41 +495,51 @@ func ResolveMoEConfigs(local moe.Shape, dev gpu.Info, batches []int, opt MoEOpti
 	if strings.HasPrefix(where, "file ") {
 		src = "cache:" + key.FileName()
 	}
-	warns = append(warns, fmt.Sprintf("kernel configurations from the tuned %s (%d batches, updated %s)", where, len(f.Batches), f.Updated.Format("2006-01-02")))
-	if w := routingMismatch(f, batches, opt.routingName()); w != "" {
+	warns = append(warns, fmt.Sprintf("kernel configurations from the tuned %s (%d batches, updated %s)", where, f.Len(), f.Updated.Format("2006-01-02")))
+	run := opt.routingName()
+	if w := routingMismatch(f, batches, run); w != "" {
 		warns = append(warns, w)
 	}
 	for _, m := range batches {
-		c, note := f.Pick(local, m)
+		c, note := f.PickFor(local, m, run)
+		from, exact := src, note == fmt.Sprintf("batch %d", m)
+		if note == fmt.Sprintf("batch %d under %s", m, run) {
+			from, exact = src+" ["+run+"]", true
+		}
 		switch {
-		case c.Kernel == "" && note == fmt.Sprintf("batch %d", m):
+		case c.Kernel == "" && exact:
 			out[m] = BatchConfig{Config: moe.ChooseConfigFor(tableGPU(dev), local, m), Source: "static", Note: "the tuned file says auto: static table"}
 		case c.Kernel == "":
 			out[m] = BatchConfig{Config: moe.ChooseConfigFor(tableGPU(dev), local, m), Source: "static", Note: note}
-		case note == fmt.Sprintf("batch %d", m):
-			out[m] = BatchConfig{Config: c, Source: src}
+		case exact:
+			out[m] = BatchConfig{Config: c, Source: from}
 		default:
-			out[m] = BatchConfig{Config: c, Source: src, Note: note}
+			out[m] = BatchConfig{Config: c, Source: from, Note: note}
 		}
 	}
 	return out, warns, nil
 }
 
-// routingMismatch says which of batches the tuned file f picked under
-// another routing than this run's: a tuned file is per shape and device,
-// and a skewed routing can want other tiles (deepseek-v3 tp8 M=256 under
-// zipf:1.2 on an H100: 0.95× triton-ref with the uniform picks, 0.99×
-// with its own, reports/measured/h100/moe-general/).
+// routingMismatch says which of batches take a pick the tuned file f made
+// under another routing than this run's (it has none for theirs): a skewed
+// routing can want other tiles (on an H100 under zipf:1.2, deepseek-v3 tp8
+// M=256 ran 2.8% and qwen3-30b-a3b M=256 1.9% faster with picks tuned under
+// it than with the uniform ones, reports/measured/h100/moe-zipf-picks/).
 func routingMismatch(f *moe.TunedFile, batches []int, run string) string {
 	var ms []string
 	tunedUnder := map[string]bool{}
 	for _, m := range batches {
-		b, ok := f.Batches[strconv.Itoa(m)]
-		if !ok || b.Routing == "" || b.Routing == run {
+		if f.Has(m, run) {
 			continue
 		}
-		ms = append(ms, strconv.Itoa(m))
-		tunedUnder[b.Routing] = true
+		b, ok := f.Get(m, moe.Uniform)
+		if !ok {
+			continue
+		}
+		if r := moe.CanonicalRouting(b.Routing); r != run {
+			ms = append(ms, strconv.Itoa(m))
+			tunedUnder[r] = true
+		}
 	}
 	if len(ms) == 0 {
 		return ""
@@ -763,6 +774,19 @@ func RunMoETune(ctx context.Context, dev gpu.Device, opt MoETuneOptions) (*MoETu
 		return nil, badinput.Wrap(err)
 	}
 	rep.Warnings = append(rep.Warnings, warns...)
+	if f == nil {
+		// An unreadable file would be overwritten by the first batch: it is
+		// kept beside, for whoever wrote it by hand.
+		if b, err := os.ReadFile(rep.Path); err == nil {
+			if _, perr := moe.ParseTunedFile(b, rep.Path); perr != nil {
+				kept := keepAside(rep.Path)
+				if kept == "" {
+					return nil, fmt.Errorf("tune moe: %s cannot be read as a tuned file, and moving it aside failed: move it, then run again", rep.Path)
+				}
+				rep.Warnings = append(rep.Warnings, fmt.Sprintf("moved the unreadable %s to %s: a new file is written in its place", rep.Path, kept))
+			}
+		}
+	}
 	if f == nil || opt.Force {
 		if f != nil {
 			rep.Warnings = append(rep.Warnings, "--force: re-tuning every batch of "+rep.Path)
@@ -790,18 +814,22 @@ func RunMoETune(ctx context.Context, dev gpu.Device, opt MoETuneOptions) (*MoETu
 	// is tuned again. Not on the CPU, which tunes one implementation.
 	candidatesOf := opt.Candidates
 	if candidatesOf == nil && onGPU {
-		candidatesOf = func(m int) []moe.Config { return moe.CandidatesFor(tableGPU(info), local, m) }
+		candidatesOf = func(m int) []moe.Config { return mo.candidates(tableGPU(info), local, m) }
 	}
+	// Batches are resumed, and kept, per routing: a skewed tune adds its
+	// picks beside the uniform ones.
+	run := mo.routingName()
+	tunedKernels := func(m int) string { b, _ := f.Get(m, run); return b.Kernels }
 	var todo, stale []int
 	for _, m := range mo.Batches {
 		if slices.Contains(todo, m) || slices.Contains(rep.Skipped, m) {
 			continue
 		}
 		switch {
-		case f.Has(m) && !opt.Force && candidatesOf != nil && f.Batches[strconv.Itoa(m)].Kernels != moe.BatchKernels(candidatesOf(m)):
+		case f.Has(m, run) && !opt.Force && candidatesOf != nil && tunedKernels(m) != moe.BatchKernels(candidatesOf(m)):
 			stale = append(stale, m)
 			todo = append(todo, m)
-		case f.Has(m) && !opt.Force:
+		case f.Has(m, run) && !opt.Force:
 			rep.Skipped = append(rep.Skipped, m)
 		default:
 			todo = append(todo, m)
@@ -809,7 +837,7 @@ func RunMoETune(ctx context.Context, dev gpu.Device, opt MoETuneOptions) (*MoETu
 	}
 	if len(stale) > 0 {
 		rep.Warnings = append(rep.Warnings, fmt.Sprintf("re-tuning M=%s: tuned before this build's candidates for them (kernels %s, now %s)",
-			moe.JoinBatches(stale), f.Batches[strconv.Itoa(stale[0])].Kernels, moe.BatchKernels(candidatesOf(stale[0]))))
+			moe.JoinBatches(stale), tunedKernels(stale[0]), moe.BatchKernels(candidatesOf(stale[0]))))
 	}
 	if opt.Shortlist != nil && len(todo) > 0 {
 		// Another shape's (or routing's, or seed's) document is almost
@@ -1030,6 +1058,9 @@ func RunMoETune(ctx context.Context, dev gpu.Device, opt MoETuneOptions) (*MoETu
 	if rounds <= 0 {
 		rounds = 2
 	}
+	if rounds == 1 {
+		rep.Warnings = append(rep.Warnings, "--rounds 1: the comparison sees no noise between sweeps, so a shift of a sweep's level (a busy host, another draw of the weights' placement) can read as a change; 2 or more rounds see it")
+	}
 	var docs [2][]*results.Document
 	for round := range rounds {
 		type sweep struct {
@@ -1059,12 +1090,31 @@ func RunMoETune(ctx context.Context, dev gpu.Device, opt MoETuneOptions) (*MoETu
 	}
 	rep.StaticDocs, rep.TunedDocs = docs[0], docs[1]
 	if onGPU { // on the CPU there is no placement to draw: a gap is the host's noise
-		rep.Warnings = append(rep.Warnings, SweepGaps(rep.File, rep.TunedDocs, TuneSweepGap)...)
+		rep.Warnings = append(rep.Warnings, SweepGaps(rep.File, mo.routingName(), rep.TunedDocs, TuneSweepGap)...)
 	}
 	if len(rep.NoCandidate) > 0 {
 		return rep, fmt.Errorf("%w at M=%s", ErrNoCandidate, moe.JoinBatches(rep.NoCandidate))
 	}
 	return rep, nil
+}
+
+// keepAside renames path to path.bad (path.bad.2, … when taken) and
+// returns the new name, or "" when it cannot.
+func keepAside(path string) string {
+	for i := 1; i < 100; i++ {
+		to := path + ".bad"
+		if i > 1 {
+			to += "." + strconv.Itoa(i)
+		}
+		if _, err := os.Lstat(to); err == nil {
+			continue
+		}
+		if os.Rename(path, to) == nil {
+			return to
+		}
+		return ""
+	}
+	return ""
 }
 
 // TuneSweepGap is how far (a fraction) the tuned sweep's median may read
@@ -1077,7 +1127,7 @@ const TuneSweepGap = 0.03
 // SweepGaps names the batches whose tuned-sweep latency (the median over
 // the rounds of docs) reads more than gap from the file's candidate time,
 // their sample ranges apart, as warnings, in batch order.
-func SweepGaps(f *moe.TunedFile, docs []*results.Document, gap float64) []string {
+func SweepGaps(f *moe.TunedFile, routing string, docs []*results.Document, gap float64) []string {
 	if f == nil {
 		return nil
 	}
@@ -1091,8 +1141,8 @@ func SweepGaps(f *moe.TunedFile, docs []*results.Document, gap float64) []string
 		}
 	}
 	var out []string
-	for _, m := range f.TunedBatchSizes() {
-		b := f.Batches[strconv.Itoa(m)]
+	for _, m := range f.TunedBatchSizesUnder(routing) {
+		b, _ := f.Get(m, routing)
 		if b.LatencyUS <= 0 || len(sweep[m]) == 0 {
 			continue
 		}

@@ -218,10 +218,18 @@ func TestTuneResumes(t *testing.T) {
 		}
 	}
 
+	if slices.ContainsFunc(rep.Warnings, func(w string) bool { return strings.HasPrefix(w, "--rounds 1") }) {
+		t.Errorf("two rounds warned of one: %q", rep.Warnings)
+	}
+
 	calls = nil
 	opt.Force = true
+	opt.Rounds = 1
 	if rep, err = RunMoETune(t.Context(), gpu.NewCPU(), opt); err != nil || len(rep.Skipped) != 0 || !slices.Equal(calls, []int{1, 3, 6}) {
 		t.Errorf("--force: skipped %v, runs at %v, err %v", rep.Skipped, calls, err)
+	}
+	if !slices.ContainsFunc(rep.Warnings, func(w string) bool { return strings.HasPrefix(w, "--rounds 1: the comparison sees no noise between sweeps") }) {
+		t.Errorf("--rounds 1: warnings %q, want the one on noise between sweeps", rep.Warnings)
 	}
 }
 
@@ -646,14 +654,14 @@ func TestSweepGaps(t *testing.T) {
 		{Results: []results.Result{res(4, 260.6, 260.4), res(8, 445.0), res(32, 90, 125, 110)}},
 		{Results: []results.Result{res(4, 260.8), res(8, 446.0, 444.0)}},
 	}
-	got := SweepGaps(f, docs, TuneSweepGap)
+	got := SweepGaps(f, moe.Uniform, docs, TuneSweepGap)
 	if len(got) != 1 || !strings.HasPrefix(got[0], "M=4: tc:a timed 242.3 µs as a candidate and 260.6 µs in the tuned sweep (+7.6%)") {
 		t.Fatalf("gaps %q, want one for M=4 at +7.6%%", got)
 	}
-	if got := SweepGaps(f, docs, 0.10); len(got) != 0 {
+	if got := SweepGaps(f, moe.Uniform, docs, 0.10); len(got) != 0 {
 		t.Errorf("a 10%% gap flags %q", got)
 	}
-	if got := SweepGaps(nil, docs, TuneSweepGap); got != nil {
+	if got := SweepGaps(nil, moe.Uniform, docs, TuneSweepGap); got != nil {
 		t.Errorf("no file: %q", got)
 	}
 }
@@ -1004,5 +1012,114 @@ func TestTuneRetunesBatchesBeforeNewCandidates(t *testing.T) {
 	}
 	if !slices.ContainsFunc(rep.Warnings, func(w string) bool { return strings.Contains(w, "re-tuning M=2: tuned before") }) {
 		t.Errorf("warnings %q do not say why M=2 was tuned again", rep.Warnings)
+	}
+}
+
+// Tuning under a skewed routing what the file has tuned under uniform does
+// not skip the batches (the advice bench gives) nor replace the uniform
+// picks: both stay, each routing's run takes its own, and the skewed tune
+// resumes like any other.
+func TestTuneKeepsUniformPicksBesideSkewed(t *testing.T) {
+	dir := t.TempDir()
+	var calls []int
+	uni := tuneOpts(dir, []int{2, 5}, []moe.Config{{}}, &calls)
+	if _, err := RunMoETune(t.Context(), gpu.NewCPU(), uni); err != nil {
+		t.Fatal(err)
+	}
+	calls = nil
+	zipf := tuneOpts(dir, []int{5}, []moe.Config{{}}, &calls)
+	zipf.MoE.Routing = "Zipf:1.20"
+	rep, err := RunMoETune(t.Context(), gpu.NewCPU(), zipf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Skipped) != 0 || !slices.Equal(rep.Tuned, []int{5}) || !slices.Contains(calls, 5) {
+		t.Fatalf("zipf tune: skipped %v, tuned %v; want M=5 tuned", rep.Skipped, rep.Tuned)
+	}
+	b, err := os.ReadFile(rep.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := moe.ParseTunedFile(b, rep.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(f.TunedBatchSizes(), []int{2, 5}) || !slices.Equal(f.TunedBatchSizesUnder("zipf:1.2"), []int{5}) {
+		t.Errorf("file: uniform %v, zipf:1.2 %v; want [2 5] and [5]", f.TunedBatchSizes(), f.TunedBatchSizesUnder("zipf:1.2"))
+	}
+	if z, _ := f.Get(5, "zipf:1.2"); z.Routing != "zipf:1.2" {
+		t.Errorf("zipf batch records routing %q", z.Routing)
+	}
+	calls = nil
+	if rep, err = RunMoETune(t.Context(), gpu.NewCPU(), zipf); err != nil || !slices.Equal(rep.Skipped, []int{5}) {
+		t.Errorf("zipf tune again: skipped %v, err %v; want M=5 skipped", rep.Skipped, err)
+	}
+}
+
+// bench takes a batch's pick under its own routing when the file has one,
+// names it in config_source and gives no routing warning for it; the
+// batches the routing lacks take the uniform pick, with the warning.
+func TestBenchPicksRoutingsOwnBatch(t *testing.T) {
+	dir := t.TempDir()
+	shape := moe.Shape{E: 128, K: 8, H: 2048, I: 768}
+	h200 := gpu.Info{Name: "NVIDIA H200"}
+	f := moe.NewTunedFile(moe.KeyFor(shape, h200.Name), fixedNow)
+	uniPick, zipfPick := "tc:bm=16,bn=128,bk=128,wm=1,wn=4,stages=3,gm=8,minb=2,ov=2", "tc:bm=32,bn=256,bk=128,wm=1,wn=8,stages=3,gm=8,minb=1,ov=2"
+	f.Set(16, moe.TunedBatch{Config: uniPick, Date: fixedNow, Routing: "uniform"})
+	f.Set(256, moe.TunedBatch{Config: uniPick, Date: fixedNow, Routing: "uniform"})
+	f.Set(256, moe.TunedBatch{Config: zipfPick, Date: fixedNow, Routing: "zipf:1.2"})
+	if _, err := moe.WriteTunedFile(dir, f); err != nil {
+		t.Fatal(err)
+	}
+	lookup := moe.TunedLookup{Dirs: []string{dir}}
+	opt := MoEOptions{Shape: shape, Batches: []int{16, 256}, Routing: "zipf:1.20", ConfigLookup: &lookup}
+	if _, err := PrepareMoE(&opt); err != nil {
+		t.Fatal(err)
+	}
+	got, warns, err := ResolveMoEConfigs(shape, h200, []int{16, 256}, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[256].Config.String() != mustConfig(t, zipfPick).String() || !strings.HasSuffix(got[256].Source, " [zipf:1.2]") || got[256].Note != "" {
+		t.Errorf("zipf M=256: %+v, want %s from the file's zipf:1.2 batch", got[256], zipfPick)
+	}
+	if got[16].Config.String() != mustConfig(t, uniPick).String() || strings.Contains(got[16].Source, "[") {
+		t.Errorf("zipf M=16: %+v, want the uniform pick", got[16])
+	}
+	if w := strings.Join(warns, "\n"); !strings.Contains(w, "M=16 tuned under uniform routing, run under zipf:1.2") || strings.Contains(w, "M=16,256") {
+		t.Errorf("warnings %q, want the routing warning for M=16 alone", warns)
+	}
+	opt.Routing = ""
+	got, warns, _ = ResolveMoEConfigs(shape, h200, []int{256}, opt)
+	if got[256].Config.String() != mustConfig(t, uniPick).String() || len(warns) != 1 {
+		t.Errorf("uniform M=256: %+v, warnings %q; want the uniform pick and the file's line alone", got[256], warns)
+	}
+}
+
+// A file in the folder that is not a tuned file (a hand edit gone wrong) is
+// moved aside, not overwritten, and the tune says where; a second one goes
+// beside the first.
+func TestTuneKeepsUnreadableFile(t *testing.T) {
+	dir := t.TempDir()
+	opt := tuneOpts(dir, []int{2}, []moe.Config{{}}, nil)
+	path := filepath.Join(dir, moe.KeyFor(opt.MoE.Shape, gpu.NewCPU().Info().Name).FileName())
+	for i, want := range []string{path + ".bad", path + ".bad.2"} {
+		broken := `{"format": "mstar.moe-configs", "batches": {"2": {"config": "tc:bm=16" ` + strconv.Itoa(i)
+		if err := os.WriteFile(path, []byte(broken), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		rep, err := RunMoETune(t.Context(), gpu.NewCPU(), opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := os.ReadFile(want); err != nil || string(got) != broken {
+			t.Errorf("run %d: %s holds %q (%v), want the broken file", i+1, want, got, err)
+		}
+		if !slices.ContainsFunc(rep.Warnings, func(w string) bool { return strings.Contains(w, "moved the unreadable "+path+" to "+want) }) {
+			t.Errorf("run %d: warnings %q do not say where the file went", i+1, rep.Warnings)
+		}
+		if b, _ := os.ReadFile(path); !strings.Contains(string(b), `"2": {`) {
+			t.Errorf("run %d: no new tuned file:\n%s", i+1, b)
+		}
 	}
 }

@@ -91,11 +91,13 @@ func joinTunedDirs(dst string, srcs []string) ([]string, error) {
 				have[name], changed[name] = f, true
 				continue
 			}
-			for _, m := range f.TunedBatchSizes() {
-				b := f.Batches[fmt.Sprint(m)]
-				if old, ok := d.Batches[fmt.Sprint(m)]; !ok || b.Date.After(old.Date) {
-					d.Set(m, b)
-					changed[name] = true
+			for _, r := range f.TunedRoutings() {
+				for _, m := range f.TunedBatchSizesUnder(r) {
+					b, _ := f.Get(m, r)
+					if old, ok := d.Get(m, r); !ok || b.Date.After(old.Date) {
+						d.Set(m, b)
+						changed[name] = true
+					}
 				}
 			}
 		}

@@ -2,11 +2,14 @@ package moe
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"regexp"
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/mstar-dev/mstar/kernels/routing"
 )
 
 // Config picks the GEMM kernels for one batch: "skinny" (decode: weights
@@ -1019,7 +1022,52 @@ func CandidatesFor(g GPU, s Shape, m int) []Config { return candidatesOn(g, s, m
 func CandidatesOn(cc int, s Shape, m int) []Config { return candidatesOn(GPU{CC: cc}, s, m) }
 
 func candidatesOn(g GPU, s Shape, m int) []Config {
-	out := candidates(ChooseConfigFor(g, s, m), s, m)
+	per := perExpert(s, m)
+	return candidatesOver(g, s, m, per, per)
+}
+
+// CandidatesUnder is CandidatesFor for a batch routed by r (local expert
+// ids): where r is skewed its hot experts hold many times the uniform
+// mean's slots, and the families the candidates come from are chosen by
+// that mean, so the families up to r's slot-weighted load join them (under
+// zipf:1.2 at deepseek-v3 tp8 M=256 the hottest expert holds 233 of 2048
+// slots, the uniform mean is 8, and triton-ref's tune picks 64-row tiles
+// that the uniform range leaves out). An unskewed r gives CandidatesFor's
+// list exactly.
+func CandidatesUnder(g GPU, s Shape, m int, r routing.Routing) []Config {
+	per := perExpert(s, m)
+	if l := SlotWeightedLoad(r, s.E); l > 2*per+1 {
+		return candidatesOver(g, s, m, per, l)
+	}
+	return candidatesOver(g, s, m, per, per)
+}
+
+// SlotWeightedLoad is how many slots share a slot's expert, averaged over
+// r's slots on experts 0..e-1 (Σc²/Σc over the experts' slot counts c; 0
+// for none). Under uniform routing it is about the mean slots per touched
+// expert plus one; under a skewed one, far more.
+func SlotWeightedLoad(r routing.Routing, e int) float64 {
+	count := make([]float64, e)
+	for i, id := range r.IDs {
+		if id >= 0 && int(id) < e && (r.Dropped == nil || !r.Dropped[i]) {
+			count[id]++
+		}
+	}
+	var sum, sq float64
+	for _, c := range count {
+		sum += c
+		sq += c * c
+	}
+	if sum == 0 {
+		return 0
+	}
+	return sq / sum
+}
+
+// candidatesOver lists the candidates of the families whose slots-per-
+// expert ranges meet [lo, hi], the static pick first.
+func candidatesOver(g GPU, s Shape, m int, lo, hi float64) []Config {
+	out := candidates(ChooseConfigFor(g, s, m), s, m, lo, hi)
 	if g.CC == Hopper && os.Getenv(EnvTuneAll) == "" {
 		kept := out[:1] // the static pick stays, as the baseline
 		for _, c := range out[1:] {
@@ -1066,8 +1114,10 @@ func dominatedOnHopper(c Config) bool {
 	return false
 }
 
-func candidates(first Config, s Shape, m int) []Config {
-	per := perExpert(s, m)
+func candidates(first Config, s Shape, m int, lo, hi float64) []Config {
+	// in: the family for a ≤ slots per expert ≤ b meets [lo, hi].
+	in := func(a, b float64) bool { return lo <= b && hi >= a }
+	inf := math.Inf(1)
 	touched := touchedExperts(s, m)
 	out := []Config{first}
 	add := func(base ...Config) {
@@ -1093,7 +1143,7 @@ func candidates(first Config, s Shape, m int) []Config {
 			}
 		}
 	}
-	if per <= 12 {
+	if in(0, 12) {
 		add(Config{Kernel: "skinny", NT: 1, W1: skinnyWarps(s.I, s.H, touched), W2: skinnyWarps(s.H, s.I, touched)},
 			Config{Kernel: "skinny", NT: 1}, Config{Kernel: "skinny", NT: 1, W1: 16, W2: 16})
 		if m <= 32 {
@@ -1104,39 +1154,39 @@ func candidates(first Config, s Shape, m int) []Config {
 			add(Config{Kernel: "skinny", NT: 1, W1: w1, W2: w2, FC: 1}, Config{Kernel: "skinny", NT: 1, FC: 1},
 				Config{Kernel: "skinny", NT: 1, W1: w1, W2: w2, FC: 1, SA: 1}, Config{Kernel: "skinny", NT: 1, W1: w1, W2: w2, SA: 1})
 		}
-		if per > 2 {
+		if hi > 2 {
 			add(Config{Kernel: "skinny", NT: 2})
 		}
-		if per > 6 {
+		if hi > 6 {
 			add(Config{Kernel: "skinny", NT: 4})
 		}
 	}
-	if per <= 24 {
+	if in(0, 24) {
 		add(tcTable["16x256k128s3w8"], tcTable["16x256k128s2w8"], tcTable["16x256k64s4"], tcTable["16x128k64s4b2"], tcTable["16x128k64s4b3"],
 			tcTable["16x64k128s4b2"], tcTable["16x64k128s3b3"], tcTable["16x128k128s3b2"])
 	}
-	if per >= 3 && per <= 64 {
+	if in(3, 64) {
 		add(tiledTable["m16"], tiledTable["m32"], tcTable["32x128k64s4b2"], tcTable["32x256k64s3"], tcTable["32x256k128s3w8"],
 			tcTable["32x128k64s3b3"])
 	}
-	if per >= 16 && per <= 256 {
+	if in(16, 256) {
 		add(tiledTable["m64"], tcTable["64x128k64s4b2"], tcTable["64x256k64s3"], tcTable["64x256k64s4w8"], tcTable["64x128k64s4w8b2"],
 			tcTable["64x128k128s3w8"])
 	}
-	if per >= 48 {
+	if in(48, inf) {
 		add(tiledTable["w128x128"], tcTable["128x128k64s4"], tcTable["128x128k64s3b2"], tcTable["128x128k32s4b2"],
 			tcTable["128x128k64s4w8"], tcTable["128x256k64s3"], tcTable["128x256k32s4"])
 	}
-	if per >= 128 {
+	if in(128, inf) {
 		add(tcTable["256x128k64s3"])
 	}
 	// The Hopper wg kernels (refused on other GPUs, so a tuner there
 	// rejects them with the reason).
-	if per >= 12 {
+	if in(12, inf) {
 		add(wgTable["64x128s4"], wgTable["64x256s4"], wgTable["64x256s4pp"], wgTable["64x256s5pp"], wgTable["64x128s6pp"],
 			wgTable["64x256s4tma"], wgTable["64x256s4pptma"], wgTable["64x256s5pptma"], wgTable["64x256s4mc"])
 	}
-	if per >= 40 {
+	if in(40, inf) {
 		add(wgTable["128x128s6"], wgTable["128x256s3"], wgTable["128x256s4"], wgTable["128x256s3tma"], wgTable["128x256s4tma"],
 			wgTable["128x256s3mc"], wgTable["128x256s4mc"])
 	}

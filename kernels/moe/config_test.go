@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/mstar-dev/mstar/kernels/routing"
 )
 
 func TestTCConfigsValidAndEmulated(t *testing.T) {
@@ -620,5 +622,65 @@ func TestGVConfig(t *testing.T) {
 		if m == nil || m[1] != strconv.Itoa(want) {
 			t.Errorf("moe.cu %s: %v, want %d (layout.go)", name, m, want)
 		}
+	}
+}
+
+func TestSlotWeightedLoad(t *testing.T) {
+	r := routing.Routing{IDs: []int32{0, 0, 0, 1, routing.Empty, 2}, Weights: make([]float32, 6), M: 3, K: 2,
+		Dropped: []bool{false, false, false, false, false, true}}
+	// Counts 3 and 1 (the empty and the dropped slot left out): (9+1)/4.
+	if got := SlotWeightedLoad(r, 4); got != 2.5 {
+		t.Errorf("SlotWeightedLoad = %v, want 2.5", got)
+	}
+	if got := SlotWeightedLoad(routing.Routing{}, 4); got != 0 {
+		t.Errorf("no slots: %v, want 0", got)
+	}
+}
+
+// Under uniform routing the candidates are CandidatesFor's, exactly (the
+// shipped batches' kernel versions depend on them); under zipf:1.2 the
+// families of the hot experts' loads join: at deepseek-v3 tp8 M=256 the
+// 64-row tc tiles and the wg kernels, which the uniform mean of 8 slots an
+// expert leaves out.
+func TestCandidatesUnder(t *testing.T) {
+	h200 := GPU{CC: Hopper, SMs: 132}
+	names := func(cs []Config) []string {
+		var out []string
+		for _, c := range cs {
+			out = append(out, c.String())
+		}
+		return out
+	}
+	for _, s := range []Shape{{E: 128, K: 8, H: 2048, I: 768}, {E: 256, K: 8, H: 7168, I: 256}, {E: 8, K: 2, H: 4096, I: 14336}} {
+		for _, m := range []int{1, 16, 256, 4096} {
+			want := names(CandidatesFor(h200, s, m))
+			if got := names(CandidatesUnder(h200, s, m, UniformRouting(m, s.E, s.K, 1))); strings.Join(got, " ") != strings.Join(want, " ") {
+				t.Errorf("%v M=%d uniform: %d candidates, want CandidatesFor's %d", s, m, len(got), len(want))
+			}
+		}
+	}
+	ds := Shape{E: 256, K: 8, H: 7168, I: 256}
+	uni := names(CandidatesFor(h200, ds, 256))
+	zipf := names(CandidatesUnder(h200, ds, 256, ZipfRouting(256, ds.E, ds.K, 1.2, 1)))
+	for _, c := range uni {
+		if !slices.Contains(zipf, c) {
+			t.Errorf("zipf M=256 lost the uniform candidate %s", c)
+		}
+	}
+	count := func(g GPU, r routing.Routing, keep func(Config) bool) int {
+		n := 0
+		for _, c := range CandidatesUnder(g, ds, 256, r) {
+			if keep(c) {
+				n++
+			}
+		}
+		return n
+	}
+	isWG := func(c Config) bool { return c.Kernel == "wg" }
+	isTC64 := func(c Config) bool { return c.Kernel == "tc" && c.BM == 64 } // dominated on Hopper: an sm_80 list
+	skewed, even := ZipfRouting(256, ds.E, ds.K, 1.2, 1), UniformRouting(256, ds.E, ds.K, 1)
+	if count(h200, even, isWG) != 0 || count(h200, skewed, isWG) == 0 || count(GPU{CC: 80}, even, isTC64) != 0 || count(GPU{CC: 80}, skewed, isTC64) == 0 {
+		t.Errorf("M=256: wg candidates uniform %d, zipf %d; 64-row tc on sm_80 uniform %d, zipf %d; want none under uniform, some under zipf",
+			count(h200, even, isWG), count(h200, skewed, isWG), count(GPU{CC: 80}, even, isTC64), count(GPU{CC: 80}, skewed, isTC64))
 	}
 }

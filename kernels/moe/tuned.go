@@ -12,6 +12,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -151,8 +152,13 @@ type TunedFile struct {
 	DType         string `json:"dtype"`
 	Device        string `json:"device"`
 	KernelVersion string `json:"kernel_version"`
-	// Batches maps a batch size (decimal) to its configuration.
+	// Batches maps a batch size (decimal) to its configuration, tuned under
+	// uniform routing.
 	Batches map[string]TunedBatch `json:"batches,omitempty"`
+	// Routings holds batches tuned under other routings ("zipf:1.2",
+	// "trace:NAME"), by routing then batch size: a skewed routing can want
+	// other tiles, and tuning for it must not replace the uniform picks.
+	Routings map[string]map[string]TunedBatch `json:"routings,omitempty"`
 	// Provenance.
 	Created time.Time `json:"created"`
 	Updated time.Time `json:"updated"`
@@ -195,31 +201,107 @@ func (f *TunedFile) Key() TunedKey {
 	return TunedKey{E: f.E, N: f.N, K: f.K, TopK: f.TopK, DType: f.DType, Device: f.Device}
 }
 
-// Has reports whether batch m is in the file.
-func (f *TunedFile) Has(m int) bool {
-	_, ok := f.Batches[strconv.Itoa(m)]
+// Uniform is the routing the file's Batches were tuned under.
+const Uniform = "uniform"
+
+// CanonicalRouting is a --routing value as the tuned files and results name
+// it: "uniform" for "" and any spelling of it, zipf's alpha in its shortest
+// form ("zipf:1.20" is "zipf:1.2"); anything else (a trace's name) as given.
+func CanonicalRouting(s string) string {
+	s = strings.TrimSpace(s)
+	if l := strings.ToLower(s); l == "" || l == Uniform {
+		return Uniform
+	}
+	if a, err := ParseRoutingSpec(s); err == nil && a > 0 {
+		return "zipf:" + strconv.FormatFloat(a, 'g', -1, 64)
+	}
+	return s
+}
+
+// batchesUnder is the map of routing's batches (nil when none).
+func (f *TunedFile) batchesUnder(routing string) map[string]TunedBatch {
+	if routing = CanonicalRouting(routing); routing == Uniform {
+		return f.Batches
+	}
+	return f.Routings[routing]
+}
+
+// Get is batch m tuned under routing.
+func (f *TunedFile) Get(m int, routing string) (TunedBatch, bool) {
+	b, ok := f.batchesUnder(routing)[strconv.Itoa(m)]
+	return b, ok
+}
+
+// Has reports whether batch m is in the file under routing.
+func (f *TunedFile) Has(m int, routing string) bool {
+	_, ok := f.Get(m, routing)
 	return ok
 }
 
-// Set records batch m.
+// Set records batch m under b's routing (uniform when unset).
 func (f *TunedFile) Set(m int, b TunedBatch) {
-	if f.Batches == nil {
-		f.Batches = map[string]TunedBatch{}
+	r := CanonicalRouting(b.Routing)
+	b.Routing = r
+	if r == Uniform {
+		if f.Batches == nil {
+			f.Batches = map[string]TunedBatch{}
+		}
+		f.Batches[strconv.Itoa(m)] = b
+	} else {
+		if f.Routings == nil {
+			f.Routings = map[string]map[string]TunedBatch{}
+		}
+		if f.Routings[r] == nil {
+			f.Routings[r] = map[string]TunedBatch{}
+		}
+		f.Routings[r][strconv.Itoa(m)] = b
 	}
-	f.Batches[strconv.Itoa(m)] = b
 	f.Updated = b.Date.UTC()
 }
 
-// TunedBatchSizes are the file's batch sizes, ascending.
-func (f *TunedFile) TunedBatchSizes() []int {
+// TunedBatchSizes are the file's uniform batch sizes, ascending.
+func (f *TunedFile) TunedBatchSizes() []int { return f.TunedBatchSizesUnder(Uniform) }
+
+// TunedBatchSizesUnder are routing's batch sizes, ascending.
+func (f *TunedFile) TunedBatchSizesUnder(routing string) []int {
+	return batchSizes(f.batchesUnder(routing))
+}
+
+func batchSizes(bs map[string]TunedBatch) []int {
 	var out []int
-	for k := range f.Batches {
+	for k := range bs {
 		if n, err := strconv.Atoi(k); err == nil {
 			out = append(out, n)
 		}
 	}
 	sort.Ints(out)
 	return out
+}
+
+// Len is how many batches the file has, over every routing.
+func (f *TunedFile) Len() int {
+	n := len(f.Batches)
+	for _, bs := range f.Routings {
+		n += len(bs)
+	}
+	return n
+}
+
+// TunedRoutings are the routings the file has batches for, uniform first
+// (when it has any), the others in name order.
+func (f *TunedFile) TunedRoutings() []string {
+	var out []string
+	if len(f.Batches) > 0 {
+		out = append(out, Uniform)
+	}
+	var rest []string
+	for r, bs := range f.Routings {
+		if len(bs) > 0 {
+			rest = append(rest, r)
+		}
+	}
+	sort.Strings(rest)
+	return append(out, rest...)
 }
 
 // ParseTunedFile reads and checks a tuned file; name is for errors.
@@ -236,17 +318,49 @@ func ParseTunedFile(b []byte, name string) (*TunedFile, error) {
 	if f.E <= 0 || f.N <= 0 || f.K <= 0 || f.TopK <= 0 || f.DType == "" || f.Device == "" || f.KernelVersion == "" {
 		return nil, fmt.Errorf("tuned config file %s: E, N, K, topk, dtype, device and kernel_version are all required", name)
 	}
+	check := func(where string, bs map[string]TunedBatch) error {
+		for m, bt := range bs {
+			if n, err := strconv.Atoi(m); err != nil || n <= 0 {
+				return fmt.Errorf("tuned config file %s: %s %q is not a positive token count", name, where, m)
+			}
+			c, err := ParseConfig(bt.Config)
+			if err != nil {
+				return fmt.Errorf("tuned config file %s: %s %s: %w", name, where, m, err)
+			}
+			if c.Kernel == "tiled" && c.Tile == "custom" {
+				// A custom tile is compiled into the base module: --config only.
+				return fmt.Errorf("tuned config file %s: %s %s: a custom tiled tile (%v) can only be given with --config", name, where, m, c)
+			}
+		}
+		return nil
+	}
+	if err := check("batch", f.Batches); err != nil {
+		return nil, err
+	}
+	for r, bs := range f.Routings {
+		if CanonicalRouting(r) != r || r == Uniform {
+			return nil, fmt.Errorf("tuned config file %s: routing %q: want a routing other than uniform, spelled as --routing records it (%q)", name, r, CanonicalRouting(r))
+		}
+		if err := check("routing "+r+" batch", bs); err != nil {
+			return nil, err
+		}
+		for m, bt := range bs {
+			if bt.Routing != r {
+				return nil, fmt.Errorf("tuned config file %s: routing %s batch %s says it was tuned under %q", name, r, m, bt.Routing)
+			}
+		}
+	}
+	// Files written before Routings kept a skewed tune's batches in Batches
+	// (and gave them to uniform runs too): they move to their routing.
 	for m, bt := range f.Batches {
-		if n, err := strconv.Atoi(m); err != nil || n <= 0 {
-			return nil, fmt.Errorf("tuned config file %s: batch %q is not a positive token count", name, m)
-		}
-		c, err := ParseConfig(bt.Config)
-		if err != nil {
-			return nil, fmt.Errorf("tuned config file %s: batch %s: %w", name, m, err)
-		}
-		if c.Kernel == "tiled" && c.Tile == "custom" {
-			// A custom tile is compiled into the base module: --config only.
-			return nil, fmt.Errorf("tuned config file %s: batch %s: a custom tiled tile (%v) can only be given with --config", name, m, c)
+		if r := CanonicalRouting(bt.Routing); r != Uniform {
+			if _, taken := f.Routings[r][m]; !taken {
+				n, _ := strconv.Atoi(m)
+				up := f.Updated
+				f.Set(n, bt)
+				f.Updated = up
+			}
+			delete(f.Batches, m)
 		}
 	}
 	return &f, nil
@@ -259,24 +373,47 @@ func (f *TunedFile) Marshal() ([]byte, error) {
 	type alias TunedFile
 	head := alias(*f)
 	head.Batches = nil
+	head.Routings = nil
 	b, err := json.MarshalIndent(head, "", "  ")
 	if err != nil {
 		return nil, err
 	}
 	var buf bytes.Buffer
 	buf.Write(b[:len(b)-2]) // drop "\n}"
-	buf.WriteString(",\n  \"batches\": {")
-	for i, m := range f.TunedBatchSizes() {
-		v, err := json.Marshal(f.Batches[strconv.Itoa(m)])
-		if err != nil {
-			return nil, err
+	batches := func(indent string, bs map[string]TunedBatch) error {
+		for i, m := range batchSizes(bs) {
+			v, err := json.Marshal(bs[strconv.Itoa(m)])
+			if err != nil {
+				return err
+			}
+			if i > 0 {
+				buf.WriteByte(',')
+			}
+			fmt.Fprintf(&buf, "\n%s\"%d\": %s", indent, m, v)
 		}
-		if i > 0 {
-			buf.WriteByte(',')
-		}
-		fmt.Fprintf(&buf, "\n    \"%d\": %s", m, v)
+		return nil
 	}
-	buf.WriteString("\n  }\n}\n")
+	buf.WriteString(",\n  \"batches\": {")
+	if err := batches("    ", f.Batches); err != nil {
+		return nil, err
+	}
+	buf.WriteString("\n  }")
+	if rs := slices.DeleteFunc(f.TunedRoutings(), func(r string) bool { return r == Uniform }); len(rs) > 0 {
+		buf.WriteString(",\n  \"routings\": {")
+		for i, r := range rs {
+			if i > 0 {
+				buf.WriteByte(',')
+			}
+			name, _ := json.Marshal(r)
+			fmt.Fprintf(&buf, "\n    %s: {", name)
+			if err := batches("      ", f.Routings[r]); err != nil {
+				return nil, err
+			}
+			buf.WriteString("\n    }")
+		}
+		buf.WriteString("\n  }")
+	}
+	buf.WriteString("\n}\n")
 	return buf.Bytes(), nil
 }
 
@@ -363,7 +500,7 @@ func (l TunedLookup) Find(key TunedKey) (*TunedFile, string, []string, error) {
 		default:
 			stale, was := f.dropStale()
 			switch {
-			case len(f.Batches) == 0 && (len(stale) > 0 || f.KernelVersion != KernelVersion):
+			case len(f.TunedRoutings()) == 0 && (len(stale) > 0 || f.KernelVersion != KernelVersion):
 				if was == "" {
 					was = f.KernelVersion
 				}
@@ -372,7 +509,7 @@ func (l TunedLookup) Find(key TunedKey) (*TunedFile, string, []string, error) {
 				return nil
 			case len(stale) > 0:
 				warns = append(warns, fmt.Sprintf("ignored M=%s of tuned config file %s: tuned for kernels %s, this build's are %s (moe.cu's wgmma or gv kernels changed): run 'mstar tune moe' again",
-					JoinBatches(stale), where, was, KernelVersion))
+					strings.Join(stale, ","), where, was, KernelVersion))
 			}
 			return f
 		}
@@ -404,22 +541,32 @@ func (l TunedLookup) Find(key TunedKey) (*TunedFile, string, []string, error) {
 }
 
 // dropStale removes the batches tuned on other kernels than this build's and
-// returns their sizes and the first one's version. A batch without its own
-// version gets the file's.
-func (f *TunedFile) dropStale() (stale []int, was string) {
-	for _, m := range f.TunedBatchSizes() {
-		k := strconv.Itoa(m)
-		b := f.Batches[k]
-		if b.Kernels == "" {
-			b.Kernels = f.KernelVersion
-			f.Batches[k] = b
-		}
-		if !currentKernels(b.Kernels) {
-			if was == "" {
-				was = b.Kernels
+// returns their sizes (those of other routings as "M@ROUTING") and the first
+// one's version. A batch without its own version gets the file's.
+func (f *TunedFile) dropStale() (stale []string, was string) {
+	for _, r := range f.TunedRoutings() {
+		bs := f.batchesUnder(r)
+		for _, m := range batchSizes(bs) {
+			k := strconv.Itoa(m)
+			b := bs[k]
+			if b.Kernels == "" {
+				b.Kernels = f.KernelVersion
+				bs[k] = b
 			}
-			stale = append(stale, m)
-			delete(f.Batches, k)
+			if !currentKernels(b.Kernels) {
+				if was == "" {
+					was = b.Kernels
+				}
+				label := k
+				if r != Uniform {
+					label += "@" + r
+				}
+				stale = append(stale, label)
+				delete(bs, k)
+			}
+		}
+		if r != Uniform && len(bs) == 0 {
+			delete(f.Routings, r)
 		}
 	}
 	return stale, was
@@ -434,11 +581,22 @@ func JoinBatches(ms []int) string {
 	return strings.Join(s, ",")
 }
 
-// Pick is the configuration for batch m: the file's own when it has m,
-// else the nearest tuned batch (in ratio) within a factor of 2 of m, where
-// that configuration can run m; else the empty Config (the static table).
-// note says which, for the results.
-func (f *TunedFile) Pick(s Shape, m int) (c Config, note string) {
+// Pick is the configuration for batch m under uniform routing: the file's
+// own when it has m, else the nearest tuned batch (in ratio) within a
+// factor of 2 of m, where that configuration can run m; else the empty
+// Config (the static table). note says which, for the results.
+func (f *TunedFile) Pick(s Shape, m int) (c Config, note string) { return f.PickFor(s, m, Uniform) }
+
+// PickFor is Pick under routing: batch m tuned under that routing when the
+// file has it (exactly m: a skewed routing's tiles follow its hottest
+// experts, which another batch size does not predict), else Pick's.
+func (f *TunedFile) PickFor(s Shape, m int, routing string) (c Config, note string) {
+	if r := CanonicalRouting(routing); r != Uniform {
+		if b, ok := f.Get(m, r); ok {
+			c, _ := ParseConfig(b.Config) // checked when read
+			return c, fmt.Sprintf("batch %d under %s", m, r)
+		}
+	}
 	if b, ok := f.Batches[strconv.Itoa(m)]; ok {
 		c, _ := ParseConfig(b.Config) // checked when read
 		return c, fmt.Sprintf("batch %d", m)

@@ -310,3 +310,110 @@ func TestTunedLookupDropsStaleBatches(t *testing.T) {
 		t.Errorf("all stale: %v, %q", got, warns)
 	}
 }
+
+// Batches tuned under a skewed routing sit beside the uniform ones: each
+// routing's run picks its own, round trip through the file included; a
+// routing with no entry for a batch falls back to the uniform pick.
+func TestTunedFileRoutings(t *testing.T) {
+	s := Shape{E: 8, K: 2, H: 64, I: 32}
+	key := KeyFor(s, "Fake GPU 9000")
+	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	f := NewTunedFile(key, now)
+	f.Set(16, TunedBatch{Config: "skinny:nt=1", Date: now, Routing: "uniform"})
+	f.Set(256, TunedBatch{Config: "skinny:nt=2", Date: now})
+	f.Set(256, TunedBatch{Config: "skinny:nt=4", Date: now, Routing: "zipf:1.20"})
+	b, err := f.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"routings": {`) || !strings.Contains(string(b), `"zipf:1.2": {`) {
+		t.Fatalf("marshalled file has no zipf:1.2 routing:\n%s", b)
+	}
+	got, err := ParseTunedFile(b, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Len() != 3 || !slicesEqual(got.TunedRoutings(), []string{"uniform", "zipf:1.2"}) {
+		t.Fatalf("parsed: %d batches, routings %v; want 3 and [uniform zipf:1.2]", got.Len(), got.TunedRoutings())
+	}
+	for _, tt := range []struct {
+		m             int
+		routing, want string
+		note          string
+	}{
+		{256, "uniform", "skinny:nt=2", "batch 256"},
+		{256, "", "skinny:nt=2", "batch 256"},
+		{256, "zipf:1.2", "skinny:nt=4", "batch 256 under zipf:1.2"},
+		{256, "Zipf:1.200", "skinny:nt=4", "batch 256 under zipf:1.2"},
+		{256, "zipf:0.8", "skinny:nt=2", "batch 256"},
+		{16, "zipf:1.2", "skinny:nt=1", "batch 16"}, // no zipf entry: the uniform one
+	} {
+		c, note := got.PickFor(s, tt.m, tt.routing)
+		if c.String() != mustParse(t, tt.want).String() || note != tt.note {
+			t.Errorf("PickFor(M=%d, %q) = %v (%s), want %s (%s)", tt.m, tt.routing, c, note, tt.want, tt.note)
+		}
+	}
+	if again, _ := got.Marshal(); string(again) != string(b) {
+		t.Errorf("round trip changed the file:\n%s\nwas\n%s", again, b)
+	}
+}
+
+// A file written before Routings kept a skewed tune's batch among the
+// uniform ones: it moves to its routing, so uniform runs no longer take it.
+// Malformed routings are refused, and stale batches go per routing.
+func TestTunedFileRoutingsOnRead(t *testing.T) {
+	old := `{"format":"mstar.moe-configs","E":8,"N":32,"K":64,"topk":2,"dtype":"bf16","device":"X","kernel_version":"` + KernelVersion + `",
+"created":"2026-12-01T00:00:00Z","updated":"2026-12-01T00:00:00Z","batches":{
+"256":{"config":"skinny:nt=4","date":"2026-12-01T00:00:00Z","routing":"zipf:1.2"},
+"16":{"config":"skinny:nt=1","date":"2026-12-01T00:00:00Z","routing":"uniform"}}}`
+	f, err := ParseTunedFile([]byte(old), "old")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Has(256, Uniform) || !f.Has(256, "zipf:1.2") || !f.Has(16, Uniform) {
+		t.Errorf("after reading: uniform %v, zipf:1.2 %v; want [16] and [256]", f.TunedBatchSizes(), f.TunedBatchSizesUnder("zipf:1.2"))
+	}
+	for _, bad := range []struct{ routings, want string }{
+		{`{"uniform":{"8":{"config":"skinny:nt=1","date":"2026-12-01T00:00:00Z","routing":"uniform"}}}`, `routing "uniform"`},
+		{`{"zipf:1.20":{"8":{"config":"skinny:nt=1","date":"2026-12-01T00:00:00Z","routing":"zipf:1.20"}}}`, `routing "zipf:1.20"`},
+		{`{"zipf:1.2":{"8":{"config":"skinny:nt=1","date":"2026-12-01T00:00:00Z","routing":"zipf:2"}}}`, `tuned under "zipf:2"`},
+		{`{"zipf:1.2":{"0":{"config":"skinny:nt=1","date":"2026-12-01T00:00:00Z","routing":"zipf:1.2"}}}`, `not a positive token count`},
+		{`{"zipf:1.2":{"8":{"config":"warp:9","date":"2026-12-01T00:00:00Z","routing":"zipf:1.2"}}}`, `routing zipf:1.2 batch 8`},
+	} {
+		doc := strings.Replace(old, `"batches":{`, `"routings":`+bad.routings+`,"batches":{`, 1)
+		if _, err := ParseTunedFile([]byte(doc), "bad"); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("routings %s: err %v, want one with %q", bad.routings, err, bad.want)
+		}
+	}
+
+	key := f.Key()
+	f.Set(512, TunedBatch{Config: "skinny:nt=1", Date: time.Now(), Routing: "zipf:1.2", Kernels: "moe.cu-000000000000"})
+	b, _ := f.Marshal()
+	got, _, warns, _ := TunedLookup{Embedded: fstest.MapFS{"configs/" + key.FileName(): {Data: b}}}.Find(key)
+	if got == nil || got.Has(512, "zipf:1.2") || !got.Has(256, "zipf:1.2") {
+		t.Fatalf("stale zipf batch: file %v, warnings %q", got, warns)
+	}
+	if len(warns) != 1 || !strings.Contains(warns[0], "ignored M=512@zipf:1.2 of tuned config file") {
+		t.Errorf("warnings %q, want one naming M=512@zipf:1.2", warns)
+	}
+}
+
+func slicesEqual(a, b []string) bool { return strings.Join(a, "|") == strings.Join(b, "|") }
+
+func mustParse(t *testing.T, s string) Config {
+	t.Helper()
+	c, err := ParseConfig(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestCanonicalRouting(t *testing.T) {
+	for in, want := range map[string]string{"": "uniform", " Uniform ": "uniform", "zipf:1.20": "zipf:1.2", "ZIPF:2": "zipf:2",
+		"zipf:0.5e1": "zipf:5", "trace:A.json": "trace:A.json", "zipf:x": "zipf:x"} {
+		if got := CanonicalRouting(in); got != want {
+			t.Errorf("CanonicalRouting(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
