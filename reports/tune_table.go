@@ -122,7 +122,34 @@ func tuneTable(w io.Writer, d *Document) error {
 	}
 	fmt.Fprintln(w, "#")
 	fmt.Fprintln(w, "# tuned file (new) versus the static table (base), each a bench moe sweep:")
-	return RenderDiff(w, Diff(base, tuned, DiffOptions{Threshold: threshold}), FormatText)
+	c := Diff(base, tuned, DiffOptions{Threshold: threshold})
+	if err := RenderDiff(w, c, FormatText); err != nil {
+		return err
+	}
+	if chosenIsStatic(cands, batches) {
+		fmt.Fprintln(w, "# each batch ran the same configuration on both sides (an A/A pair): a difference above is this host's noise")
+	}
+	if len(c.Failures()) > 0 {
+		fmt.Fprintln(w, "# the exit code does not depend on this comparison: it says how the file did against the static table in this run")
+	}
+	return nil
+}
+
+// chosenIsStatic says whether every batch's chosen candidate is the static
+// table's pick, so that both sides of the comparison run the same kernels.
+func chosenIsStatic(cands []Result, batches []string) bool {
+	same := map[string]bool{}
+	for i := range cands {
+		if c := readCandidate(&cands[i]); c.chosen {
+			same[cands[i].Params["batch"]] = c.config != "" && c.config == c.static
+		}
+	}
+	for _, b := range batches {
+		if !same[b] {
+			return false
+		}
+	}
+	return len(batches) > 0
 }
 
 // tuneCandidate is what a candidate's result says about it.

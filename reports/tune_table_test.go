@@ -77,6 +77,9 @@ func TestTuneTable(t *testing.T) {
 			t.Errorf("line of %d columns: %q", n, l)
 		}
 	}
+	if strings.Contains(out, "an A/A pair") {
+		t.Errorf("batches whose pick is not the static one read as an A/A pair:\n%s", out)
+	}
 	if strings.Contains(out, "interrupted") || strings.Contains(out, "M=8 rejected") {
 		t.Errorf("the interrupted note goes to stderr, and a batch with no pick has no rejection list:\n%s", out)
 	}
@@ -109,5 +112,31 @@ func TestTuneTableFinalists(t *testing.T) {
 	want := "# M=4 in fresh processes: tc/16x256 265.2 µs, in the tuner 247.6; tc/16x128 261.1 µs, in the tuner 252.0 (chosen)\n"
 	if out := b.String(); !strings.Contains(strings.ReplaceAll(out, "\n#     ", " "), strings.TrimSuffix(want, "\n")) || strings.Contains(out, "tc/32x128 ") {
 		t.Errorf("tune table lacks the finalists line %q (or names a candidate that was not one):\n%s", want, out)
+	}
+}
+
+// Where every batch's pick is the static table's (the CPU's one
+// implementation), the comparison is an A/A pair and says so, and a
+// "regression" it finds is said not to set the exit code.
+func TestTuneTableAAPair(t *testing.T) {
+	m := func(side, round string, lat ...float64) Result {
+		return Result{Name: "moe", Params: Params{"batch": "4", "configs": side, "round": round},
+			Metrics: []Metric{{Name: "latency", Unit: "µs", Better: results.LowerIsBetter, Samples: lat}}}
+	}
+	d := &Document{Suite: "tune moe", Env: Env{"device": "cpu"}, Results: []Result{
+		{Name: "moe_tune", Role: results.RoleContext, Params: Params{"batch": "4", "config": "auto"},
+			Metrics:  []Metric{{Name: "tune_latency", Unit: "µs", Better: results.LowerIsBetter, Samples: []float64{5, 5, 5}}},
+			Warnings: []string{"chosen: the fastest candidate that passed", "static table: auto"}},
+		m("static", "1", 10, 10.1, 10.2, 10, 10.1, 10.2), m("tuned", "1", 20, 20.1, 20.2, 20, 20.1, 20.2),
+		m("tuned", "2", 20, 20.1, 20.2, 20, 20.1, 20.2), m("static", "2", 10, 10.1, 10.2, 10, 10.1, 10.2),
+	}}
+	var b bytes.Buffer
+	if err := RunTable(&b, d); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"REGRESSION", "an A/A pair", "the exit code does not depend on this comparison"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("lacks %q:\n%s", want, b.String())
+		}
 	}
 }
