@@ -6,7 +6,7 @@
 # call-land.sh and call-wg.sh unpack there (carry .dev).
 #   kernels/moe/next/build.sh 35                      # main as it is
 #   kernels/moe/next/build.sh 35 wg-mn-spill.patch    # main plus a patch
-# The checkout (~52 MiB tracked) and the carried paths share 64 MiB: carry
+# The checkout (~37 MiB tracked) and the carried paths share 64 MiB: carry
 # this tarball by name, not all of .dev.
 set -eu
 [ $# -ge 1 ] && [[ $1 =~ ^[0-9a-z]+$ ]] || {
