@@ -37,7 +37,7 @@ func tuneTable(w io.Writer, d *Document) error {
 	var cands []Result
 	var batches []string
 	sides := map[string]map[string]*Document{} // side → round → its latencies
-	var rounds []string
+	var rounds, swept []string
 	var p Params
 	for _, r := range d.Results {
 		switch r.Name {
@@ -50,6 +50,9 @@ func tuneTable(w io.Writer, d *Document) error {
 				p = r.Params
 			}
 		case "moe":
+			if !slices.Contains(swept, r.Params["batch"]) {
+				swept = append(swept, r.Params["batch"])
+			}
 			side, round := r.Params["configs"], r.Params["round"]
 			if side == "" {
 				continue
@@ -126,7 +129,7 @@ func tuneTable(w io.Writer, d *Document) error {
 	if err := RenderDiff(w, c, FormatText); err != nil {
 		return err
 	}
-	if chosenIsStatic(cands, batches) {
+	if chosenIsStatic(cands, swept) {
 		fmt.Fprintln(w, "# each batch ran the same configuration on both sides (an A/A pair): a difference above is this host's noise")
 	}
 	if len(c.Failures()) > 0 {
@@ -135,8 +138,9 @@ func tuneTable(w io.Writer, d *Document) error {
 	return nil
 }
 
-// chosenIsStatic says whether every batch's chosen candidate is the static
-// table's pick, so that both sides of the comparison run the same kernels.
+// chosenIsStatic says whether every one of batches chose the static table's
+// pick in this run, so that both sides of the comparison ran the same
+// kernels (a batch resumed from the file, with no candidates here, may not).
 func chosenIsStatic(cands []Result, batches []string) bool {
 	same := map[string]bool{}
 	for i := range cands {

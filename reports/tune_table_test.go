@@ -139,4 +139,19 @@ func TestTuneTableAAPair(t *testing.T) {
 			t.Errorf("lacks %q:\n%s", want, b.String())
 		}
 	}
+	// A batch resumed from the file (swept, but no candidates this run)
+	// may run another pick than the static one: no longer an A/A pair.
+	resumed := func(side, round string) Result {
+		r := m(side, round, 10, 10.1, 10.2)
+		r.Params["batch"] = "8"
+		return r
+	}
+	d.Results = append(d.Results, resumed("static", "1"), resumed("tuned", "1"), resumed("static", "2"), resumed("tuned", "2"))
+	b.Reset()
+	if err := RunTable(&b, d); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(b.String(), "an A/A pair") {
+		t.Errorf("a resumed batch still reads as an A/A pair:\n%s", b.String())
+	}
 }

@@ -269,7 +269,15 @@ func (opt *MoEOptions) candidates(g moe.GPU, local moe.Shape, m int) []moe.Confi
 	if opt.routingName() == moe.Uniform {
 		return moe.CandidatesFor(g, local, m)
 	}
-	return moe.CandidatesUnder(g, local, m, opt.buildRouting(m).Localize(opt.Shape.E, opt.EP, 0))
+	return opt.candidatesOf(g, local, opt.buildRouting(m).Localize(opt.Shape.E, opt.EP, 0))
+}
+
+// candidatesOf is candidates for the batch of local routing r.
+func (opt *MoEOptions) candidatesOf(g moe.GPU, local moe.Shape, r routing.Routing) []moe.Config {
+	if opt.routingName() == moe.Uniform {
+		return moe.CandidatesFor(g, local, r.M) // a uniform draw that happens to read skewed changes nothing
+	}
+	return moe.CandidatesUnder(g, local, r.M, r)
 }
 
 // buildRouting makes the routing of the largest batch (global ids).
@@ -540,7 +548,7 @@ func runMoERound(ctx context.Context, dev gpu.Device, opt MoEOptions) (*MoERepor
 		sampler.Start()
 		if opt.Tune { // on the GPU only: the CPU has nothing to tune
 			want = moe.ReferenceTokens(layer, x, r, tokens)
-			tuned = tune(ctx, run, tableGPU(info), x, r, tokens, want, opt.TuneSamples, func(s string) { progress(fmt.Sprintf("M=%d %s", m, s)) })
+			tuned = tune(ctx, run, opt.candidatesOf(tableGPU(info), layer.Shape, r), x, r, tokens, want, opt.TuneSamples, func(s string) { progress(fmt.Sprintf("M=%d %s", m, s)) })
 			if err := ctx.Err(); err != nil {
 				return rep, err // the batch in flight is left out
 			}
@@ -769,9 +777,9 @@ func settleWarmUp(onGPU bool) func(call func() (float64, error)) error {
 // shared loop (TuneCandidates): a checked pass and, for those that pass,
 // `samples` timed samples. A canceled ctx stops it before the next
 // candidate (the caller then drops the batch).
-func tune(ctx context.Context, g *moe.Runner, dev moe.GPU, x []float32, r routing.Routing, tokens []int, want []float64, samples int, progress func(string)) []TuneOutcome {
+func tune(ctx context.Context, g *moe.Runner, cands []moe.Config, x []float32, r routing.Routing, tokens []int, want []float64, samples int, progress func(string)) []TuneOutcome {
 	shape := g.Layer().Shape
-	return TuneCandidates(ctx, gpuCandidates{g: g, m: r.M, x: x, r: r}, moe.CandidatesUnder(dev, shape, r.M, r),
+	return TuneCandidates(ctx, gpuCandidates{g: g, m: r.M, x: x, r: r}, cands,
 		TuneCheck{Tokens: tokens, Want: want, H: shape.H}, samples, progress)
 }
 

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -497,14 +496,14 @@ func ResolveMoEConfigs(local moe.Shape, dev gpu.Info, batches []int, opt MoEOpti
 	}
 	warns = append(warns, fmt.Sprintf("kernel configurations from the tuned %s (%d batches, updated %s)", where, f.Len(), f.Updated.Format("2006-01-02")))
 	run := opt.routingName()
-	if w := routingMismatch(f, batches, run); w != "" {
-		warns = append(warns, w)
-	}
+	var uniformPicks []int // under a skewed run: batches that take a uniform pick
 	for _, m := range batches {
 		c, note := f.PickFor(local, m, run)
 		from, exact := src, note == fmt.Sprintf("batch %d", m)
 		if note == fmt.Sprintf("batch %d under %s", m, run) {
 			from, exact = src+" ["+run+"]", true
+		} else if run != moe.Uniform && c.Kernel != "" {
+			uniformPicks = append(uniformPicks, m)
 		}
 		switch {
 		case c.Kernel == "" && exact:
@@ -517,35 +516,27 @@ func ResolveMoEConfigs(local moe.Shape, dev gpu.Info, batches []int, opt MoEOpti
 			out[m] = BatchConfig{Config: c, Source: from, Note: note}
 		}
 	}
+	if w := routingMismatch(uniformPicks, run); w != "" {
+		warns = append(warns, w)
+	}
 	return out, warns, nil
 }
 
-// routingMismatch says which of batches take a pick the tuned file f made
-// under another routing than this run's (it has none for theirs): a skewed
-// routing can want other tiles (on an H100 under zipf:1.2, deepseek-v3 tp8
-// M=256 ran 2.8% and qwen3-30b-a3b M=256 1.9% faster with picks tuned under
-// it than with the uniform ones, reports/measured/h100/moe-zipf-picks/).
-func routingMismatch(f *moe.TunedFile, batches []int, run string) string {
-	var ms []string
-	tunedUnder := map[string]bool{}
-	for _, m := range batches {
-		if f.Has(m, run) {
-			continue
-		}
-		b, ok := f.Get(m, moe.Uniform)
-		if !ok {
-			continue
-		}
-		if r := moe.CanonicalRouting(b.Routing); r != run {
-			ms = append(ms, strconv.Itoa(m))
-			tunedUnder[r] = true
-		}
-	}
+// routingMismatch says that batches ms of a run under routing run take
+// picks tuned under uniform routing (the file has none of run's for them):
+// a skewed routing can want other tiles (on an H100 under zipf:1.2,
+// deepseek-v3 tp8 M=256 ran 2.8% and qwen3-30b-a3b M=256 1.9% faster with
+// picks tuned under it than with the uniform ones,
+// reports/measured/h100/moe-zipf-picks/).
+func routingMismatch(ms []int, run string) string {
 	if len(ms) == 0 {
 		return ""
 	}
-	return fmt.Sprintf("M=%s tuned under %s routing, run under %s: 'mstar tune moe --routing %s --batch %s' tunes them for it",
-		strings.Join(ms, ","), strings.Join(slices.Sorted(maps.Keys(tunedUnder)), " and "), run, run, strings.Join(ms, ","))
+	w := fmt.Sprintf("M=%s take picks tuned under uniform routing, run under %s: ", moe.JoinBatches(ms), run)
+	if strings.HasPrefix(run, "trace:") {
+		return w + "'tune moe' tunes under uniform or zipf:ALPHA routing, not a routing file"
+	}
+	return w + fmt.Sprintf("'mstar tune moe --routing %s --batch %s' tunes them for it", run, moe.JoinBatches(ms))
 }
 
 // withConfigSource names a batch's configuration and its source in its
@@ -774,28 +765,33 @@ func RunMoETune(ctx context.Context, dev gpu.Device, opt MoETuneOptions) (*MoETu
 		return nil, badinput.Wrap(err)
 	}
 	rep.Warnings = append(rep.Warnings, warns...)
+	if fi, err := os.Lstat(rep.Path); err == nil && !fi.Mode().IsRegular() {
+		return nil, badinput.Errorf("tune moe: %s is not a regular file (%s): the tuned file goes there; move it", rep.Path, fi.Mode().Type())
+	}
 	if f == nil {
-		// An unreadable file would be overwritten by the first batch: it is
-		// kept beside, for whoever wrote it by hand.
+		// A file the tune cannot resume from would be overwritten by the
+		// first batch: unless it is only another build's (replaced by
+		// design), it is kept beside, for whoever wrote it by hand.
 		if b, err := os.ReadFile(rep.Path); err == nil {
-			if _, perr := moe.ParseTunedFile(b, rep.Path); perr != nil {
-				kept := keepAside(rep.Path)
-				if kept == "" {
-					return nil, fmt.Errorf("tune moe: %s cannot be read as a tuned file, and moving it aside failed: move it, then run again", rep.Path)
+			if old, perr := moe.ParseTunedFile(b, rep.Path); perr != nil || old.Key() != rep.Key {
+				kept, err := keepAside(rep.Path)
+				if err != nil {
+					return nil, badinput.Errorf("tune moe: %s is not a tuned file for %v, and moving it aside failed (%v): move it, then run again", rep.Path, rep.Key, err)
 				}
-				rep.Warnings = append(rep.Warnings, fmt.Sprintf("moved the unreadable %s to %s: a new file is written in its place", rep.Path, kept))
+				rep.Warnings = append(rep.Warnings, fmt.Sprintf("moved %s, which is not a tuned file for %v, to %s: a new file is written in its place", rep.Path, rep.Key, kept))
 			}
 		}
 	}
 	if f == nil || opt.Force {
 		if f != nil {
-			rep.Warnings = append(rep.Warnings, "--force: re-tuning every batch of "+rep.Path)
+			rep.Warnings = append(rep.Warnings, fmt.Sprintf("--force: re-tuning M=%s under %s routing in %s (its other batches stay)", moe.JoinBatches(mo.Batches), mo.routingName(), rep.Path))
 		} else if len(warns) > 0 {
 			rep.Warnings = append(rep.Warnings, "starting a new "+rep.Path)
 		}
 		nf := moe.NewTunedFile(rep.Key, now())
 		if f != nil && opt.Force {
-			nf.Batches = f.Batches // batches not re-tuned this run stay
+			// Batches not re-tuned this run stay, every routing's.
+			nf.Batches, nf.Routings = f.Batches, f.Routings
 			nf.Created = f.Created
 		}
 		f = nf
@@ -1099,8 +1095,8 @@ func RunMoETune(ctx context.Context, dev gpu.Device, opt MoETuneOptions) (*MoETu
 }
 
 // keepAside renames path to path.bad (path.bad.2, … when taken) and
-// returns the new name, or "" when it cannot.
-func keepAside(path string) string {
+// returns the new name.
+func keepAside(path string) (string, error) {
 	for i := 1; i < 100; i++ {
 		to := path + ".bad"
 		if i > 1 {
@@ -1109,12 +1105,12 @@ func keepAside(path string) string {
 		if _, err := os.Lstat(to); err == nil {
 			continue
 		}
-		if os.Rename(path, to) == nil {
-			return to
+		if err := os.Rename(path, to); err != nil {
+			return "", errors.Unwrap(err)
 		}
-		return ""
+		return to, nil
 	}
-	return ""
+	return "", errors.New("99 earlier copies are there already")
 }
 
 // TuneSweepGap is how far (a fraction) the tuned sweep's median may read

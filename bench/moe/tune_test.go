@@ -228,7 +228,9 @@ func TestTuneResumes(t *testing.T) {
 	if rep, err = RunMoETune(t.Context(), gpu.NewCPU(), opt); err != nil || len(rep.Skipped) != 0 || !slices.Equal(calls, []int{1, 3, 6}) {
 		t.Errorf("--force: skipped %v, runs at %v, err %v", rep.Skipped, calls, err)
 	}
-	if !slices.ContainsFunc(rep.Warnings, func(w string) bool { return strings.HasPrefix(w, "--rounds 1: the comparison sees no noise between sweeps") }) {
+	if !slices.ContainsFunc(rep.Warnings, func(w string) bool {
+		return strings.HasPrefix(w, "--rounds 1: the comparison sees no noise between sweeps")
+	}) {
 		t.Errorf("--rounds 1: warnings %q, want the one on noise between sweeps", rep.Warnings)
 	}
 }
@@ -369,7 +371,8 @@ func TestBenchWarnsOfTunedRouting(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "M=16,256 tuned under uniform routing, run under zipf:1.2: 'mstar tune moe --routing zipf:1.2 --batch 16,256'"
+	// M=300 takes M=256's pick, the nearest: it is named too.
+	want := "M=16,256,300 take picks tuned under uniform routing, run under zipf:1.2: 'mstar tune moe --routing zipf:1.2 --batch 16,256,300'"
 	if len(warns) != 2 || !strings.Contains(warns[1], want) {
 		t.Errorf("zipf run: warnings %q, want one with %q", warns, want)
 	}
@@ -1054,6 +1057,18 @@ func TestTuneKeepsUniformPicksBesideSkewed(t *testing.T) {
 	if rep, err = RunMoETune(t.Context(), gpu.NewCPU(), zipf); err != nil || !slices.Equal(rep.Skipped, []int{5}) {
 		t.Errorf("zipf tune again: skipped %v, err %v; want M=5 skipped", rep.Skipped, err)
 	}
+	// --force re-tunes the batches asked for, under the run's routing; the
+	// rest of the file, every routing's, stays.
+	uni.MoE.Batches, uni.Force = []int{2}, true
+	if rep, err = RunMoETune(t.Context(), gpu.NewCPU(), uni); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(rep.File.TunedBatchSizes(), []int{2, 5}) || !slices.Equal(rep.File.TunedBatchSizesUnder("zipf:1.2"), []int{5}) {
+		t.Errorf("after --force of uniform M=2: uniform %v, zipf:1.2 %v; want [2 5] and [5]", rep.File.TunedBatchSizes(), rep.File.TunedBatchSizesUnder("zipf:1.2"))
+	}
+	if !slices.ContainsFunc(rep.Warnings, func(w string) bool { return strings.HasPrefix(w, "--force: re-tuning M=2 under uniform routing in ") }) {
+		t.Errorf("--force warnings %q", rep.Warnings)
+	}
 }
 
 // bench takes a batch's pick under its own routing when the file has one,
@@ -1086,7 +1101,7 @@ func TestBenchPicksRoutingsOwnBatch(t *testing.T) {
 	if got[16].Config.String() != mustConfig(t, uniPick).String() || strings.Contains(got[16].Source, "[") {
 		t.Errorf("zipf M=16: %+v, want the uniform pick", got[16])
 	}
-	if w := strings.Join(warns, "\n"); !strings.Contains(w, "M=16 tuned under uniform routing, run under zipf:1.2") || strings.Contains(w, "M=16,256") {
+	if w := strings.Join(warns, "\n"); !strings.Contains(w, "M=16 take picks tuned under uniform routing, run under zipf:1.2") || strings.Contains(w, "M=16,256") {
 		t.Errorf("warnings %q, want the routing warning for M=16 alone", warns)
 	}
 	opt.Routing = ""
@@ -1115,11 +1130,30 @@ func TestTuneKeepsUnreadableFile(t *testing.T) {
 		if got, err := os.ReadFile(want); err != nil || string(got) != broken {
 			t.Errorf("run %d: %s holds %q (%v), want the broken file", i+1, want, got, err)
 		}
-		if !slices.ContainsFunc(rep.Warnings, func(w string) bool { return strings.Contains(w, "moved the unreadable "+path+" to "+want) }) {
+		if !slices.ContainsFunc(rep.Warnings, func(w string) bool {
+			return strings.Contains(w, "moved "+path+", which is not a tuned file for") && strings.Contains(w, " to "+want+":")
+		}) {
 			t.Errorf("run %d: warnings %q do not say where the file went", i+1, rep.Warnings)
 		}
 		if b, _ := os.ReadFile(path); !strings.Contains(string(b), `"2": {`) {
 			t.Errorf("run %d: no new tuned file:\n%s", i+1, b)
 		}
+	}
+	// A tuned file for another shape (a hand edit, a copy) is kept too.
+	other := moe.NewTunedFile(moe.TunedKey{E: 16, N: 16, K: 32, TopK: 2, DType: "bf16", Device: gpu.NewCPU().Info().Name}, fixedNow)
+	other.Set(9, moe.TunedBatch{Config: "auto", Date: fixedNow})
+	b, _ := other.Marshal()
+	os.WriteFile(path, b, 0o644)
+	if _, err := RunMoETune(t.Context(), gpu.NewCPU(), opt); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(path + ".bad.3"); string(got) != string(b) {
+		t.Errorf("a file of another key was not kept as %s.bad.3", path)
+	}
+	// A folder where the file goes is refused before any tuning.
+	os.Remove(path)
+	os.Mkdir(path, 0o755)
+	if _, err := RunMoETune(t.Context(), gpu.NewCPU(), opt); err == nil || !strings.Contains(err.Error(), "is not a regular file") {
+		t.Errorf("a folder in the file's place: err %v", err)
 	}
 }

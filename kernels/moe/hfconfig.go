@@ -72,9 +72,16 @@ func ParseHFConfig(b []byte, file string) (HFConfig, error) {
 	if err != nil {
 		return HFConfig{}, &HFConfigError{File: file, Key: "(file)", Msg: "not one JSON object: " + err.Error()}
 	}
-	// The decoder keeps a repeated key's last value without a word; which
-	// one the model's own loader takes is anyone's guess.
+	// The decoder keeps a repeated key's last value without a word (as
+	// Python's json does); a file that says two things of one key is more
+	// likely a bad edit than a choice, so it is refused.
 	if path, first, dup := jsonpos.DuplicateKey(b); dup >= 0 {
+		switch r := []rune(path); {
+		case path == "":
+			path = `""`
+		case len(r) > 60:
+			path = "…" + string(r[len(r)-59:])
+		}
 		line, col := jsonpos.Position(b, dup)
 		fl, fc := jsonpos.Position(b, first)
 		return HFConfig{}, &HFConfigError{File: file, Key: path,

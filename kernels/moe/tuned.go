@@ -218,6 +218,27 @@ func CanonicalRouting(s string) string {
 	return s
 }
 
+// checkRoutingKey refuses a key of a file's routings that --routing would
+// not record: uniform (whose batches are the file's batches), a misspelled
+// or non-positive zipf, an unnamed trace.
+func checkRoutingKey(r string) error {
+	switch {
+	case r == Uniform:
+		return errors.New(`"uniform": uniform batches go in "batches"`)
+	case strings.HasPrefix(r, "trace:") && len(r) > len("trace:"):
+		return nil
+	case CanonicalRouting(r) == r && strings.HasPrefix(r, "zipf:"):
+		if _, err := ParseRoutingSpec(r); err == nil {
+			return nil
+		}
+	}
+	want := "zipf:ALPHA (alpha > 0, as --routing records it) or trace:NAME"
+	if c := CanonicalRouting(r); c != r && c != Uniform {
+		want = fmt.Sprintf("%q, as --routing records it", c)
+	}
+	return fmt.Errorf("%q: want %s", r, want)
+}
+
 // batchesUnder is the map of routing's batches (nil when none).
 func (f *TunedFile) batchesUnder(routing string) map[string]TunedBatch {
 	if routing = CanonicalRouting(routing); routing == Uniform {
@@ -338,14 +359,19 @@ func ParseTunedFile(b []byte, name string) (*TunedFile, error) {
 		return nil, err
 	}
 	for r, bs := range f.Routings {
-		if CanonicalRouting(r) != r || r == Uniform {
-			return nil, fmt.Errorf("tuned config file %s: routing %q: want a routing other than uniform, spelled as --routing records it (%q)", name, r, CanonicalRouting(r))
+		if err := checkRoutingKey(r); err != nil {
+			return nil, fmt.Errorf("tuned config file %s: routings: %w", name, err)
 		}
 		if err := check("routing "+r+" batch", bs); err != nil {
 			return nil, err
 		}
 		for m, bt := range bs {
-			if bt.Routing != r {
+			switch bt.Routing {
+			case r:
+			case "": // the enclosing routing says it
+				bt.Routing = r
+				bs[m] = bt
+			default:
 				return nil, fmt.Errorf("tuned config file %s: routing %s batch %s says it was tuned under %q", name, r, m, bt.Routing)
 			}
 		}

@@ -370,12 +370,22 @@ func TestTunedFileRoutingsOnRead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// An entry of routings without its own routing field takes the key's.
+	noField := strings.Replace(old, `"batches":{`, `"routings":{"trace:a.jsonl":{"8":{"config":"skinny:nt=1","date":"2026-12-01T00:00:00Z"}}},"batches":{`, 1)
+	if g, err := ParseTunedFile([]byte(noField), "nofield"); err != nil {
+		t.Errorf("routing entry without its field: %v", err)
+	} else if b, _ := g.Get(8, "trace:a.jsonl"); b.Routing != "trace:a.jsonl" {
+		t.Errorf("routing entry without its field reads routing %q", b.Routing)
+	}
 	if f.Has(256, Uniform) || !f.Has(256, "zipf:1.2") || !f.Has(16, Uniform) {
 		t.Errorf("after reading: uniform %v, zipf:1.2 %v; want [16] and [256]", f.TunedBatchSizes(), f.TunedBatchSizesUnder("zipf:1.2"))
 	}
 	for _, bad := range []struct{ routings, want string }{
-		{`{"uniform":{"8":{"config":"skinny:nt=1","date":"2026-12-01T00:00:00Z","routing":"uniform"}}}`, `routing "uniform"`},
-		{`{"zipf:1.20":{"8":{"config":"skinny:nt=1","date":"2026-12-01T00:00:00Z","routing":"zipf:1.20"}}}`, `routing "zipf:1.20"`},
+		{`{"uniform":{"8":{"config":"skinny:nt=1","date":"2026-12-01T00:00:00Z","routing":"uniform"}}}`, `uniform batches go in "batches"`},
+		{`{"zipf:1.20":{"8":{"config":"skinny:nt=1","date":"2026-12-01T00:00:00Z","routing":"zipf:1.20"}}}`, `"zipf:1.20": want "zipf:1.2"`},
+		{`{"zipf:abc":{"8":{"config":"skinny:nt=1","date":"2026-12-01T00:00:00Z","routing":"zipf:abc"}}}`, `"zipf:abc": want zipf:ALPHA`},
+		{`{"zipf:0":{"8":{"config":"skinny:nt=1","date":"2026-12-01T00:00:00Z","routing":"zipf:0"}}}`, `"zipf:0": want zipf:ALPHA`},
+		{`{"trace:":{"8":{"config":"skinny:nt=1","date":"2026-12-01T00:00:00Z","routing":"trace:"}}}`, `"trace:": want`},
 		{`{"zipf:1.2":{"8":{"config":"skinny:nt=1","date":"2026-12-01T00:00:00Z","routing":"zipf:2"}}}`, `tuned under "zipf:2"`},
 		{`{"zipf:1.2":{"0":{"config":"skinny:nt=1","date":"2026-12-01T00:00:00Z","routing":"zipf:1.2"}}}`, `not a positive token count`},
 		{`{"zipf:1.2":{"8":{"config":"warp:9","date":"2026-12-01T00:00:00Z","routing":"zipf:1.2"}}}`, `routing zipf:1.2 batch 8`},
