@@ -130,10 +130,11 @@ func tuneTable(w io.Writer, d *Document) error {
 		return err
 	}
 	if chosenIsStatic(cands, swept) {
-		fmt.Fprintln(w, "# each batch ran the same configuration on both sides (an A/A pair): a difference above is this host's noise")
+		fmt.Fprintln(w, "# each batch ran one configuration on both sides (an A/A pair): a difference is this host's noise")
 	}
 	if len(c.Failures()) > 0 {
-		fmt.Fprintln(w, "# the exit code does not depend on this comparison: it says how the file did against the static table in this run")
+		fmt.Fprintln(w, "# the exit code does not depend on this comparison: it says how the file did against the")
+		fmt.Fprintln(w, "#   static table in this run")
 	}
 	return nil
 }
