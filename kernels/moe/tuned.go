@@ -17,6 +17,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/mstar-dev/mstar/internal/jsonpos"
 )
 
 // Tuned configuration files: per (E, N, K, top-k, dtype, device, kernel
@@ -331,7 +333,7 @@ func ParseTunedFile(b []byte, name string) (*TunedFile, error) {
 	d := json.NewDecoder(bytes.NewReader(b))
 	d.DisallowUnknownFields()
 	if err := d.Decode(&f); err != nil {
-		return nil, fmt.Errorf("tuned config file %s: %w", name, err)
+		return nil, fmt.Errorf("tuned config file %s: %w", name, jsonpos.Error(b, 0, err))
 	}
 	if f.Format != TunedFormat {
 		return nil, fmt.Errorf("tuned config file %s: format %q, want %q", name, f.Format, TunedFormat)

@@ -408,6 +408,18 @@ func TestTunedFileRoutingsOnRead(t *testing.T) {
 	}
 }
 
+// A truncated or mistyped file says where.
+func TestParseTunedFileSaysWhere(t *testing.T) {
+	for doc, want := range map[string]string{
+		"{\"format\": \"mstar.moe-configs\",\n \"E\": 8,\n \"batches\": {\"2\": ": "line 3, column 19: unexpected end of input",
+		"{\"format\": \"mstar.moe-configs\",\n \"E\": \"eight\"}":                 "line 2, column",
+	} {
+		if _, err := ParseTunedFile([]byte(doc), "f.json"); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: err %v, want one with %q", doc, err, want)
+		}
+	}
+}
+
 func slicesEqual(a, b []string) bool { return strings.Join(a, "|") == strings.Join(b, "|") }
 
 func mustParse(t *testing.T, s string) Config {
