@@ -4,7 +4,7 @@
 # beat the picks tuned over the uniform families under zipf:1.2? Needs a
 # main build as $MSTAR (default bin/mstar; build it here, carry it) and the
 # triton peer in .dev/peers. ~430 s; tars its outputs into $OUT/zipf.tgz.
-#   OUT=$OUT MSTAR=bin/mstar bash kernels/moe/next/call-zipf.sh
+#   OUT=$OUT MSTAR=bin/mstar bash kernels/moe/next/call-zipf.sh run
 # 1. tune moe --routing zipf:1.2 at deepseek-v3 tp8 and qwen3-30b-a3b M=256
 #    into a folder that holds the H200's uniform files (copied under this
 #    card's name, their device field rewritten): the zipf picks go beside.
@@ -13,6 +13,10 @@
 #    alternated twice; a uniform run from the same folder (its own pick).
 # 3. bench moe --peers (triton-ref) with the new picks.
 set -u
+[ "${1:-}" = run ] && [ -n "${OUT:-}" ] || {
+	echo "usage: OUT=DIR [MSTAR=bin/mstar] $0 run   (on a GPU machine; ~430 s)" >&2
+	exit 2
+}
 cd "$(dirname "$0")/../../.."
 M=${MSTAR:-bin/mstar}
 G=/tmp/zipf; rm -rf $G; mkdir -p $G/zc $G/empty
