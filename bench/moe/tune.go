@@ -16,6 +16,7 @@ import (
 	"github.com/mstar-dev/mstar/bench"
 	"github.com/mstar-dev/mstar/bench/ceilings"
 	"github.com/mstar-dev/mstar/internal/badinput"
+	"github.com/mstar-dev/mstar/internal/doctor"
 	"github.com/mstar-dev/mstar/internal/gpu"
 	"github.com/mstar-dev/mstar/kernels/moe"
 	"github.com/mstar-dev/mstar/kernels/routing"
@@ -498,22 +499,20 @@ func ResolveMoEConfigs(local moe.Shape, dev gpu.Info, batches []int, opt MoEOpti
 	run := opt.routingName()
 	var uniformPicks []int // under a skewed run: batches that take a uniform pick
 	for _, m := range batches {
-		c, note := f.PickFor(local, m, run)
-		from, exact := src, note == fmt.Sprintf("batch %d", m)
-		if note == fmt.Sprintf("batch %d under %s", m, run) {
-			from, exact = src+" ["+run+"]", true
-		} else if run != moe.Uniform && c.Kernel != "" {
+		p := f.PickFor(local, m, run)
+		from := src
+		if p.Routing != moe.Uniform {
+			from += " [" + p.Routing + "]"
+		} else if run != moe.Uniform && p.Config.Kernel != "" {
 			uniformPicks = append(uniformPicks, m)
 		}
 		switch {
-		case c.Kernel == "" && exact:
+		case p.Config.Kernel == "" && p.Exact:
 			out[m] = BatchConfig{Config: moe.ChooseConfigFor(tableGPU(dev), local, m), Source: "static", Note: "the tuned file says auto: static table"}
-		case c.Kernel == "":
-			out[m] = BatchConfig{Config: moe.ChooseConfigFor(tableGPU(dev), local, m), Source: "static", Note: note}
-		case exact:
-			out[m] = BatchConfig{Config: c, Source: from}
+		case p.Config.Kernel == "":
+			out[m] = BatchConfig{Config: moe.ChooseConfigFor(tableGPU(dev), local, m), Source: "static", Note: p.Note}
 		default:
-			out[m] = BatchConfig{Config: c, Source: from, Note: note}
+			out[m] = BatchConfig{Config: p.Config, Source: from, Note: p.Note}
 		}
 	}
 	if w := routingMismatch(uniformPicks, run); w != "" {
@@ -766,7 +765,7 @@ func RunMoETune(ctx context.Context, dev gpu.Device, opt MoETuneOptions) (*MoETu
 	}
 	rep.Warnings = append(rep.Warnings, warns...)
 	if fi, err := os.Lstat(rep.Path); err == nil && !fi.Mode().IsRegular() {
-		return nil, badinput.Errorf("tune moe: %s is not a regular file (%s): the tuned file goes there; move it", rep.Path, fi.Mode().Type())
+		return nil, badinput.Errorf("tune moe: %s is %s, where the tuned file goes: move it", rep.Path, doctor.FileKind(fi.Mode()))
 	}
 	if f == nil {
 		// A file the tune cannot resume from would be overwritten by the

@@ -1153,7 +1153,7 @@ func TestTuneKeepsUnreadableFile(t *testing.T) {
 	// A folder where the file goes is refused before any tuning.
 	os.Remove(path)
 	os.Mkdir(path, 0o755)
-	if _, err := RunMoETune(t.Context(), gpu.NewCPU(), opt); err == nil || !strings.Contains(err.Error(), "is not a regular file") {
+	if _, err := RunMoETune(t.Context(), gpu.NewCPU(), opt); err == nil || !strings.Contains(err.Error(), "is a directory, where the tuned file goes") {
 		t.Errorf("a folder in the file's place: err %v", err)
 	}
 }

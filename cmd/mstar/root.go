@@ -359,19 +359,6 @@ func (a *app) stopProfile() error {
 	return nil
 }
 
-// fileKind names a non-regular file's type for a message.
-func fileKind(m os.FileMode) string {
-	switch {
-	case m&os.ModeDevice != 0:
-		return "a device"
-	case m&os.ModeNamedPipe != 0:
-		return "a named pipe"
-	case m&os.ModeSocket != 0:
-		return "a socket"
-	}
-	return m.Type().String()
-}
-
 // checkOutputFlags checks that each output file a command was given can be
 // created: it is not a directory (the final rename would fail after the
 // run) nor another non-regular file (it would be replaced), and its folder
@@ -387,7 +374,7 @@ func checkOutputFlags(cmd *cobra.Command) error {
 		} else if err == nil && !st.Mode().IsRegular() {
 			// The file is written beside and renamed over: a device or a
 			// FIFO would be replaced by a regular file (/dev/full was).
-			return usageErr("--%s %s: is not a regular file (%s); give a file path", name, f.Value.String(), fileKind(st.Mode()))
+			return usageErr("--%s %s: is not a regular file (%s); give a file path", name, f.Value.String(), doctor.FileKind(st.Mode()))
 		}
 		if err := doctor.CanCreateIn(filepath.Dir(f.Value.String())); err != nil {
 			return usageErr("--%s %s: cannot write there: %v", name, f.Value.String(), err)

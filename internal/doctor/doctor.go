@@ -388,3 +388,21 @@ func CanCreateIn(dir string) error {
 	f.Close()
 	return os.Remove(name)
 }
+
+// FileKind names a non-regular file's type for a message ("a directory",
+// "a named pipe"): where mstar would write a file, such a one is refused.
+func FileKind(m os.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "a directory"
+	case m&os.ModeDevice != 0:
+		return "a device"
+	case m&os.ModeNamedPipe != 0:
+		return "a named pipe"
+	case m&os.ModeSocket != 0:
+		return "a socket"
+	case m&os.ModeSymlink != 0:
+		return "a symbolic link"
+	}
+	return m.Type().String()
+}

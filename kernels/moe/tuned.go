@@ -263,6 +263,12 @@ func (f *TunedFile) Has(m int, routing string) bool {
 
 // Set records batch m under b's routing (uniform when unset).
 func (f *TunedFile) Set(m int, b TunedBatch) {
+	f.put(m, b)
+	f.Updated = b.Date.UTC()
+}
+
+// put is Set without touching Updated.
+func (f *TunedFile) put(m int, b TunedBatch) {
 	r := CanonicalRouting(b.Routing)
 	b.Routing = r
 	if r == Uniform {
@@ -279,7 +285,6 @@ func (f *TunedFile) Set(m int, b TunedBatch) {
 		}
 		f.Routings[r][strconv.Itoa(m)] = b
 	}
-	f.Updated = b.Date.UTC()
 }
 
 // TunedBatchSizes are the file's uniform batch sizes, ascending.
@@ -384,9 +389,7 @@ func ParseTunedFile(b []byte, name string) (*TunedFile, error) {
 		if r := CanonicalRouting(bt.Routing); r != Uniform {
 			if _, taken := f.Routings[r][m]; !taken {
 				n, _ := strconv.Atoi(m)
-				up := f.Updated
-				f.Set(n, bt)
-				f.Updated = up
+				f.put(n, bt)
 			}
 			delete(f.Batches, m)
 		}
@@ -609,25 +612,40 @@ func JoinBatches(ms []int) string {
 	return strings.Join(s, ",")
 }
 
+// TunedPick is what a tuned file gives one batch.
+type TunedPick struct {
+	// Config is the pick; empty for the static table (where the file says
+	// auto, or has no batch that can stand in).
+	Config Config
+	// Exact: the file has this batch, under Routing; otherwise Note says
+	// what stood in (the nearest tuned batch) or why none did.
+	Exact   bool
+	Routing string
+	Note    string
+}
+
 // Pick is the configuration for batch m under uniform routing: the file's
 // own when it has m, else the nearest tuned batch (in ratio) within a
 // factor of 2 of m, where that configuration can run m; else the empty
 // Config (the static table). note says which, for the results.
-func (f *TunedFile) Pick(s Shape, m int) (c Config, note string) { return f.PickFor(s, m, Uniform) }
+func (f *TunedFile) Pick(s Shape, m int) (c Config, note string) {
+	p := f.PickFor(s, m, Uniform)
+	if p.Exact {
+		return p.Config, fmt.Sprintf("batch %d", m)
+	}
+	return p.Config, p.Note
+}
 
 // PickFor is Pick under routing: batch m tuned under that routing when the
 // file has it (exactly m: a skewed routing's tiles follow its hottest
-// experts, which another batch size does not predict), else Pick's.
-func (f *TunedFile) PickFor(s Shape, m int, routing string) (c Config, note string) {
-	if r := CanonicalRouting(routing); r != Uniform {
+// experts, which another batch size does not predict), else the uniform
+// pick.
+func (f *TunedFile) PickFor(s Shape, m int, routing string) TunedPick {
+	for _, r := range []string{CanonicalRouting(routing), Uniform} {
 		if b, ok := f.Get(m, r); ok {
 			c, _ := ParseConfig(b.Config) // checked when read
-			return c, fmt.Sprintf("batch %d under %s", m, r)
+			return TunedPick{Config: c, Exact: true, Routing: r}
 		}
-	}
-	if b, ok := f.Batches[strconv.Itoa(m)]; ok {
-		c, _ := ParseConfig(b.Config) // checked when read
-		return c, fmt.Sprintf("batch %d", m)
 	}
 	best, dist := 0, math.Inf(1)
 	for _, n := range f.TunedBatchSizes() {
@@ -636,11 +654,11 @@ func (f *TunedFile) PickFor(s Shape, m int, routing string) (c Config, note stri
 		}
 	}
 	if best == 0 || dist > math.Log(2)+1e-9 {
-		return Config{}, fmt.Sprintf("M=%d not tuned and no tuned batch within 2×: static table", m)
+		return TunedPick{Note: fmt.Sprintf("M=%d not tuned and no tuned batch within 2×: static table", m)}
 	}
-	c, _ = ParseConfig(f.Batches[strconv.Itoa(best)].Config)
+	c, _ := ParseConfig(f.Batches[strconv.Itoa(best)].Config)
 	if err := CheckConfigShape(c, s, m); err != nil {
-		return Config{}, fmt.Sprintf("M=%d not tuned; the nearest tuned batch's (%d) cannot run it: static table", m, best)
+		return TunedPick{Note: fmt.Sprintf("M=%d not tuned; the nearest tuned batch's (%d) cannot run it: static table", m, best)}
 	}
-	return c, fmt.Sprintf("nearest tuned batch %d (M=%d not tuned)", best, m)
+	return TunedPick{Config: c, Routing: Uniform, Note: fmt.Sprintf("nearest tuned batch %d (M=%d not tuned)", best, m)}
 }

@@ -339,18 +339,18 @@ func TestTunedFileRoutings(t *testing.T) {
 	for _, tt := range []struct {
 		m             int
 		routing, want string
-		note          string
+		under         string
 	}{
-		{256, "uniform", "skinny:nt=2", "batch 256"},
-		{256, "", "skinny:nt=2", "batch 256"},
-		{256, "zipf:1.2", "skinny:nt=4", "batch 256 under zipf:1.2"},
-		{256, "Zipf:1.200", "skinny:nt=4", "batch 256 under zipf:1.2"},
-		{256, "zipf:0.8", "skinny:nt=2", "batch 256"},
-		{16, "zipf:1.2", "skinny:nt=1", "batch 16"}, // no zipf entry: the uniform one
+		{256, "uniform", "skinny:nt=2", "uniform"},
+		{256, "", "skinny:nt=2", "uniform"},
+		{256, "zipf:1.2", "skinny:nt=4", "zipf:1.2"},
+		{256, "Zipf:1.200", "skinny:nt=4", "zipf:1.2"},
+		{256, "zipf:0.8", "skinny:nt=2", "uniform"},
+		{16, "zipf:1.2", "skinny:nt=1", "uniform"}, // no zipf entry: the uniform one
 	} {
-		c, note := got.PickFor(s, tt.m, tt.routing)
-		if c.String() != mustParse(t, tt.want).String() || note != tt.note {
-			t.Errorf("PickFor(M=%d, %q) = %v (%s), want %s (%s)", tt.m, tt.routing, c, note, tt.want, tt.note)
+		p := got.PickFor(s, tt.m, tt.routing)
+		if p.Config.String() != mustParse(t, tt.want).String() || !p.Exact || p.Routing != tt.under {
+			t.Errorf("PickFor(M=%d, %q) = %+v, want %s tuned under %s", tt.m, tt.routing, p, tt.want, tt.under)
 		}
 	}
 	if again, _ := got.Marshal(); string(again) != string(b) {
