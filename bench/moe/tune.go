@@ -533,7 +533,7 @@ func routingMismatch(ms []int, run string) string {
 	}
 	w := fmt.Sprintf("M=%s take picks tuned under uniform routing, run under %s: ", moe.JoinBatches(ms), run)
 	if strings.HasPrefix(run, "trace:") {
-		return w + "'tune moe' tunes under uniform or zipf:ALPHA routing, not a routing file"
+		return w + fmt.Sprintf("'mstar tune moe --routing-file %s --batch %s' tunes them for it", strings.TrimPrefix(run, "trace:"), moe.JoinBatches(ms))
 	}
 	return w + fmt.Sprintf("'mstar tune moe --routing %s --batch %s' tunes them for it", run, moe.JoinBatches(ms))
 }

@@ -1104,6 +1104,25 @@ func TestBenchPicksRoutingsOwnBatch(t *testing.T) {
 	if w := strings.Join(warns, "\n"); !strings.Contains(w, "M=16 take picks tuned under uniform routing, run under zipf:1.2") || strings.Contains(w, "M=16,256") {
 		t.Errorf("warnings %q, want the routing warning for M=16 alone", warns)
 	}
+	// A routing file's picks are its own (trace:NAME), with the same fallback.
+	tracePick := "tc:bm=64,bn=128,bk=64,wm=2,wn=4,stages=4,gm=8,minb=1,ov=2"
+	f.Set(256, moe.TunedBatch{Config: tracePick, Date: fixedNow, Routing: "trace:rec.jsonl"})
+	if _, err := moe.WriteTunedFile(dir, f); err != nil {
+		t.Fatal(err)
+	}
+	rec := moe.ZipfRouting(64, shape.E, shape.K, 1.2, 1)
+	tr := opt
+	tr.Routing, tr.Trace, tr.TraceName = "", &rec, "/runs/rec.jsonl"
+	got, warns, err = ResolveMoEConfigs(shape, h200, []int{16, 256}, tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[256].Config.String() != mustConfig(t, tracePick).String() || !strings.HasSuffix(got[256].Source, " [trace:rec.jsonl]") {
+		t.Errorf("trace M=256: %+v, want %s from the file's trace:rec.jsonl batch", got[256], tracePick)
+	}
+	if w := strings.Join(warns, "\n"); !strings.Contains(w, "'mstar tune moe --routing-file rec.jsonl --batch 16' tunes them") {
+		t.Errorf("warnings %q, want tune's --routing-file for M=16", warns)
+	}
 	opt.Routing = ""
 	got, warns, _ = ResolveMoEConfigs(shape, h200, []int{256}, opt)
 	if got[256].Config.String() != mustConfig(t, uniPick).String() || len(warns) != 1 {

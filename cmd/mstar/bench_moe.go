@@ -205,20 +205,10 @@ Models:
 				if f.Changed("routing") {
 					return usageErr("--routing and --routing-file exclude each other")
 				}
-				tr, err := router.ReadTraceFile(traceIn)
+				r, err := a.readRoutingFile(traceIn, opt.Shape.E)
 				if err != nil {
-					return badInput(fmt.Errorf("reading routing file %w", err))
+					return err
 				}
-				if tr.Experts != opt.Shape.E {
-					return usageErr("routing file %s is over %d experts, the shape has %d", traceIn, tr.Experts, opt.Shape.E)
-				}
-				for _, w := range tr.Warnings { // the whole file's: a broken one, though only its first layer replays
-					say(a.stderr, "warning: --routing-file: %s", w)
-				}
-				if len(tr.Layers) > 1 {
-					say(a.stderr, "routing file %s has %d layers; replaying its first (layer %d)", traceIn, len(tr.Layers), tr.Layers[0])
-				}
-				r := tr.Routings[0]
 				if traceOut != "" && r.DroppedSlots() > 0 {
 					// Said before the run, not after it.
 					return usageErr("--routing-out: routing file %s has %d dropped slots, which --routing-out does not record (it replays as it is)", traceIn, r.DroppedSlots())
@@ -398,6 +388,25 @@ func parseBatches(s string) ([]int, error) {
 		return nil, fmt.Errorf("%d is listed twice", n) // two results of one key would merge in report
 	}
 	return out, nil
+}
+
+// readRoutingFile reads --routing-file path for a layer of e experts (global
+// ids): its first layer's routing, the file's warnings said on stderr.
+func (a *app) readRoutingFile(path string, e int) (routing.Routing, error) {
+	tr, err := router.ReadTraceFile(path)
+	if err != nil {
+		return routing.Routing{}, badInput(fmt.Errorf("reading routing file %w", err))
+	}
+	if tr.Experts != e {
+		return routing.Routing{}, usageErr("routing file %s is over %d experts, the shape has %d", path, tr.Experts, e)
+	}
+	for _, w := range tr.Warnings { // the whole file's: a broken one, though only its first layer replays
+		say(a.stderr, "warning: --routing-file: %s", w)
+	}
+	if len(tr.Layers) > 1 {
+		say(a.stderr, "routing file %s has %d layers; replaying its first (layer %d)", path, len(tr.Layers), tr.Layers[0])
+	}
+	return tr.Routings[0], nil
 }
 
 // writeRoutingFile writes a routing over e experts as a one-layer routing file.

@@ -37,7 +37,9 @@ func freshShapeArgs(opt moebench.MoEOptions) []string {
 	s := opt.Shape
 	args := []string{"--experts", strconv.Itoa(s.E), "--topk", strconv.Itoa(s.K), "--hidden", strconv.Itoa(s.H), "--inter", strconv.Itoa(s.I),
 		"--tp", strconv.Itoa(max(opt.TP, 1)), "--ep", strconv.Itoa(max(opt.EP, 1)), "--seed", strconv.FormatUint(opt.Seed, 10)}
-	if opt.Routing != "" {
+	if opt.Trace != nil {
+		args = append(args, "--routing-file", opt.TraceName)
+	} else if opt.Routing != "" {
 		args = append(args, "--routing", opt.Routing)
 	}
 	if opt.WeightCopies > 0 {

@@ -28,6 +28,13 @@ func TestFreshBenchRunsBenchMoE(t *testing.T) {
 			t.Errorf("fresh run flags %q: want %s %s", args, want[0], want[1])
 		}
 	}
+	// A routing file replays in the child as it does in the tune.
+	rec := moe.UniformRouting(4, 8, 2, 1)
+	traced := opt
+	traced.Trace, traced.TraceName = &rec, "/runs/rec.jsonl"
+	if a := freshShapeArgs(traced); !slices.Contains(a, "/runs/rec.jsonl") || slices.Contains(a, "--routing") {
+		t.Errorf("fresh run flags under a routing file %q: want --routing-file /runs/rec.jsonl, no --routing", a)
+	}
 	f, cleanup, err := newFreshBench(opt, "cpu")
 	if err != nil {
 		t.Fatal(err)

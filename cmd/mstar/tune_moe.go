@@ -45,15 +45,15 @@ func init() {
 
 func newTuneMoE(a *app) *cobra.Command {
 	var (
-		sf                                                      shapeFlags
-		device, out, batches, routing, dir, ceilings, shardSpec string
-		shortlist                                               string
-		samples, tuneSamples, rounds, finalists, shortlistKeep  int
-		weightCopies                                            int
-		seed                                                    uint64
-		force                                                   bool
-		threshold                                               float64
-		fo                                                      fanOut
+		sf                                                                   shapeFlags
+		device, out, batches, routing, routingFile, dir, ceilings, shardSpec string
+		shortlist                                                            string
+		samples, tuneSamples, rounds, finalists, shortlistKeep               int
+		weightCopies                                                         int
+		seed                                                                 uint64
+		force                                                                bool
+		threshold                                                            float64
+		fo                                                                   fanOut
 	)
 	cmd := &cobra.Command{
 		Use:   "moe",
@@ -94,6 +94,9 @@ tuned under uniform nor replaces it), and 'bench moe' under that routing
 takes them, falling back to the uniform pick, with a warning, for a batch
 its routing lacks. On an H100, picks tuned under zipf:1.2 ran 1.3-2.8%
 faster under it than the uniform ones (reports/measured/h100/moe-zipf-picks).
+--routing-file FILE tunes under a recorded routing (its first layer, as
+'bench moe --routing-file' replays it); its picks are kept as trace:NAME
+(the file's base name), which a bench replaying a file of that name takes.
 
 It ends by measuring the static table against the tuned file over every
 batch, each as a 'bench moe' sweep (--samples per batch), in --rounds
@@ -142,6 +145,7 @@ Exit 1 when every candidate of some batch was rejected.`,
   mstar tune moe --hf-config /models/Qwen3-30B-A3B/config.json --device cuda:0 --force
   mstar tune moe --model qwen3-235b-a22b --batch 1,2,4,8 --finalists 3 --device cuda:0
   mstar tune moe --model qwen3-30b-a3b --shortlist old/tune-q30.json.gz --device cuda:0
+  mstar tune moe --model qwen3-30b-a3b --routing-file routing.jsonl --batch 256 --device cuda:0
   mstar tune moe --experts 8 --topk 2 --hidden 256 --inter 128 --batch 1 --device cpu --dir /tmp/cfg`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -174,6 +178,16 @@ Exit 1 when every candidate of some batch was rejected.`,
 				return err
 			}
 			mo := moebench.MoEOptions{Model: name, Shape: shape, TP: sf.tp, EP: sf.ep, Routing: routing, Samples: samples, Seed: seed, TuneSamples: tuneSamples, WeightCopies: weightCopies}
+			if routingFile != "" {
+				if cmd.Flags().Changed("routing") {
+					return usageErr("--routing and --routing-file exclude each other")
+				}
+				r, err := a.readRoutingFile(routingFile, shape.E)
+				if err != nil {
+					return err
+				}
+				mo.Trace, mo.TraceName = &r, routingFile
+			}
 			if batches != "" {
 				bs, err := parseBatches(batches)
 				if err != nil {
@@ -323,6 +337,7 @@ Exit 1 when every candidate of some batch was rejected.`,
 	addDeviceFlag(cmd, &device)
 	f.StringVarP(&out, "out", "o", "", "write the results document (every candidate, and both sweeps of the comparison) to `FILE`")
 	f.StringVar(&routing, "routing", "uniform", "routing while tuning: uniform or zipf:ALPHA")
+	f.StringVar(&routingFile, "routing-file", "", "tune under the routing recorded in `FILE` (as bench moe --routing-file replays it; its picks are kept as trace:NAME)")
 	f.Uint64Var(&seed, "seed", 1, "seed of weights, inputs and routing")
 	f.IntVar(&samples, "samples", 0, "samples per batch of the tuned-versus-static comparison (0: 20 on CUDA, 6 on the CPU)")
 	f.IntVar(&tuneSamples, "tune-samples", 6, "timed samples per candidate (6, also for 0: the fewest that give a 95% interval)")
