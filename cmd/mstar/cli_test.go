@@ -34,6 +34,17 @@ func runMstarWrapped(t *testing.T, args ...string) (stdout, stderr string, code 
 	return out.String(), errb.String(), code
 }
 
+// containsWrapped says whether out holds want once the 100-column wrapping
+// of its "# " comments is undone: where a comment breaks depends on the
+// host (its CPU's name, the temp folder's), and a long word is cut after
+// its separators, so both are compared without whitespace.
+func containsWrapped(out, want string) bool {
+	flat := func(s string) string {
+		return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n#   ", " ")), "")
+	}
+	return strings.Contains(flat(out), flat(want))
+}
+
 // afterDashes is what follows the first "--" in args (all of args when there
 // is none): a test binary re-executed as a worker or holder gets its own
 // arguments after the test flags.

@@ -41,7 +41,7 @@ func TestHFConfigFlag(t *testing.T) {
 	// tune moe takes it too, and names the file for the file's shape.
 	stdout, stderr, code = runMstar(t, "tune", "moe", "--hf-config", filepath.Dir(small), "--batch", "2", "--device", "cpu",
 		"--samples", "4", "--tune-samples", "2", "--dir", dir)
-	if code != exitOK || !strings.Contains(stdout, "# mstar tune moe: tiny-moe (tp 1, ep 1)") || !strings.Contains(stdout, "E=8 N=32 K=64 topk=2 bf16") {
+	if code != exitOK || !strings.Contains(stdout, "# mstar tune moe: tiny-moe (tp 1, ep 1)") || !containsWrapped(stdout, "E=8 N=32 K=64 topk=2 bf16") {
 		t.Errorf("tune moe --hf-config: exit %d, stdout:\n%s\nstderr: %s", code, stdout, stderr)
 	}
 

@@ -30,11 +30,8 @@ func TestTuneMoECPU(t *testing.T) {
 	if len(files) != 1 {
 		t.Fatalf("tuned files in $%s: %v", moe.EnvConfigDir, files)
 	}
-	// A comment longer than 100 columns goes on under "#   ", a long path
-	// cut after its separators (how long depends on the temp folder's name).
-	unwrapped := strings.ReplaceAll(stdout, "\n#   ", "")
 	for _, want := range []string{"# file " + files[0], "tuned file (new) versus the static table (base)", "moe/batch=5", "one implementation, nothing to choose"} {
-		if !strings.Contains(unwrapped+stderr, want) {
+		if !containsWrapped(stdout+stderr, want) {
 			t.Errorf("output lacks %q:\n%s\n%s", want, stdout, stderr)
 		}
 	}
