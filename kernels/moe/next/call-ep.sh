@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# call-ep.sh — on the GPU machine: A/B of ep-load.patch (under EP the static
+# table chooses tiles at the rank's load, m/EP tokens, instead of m) against
+# main, static table only (no tuned file: an empty config folder), both
+# builds alternated twice per cell, ~200 s. Cells: deepseek-v3 tp8 and
+# qwen3-30b-a3b at --ep 4 and deepseek-v3 tp8 --ep 8, M = 64, 256, 1024, 4096.
+# Here, first:
+#   go build -ldflags='-s -w' -o bin/mstar-main ./cmd/mstar
+#   kernels/moe/next/build.sh ep ep-load.patch     # bin/mstar-vep
+#   tar cJf .dev/bins-ep.tar.xz bin/mstar-main bin/mstar-vep
+# There (carry .dev/bins-ep.tar.xz):
+#   OUT=$OUT bash kernels/moe/next/call-ep.sh run
+# Outputs: $OUT/ep.tgz (documents, logs, ab.txt: per cell each side's
+# median µs, its config, and new/old).
+set -u
+[ "${1:-}" = run ] && [ -n "${OUT:-}" ] || {
+	echo "usage: OUT=DIR $0 run   (on a GPU machine; ~200 s)" >&2
+	exit 2
+}
+cd "$(dirname "$0")/../../.."
+[ -x bin/mstar-vep ] || tar xJf .dev/bins-ep.tar.xz || { echo "$0: no .dev/bins-ep.tar.xz (see the head of $0)" >&2; exit 2; }
+G=/tmp/ep; rm -rf $G; mkdir -p $G/empty
+nvidia-smi --query-gpu=name,uuid,driver_version --format=csv,noheader | tee $G/gpu.txt
+B=64,256,1024,4096
+cells=("deepseek-v3 --tp 8 --ep 4" "qwen3-30b-a3b --ep 4" "deepseek-v3 --tp 8 --ep 8")
+for r in 1 2; do
+	for k in 0 1 2; do
+		for side in main vep; do
+			[ $SECONDS -gt 480 ] && break 3
+			MSTAR_MOE_CONFIG_DIR=$G/empty timeout 90 bin/mstar-$side bench moe --model ${cells[$k]} --batch $B \
+				--device cuda:0 --out $G/c$k-$side-$r.json > $G/c$k-$side-$r.txt 2>&1
+			echo "cell $k (${cells[$k]}) $side round $r: rc=$? [$SECONDS s]"
+		done
+	done
+done
+# Per cell and batch: each side's median over its rounds, the config, new/old.
+python3 - "$G" > $G/ab.txt <<'PY'
+import json, glob, sys, statistics as st
+g = sys.argv[1]
+rows = {}
+for p in glob.glob(g + "/c*-*-*.json"):
+    k, side, _ = p.rsplit("/", 1)[1][:-5].split("-")
+    for r in json.load(open(p))["results"]:
+        if r["name"] != "moe":
+            continue
+        lat = next(m for m in r["metrics"] if m["name"] == "latency")
+        key = (k, int(r["params"]["batch"]))
+        d = rows.setdefault(key, {}).setdefault(side, {"us": [], "cfg": r["params"].get("config", "")})
+        d["us"].append(st.median(lat["values"]))
+print(f"{'cell':4} {'M':>5} {'main us':>9} {'ep us':>9} {'ep/main':>8}  configs (main | ep)")
+for (k, m), d in sorted(rows.items()):
+    a, b = d.get("main"), d.get("vep")
+    if not a or not b:
+        continue
+    ma, mb = st.median(a["us"]), st.median(b["us"])
+    print(f"{k:4} {m:5} {ma:9.1f} {mb:9.1f} {mb/ma:8.3f}  {a['cfg']} | {b['cfg']}")
+PY
+cat $G/ab.txt
+gzip -f $G/*.json
+tar czf "$OUT/ep.tgz" -C /tmp ep
