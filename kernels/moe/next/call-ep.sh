@@ -9,7 +9,7 @@
 #   kernels/moe/next/build.sh ep ep-load.patch     # bin/mstar-vep
 #   tar cJf .dev/bins-ep.tar.xz bin/mstar-main bin/mstar-vep
 # There (carry .dev/bins-ep.tar.xz):
-#   OUT=$OUT bash kernels/moe/next/call-ep.sh run
+#   OUT=$OUT [DEADLINE=480] bash kernels/moe/next/call-ep.sh run   (no bench starts after DEADLINE s)
 # Outputs: $OUT/ep.tgz (documents, logs, ab.txt: per cell each side's
 # median µs, its config, and new/old).
 set -u
@@ -26,7 +26,7 @@ cells=("deepseek-v3 --tp 8 --ep 4" "qwen3-30b-a3b --ep 4" "deepseek-v3 --tp 8 --
 for r in 1 2; do
 	for k in 0 1 2; do
 		for side in main vep; do
-			[ $SECONDS -gt 480 ] && break 3
+			[ $SECONDS -gt ${DEADLINE:-480} ] && break 3
 			MSTAR_MOE_CONFIG_DIR=$G/empty timeout 90 bin/mstar-$side bench moe --model ${cells[$k]} --batch $B \
 				--device cuda:0 --out $G/c$k-$side-$r.json > $G/c$k-$side-$r.txt 2>&1
 			echo "cell $k (${cells[$k]}) $side round $r: rc=$? [$SECONDS s]"
