@@ -197,7 +197,7 @@ func TestTuneResults(t *testing.T) {
 	}
 	r := moe.UniformRouting(1024, 128, 8, 1)
 	res := moeResult(opt, local, 1024, r, []float64{401, 402}, 2.9e-3, good.String(), 64)
-	res = withTuning(moe.GPU{}, local, 1024, res, outs)
+	res = withTuning(moe.ChooseConfigFor(moe.GPU{}, local, 1024), res, outs)
 	if res.Params[MoEConfigParam] != good.String() {
 		t.Errorf("config param %q, want %q", res.Params[MoEConfigParam], good.String())
 	}
@@ -428,6 +428,75 @@ func TestPrepareMoERoutingCanonical(t *testing.T) {
 		}
 		if opt.routingName() != want {
 			t.Errorf("--routing %q recorded as %q, want %q", in, opt.routingName(), want)
+		}
+	}
+}
+
+// Under EP the static table sees the rank's load where that load is in its
+// tc range: --ep 4 over deepseek-v3 tp8 at M=256 puts ~8 slots on each of
+// rank 0's 64 experts, as M=64 does without EP, not the 32 that M=256
+// reads over 64 experts. In the wg range it keeps the pick at M, and the
+// tuner tries the families of both loads. A self-aligning pick for the
+// rank's load runs without self-alignment where M has more slots than it
+// sorts.
+func TestConfigAtRanksLoad(t *testing.T) {
+	h := moe.GPU{CC: moe.Hopper, SMs: 132}
+	global := moe.Shape{E: 256, K: 8, H: 7168, I: 2048}
+	opt := MoEOptions{Shape: global, TP: 8, EP: 4}
+	local, err := global.Shard(8, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	atM, atLoad := moe.ChooseConfigFor(h, local, 256), moe.ChooseConfigFor(h, local, 64)
+	if atM.Kernel != "wg" || atLoad.Kernel != "tc" {
+		t.Fatalf("the table's picks at M=256 (%v) and 64 (%v) are not a wg and a tc tile: this test shows nothing", atM, atLoad)
+	}
+	if got := opt.staticConfig(h, local, 256); got.String() != atLoad.String() {
+		t.Errorf("--ep 4 M=256: static %v, want the table's pick at the rank's load (M=64), %v", got, atLoad)
+	}
+	for _, m := range []int{1024, 4096} { // the rank's load is in the wg range
+		if got, want := opt.staticConfig(h, local, m), moe.ChooseConfigFor(h, local, m); got.String() != want.String() {
+			t.Errorf("--ep 4 M=%d: static %v, want the table's pick at M, %v", m, got, want)
+		}
+	}
+	cs := opt.candidates(h, local, 256)
+	if cs[0].String() != atLoad.String() {
+		t.Errorf("--ep 4 M=256: candidates start with %v, want the static pick %v", cs[0], atLoad)
+	}
+	seen := map[string]bool{}
+	for _, c := range cs {
+		if err := moe.CheckConfigShape(c, local, 256); err != nil {
+			t.Errorf("--ep 4 M=256: candidate %v does not run there: %v", c, err)
+		}
+		if seen[c.String()] {
+			t.Errorf("--ep 4 M=256: candidate %v listed twice", c)
+		}
+		seen[c.String()] = true
+	}
+	if !seen[atM.String()] || !slices.ContainsFunc(cs, func(c moe.Config) bool { return c.Kernel == "tc" && c.BM == 16 }) {
+		t.Errorf("--ep 4 M=256: want both the pick at M (%v) and 16-row tc tiles among the candidates: %v", atM, cs)
+	}
+
+	// --ep 8 at M=16: two tokens' load, whose self-aligning pick cannot
+	// sort M=16's 128 slots: the same tile without it.
+	opt8 := MoEOptions{Shape: global, TP: 8, EP: 8}
+	local8, _ := global.Shard(8, 8)
+	small := moe.ChooseConfigFor(h, local8, 2)
+	if small.Gemm(1).SA == 0 {
+		t.Fatalf("the table's pick at M=2 is not self-aligning (%v): this part shows nothing", small)
+	}
+	got := opt8.staticConfig(h, local8, 16)
+	if got.Gemm(1).SA != 0 || got.Gemm(1).BM != small.Gemm(1).BM || got.Gemm(1).BN != small.Gemm(1).BN || moe.CheckConfigShape(got, local8, 16) != nil {
+		t.Errorf("--ep 8 M=16: static %v, want %v without self-alignment", got, small)
+	}
+
+	// Without EP nothing changes.
+	one := MoEOptions{Shape: global, TP: 8, EP: 1}
+	local1, _ := global.Shard(8, 1)
+	for _, m := range []int{1, 256, 4096} {
+		if one.staticConfig(h, local1, m).String() != moe.ChooseConfigFor(h, local1, m).String() ||
+			fmt.Sprint(one.candidates(h, local1, m)) != fmt.Sprint(moe.CandidatesFor(h, local1, m)) {
+			t.Errorf("--ep 1 M=%d: the pick or the candidates differ from the table's", m)
 		}
 	}
 }

@@ -466,7 +466,7 @@ func ResolveMoEConfigs(local moe.Shape, dev gpu.Info, batches []int, opt MoEOpti
 	}
 	static := func(note string) {
 		for _, m := range batches {
-			out[m] = BatchConfig{Config: moe.ChooseConfigFor(tableGPU(dev), local, m), Source: "static", Note: note}
+			out[m] = BatchConfig{Config: opt.staticConfig(tableGPU(dev), local, m), Source: "static", Note: note}
 		}
 	}
 	if opt.StaticConfigs {
@@ -508,9 +508,9 @@ func ResolveMoEConfigs(local moe.Shape, dev gpu.Info, batches []int, opt MoEOpti
 		}
 		switch {
 		case p.Config.Kernel == "" && p.Exact:
-			out[m] = BatchConfig{Config: moe.ChooseConfigFor(tableGPU(dev), local, m), Source: "static", Note: "the tuned file says auto: static table"}
+			out[m] = BatchConfig{Config: opt.staticConfig(tableGPU(dev), local, m), Source: "static", Note: "the tuned file says auto: static table"}
 		case p.Config.Kernel == "":
-			out[m] = BatchConfig{Config: moe.ChooseConfigFor(tableGPU(dev), local, m), Source: "static", Note: p.Note}
+			out[m] = BatchConfig{Config: opt.staticConfig(tableGPU(dev), local, m), Source: "static", Note: p.Note}
 		default:
 			out[m] = BatchConfig{Config: p.Config, Source: from, Note: p.Note}
 		}
@@ -986,7 +986,7 @@ func RunMoETune(ctx context.Context, dev gpu.Device, opt MoETuneOptions) (*MoETu
 		rep.Outcomes[m] = outs
 		static := moe.Config{}.String()
 		if onGPU || opt.Runner != nil {
-			static = moe.ChooseConfigFor(tableGPU(info), local, m).String()
+			static = mo.staticConfig(tableGPU(info), local, m).String()
 		}
 		first := len(rep.Results)
 		for i, o := range outs {

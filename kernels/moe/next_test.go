@@ -13,7 +13,7 @@ import (
 
 // nextPatches are kernels/moe/next's patches in the order they apply
 // (the order to give next/build.sh).
-var nextPatches = []string{"gv-candidates.patch", "wg-mn-spill.patch", "align-rank.patch", "decode-shared.patch", "wg-nc3.patch", "ep-load.patch"}
+var nextPatches = []string{"gv-candidates.patch", "wg-mn-spill.patch", "align-rank.patch", "decode-shared.patch", "wg-nc3.patch"}
 
 // The waiting patches still apply, in order, to this tree: a change on
 // main that breaks one is found here, not on the GPU machine.

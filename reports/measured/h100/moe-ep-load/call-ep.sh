@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
-# call-ep.sh — on the GPU machine: A/B of ep-load.patch (under EP the static
-# table chooses tiles at the rank's load, m/EP tokens, instead of m) against
-# main, static table only (no tuned file: an empty config folder), both
-# builds alternated twice per cell, ~200 s. Cells: deepseek-v3 tp8 and
-# qwen3-30b-a3b at --ep 4 and deepseek-v3 tp8 --ep 8, M = 64, 256, 1024, 4096.
-# Here, first:
-#   go build -ldflags='-s -w' -o bin/mstar-main ./cmd/mstar
-#   kernels/moe/next/build.sh ep ep-load.patch     # bin/mstar-vep
+# call-ep.sh — the A/B this folder records (run twice on one H100 in the
+# twenty-eighth session, as kernels/moe/next/call-ep.sh): main at d0d72cd
+# (bin/mstar-main) against main plus ep-load.patch (bin/mstar-vep: under
+# --ep N the static table chose at the rank's load, M/N tokens, everywhere),
+# static table only (an empty config folder), both builds alternated per
+# cell. Main now takes the rank's load in the table's tc range only
+# (bench/moe staticConfig), from this A/B. To rerun it, rebuild the two
+# sides from git history (ep-load.patch is in d0d72cd's kernels/moe/next):
+#   go build -ldflags='-s -w' -o bin/mstar-main ./cmd/mstar       # the A side
+#   ... bin/mstar-vep                                               # the B side
 #   tar cJf .dev/bins-ep.tar.xz bin/mstar-main bin/mstar-vep
 # There (carry .dev/bins-ep.tar.xz):
-#   OUT=$OUT [DEADLINE=480] bash kernels/moe/next/call-ep.sh run   (no bench starts after DEADLINE s)
+#   OUT=$OUT [DEADLINE=480] bash reports/measured/h100/moe-ep-load/call-ep.sh run
 # Outputs: $OUT/ep.tgz (documents, logs, ab.txt: per cell each side's
 # median µs, its config, and new/old).
 set -u
@@ -17,7 +19,7 @@ set -u
 	echo "usage: OUT=DIR $0 run   (on a GPU machine; ~200 s)" >&2
 	exit 2
 }
-cd "$(dirname "$0")/../../.."
+cd "$(dirname "$0")/../../../.."
 [ -x bin/mstar-vep ] || tar xJf .dev/bins-ep.tar.xz || { echo "$0: no .dev/bins-ep.tar.xz (see the head of $0)" >&2; exit 2; }
 G=/tmp/ep; rm -rf $G; mkdir -p $G/empty
 nvidia-smi --query-gpu=name,uuid,driver_version --format=csv,noheader | tee $G/gpu.txt
@@ -46,7 +48,7 @@ for p in glob.glob(g + "/c*-*-*.json"):
         lat = next(m for m in r["metrics"] if m["name"] == "latency")
         key = (k, int(r["params"]["batch"]))
         d = rows.setdefault(key, {}).setdefault(side, {"us": [], "cfg": r["params"].get("config", "")})
-        d["us"].append(st.median(lat["values"]))
+        d["us"].append(st.median(lat["samples"]))
 print(f"{'cell':4} {'M':>5} {'main us':>9} {'ep us':>9} {'ep/main':>8}  configs (main | ep)")
 for (k, m), d in sorted(rows.items()):
     a, b = d.get("main"), d.get("vep")
