@@ -265,7 +265,7 @@ func (opt *MoEOptions) routingName() string {
 // candidates are batch m's tuning candidates on g under this run's routing
 // (its first m tokens, local ids): CandidatesFor's under uniform routing,
 // more families under a skewed one (moe.CandidatesUnder); under EP also
-// those of the rank's load (configTokens).
+// those of the rank's load (moe.RankTokens).
 func (opt *MoEOptions) candidates(g moe.GPU, local moe.Shape, m int) []moe.Config {
 	if opt.routingName() == moe.Uniform {
 		return opt.withRankLoad(g, local, m, func(n int) []moe.Config { return moe.CandidatesFor(g, local, n) })
@@ -282,60 +282,24 @@ func (opt *MoEOptions) candidatesOf(g moe.GPU, local moe.Shape, r routing.Routin
 	return opt.withRankLoad(g, local, r.M, func(n int) []moe.Config { return moe.CandidatesUnder(g, local, n, r) })
 }
 
-// configTokens is how many tokens give, without EP, the load rank 0 holds
-// at batch m: the configuration table and the candidate families choose
-// tiles by slots per expert, and under --ep N rank 0 holds about m·K/N of
-// the m·K slots on its E/N experts, the load of m/N tokens there (by m
-// itself, --ep 4 over deepseek-v3 tp8 at M=256 reads 32 slots an expert
-// where there are 8).
-func (opt *MoEOptions) configTokens(m int) int {
-	if opt.EP <= 1 {
-		return m
-	}
-	return max(1, (m+opt.EP-1)/opt.EP)
-}
-
-// staticConfig is the static table's pick for batch m. Under EP, where the
-// rank's load is in the table's tc range (below 32 slots an expert), it is
-// the pick at that load; above, the pick at m. On an H100 (12 EP cells,
-// reports/measured/h100/moe-ep-load) the rank's load won 2.6-11.3% in
-// three of the four tc-range cells that changed and lost 1.1% in one; in
-// the wg range it won two (1.8, 2.0%) and lost two (1.9, 8.5%).
+// staticConfig is the static table's pick for batch m on rank 0.
 func (opt *MoEOptions) staticConfig(g moe.GPU, local moe.Shape, m int) moe.Config {
-	if mc := opt.configTokens(m); mc != m {
-		if c, ok := runsAt(moe.ChooseConfigFor(g, local, mc), local, m); ok && c.Gemm(1).Kernel == "tc" && c.Gemm(2).Kernel == "tc" {
-			return c
-		}
-	}
-	return moe.ChooseConfigFor(g, local, m)
-}
-
-// runsAt is c where it runs at batch m, else c without self-alignment where
-// that does: a self-aligning gemm1 sorts all m·K slots, the other ranks'
-// dropped ones included, and a pick for the rank's load can have too many.
-func runsAt(c moe.Config, local moe.Shape, m int) (moe.Config, bool) {
-	if moe.CheckConfigShape(c, local, m) == nil {
-		return c, true
-	}
-	g1 := c.Gemm(1)
-	g1.SA = 0
-	c = moe.Split(g1, c.Gemm(2))
-	return c, moe.CheckConfigShape(c, local, m) == nil
+	return moe.ChooseConfigOnRank(g, local, m, opt.EP)
 }
 
 // withRankLoad is the candidates list(m), and under EP also list at the
-// rank's load (configTokens), each once and where it runs at m, with
+// rank's load (moe.RankTokens), each once and where it runs at m, with
 // staticConfig's pick first: the tuner times both families, since the
-// table's pick follows the rank's load only in its tc range.
+// table's pick follows the rank's load only below its wg range.
 func (opt *MoEOptions) withRankLoad(g moe.GPU, local moe.Shape, m int, list func(n int) []moe.Config) []moe.Config {
-	mc := opt.configTokens(m)
-	if mc == m {
+	mr := moe.RankTokens(m, opt.EP)
+	if mr == m {
 		return list(m)
 	}
 	first := opt.staticConfig(g, local, m)
 	out, seen := []moe.Config{first}, map[string]bool{first.String(): true}
-	for _, c := range append(list(m), list(mc)...) {
-		if c, ok := runsAt(c, local, m); ok && !seen[c.String()] {
+	for _, c := range append(list(m), list(mr)...) {
+		if c, ok := moe.RunnableAt(c, local, m); ok && !seen[c.String()] {
 			seen[c.String()] = true
 			out = append(out, c)
 		}

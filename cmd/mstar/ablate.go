@@ -227,12 +227,9 @@ out-of-range expert id.`,
 			}
 			kernelK := m.K
 			if tracePath != "" {
-				tr, err := router.ReadTraceFile(tracePath)
+				tr, err := a.readTraceFile(tracePath)
 				if err != nil {
-					return badInput(fmt.Errorf("--routing-file: %w", err))
-				}
-				for _, w := range tr.Warnings {
-					say(a.stderr, "warning: --routing-file: %s", w)
+					return err
 				}
 				opt.Trace = tr
 				kernelK = tr.TopK

@@ -390,18 +390,28 @@ func parseBatches(s string) ([]int, error) {
 	return out, nil
 }
 
-// readRoutingFile reads --routing-file path for a layer of e experts (global
-// ids): its first layer's routing, the file's warnings said on stderr.
-func (a *app) readRoutingFile(path string, e int) (routing.Routing, error) {
+// readTraceFile reads --routing-file path, saying the file's warnings on
+// stderr.
+func (a *app) readTraceFile(path string) (*router.Trace, error) {
 	tr, err := router.ReadTraceFile(path)
 	if err != nil {
-		return routing.Routing{}, badInput(fmt.Errorf("reading routing file %w", err))
+		return nil, badInput(fmt.Errorf("--routing-file: %w", err))
+	}
+	for _, w := range tr.Warnings {
+		say(a.stderr, "warning: --routing-file: %s", w)
+	}
+	return tr, nil
+}
+
+// readRoutingFile is the routing of --routing-file path's first layer, for a
+// layer of e experts (global ids), as bench and tune moe replay it.
+func (a *app) readRoutingFile(path string, e int) (routing.Routing, error) {
+	tr, err := a.readTraceFile(path)
+	if err != nil {
+		return routing.Routing{}, err
 	}
 	if tr.Experts != e {
 		return routing.Routing{}, usageErr("routing file %s is over %d experts, the shape has %d", path, tr.Experts, e)
-	}
-	for _, w := range tr.Warnings { // the whole file's: a broken one, though only its first layer replays
-		say(a.stderr, "warning: --routing-file: %s", w)
 	}
 	if len(tr.Layers) > 1 {
 		say(a.stderr, "routing file %s has %d layers; replaying its first (layer %d)", path, len(tr.Layers), tr.Layers[0])

@@ -107,8 +107,8 @@ func TestTuneMoEBadInput(t *testing.T) {
 		{"keep without shortlist", append(small, "--shortlist-keep", "3"), "--shortlist-keep: needs --shortlist"},
 		{"keep zero", append(small, "--shortlist-keep", "0"), "--shortlist-keep 0: must be at least 1"},
 		{"routing and file", append(small, "--routing", "zipf:1.2", "--routing-file", notDir), "--routing and --routing-file exclude each other"},
-		{"routing file missing", append(small, "--routing-file", filepath.Join(dir, "none.jsonl")), "reading routing file"},
-		{"routing file not jsonl", append(small, "--routing-file", notDir), "reading routing file"},
+		{"routing file missing", append(small, "--routing-file", filepath.Join(dir, "none.jsonl")), "--routing-file: "},
+		{"routing file not jsonl", append(small, "--routing-file", notDir), "--routing-file: "},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, stderr, code := runMstar(t, append([]string{"tune", "moe"}, tt.args...)...)

@@ -937,7 +937,7 @@ func ChooseConfigFor(g GPU, s Shape, m int) Config {
 			c = wgTable["64x256s4pptma"]
 		case per >= 64:
 			c = wgTable["128x256s3tma"]
-		case per >= 32:
+		case per >= wgLoad:
 			c = wgTable["64x256s4pptma"]
 		case per > 8:
 			c = tcTable["32x256k128s3w8"]
@@ -961,6 +961,51 @@ func ChooseConfigFor(g GPU, s Shape, m int) Config {
 		}
 	}
 	return chooseConfig(s, m)
+}
+
+// wgLoad is the slots per touched expert from which the Hopper table picks
+// wg tiles; below it, tc tiles.
+const wgLoad = 32
+
+// RankTokens is how many tokens give, without expert parallelism, the load
+// rank 0 of ep ranks holds at batch m: it holds about m·K/ep of the m·K
+// slots, on its E/ep experts, as m/ep tokens would there.
+func RankTokens(m, ep int) int {
+	if ep <= 1 {
+		return m
+	}
+	return max(1, (m+ep-1)/ep)
+}
+
+// ChooseConfigOnRank is ChooseConfigFor for rank 0 of ep expert-parallel
+// ranks (s its local shape). The table chooses by slots per touched expert,
+// which m reads ep× too high there (--ep 4 over deepseek-v3 tp8 at M=256:
+// 32 where there are 8). Below the wg range it picks at the rank's load
+// (RankTokens); from there on, at m. On an H100 (12 EP cells,
+// reports/measured/h100/moe-ep-load) the rank's load won 2.6–11.3% in three
+// of the four tc-range cells that changed and lost 1.1% in one; in the wg
+// range it won two (1.8, 2.0%) and lost two (1.9, 8.5%).
+func ChooseConfigOnRank(g GPU, s Shape, m, ep int) Config {
+	if mr := RankTokens(m, ep); mr != m && perExpert(s, mr) < wgLoad {
+		if c, ok := RunnableAt(ChooseConfigFor(g, s, mr), s, m); ok {
+			return c
+		}
+	}
+	return ChooseConfigFor(g, s, m)
+}
+
+// RunnableAt is c where it runs at batch m, else c without self-alignment
+// where that does: a self-aligning gemm1 sorts all m·K slots (under EP the
+// other ranks' dropped ones too), and a pick for fewer tokens can have too
+// many.
+func RunnableAt(c Config, s Shape, m int) (Config, bool) {
+	if CheckConfigShape(c, s, m) == nil {
+		return c, true
+	}
+	g1 := c.Gemm(1)
+	g1.SA = 0
+	c = Split(g1, c.Gemm(2))
+	return c, CheckConfigShape(c, s, m) == nil
 }
 
 // fillsWaves says whether tiles of bm×bn rows and columns, one block a

@@ -300,7 +300,7 @@ func TestCandidatesOnHopperPrunes(t *testing.T) {
 		}
 		sh := Shape{E: f.E, K: f.TopK, H: f.K, I: f.N}
 		for _, m := range f.TunedBatchSizes() {
-			c, _ := f.Pick(sh, m)
+			c := f.PickFor(sh, m, Uniform).Config
 			for _, g := range []Config{c.Gemm(1), c.Gemm(2)} {
 				if dominatedOnHopper(g) {
 					t.Errorf("%s M=%d: the shipped pick's %v is pruned on Hopper", e.Name(), m, g)

@@ -58,7 +58,7 @@ func TestCUDAProgrammaticSpeedProbe(t *testing.T) {
 		}
 		var sumPlain, sumPDL float64
 		for _, m := range batches {
-			picked, _ := f.Pick(s.shape, m)
+			picked := f.PickFor(s.shape, m, Uniform).Config
 			modes := []Config{picked.WithProgrammatic(false, false), picked.WithProgrammatic(true, true)}
 			x, r := RandomInput(m, s.shape.H, 2), UniformRouting(m, s.shape.E, s.shape.K, 1)
 			var outs [2][]float32

@@ -624,22 +624,12 @@ type TunedPick struct {
 	Note    string
 }
 
-// Pick is the configuration for batch m under uniform routing: the file's
-// own when it has m, else the nearest tuned batch (in ratio) within a
-// factor of 2 of m, where that configuration can run m; else the empty
-// Config (the static table). note says which, for the results.
-func (f *TunedFile) Pick(s Shape, m int) (c Config, note string) {
-	p := f.PickFor(s, m, Uniform)
-	if p.Exact {
-		return p.Config, fmt.Sprintf("batch %d", m)
-	}
-	return p.Config, p.Note
-}
-
-// PickFor is Pick under routing: batch m tuned under that routing when the
-// file has it (exactly m: a skewed routing's tiles follow its hottest
-// experts, which another batch size does not predict), else the uniform
-// pick.
+// PickFor is the configuration for batch m under routing: the file's own
+// batch m tuned under that routing (exactly m: a skewed routing's tiles
+// follow its hottest experts, which another batch size does not predict),
+// else its uniform batch m, else the nearest uniform batch (in ratio)
+// within a factor of 2 of m whose configuration can run m; else the empty
+// Config (the static table), with a Note saying why.
 func (f *TunedFile) PickFor(s Shape, m int, routing string) TunedPick {
 	for _, r := range []string{CanonicalRouting(routing), Uniform} {
 		if b, ok := f.Get(m, r); ok {

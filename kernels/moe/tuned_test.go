@@ -70,9 +70,10 @@ func TestShippedConfigs(t *testing.T) {
 			t.Errorf("%s: found at %q", s.name, where)
 		}
 		for _, m := range shippedBatches {
-			c, note := f.Pick(s.shape, m)
-			if c.Kernel == "" || note != "batch "+strconv.Itoa(m) {
-				t.Errorf("%s M=%d: picked %v (%s), want the file's own batch", s.name, m, c, note)
+			p := f.PickFor(s.shape, m, Uniform)
+			c := p.Config
+			if c.Kernel == "" || !p.Exact {
+				t.Errorf("%s M=%d: picked %+v, want the file's own batch", s.name, m, p)
 			}
 			if err := CheckConfigShape(c, s.shape, m); err != nil {
 				t.Errorf("%s M=%d: %v", s.name, m, err)
@@ -159,15 +160,15 @@ func TestTunedPickNearest(t *testing.T) {
 		m          int
 		want, note string
 	}{
-		{64, "tc:bm=32,bn=256,bk=64,wm=1,wn=4,stages=3,gm=8,minb=1", "batch 64"},
+		{64, "tc:bm=32,bn=256,bk=64,wm=1,wn=4,stages=3,gm=8,minb=1", ""},
 		{100, "tc:bm=32,bn=256,bk=64,wm=1,wn=4,stages=3,gm=8,minb=1", "nearest tuned batch 64 (M=100 not tuned)"},
 		{600, "tc:bm=128,bn=256,bk=64,wm=2,wn=4,stages=3,gm=8,minb=1", "nearest tuned batch 1024 (M=600 not tuned)"},
 		{4096, "auto", "M=4096 not tuned and no tuned batch within 2×: static table"},
 		{8, "auto", "M=8 not tuned and no tuned batch within 2×: static table"},
 	} {
-		c, note := f.Pick(s, tt.m)
-		if c.String() != tt.want || note != tt.note {
-			t.Errorf("M=%d: %v (%s), want %s (%s)", tt.m, c, note, tt.want, tt.note)
+		p := f.PickFor(s, tt.m, Uniform)
+		if p.Config.String() != tt.want || p.Note != tt.note || p.Exact != (tt.m == 64) {
+			t.Errorf("M=%d: %+v, want %s (%q)", tt.m, p, tt.want, tt.note)
 		}
 	}
 	// Round trip, batches in numeric order.

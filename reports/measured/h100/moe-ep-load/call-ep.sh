@@ -6,7 +6,7 @@
 # --ep N the static table chose at the rank's load, M/N tokens, everywhere),
 # static table only (an empty config folder), both builds alternated per
 # cell. Main now takes the rank's load in the table's tc range only
-# (bench/moe staticConfig), from this A/B. To rerun it, rebuild the two
+# (moe.ChooseConfigOnRank), from this A/B. To rerun it, rebuild the two
 # sides from git history (ep-load.patch is in d0d72cd's kernels/moe/next):
 #   go build -ldflags='-s -w' -o bin/mstar-main ./cmd/mstar       # the A side
 #   ... bin/mstar-vep                                               # the B side
