@@ -262,6 +262,10 @@ func (opt *MoEOptions) routingName() string {
 	return opt.Routing
 }
 
+// tunedRouting is the key this run's batches have in a tuned file: the
+// routing, with the EP rank count (moe.TunedRouting).
+func (opt *MoEOptions) tunedRouting() string { return moe.TunedRouting(opt.routingName(), opt.EP) }
+
 // candidates are batch m's tuning candidates on g under this run's routing
 // (its first m tokens, local ids): CandidatesFor's under uniform routing,
 // more families under a skewed one (moe.CandidatesUnder); under EP also

@@ -496,14 +496,15 @@ func ResolveMoEConfigs(local moe.Shape, dev gpu.Info, batches []int, opt MoEOpti
 		src = "cache:" + key.FileName()
 	}
 	warns = append(warns, fmt.Sprintf("kernel configurations from the tuned %s (%d batches, updated %s)", where, f.Len(), f.Updated.Format("2006-01-02")))
-	run := opt.routingName()
+	run := opt.tunedRouting()
 	var uniformPicks []int // under a skewed run: batches that take a uniform pick
 	for _, m := range batches {
 		p := f.PickFor(local, m, run)
 		from := src
-		if p.Routing != moe.Uniform {
+		if p.Routing != moe.Uniform && p.Routing != "" {
 			from += " [" + p.Routing + "]"
-		} else if run != moe.Uniform && p.Config.Kernel != "" {
+		}
+		if moe.IsUniformKey(p.Routing) && !moe.IsUniformKey(run) && p.Config.Kernel != "" {
 			uniformPicks = append(uniformPicks, m)
 		}
 		switch {
@@ -515,27 +516,31 @@ func ResolveMoEConfigs(local moe.Shape, dev gpu.Info, batches []int, opt MoEOpti
 			out[m] = BatchConfig{Config: p.Config, Source: from, Note: p.Note}
 		}
 	}
-	if w := routingMismatch(uniformPicks, run); w != "" {
+	if w := routingMismatch(uniformPicks, opt.routingName(), opt.EP); w != "" {
 		warns = append(warns, w)
 	}
 	return out, warns, nil
 }
 
-// routingMismatch says that batches ms of a run under routing run take
-// picks tuned under uniform routing (the file has none of run's for them):
-// a skewed routing can want other tiles (on an H100 under zipf:1.2,
-// deepseek-v3 tp8 M=256 ran 2.8% and qwen3-30b-a3b M=256 1.9% faster with
-// picks tuned under it than with the uniform ones,
-// reports/measured/h100/moe-zipf-picks/).
-func routingMismatch(ms []int, run string) string {
+// routingMismatch says that batches ms of a run under routing run (over ep
+// expert-parallel ranks) take picks tuned under uniform routing (the file
+// has none of run's for them), and how to tune them for it: a skewed
+// routing can want other tiles (on an H100 under zipf:1.2, deepseek-v3 tp8
+// M=256 ran 2.8% and qwen3-30b-a3b M=256 1.9% faster with picks tuned under
+// it than with the uniform ones, reports/measured/h100/moe-zipf-picks/).
+func routingMismatch(ms []int, run string, ep int) string {
 	if len(ms) == 0 {
 		return ""
 	}
-	w := fmt.Sprintf("M=%s take picks tuned under uniform routing, run under %s: ", moe.JoinBatches(ms), run)
+	flag := "--routing " + run
 	if strings.HasPrefix(run, "trace:") {
-		return w + fmt.Sprintf("'mstar tune moe --routing-file %s --batch %s' tunes them for it", strings.TrimPrefix(run, "trace:"), moe.JoinBatches(ms))
+		flag = "--routing-file " + strings.TrimPrefix(run, "trace:")
 	}
-	return w + fmt.Sprintf("'mstar tune moe --routing %s --batch %s' tunes them for it", run, moe.JoinBatches(ms))
+	if ep > 1 {
+		flag += fmt.Sprintf(" --ep %d", ep)
+	}
+	return fmt.Sprintf("M=%s take picks tuned under uniform routing, run under %s: 'mstar tune moe %s --batch %s' tunes them for it",
+		moe.JoinBatches(ms), run, flag, moe.JoinBatches(ms))
 }
 
 // withConfigSource names a batch's configuration and its source in its
@@ -783,7 +788,7 @@ func RunMoETune(ctx context.Context, dev gpu.Device, opt MoETuneOptions) (*MoETu
 	}
 	if f == nil || opt.Force {
 		if f != nil {
-			rep.Warnings = append(rep.Warnings, fmt.Sprintf("--force: re-tuning M=%s under %s routing in %s (its other batches stay)", moe.JoinBatches(mo.Batches), mo.routingName(), rep.Path))
+			rep.Warnings = append(rep.Warnings, fmt.Sprintf("--force: re-tuning M=%s under %s routing in %s (its other batches stay)", moe.JoinBatches(mo.Batches), mo.tunedRouting(), rep.Path))
 		} else if len(warns) > 0 {
 			rep.Warnings = append(rep.Warnings, "starting a new "+rep.Path)
 		}
@@ -813,7 +818,7 @@ func RunMoETune(ctx context.Context, dev gpu.Device, opt MoETuneOptions) (*MoETu
 	}
 	// Batches are resumed, and kept, per routing: a skewed tune adds its
 	// picks beside the uniform ones.
-	run := mo.routingName()
+	run := mo.tunedRouting()
 	tunedKernels := func(m int) string { b, _ := f.Get(m, run); return b.Kernels }
 	var todo, stale []int
 	for _, m := range mo.Batches {
@@ -1004,7 +1009,7 @@ func RunMoETune(ctx context.Context, dev gpu.Device, opt MoETuneOptions) (*MoETu
 			continue
 		}
 		b := moe.TunedBatch{Config: outs[best].Config.String(), LatencyUS: round3(outs[best].Median()), Candidates: len(outs),
-			Date: now().UTC().Truncate(time.Second), Commit: opt.Commit, Routing: mo.routingName(), Kernels: kernels}
+			Date: now().UTC().Truncate(time.Second), Commit: opt.Commit, Routing: mo.tunedRouting(), Kernels: kernels}
 		for _, v := range outs[best].Latency {
 			b.Samples = append(b.Samples, round3(v))
 		}
@@ -1085,7 +1090,7 @@ func RunMoETune(ctx context.Context, dev gpu.Device, opt MoETuneOptions) (*MoETu
 	}
 	rep.StaticDocs, rep.TunedDocs = docs[0], docs[1]
 	if onGPU { // on the CPU there is no placement to draw: a gap is the host's noise
-		rep.Warnings = append(rep.Warnings, SweepGaps(rep.File, mo.routingName(), rep.TunedDocs, TuneSweepGap)...)
+		rep.Warnings = append(rep.Warnings, SweepGaps(rep.File, mo.tunedRouting(), rep.TunedDocs, TuneSweepGap)...)
 	}
 	if len(rep.NoCandidate) > 0 {
 		return rep, fmt.Errorf("%w at M=%s", ErrNoCandidate, moe.JoinBatches(rep.NoCandidate))

@@ -1176,3 +1176,76 @@ func TestTuneKeepsUnreadableFile(t *testing.T) {
 		t.Errorf("a folder in the file's place: err %v", err)
 	}
 }
+
+// Under --ep N a tune keeps its picks under "uniform@epN": a model without
+// EP whose local shape is the same tunes its own batch beside them, and
+// bench takes each run's own pick, or the static table (at the rank's
+// load) where the file has none under its EP setting.
+func TestTuneKeepsEPPicksApart(t *testing.T) {
+	dir := t.TempDir()
+	var calls []int
+	ep := tuneOpts(dir, []int{4}, []moe.Config{{}}, &calls)
+	ep.MoE.EP = 2 // E=8 over 2 ranks: the local shape E=4
+	rep, err := RunMoETune(t.Context(), gpu.NewCPU(), ep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Key.E != 4 || !slices.Equal(rep.File.TunedBatchSizesUnder("uniform@ep2"), []int{4}) || len(rep.File.TunedBatchSizes()) != 0 {
+		t.Fatalf("--ep 2 tune: key %v, uniform@ep2 %v, uniform %v; want E=4, [4], []", rep.Key, rep.File.TunedBatchSizesUnder("uniform@ep2"), rep.File.TunedBatchSizes())
+	}
+	if b, _ := rep.File.Get(4, "uniform@ep2"); b.Routing != "uniform@ep2" {
+		t.Errorf("EP batch records routing %q", b.Routing)
+	}
+	calls = nil
+	plain := tuneOpts(dir, []int{4}, []moe.Config{{}}, &calls)
+	plain.MoE.Shape.E = 4 // the same local shape, no EP
+	if rep, err = RunMoETune(t.Context(), gpu.NewCPU(), plain); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Skipped) != 0 || !slices.Contains(calls, 4) {
+		t.Errorf("tune without EP of the same local shape: skipped %v; want M=4 tuned, not taken from the EP batch", rep.Skipped)
+	}
+	if !slices.Equal(rep.File.TunedBatchSizes(), []int{4}) || !slices.Equal(rep.File.TunedBatchSizesUnder("uniform@ep2"), []int{4}) {
+		t.Errorf("file: uniform %v, uniform@ep2 %v; want [4] and [4]", rep.File.TunedBatchSizes(), rep.File.TunedBatchSizesUnder("uniform@ep2"))
+	}
+}
+
+// bench under --ep N takes the file's picks tuned under that EP setting,
+// never those of a model without EP whose local shape is the same: without
+// its own it runs the static table at the rank's load, saying why; its
+// skewed-routing warning names --ep.
+func TestBenchPicksEPsOwnBatch(t *testing.T) {
+	dir := t.TempDir()
+	global := moe.Shape{E: 512, K: 8, H: 2048, I: 768}
+	local := moe.Shape{E: 128, K: 8, H: 2048, I: 768}
+	h200 := gpu.Info{Name: "NVIDIA H200"}
+	f := moe.NewTunedFile(moe.KeyFor(local, h200.Name), fixedNow)
+	uniPick, epPick := "tc:bm=16,bn=128,bk=128,wm=1,wn=4,stages=3,gm=8,minb=2,ov=2", "tc:bm=32,bn=256,bk=128,wm=1,wn=8,stages=3,gm=8,minb=1,ov=2"
+	f.Set(256, moe.TunedBatch{Config: uniPick, Date: fixedNow})
+	f.Set(64, moe.TunedBatch{Config: uniPick, Date: fixedNow})
+	f.Set(256, moe.TunedBatch{Config: epPick, Date: fixedNow, Routing: moe.TunedRouting("", 4)})
+	if _, err := moe.WriteTunedFile(dir, f); err != nil {
+		t.Fatal(err)
+	}
+	lookup := moe.TunedLookup{Dirs: []string{dir}}
+	opt := MoEOptions{Shape: global, EP: 4, TP: 1, Batches: []int{64, 256}, ConfigLookup: &lookup}
+	got, warns, err := ResolveMoEConfigs(local, h200, []int{64, 256}, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[256].Config.String() != mustConfig(t, epPick).String() || !strings.HasSuffix(got[256].Source, " [uniform@ep4]") {
+		t.Errorf("--ep 4 M=256: %+v, want %s from the file's uniform@ep4 batch", got[256], epPick)
+	}
+	static := moe.ChooseConfigOnRank(tableGPU(h200), local, 64, 4)
+	if got[64].Config.String() != static.String() || got[64].Source != "static" || !strings.Contains(got[64].Note, "not tuned under uniform@ep4") {
+		t.Errorf("--ep 4 M=64: %+v, want the static table's %v, with a note, not the file's batch without EP", got[64], static)
+	}
+	opt.Routing = "zipf:1.2"
+	if _, err := PrepareMoE(&opt); err != nil {
+		t.Fatal(err)
+	}
+	_, warns, _ = ResolveMoEConfigs(local, h200, []int{256}, opt)
+	if w := strings.Join(warns, "\n"); !strings.Contains(w, "'mstar tune moe --routing zipf:1.2 --ep 4 --batch 256' tunes them") {
+		t.Errorf("zipf under --ep 4: warnings %q, want tune's command with --ep 4", warns)
+	}
+}

@@ -97,6 +97,9 @@ faster under it than the uniform ones (reports/measured/h100/moe-zipf-picks).
 --routing-file FILE tunes under a recorded routing (its first layer, as
 'bench moe --routing-file' replays it); its picks are kept as trace:NAME
 (the file's base name), which a bench replaying a file of that name takes.
+Under --ep N the picks are kept as ROUTING@epN (uniform@ep4): a rank's
+experts see N times fewer slots per token than a model without EP of the
+same local shape (the file's key), so neither takes the other's picks.
 
 It ends by measuring the static table against the tuned file over every
 batch, each as a 'bench moe' sweep (--samples per batch), in --rounds

@@ -206,39 +206,84 @@ func (f *TunedFile) Key() TunedKey {
 // Uniform is the routing the file's Batches were tuned under.
 const Uniform = "uniform"
 
-// CanonicalRouting is a --routing value as the tuned files and results name
-// it: "uniform" for "" and any spelling of it, zipf's alpha in its shortest
-// form ("zipf:1.20" is "zipf:1.2"); anything else (a trace's name) as given.
+// CanonicalRouting is a tuned-routing key as the tuned files and results
+// name it: "uniform" for "" and any spelling of it, zipf's alpha in its
+// shortest form ("zipf:1.20" is "zipf:1.2"); anything else (a trace's name)
+// as given; an expert-parallel suffix (TunedRouting) kept, "@ep1" dropped.
 func CanonicalRouting(s string) string {
-	s = strings.TrimSpace(s)
-	if l := strings.ToLower(s); l == "" || l == Uniform {
-		return Uniform
-	}
-	if a, err := ParseRoutingSpec(s); err == nil && a > 0 {
-		return "zipf:" + strconv.FormatFloat(a, 'g', -1, 64)
-	}
-	return s
+	base, ep, _ := splitEP(s)
+	return TunedRouting(base, ep)
 }
 
-// checkRoutingKey refuses a key of a file's routings that --routing would
-// not record: uniform (whose batches are the file's batches), a misspelled
-// or non-positive zipf, an unnamed trace.
-func checkRoutingKey(r string) error {
+// TunedRouting is the key a run's batches are kept under in a tuned file:
+// its routing (canonical), and under expert parallelism over ep > 1 ranks
+// "@epN" after it. A rank's E/ep experts see ep× fewer slots per token than
+// a model without EP whose local shape is the same (its file's key), so
+// neither may take the other's picks.
+func TunedRouting(routing string, ep int) string {
+	r := strings.TrimSpace(routing)
+	if l := strings.ToLower(r); l == "" || l == Uniform {
+		r = Uniform
+	} else if a, err := ParseRoutingSpec(r); err == nil && a > 0 {
+		r = "zipf:" + strconv.FormatFloat(a, 'g', -1, 64)
+	}
+	if ep > 1 {
+		r += "@ep" + strconv.Itoa(ep)
+	}
+	return r
+}
+
+// splitEP splits key into its routing and its EP rank count (1 without a
+// suffix). A suffix is "@ep" and digits only (a trace may be named
+// "a@epoch.json"); ok is false for a count below 1.
+func splitEP(key string) (routing string, ep int, ok bool) {
+	i := strings.LastIndex(key, "@ep")
+	digits := key[i+1:]
+	if i < 0 || len(digits) == len("ep") || strings.TrimLeft(digits[len("ep"):], "0123456789") != "" {
+		return key, 1, true
+	}
+	n, err := strconv.Atoi(digits[len("ep"):])
+	if err != nil || n < 1 {
+		return key, 1, false
+	}
+	return key[:i], n, true
+}
+
+// uniformAlike is the uniform key with key's EP suffix.
+func uniformAlike(key string) string {
+	_, ep, _ := splitEP(key)
+	return TunedRouting(Uniform, ep)
+}
+
+// IsUniformKey reports whether key is uniform routing, with or without EP.
+func IsUniformKey(key string) bool {
+	base, _, ok := splitEP(key)
+	return ok && CanonicalRouting(base) == Uniform
+}
+
+// checkRoutingKey refuses a key of a file's routings that tune moe would
+// not record: uniform without EP (whose batches are the file's batches), a
+// misspelled or non-positive zipf, an unnamed trace, a bad EP suffix.
+func checkRoutingKey(key string) error {
+	r, ep, ok := splitEP(key)
+	want := "zipf:ALPHA (alpha > 0, as --routing records it) or trace:NAME, with @epN (N ≥ 2) under EP"
 	switch {
-	case r == Uniform:
+	case !ok || CanonicalRouting(key) != key:
+		if c := CanonicalRouting(key); ok && c != Uniform {
+			want = fmt.Sprintf("%q, as tune moe records it", c)
+		}
+	case key == Uniform:
 		return errors.New(`"uniform": uniform batches go in "batches"`)
+	case r == Uniform && ep > 1:
+		return nil
 	case strings.HasPrefix(r, "trace:") && len(r) > len("trace:"):
 		return nil
-	case CanonicalRouting(r) == r && strings.HasPrefix(r, "zipf:"):
+	case strings.HasPrefix(r, "zipf:"):
 		if _, err := ParseRoutingSpec(r); err == nil {
 			return nil
 		}
 	}
-	want := "zipf:ALPHA (alpha > 0, as --routing records it) or trace:NAME"
-	if c := CanonicalRouting(r); c != r && c != Uniform {
-		want = fmt.Sprintf("%q, as --routing records it", c)
-	}
-	return fmt.Errorf("%q: want %s", r, want)
+	return fmt.Errorf("%q: want %s", key, want)
 }
 
 // batchesUnder is the map of routing's batches (nil when none).
@@ -624,31 +669,39 @@ type TunedPick struct {
 	Note    string
 }
 
-// PickFor is the configuration for batch m under routing: the file's own
-// batch m tuned under that routing (exactly m: a skewed routing's tiles
-// follow its hottest experts, which another batch size does not predict),
-// else its uniform batch m, else the nearest uniform batch (in ratio)
-// within a factor of 2 of m whose configuration can run m; else the empty
-// Config (the static table), with a Note saying why.
+// PickFor is the configuration for batch m under routing (a TunedRouting
+// key): the file's own batch m tuned under that routing (exactly m: a
+// skewed routing's tiles follow its hottest experts, which another batch
+// size does not predict), else its uniform batch m (with the same EP
+// suffix), else the nearest such uniform batch (in ratio) within a factor
+// of 2 of m whose configuration can run m; else the empty Config (the
+// static table), with a Note saying why.
 func (f *TunedFile) PickFor(s Shape, m int, routing string) TunedPick {
-	for _, r := range []string{CanonicalRouting(routing), Uniform} {
+	key := CanonicalRouting(routing)
+	uniform := uniformAlike(key)
+	for _, r := range []string{key, uniform} {
 		if b, ok := f.Get(m, r); ok {
 			c, _ := ParseConfig(b.Config) // checked when read
 			return TunedPick{Config: c, Exact: true, Routing: r}
 		}
 	}
+	under := ""
+	if uniform != Uniform {
+		under = " under " + uniform
+	}
 	best, dist := 0, math.Inf(1)
-	for _, n := range f.TunedBatchSizes() {
+	for _, n := range f.TunedBatchSizesUnder(uniform) {
 		if d := math.Abs(math.Log(float64(n) / float64(m))); d < dist {
 			best, dist = n, d
 		}
 	}
 	if best == 0 || dist > math.Log(2)+1e-9 {
-		return TunedPick{Note: fmt.Sprintf("M=%d not tuned and no tuned batch within 2×: static table", m)}
+		return TunedPick{Note: fmt.Sprintf("M=%d not tuned%s and no tuned batch within 2×: static table", m, under)}
 	}
-	c, _ := ParseConfig(f.Batches[strconv.Itoa(best)].Config)
+	b, _ := f.Get(best, uniform)
+	c, _ := ParseConfig(b.Config)
 	if err := CheckConfigShape(c, s, m); err != nil {
-		return TunedPick{Note: fmt.Sprintf("M=%d not tuned; the nearest tuned batch's (%d) cannot run it: static table", m, best)}
+		return TunedPick{Note: fmt.Sprintf("M=%d not tuned%s; the nearest tuned batch's (%d) cannot run it: static table", m, under, best)}
 	}
-	return TunedPick{Config: c, Routing: Uniform, Note: fmt.Sprintf("nearest tuned batch %d (M=%d not tuned)", best, m)}
+	return TunedPick{Config: c, Routing: uniform, Note: fmt.Sprintf("nearest tuned batch %d%s (M=%d not tuned)", best, under, m)}
 }

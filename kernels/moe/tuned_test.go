@@ -440,3 +440,79 @@ func TestCanonicalRouting(t *testing.T) {
 		}
 	}
 }
+
+// Under expert parallelism a run's batches have their own key (routing
+// "@epN"): a rank of E/N experts sees N× fewer slots per token than a model
+// without EP whose local shape is the same, so neither takes the other's
+// picks, the nearest-batch fallback included; the keys survive the file.
+func TestTunedFileEPRoutings(t *testing.T) {
+	for in, want := range map[[2]string]string{
+		{"", "1"}: "uniform", {"Uniform", "4"}: "uniform@ep4", {"zipf:1.20", "8"}: "zipf:1.2@ep8",
+		{"trace:a.jsonl", "2"}: "trace:a.jsonl@ep2",
+	} {
+		ep, _ := strconv.Atoi(in[1])
+		if got := TunedRouting(in[0], ep); got != want {
+			t.Errorf("TunedRouting(%q, %d) = %q, want %q", in[0], ep, got, want)
+		}
+	}
+	for in, want := range map[string]string{
+		"uniform@ep1": "uniform", "zipf:1.20@ep4": "zipf:1.2@ep4", "trace:a@epoch.json": "trace:a@epoch.json",
+	} {
+		if got := CanonicalRouting(in); got != want {
+			t.Errorf("CanonicalRouting(%q) = %q, want %q", in, got, want)
+		}
+	}
+	for key, want := range map[string]string{
+		"uniform@ep4": "", "zipf:1.2@ep4": "", "trace:a@epoch.json": "", "trace:a.jsonl@ep2": "",
+		"uniform@ep1": "want zipf:ALPHA", "uniform@ep0": "want zipf:ALPHA", "zipf:1.20@ep4": `want "zipf:1.2@ep4"`,
+		"zipf:0@ep4": "want zipf:ALPHA",
+	} {
+		err := checkRoutingKey(key)
+		if (want == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), want) {
+			t.Errorf("checkRoutingKey(%q) = %v, want %q", key, err, want)
+		}
+	}
+
+	s := Shape{E: 8, K: 2, H: 64, I: 32}
+	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	f := NewTunedFile(KeyFor(s, "Fake GPU 9000"), now)
+	f.Set(64, TunedBatch{Config: "skinny:nt=1", Date: now})
+	f.Set(64, TunedBatch{Config: "skinny:nt=2", Date: now, Routing: TunedRouting("", 4)})
+	f.Set(128, TunedBatch{Config: "skinny:nt=4", Date: now, Routing: TunedRouting("", 4)})
+	f.Set(256, TunedBatch{Config: "tc:bm=16,bn=128,bk=128,wm=1,wn=4,stages=3,gm=8,minb=2,ov=2", Date: now, Routing: TunedRouting("zipf:1.2", 4)})
+	b, err := f.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ParseTunedFile(b, "x")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, b)
+	}
+	for _, tt := range []struct {
+		m                    int
+		routing, want, under string
+		exact                bool
+	}{
+		{64, "uniform", "skinny:nt=1", "uniform", true},
+		{64, "uniform@ep4", "skinny:nt=2", "uniform@ep4", true},
+		{64, "zipf:1.2@ep4", "skinny:nt=2", "uniform@ep4", true},
+		{256, "zipf:1.2@ep4", "tc:bm=16,bn=128,bk=128,wm=1,wn=4,stages=3,gm=8,minb=2,ov=2", "zipf:1.2@ep4", true},
+		{100, "uniform@ep4", "skinny:nt=4", "uniform@ep4", false}, // nearest: 128, not uniform's 64
+		{128, "uniform", "skinny:nt=1", "uniform", false},         // nearest: 64, not ep4's 128
+		{64, "uniform@ep8", "", "", false},                        // none under ep8: the static table
+	} {
+		p := got.PickFor(s, tt.m, tt.routing)
+		if tt.want == "" {
+			if p.Config.Kernel != "" || !strings.Contains(p.Note, "not tuned under uniform@ep8") {
+				t.Errorf("PickFor(M=%d, %q) = %+v, want the static table with a note naming uniform@ep8", tt.m, tt.routing, p)
+			}
+			continue
+		}
+		if p.Config.String() != mustParse(t, tt.want).String() || p.Exact != tt.exact || p.Routing != tt.under {
+			t.Errorf("PickFor(M=%d, %q) = %+v, want %s tuned under %s (exact %v)", tt.m, tt.routing, p, tt.want, tt.under, tt.exact)
+		}
+	}
+	if again, _ := got.Marshal(); string(again) != string(b) {
+		t.Errorf("round trip changed the file:\n%s\nwas\n%s", again, b)
+	}
+}
