@@ -1,18 +1,14 @@
 #!/usr/bin/env bash
 # call-next.sh — on the GPU machine: the next call's work, by card. On an
 # H200 the v44 landing (call-land.sh STEPS, default tune; it resumes from
-# .dev/work44.tgz); on any other card the zipf candidates experiment
-# (call-zipf.sh, with main's build), then, in the time left, the EP rule's
-# out-of-sample check (reports/measured/h100/moe-ep-load/call-ep.sh: main
-# against 28143c7, the build before the rule). Needs .dev/bins-next.tar.xz,
-# made here:
+# .dev/work44.tgz); on any other card call-ept.sh (a tune under --ep 8
+# against the static table's EP rule, with main's build). Needs
+# .dev/bins-next.tar.xz, made here:
 #   kernels/moe/next/build.sh 44 gv-candidates.patch wg-mn-spill.patch \
 #     align-rank.patch decode-shared.patch wg-nc3.patch
 #   go build -ldflags='-s -w' -o bin/mstar-main ./cmd/mstar
-#   git worktree add --detach /tmp/preep 28143c7 &&
-#     (cd /tmp/preep && go build -ldflags='-s -w' -o "$OLDPWD/bin/mstar-preep" ./cmd/mstar)
-#   XZ_OPT=-9e tar cJf .dev/bins-next.tar.xz bin/mstar-main bin/mstar-preep \
-#     bin/mstar-v44 bin/moe-v44.test
+#   XZ_OPT=-9e tar cJf .dev/bins-next.tar.xz bin/mstar-main bin/mstar-v44 \
+#     bin/moe-v44.test
 #   cp -r ../shared/peers .dev/
 # There (carry .dev/bins-next.tar.xz, .dev/peers, and .dev/work44*.tgz once
 # a tune has run):
@@ -30,11 +26,5 @@ echo "card: $name"
 if [[ $name == *H200* ]]; then
 	V=44 OUT=$OUT DEADLINE=${DEADLINE:-555} bash kernels/moe/next/call-land.sh ${STEPS:-tune}
 else
-	OUT=$OUT MSTAR=bin/mstar-main bash kernels/moe/next/call-zipf.sh run
-	# The EP check's benches take ~8 s each; none starts past 540 s.
-	if [ -x bin/mstar-preep ] && [ $SECONDS -lt 470 ]; then
-		OUT=$OUT DEADLINE=$((540 - SECONDS)) SIDES="preep main" BATCH=16,64,256 \
-			CELLS="qwen3-235b-a22b --ep 4;qwen3-235b-a22b --ep 8;qwen3-30b-a3b --ep 8" \
-			bash reports/measured/h100/moe-ep-load/call-ep.sh run
-	fi
+	OUT=$OUT MSTAR=bin/mstar-main bash kernels/moe/next/call-ept.sh run
 fi
