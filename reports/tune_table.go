@@ -14,10 +14,12 @@ import (
 )
 
 // The environment keys of a tune moe document that its run table reads:
-// the tuned file's key and path, and the comparison's --threshold.
+// the tuned file's key and path, the key its batches are kept under in the
+// file (a routing, "@epN" under EP), and the comparison's --threshold.
 const (
 	EnvTunedKey       = "moe_tuned_key"
 	EnvTunedFile      = "moe_tuned_file"
+	EnvTunedRouting   = "moe_tuned_routing"
 	EnvTuneThreshold  = "moe_tune_threshold"
 	envKernelsVersion = "moe_kernels_version"
 )
@@ -97,7 +99,11 @@ func tuneTable(w io.Writer, d *Document) error {
 		ep = "1"
 	}
 	fmt.Fprintln(w, units.Comment(fmt.Sprintf("mstar tune moe: %s (tp %s, ep %s) on %s: %s", model, tp, ep, deviceLine(d), d.Env[EnvTunedKey])))
-	fmt.Fprintln(w, units.Comment(fmt.Sprintf("file %s (kernels %s)", d.Env[EnvTunedFile], d.Env[envKernelsVersion])))
+	file := fmt.Sprintf("file %s (kernels %s)", d.Env[EnvTunedFile], d.Env[envKernelsVersion])
+	if r := d.Env[EnvTunedRouting]; r != "" && r != "uniform" {
+		file += ", its picks kept under " + r
+	}
+	fmt.Fprintln(w, units.Comment(file))
 	for _, warn := range d.Warnings {
 		if warn == results.WarnInterrupted {
 			continue // said on stderr, as every measuring command does

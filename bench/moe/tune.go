@@ -703,6 +703,7 @@ func judgeFinalists(ctx context.Context, outs []TuneOutcome, fin []int, rounds i
 type MoETuneReport struct {
 	Key      moe.TunedKey
 	Path     string // the file written
+	Routing  string // the key its batches are kept under in the file (moe.TunedRouting)
 	File     *moe.TunedFile
 	Tuned    []int // batches measured this run
 	Skipped  []int // batches already in the file
@@ -757,7 +758,7 @@ func RunMoETune(ctx context.Context, dev gpu.Device, opt MoETuneOptions) (*MoETu
 			mo.Progress(s)
 		}
 	}
-	rep := &MoETuneReport{Key: moe.KeyFor(local, info.Name), Outcomes: map[int][]TuneOutcome{}}
+	rep := &MoETuneReport{Key: moe.KeyFor(local, info.Name), Routing: mo.tunedRouting(), Outcomes: map[int][]TuneOutcome{}}
 	if opt.Dir == "" {
 		return nil, errors.New("tune moe: no folder for the tuned file")
 	}

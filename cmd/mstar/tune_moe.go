@@ -304,6 +304,7 @@ Exit 1 when every candidate of some batch was rejected.`,
 						// file and the comparison's threshold.
 						reports.EnvTunedKey:      rep.Key.String(),
 						reports.EnvTunedFile:     rep.Path,
+						reports.EnvTunedRouting:  rep.Routing,
 						reports.EnvTuneThreshold: strconv.FormatFloat(threshold, 'g', -1, 64),
 					}}
 					if rep.Static != nil && rep.Static.Ceilings != nil {

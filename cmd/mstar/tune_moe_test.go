@@ -48,6 +48,15 @@ func TestTuneMoECPU(t *testing.T) {
 	if sides["static"] != 4 || sides["tuned"] != 4 { // 2 batches × 2 rounds
 		t.Errorf("results document sweeps: %v", sides)
 	}
+	if containsWrapped(stdout, "its picks kept under") {
+		t.Errorf("a uniform tune without EP names where its picks are kept:\n%s", stdout)
+	}
+	// Under --ep the picks go under uniform@epN, and the header says so.
+	epStdout, stderr, code := runMstar(t, "tune", "moe", "--experts", "16", "--topk", "2", "--hidden", "64", "--inter", "32",
+		"--ep", "2", "--batch", "3", "--device", "cpu", "--samples", "2", "--tune-samples", "2")
+	if code != exitOK || !containsWrapped(epStdout, "its picks kept under uniform@ep2") {
+		t.Errorf("--ep 2: exit %d, stdout:\n%s\nstderr: %s", code, epStdout, stderr)
+	}
 	stdout, stderr, code = runMstar(t, args...)
 	if code != exitOK || !strings.Contains(stdout, "already in the file, not re-tuned (--force re-tunes): M=1,5") {
 		t.Errorf("second run: exit %d, stdout:\n%s\nstderr: %s", code, stdout, stderr)

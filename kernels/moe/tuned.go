@@ -473,7 +473,10 @@ func (f *TunedFile) Marshal() ([]byte, error) {
 	if err := batches("    ", f.Batches); err != nil {
 		return nil, err
 	}
-	buf.WriteString("\n  }")
+	if len(f.Batches) > 0 {
+		buf.WriteString("\n  ")
+	}
+	buf.WriteString("}")
 	if rs := slices.DeleteFunc(f.TunedRoutings(), func(r string) bool { return r == Uniform }); len(rs) > 0 {
 		buf.WriteString(",\n  \"routings\": {")
 		for i, r := range rs {
