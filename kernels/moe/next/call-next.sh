@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # call-next.sh — on the GPU machine: the next call's work, by card. On an
 # H200 the v44 landing (call-land.sh STEPS, default tune; it resumes from
-# .dev/work44.tgz); on any other card call-ept.sh (a tune under --ep 8
-# against the static table's EP rule, with main's build). Needs
+# .dev/work44.tgz); on any other card call-trace.sh (mstar and the peers
+# under a replayed routing file, with main's build). Needs
 # .dev/bins-next.tar.xz, made here:
 #   kernels/moe/next/build.sh 44 gv-candidates.patch wg-mn-spill.patch \
 #     align-rank.patch decode-shared.patch wg-nc3.patch
@@ -26,5 +26,5 @@ echo "card: $name"
 if [[ $name == *H200* ]]; then
 	V=44 OUT=$OUT DEADLINE=${DEADLINE:-555} bash kernels/moe/next/call-land.sh ${STEPS:-tune}
 else
-	OUT=$OUT MSTAR=bin/mstar-main bash kernels/moe/next/call-ept.sh run
+	OUT=$OUT MSTAR=bin/mstar-main bash kernels/moe/next/call-trace.sh run
 fi
