@@ -487,7 +487,7 @@ func ResolveMoEConfigs(local moe.Shape, dev gpu.Info, batches []int, opt MoEOpti
 		if len(lookup.Dirs) > 0 {
 			looked = strings.Join(lookup.Dirs, ", ") + " and " + looked
 		}
-		warns = append(warns, fmt.Sprintf("no tuned config file %s (looked in %s): the static table; 'mstar tune moe' makes one", key.FileName(), looked))
+		warns = append(warns, fmt.Sprintf("no tuned config file %s (looked in %s): the static table; %s makes one", key.FileName(), looked, tuneCommand(opt.routingName(), opt.EP, nil)))
 		static("")
 		return out, warns, nil
 	}
@@ -532,15 +532,30 @@ func routingMismatch(ms []int, run string, ep int) string {
 	if len(ms) == 0 {
 		return ""
 	}
-	flag := "--routing " + run
-	if strings.HasPrefix(run, "trace:") {
-		flag = "--routing-file " + strings.TrimPrefix(run, "trace:")
+	return fmt.Sprintf("M=%s take picks tuned under uniform routing, run under %s: %s tunes them for it",
+		moe.JoinBatches(ms), run, tuneCommand(run, ep, ms))
+}
+
+// tuneCommand is the tune moe command line, quoted, that tunes batches ms
+// (all of them when none) under routing run over ep ranks: the static
+// table chooses by the uniform mean load, which a skewed routing's hot
+// experts exceed (on an H100 under a replayed trace, qwen3-30b-a3b M=256
+// read 0.98× triton-ref on it, reports/measured/h100/moe-trace/).
+func tuneCommand(run string, ep int, ms []int) string {
+	cmd := "mstar tune moe"
+	switch {
+	case strings.HasPrefix(run, "trace:"):
+		cmd += " --routing-file " + strings.TrimPrefix(run, "trace:")
+	case run != moe.Uniform:
+		cmd += " --routing " + run
 	}
 	if ep > 1 {
-		flag += fmt.Sprintf(" --ep %d", ep)
+		cmd += fmt.Sprintf(" --ep %d", ep)
 	}
-	return fmt.Sprintf("M=%s take picks tuned under uniform routing, run under %s: 'mstar tune moe %s --batch %s' tunes them for it",
-		moe.JoinBatches(ms), run, flag, moe.JoinBatches(ms))
+	if len(ms) > 0 {
+		cmd += " --batch " + moe.JoinBatches(ms)
+	}
+	return "'" + cmd + "'"
 }
 
 // withConfigSource names a batch's configuration and its source in its

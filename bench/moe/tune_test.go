@@ -345,8 +345,22 @@ func TestBenchPicksShippedFile(t *testing.T) {
 		t.Errorf("--config: %+v", bc)
 	}
 	configs, warns, _ = ResolveMoEConfigs(shape, gpu.Info{Name: "NVIDIA A100"}, []int{64}, MoEOptions{})
-	if bc := configs[64]; bc.Source != "static" || len(warns) != 1 || !strings.Contains(warns[0], "no tuned config file") {
+	if bc := configs[64]; bc.Source != "static" || len(warns) != 1 || !strings.Contains(warns[0], "no tuned config file") ||
+		!strings.HasSuffix(warns[0], "'mstar tune moe' makes one") {
 		t.Errorf("other device: %+v, %q", bc, warns)
+	}
+	// Without a file, the tune command it names is the run's: its routing
+	// and EP setting.
+	for _, tt := range []struct {
+		opt  MoEOptions
+		want string
+	}{
+		{MoEOptions{Routing: "zipf:1.2", EP: 4}, "'mstar tune moe --routing zipf:1.2 --ep 4' makes one"},
+		{MoEOptions{TraceName: "/runs/rec.jsonl", Trace: &routing.Routing{}}, "'mstar tune moe --routing-file rec.jsonl' makes one"},
+	} {
+		if _, warns, _ = ResolveMoEConfigs(shape, gpu.Info{Name: "NVIDIA A100"}, []int{64}, tt.opt); len(warns) != 1 || !strings.HasSuffix(warns[0], tt.want) {
+			t.Errorf("no file under %s ep %d: warnings %q, want one ending %q", tt.opt.routingName(), tt.opt.EP, warns, tt.want)
+		}
 	}
 	// A Hopper without a tuned file: the static table for its architecture
 	// (the wg kernel from 128 slots per touched expert: M=2048 here; 16-row
