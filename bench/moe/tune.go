@@ -804,7 +804,7 @@ func RunMoETune(ctx context.Context, dev gpu.Device, opt MoETuneOptions) (*MoETu
 	}
 	if f == nil || opt.Force {
 		if f != nil {
-			rep.Warnings = append(rep.Warnings, fmt.Sprintf("--force: re-tuning M=%s under %s routing in %s (its other batches stay)", moe.JoinBatches(mo.Batches), mo.tunedRouting(), rep.Path))
+			rep.Warnings = append(rep.Warnings, fmt.Sprintf("--force: re-tuning M=%s under %s routing in %s (its other batches stay)", moe.JoinBatches(mo.Batches), rep.Routing, rep.Path))
 		} else if len(warns) > 0 {
 			rep.Warnings = append(rep.Warnings, "starting a new "+rep.Path)
 		}
@@ -834,7 +834,7 @@ func RunMoETune(ctx context.Context, dev gpu.Device, opt MoETuneOptions) (*MoETu
 	}
 	// Batches are resumed, and kept, per routing: a skewed tune adds its
 	// picks beside the uniform ones.
-	run := mo.tunedRouting()
+	run := rep.Routing
 	tunedKernels := func(m int) string { b, _ := f.Get(m, run); return b.Kernels }
 	var todo, stale []int
 	for _, m := range mo.Batches {
@@ -1025,7 +1025,7 @@ func RunMoETune(ctx context.Context, dev gpu.Device, opt MoETuneOptions) (*MoETu
 			continue
 		}
 		b := moe.TunedBatch{Config: outs[best].Config.String(), LatencyUS: round3(outs[best].Median()), Candidates: len(outs),
-			Date: now().UTC().Truncate(time.Second), Commit: opt.Commit, Routing: mo.tunedRouting(), Kernels: kernels}
+			Date: now().UTC().Truncate(time.Second), Commit: opt.Commit, Routing: rep.Routing, Kernels: kernels}
 		for _, v := range outs[best].Latency {
 			b.Samples = append(b.Samples, round3(v))
 		}
@@ -1106,7 +1106,7 @@ func RunMoETune(ctx context.Context, dev gpu.Device, opt MoETuneOptions) (*MoETu
 	}
 	rep.StaticDocs, rep.TunedDocs = docs[0], docs[1]
 	if onGPU { // on the CPU there is no placement to draw: a gap is the host's noise
-		rep.Warnings = append(rep.Warnings, SweepGaps(rep.File, mo.tunedRouting(), rep.TunedDocs, TuneSweepGap)...)
+		rep.Warnings = append(rep.Warnings, SweepGaps(rep.File, rep.Routing, rep.TunedDocs, TuneSweepGap)...)
 	}
 	if len(rep.NoCandidate) > 0 {
 		return rep, fmt.Errorf("%w at M=%s", ErrNoCandidate, moe.JoinBatches(rep.NoCandidate))

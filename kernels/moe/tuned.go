@@ -238,11 +238,14 @@ func TunedRouting(routing string, ep int) string {
 // "a@epoch.json"); ok is false for a count below 1.
 func splitEP(key string) (routing string, ep int, ok bool) {
 	i := strings.LastIndex(key, "@ep")
-	digits := key[i+1:]
-	if i < 0 || len(digits) == len("ep") || strings.TrimLeft(digits[len("ep"):], "0123456789") != "" {
+	if i < 0 {
 		return key, 1, true
 	}
-	n, err := strconv.Atoi(digits[len("ep"):])
+	digits := key[i+len("@ep"):]
+	if digits == "" || strings.Trim(digits, "0123456789") != "" {
+		return key, 1, true // part of a name
+	}
+	n, err := strconv.Atoi(digits)
 	if err != nil || n < 1 {
 		return key, 1, false
 	}
